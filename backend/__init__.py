@@ -1,0 +1,1 @@
+"""Specdeck's backend: plain Python, never imports streamlit."""

@@ -1,0 +1,123 @@
+"""What a managed process is: its spec, readiness probe and restart policy.
+
+Specs are plain frozen dataclasses so they can be stored as JSON in the
+state store and compared for equality when a config changes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any, Literal
+
+
+class Kind(str, Enum):
+    SERVER = "server"
+    REGENERATION = "regeneration"
+    TRAINING = "training"
+    BENCHMARK = "benchmark"
+    OTHER = "other"
+
+
+class ProcState(str, Enum):
+    """Lifecycle states; see backend/supervisor/machine.py for transitions."""
+
+    STARTING = "STARTING"  # spawned, readiness probe not yet passed
+    RUNNING = "RUNNING"  # readiness probe passed (or there is none)
+    BACKOFF = "BACKOFF"  # exited with failure, waiting to be restarted
+    STOPPING = "STOPPING"  # SIGTERM sent, waiting for the grace period
+    EXITED = "EXITED"  # ended; exit_code says how
+    FATAL = "FATAL"  # gave up restarting, or could not be spawned
+    UNKNOWN = "UNKNOWN"  # recorded as alive, but neither found nor ended
+
+    @property
+    def is_active(self) -> bool:
+        return self in (ProcState.STARTING, ProcState.RUNNING, ProcState.STOPPING)
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (ProcState.EXITED, ProcState.FATAL)
+
+
+@dataclass(frozen=True)
+class ReadinessProbe:
+    """How to tell that a started process is ready.
+
+    ``none``: ready as soon as it is spawned.  ``http``: ready when ``url``
+    answers 200.  ``log``: ready when a line of the process's log matches the
+    regular expression ``pattern``.  ``timeout_s`` bounds the wait; after it,
+    the process stays STARTING and the view says the probe is overdue.
+    """
+
+    kind: Literal["none", "http", "log"] = "none"
+    url: str | None = None
+    pattern: str | None = None
+    interval_s: float = 1.0
+    timeout_s: float = 900.0
+
+    def describe(self) -> str:
+        if self.kind == "http":
+            return f"HTTP 200 from {self.url}"
+        if self.kind == "log":
+            return f"log line /{self.pattern}/"
+        return "none"
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    """``never``, or ``on-failure`` up to ``max_tries`` restarts with
+    exponential backoff (``backoff_s`` doubling up to ``backoff_max_s``),
+    then FATAL."""
+
+    mode: Literal["never", "on-failure"] = "never"
+    max_tries: int = 3
+    backoff_s: float = 1.0
+    backoff_max_s: float = 60.0
+
+    def delay_for(self, tries: int) -> float:
+        """Backoff before restart number ``tries`` (1-based)."""
+        return min(self.backoff_max_s, self.backoff_s * (2 ** max(0, tries - 1)))
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    name: str
+    kind: Kind
+    argv: tuple[str, ...]
+    log_path: str
+    cwd: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    readiness: ReadinessProbe = field(default_factory=ReadinessProbe)
+    stop_grace_s: float = 10.0
+    restart: RestartPolicy = field(default_factory=RestartPolicy)
+
+    def __post_init__(self) -> None:
+        if not self.name or any(c in self.name for c in "/\\\0"):
+            raise ValueError(f"process name {self.name!r}: must be non-empty without slashes")
+        if not self.argv:
+            raise ValueError(f"process {self.name}: argv is empty")
+        object.__setattr__(self, "argv", tuple(str(a) for a in self.argv))
+        object.__setattr__(self, "kind", Kind(self.kind))
+
+    def __hash__(self) -> int:  # env is a dict
+        return hash((self.name, self.kind, self.argv, self.log_path))
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        d["kind"] = self.kind.value
+        d["argv"] = list(self.argv)
+        return json.dumps(d, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ProcessSpec":
+        d = dict(d)
+        d["readiness"] = ReadinessProbe(**d.get("readiness") or {})
+        d["restart"] = RestartPolicy(**d.get("restart") or {})
+        d["argv"] = tuple(d["argv"])
+        d["kind"] = Kind(d["kind"])
+        return cls(**d)
+
+    @classmethod
+    def from_json(cls, text: str) -> "ProcessSpec":
+        return cls.from_dict(json.loads(text))

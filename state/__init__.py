@@ -1,0 +1,5 @@
+"""Specdeck's state store: the only code that touches SQLite."""
+
+from state.store import Store, StoreClosed
+
+__all__ = ["Store", "StoreClosed"]
