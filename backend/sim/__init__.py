@@ -1,0 +1,1 @@
+"""Simulated SGLang server and fake model directories for machines without a GPU."""
