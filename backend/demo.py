@@ -1,0 +1,136 @@
+"""The demo workspace and the small programs it runs.
+
+``write_demo_workspace(root)`` writes a config that works on any machine:
+a long-running worker, a short batch job that exits, the fake 8-GPU source,
+and (when the SGLang simulator is present) a simulated server.
+
+The programs are plain command-line entries so the supervisor runs them like
+any other process::
+
+    python -m backend.demo ticker [--interval S]
+    python -m backend.demo batch [--seconds S] [--exit-code N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _toml_str(s: str) -> str:
+    return json.dumps(s)  # a JSON string is a valid TOML basic string
+
+
+def demo_config_text(python: str = sys.executable) -> str:
+    py, repo = _toml_str(python), _toml_str(str(REPO_ROOT))
+    text = f"""# Specdeck demo workspace: written because no workspace was chosen.
+# Point Specdeck at your own with --workspace DIR or SPECDECK_WORKSPACE=DIR.
+
+[workspace]
+name = "demo"
+demo = true
+
+[telemetry]
+source = "fake"          # auto | nvml | fake
+interval_s = 1.0
+
+[[process]]
+name = "demo-ticker"
+kind = "other"
+argv = [{py}, "-m", "backend.demo", "ticker", "--interval", "1"]
+cwd = {repo}
+autostart = true
+stop_grace_s = 5
+
+[process.readiness]
+kind = "log"
+pattern = "ticker ready"
+
+[process.restart]
+mode = "on-failure"
+max_tries = 3
+backoff_s = 2
+
+[[process]]
+name = "demo-batch"
+kind = "benchmark"
+argv = [{py}, "-m", "backend.demo", "batch", "--seconds", "6"]
+cwd = {repo}
+autostart = true
+stop_grace_s = 5
+"""
+    return text + _demo_server_text(py, repo)
+
+
+def _demo_server_text(py: str, repo: str) -> str:
+    """The simulated server entry, when the simulator and server config exist."""
+    try:
+        import backend.sim.server  # noqa: F401
+        from backend.sglang.config import ServerConfig  # noqa: F401
+    except ImportError:
+        return ""
+    return ""
+
+
+def write_demo_workspace(root: Path) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    cfg = root / "specdeck.toml"
+    if not cfg.exists():
+        tmp = cfg.with_suffix(".toml.tmp")
+        tmp.write_text(demo_config_text(), encoding="utf-8")
+        tmp.replace(cfg)
+    return cfg
+
+
+# -- demo programs -------------------------------------------------------
+
+
+def _ticker(interval: float) -> int:
+    stop = False
+
+    def on_term(signum, frame):  # noqa: ARG001
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    print("ticker ready", flush=True)
+    n = 0
+    while not stop:
+        n += 1
+        print(f"tick {n} at {time.strftime('%Y-%m-%d %H:%M:%S')}", flush=True)
+        time.sleep(interval)
+    print("ticker stopping on SIGTERM", flush=True)
+    return 0
+
+
+def _batch(seconds: float, exit_code: int) -> int:
+    steps = max(1, int(seconds * 2))
+    for i in range(1, steps + 1):
+        print(f"batch step {i}/{steps}", flush=True)
+        time.sleep(seconds / steps)
+    print(f"batch done, exiting with {exit_code}", flush=True)
+    return exit_code
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m backend.demo")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("ticker", help="print a line every interval until SIGTERM")
+    t.add_argument("--interval", type=float, default=1.0)
+    b = sub.add_parser("batch", help="work for a while, then exit")
+    b.add_argument("--seconds", type=float, default=5.0)
+    b.add_argument("--exit-code", type=int, default=0)
+    args = ap.parse_args(argv)
+    if args.cmd == "ticker":
+        return _ticker(args.interval)
+    return _batch(args.seconds, args.exit_code)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

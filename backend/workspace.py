@@ -1,0 +1,336 @@
+"""The workspace: one folder holding the config file, state, logs and outputs.
+
+Layout::
+
+    <root>/specdeck.toml     the workspace config (validated, see below)
+    <root>/state.db          SQLite state (state/ owns it)
+    <root>/logs/<name>.log   one log file per managed process
+    <root>/run/              identity and exit files written by process wrappers
+    <root>/outputs/          job outputs (unless outputs_dir says otherwise)
+
+A flag (``--workspace``) or the ``SPECDECK_WORKSPACE`` environment variable
+selects the folder.  With neither, a demo workspace is created under
+``$SPECDECK_HOME/demo`` (default ``~/.specdeck/demo``) so that the first
+command shows a working dashboard on any machine.
+
+Every mistake in the config file is reported as ``file:line: key: reason``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from backend.supervisor.spec import Kind, ProcessSpec, ReadinessProbe, RestartPolicy
+
+CONFIG_NAME = "specdeck.toml"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+class ConfigError(ValueError):
+    """A workspace config problem; ``str(e)`` is the message for the user."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ReadinessConfig(_Model):
+    kind: Literal["none", "http", "log"] = "none"
+    url: str | None = None
+    pattern: str | None = None
+    interval_s: float = Field(1.0, gt=0)
+    timeout_s: float = Field(900.0, gt=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> "ReadinessConfig":
+        if self.kind == "http" and not (self.url or "").startswith(("http://", "https://")):
+            raise ValueError("an http probe needs url = 'http://host:port/path'")
+        if self.kind == "log":
+            if not self.pattern:
+                raise ValueError("a log probe needs pattern = '<regular expression>'")
+            try:
+                re.compile(self.pattern)
+            except re.error as exc:
+                raise ValueError(f"pattern is not a valid regular expression: {exc}") from None
+        return self
+
+
+class RestartConfig(_Model):
+    mode: Literal["never", "on-failure"] = "never"
+    max_tries: int = Field(3, ge=0, le=100)
+    backoff_s: float = Field(1.0, ge=0)
+    backoff_max_s: float = Field(60.0, ge=0)
+
+
+class ProcessConfig(_Model):
+    name: str
+    kind: Kind = Kind.OTHER
+    argv: list[str] = Field(min_length=1)
+    cwd: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    stop_grace_s: float = Field(10.0, ge=0, le=3600)
+    autostart: bool = False
+    readiness: ReadinessConfig = Field(default_factory=ReadinessConfig)
+    restart: RestartConfig = Field(default_factory=RestartConfig)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME_RE.match(v):
+            raise ValueError("use letters, digits, '.', '_' or '-' (at most 64), starting with a letter or digit")
+        return v
+
+    @field_validator("argv")
+    @classmethod
+    def _argv(cls, v: list[str]) -> list[str]:
+        if any(not a for a in v[:1]):
+            raise ValueError("the program (argv[0]) is empty")
+        return v
+
+
+class TelemetryConfig(_Model):
+    source: Literal["auto", "nvml", "fake"] = "auto"
+    interval_s: float = Field(1.0, ge=0.1, le=60)
+    volumes: list[str] = Field(default_factory=list)
+
+
+class WorkspaceSection(_Model):
+    name: str = "workspace"
+    outputs_dir: str = "outputs"
+    demo: bool = False
+
+
+class WorkspaceConfig(_Model):
+    workspace: WorkspaceSection = Field(default_factory=WorkspaceSection)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    process: list[ProcessConfig] = Field(default_factory=list)
+    # SGLang server entries; validated by backend.sglang.config.ServerConfig
+    # when that module is present (see _validate_servers).
+    server: list[dict[str, Any]] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique(self) -> "WorkspaceConfig":
+        seen: set[str] = set()
+        for p in self.process:
+            if p.name in seen:
+                raise ValueError(f"process name {p.name!r} is used twice")
+            seen.add(p.name)
+        return self
+
+
+@dataclass
+class Workspace:
+    root: Path
+    config_path: Path
+    config: WorkspaceConfig
+
+    @property
+    def name(self) -> str:
+        return self.config.workspace.name
+
+    @property
+    def is_demo(self) -> bool:
+        return self.config.workspace.demo
+
+    @property
+    def store_path(self) -> Path:
+        return self.root / "state.db"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.root / "run"
+
+    @property
+    def outputs_dir(self) -> Path:
+        p = Path(self.config.workspace.outputs_dir).expanduser()
+        return p if p.is_absolute() else self.root / p
+
+    def log_path(self, name: str) -> Path:
+        return self.logs_dir / f"{name}.log"
+
+    def ensure_dirs(self) -> None:
+        for d in (self.logs_dir, self.run_dir, self.outputs_dir):
+            d.mkdir(parents=True, exist_ok=True)
+
+    def process_specs(self) -> list[ProcessSpec]:
+        """Specs of the [[process]] entries (servers add theirs elsewhere)."""
+        specs = []
+        for p in self.config.process:
+            cwd = p.cwd
+            if cwd is not None and not Path(cwd).expanduser().is_absolute():
+                cwd = str(self.root / cwd)
+            specs.append(
+                ProcessSpec(
+                    name=p.name,
+                    kind=p.kind,
+                    argv=tuple(p.argv),
+                    log_path=str(self.log_path(p.name)),
+                    cwd=cwd,
+                    env=dict(p.env),
+                    readiness=ReadinessProbe(**p.readiness.model_dump()),
+                    stop_grace_s=p.stop_grace_s,
+                    restart=RestartPolicy(**p.restart.model_dump()),
+                )
+            )
+        return specs
+
+    def autostart_names(self) -> list[str]:
+        return [p.name for p in self.config.process if p.autostart]
+
+
+# -- loading -------------------------------------------------------------
+
+
+def default_home() -> Path:
+    return Path(os.environ.get("SPECDECK_HOME") or Path.home() / ".specdeck").expanduser()
+
+
+def resolve_root(path: str | Path | None) -> Path:
+    """The workspace folder: the argument, else $SPECDECK_WORKSPACE, else the demo."""
+    chosen = path or os.environ.get("SPECDECK_WORKSPACE")
+    if chosen:
+        return Path(chosen).expanduser().resolve()
+    return (default_home() / "demo").resolve()
+
+
+def load_workspace(path: str | Path | None = None, *, create_demo: bool = True) -> Workspace:
+    """Open the workspace at ``path`` (see :func:`resolve_root`).
+
+    A folder without a config file becomes a demo workspace when
+    ``create_demo`` is true and no folder was chosen explicitly; a chosen
+    folder without a config file is an error that says how to make one.
+    """
+    explicit = bool(path or os.environ.get("SPECDECK_WORKSPACE"))
+    root = resolve_root(path)
+    cfg_path = root / CONFIG_NAME
+    if not cfg_path.exists():
+        if explicit and not create_demo:
+            raise ConfigError([f"{cfg_path}: no workspace config here; run `python -m backend.cli init {root}`"])
+        from backend.demo import write_demo_workspace
+
+        write_demo_workspace(root)
+    cfg = parse_config(cfg_path.read_text(encoding="utf-8"), cfg_path)
+    ws = Workspace(root=root, config_path=cfg_path, config=cfg)
+    ws.ensure_dirs()
+    return ws
+
+
+def parse_config(text: str, path: Path | str = CONFIG_NAME) -> WorkspaceConfig:
+    """Parse and validate config text; raise ConfigError listing every problem."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        m = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
+        where = f"{path}:{m.group(1)}" if m else str(path)
+        raise ConfigError([f"{where}: TOML syntax: {exc}"]) from None
+    try:
+        cfg = WorkspaceConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError([_describe(err, text, path) for err in exc.errors()]) from None
+    problems = _validate_servers(cfg, text, path)
+    if problems:
+        raise ConfigError(problems)
+    return cfg
+
+
+def _validate_servers(cfg: WorkspaceConfig, text: str, path: Path | str) -> list[str]:
+    try:
+        from backend.sglang.config import ServerConfig
+    except ImportError:
+        return []
+    problems: list[str] = []
+    names: set[str] = {p.name for p in cfg.process}
+    for i, entry in enumerate(cfg.server):
+        try:
+            sc = ServerConfig.model_validate(entry)
+        except ValidationError as exc:
+            for err in exc.errors():
+                err = dict(err)
+                err["loc"] = ("server", i, *err["loc"])
+                problems.append(_describe(err, text, path))
+            continue
+        if sc.name in names:
+            problems.append(f"{path}:{_locate(text, ('server', i, 'name'))}: server[{i}].name: "
+                            f"{sc.name!r} is already the name of another process or server")
+        names.add(sc.name)
+    return problems
+
+
+def _describe(err: Any, text: str, path: Path | str) -> str:
+    loc = tuple(err.get("loc", ()))
+    key = _dotted(loc)
+    msg = err.get("msg", "invalid")
+    if err.get("type") == "extra_forbidden":
+        msg = "unknown key (check its spelling)"
+    elif err.get("type") == "missing":
+        msg = "required key is missing"
+    line = _locate(text, loc)
+    where = f"{path}:{line}" if line else str(path)
+    return f"{where}: {key or '(top level)'}: {msg}"
+
+
+def _dotted(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _locate(text: str, loc: tuple) -> int | None:
+    """Best-effort line number of ``loc`` (e.g. ('process', 1, 'argv')) in TOML text."""
+    lines = text.splitlines()
+    start, end = 0, len(lines)
+    i = 0
+    parts = list(loc)
+    table = ""
+    while i < len(parts):
+        part = parts[i]
+        if isinstance(part, str) and i + 1 < len(parts) and isinstance(parts[i + 1], int):
+            # array of tables: find the Nth [[part]] header inside the range
+            header = re.compile(r"^\s*\[\[\s*" + re.escape((table + "." if table else "") + part) + r"\s*\]\]")
+            hits = [n for n in range(start, end) if header.match(lines[n])]
+            idx = parts[i + 1]
+            if idx < len(hits):
+                start = hits[idx]
+                end = next((n for n in range(start + 1, end) if re.match(r"^\s*\[", lines[n])
+                            and not re.match(r"^\s*\[\s*" + re.escape(part) + r"\.", lines[n])), end)
+                table = (table + "." if table else "") + part
+                i += 2
+                continue
+            return start + 1 if hits else None
+        if isinstance(part, str):
+            key_re = re.compile(r"^\s*" + re.escape(part) + r"\s*=")
+            sub_re = re.compile(r"^\s*\[\s*" + re.escape((table + "." if table else "") + part) + r"\s*\]")
+            for n in range(start, end):
+                if key_re.match(lines[n]) or sub_re.match(lines[n]):
+                    if sub_re.match(lines[n]):
+                        start = n
+                        table = (table + "." if table else "") + part
+                        break
+                    return n + 1
+            else:
+                return start + 1 if start or i else None
+            i += 1
+            continue
+        i += 1
+    return start + 1 if loc else None

@@ -1,0 +1,1 @@
+"""Shared page helpers: formatting (pure), chart template, small widgets."""
