@@ -1,0 +1,229 @@
+"""Frozen snapshot records for GPU and host telemetry.
+
+Every reading that could not be taken is ``None`` (N/A, never 0) and the
+reason is kept in the record's ``na`` mapping under the field's name, so a
+page can show "N/A" with the reason on hover.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from types import MappingProxyType
+from typing import Mapping
+
+GIB = 1024**3
+
+EMPTY: Mapping[str, str] = MappingProxyType({})
+
+
+def frozen_map(d: Mapping[str, str] | None) -> Mapping[str, str]:
+    return MappingProxyType(dict(d)) if d else EMPTY
+
+
+class NvmlStatus(str, Enum):
+    """The one state of the NVML layer as a whole."""
+
+    NOT_STARTED = "not started"  # lazy: nothing asked yet
+    OK = "ok"
+    NO_LIBRARY = "no library"  # nvidia-ml-py or libnvidia-ml.so.1 missing
+    NO_DRIVER = "driver not loaded"
+    ERROR = "error"  # initialised badly (version mismatch, no permission ...)
+
+
+@dataclass(frozen=True)
+class NvmlState:
+    status: NvmlStatus
+    message: str = ""
+    driver_version: str | None = None
+    nvml_version: str | None = None
+    source: str = "nvml"  # "nvml" or "fake"
+
+    @property
+    def ok(self) -> bool:
+        return self.status is NvmlStatus.OK
+
+
+@dataclass(frozen=True)
+class GpuStatic:
+    """Read once per device and cached."""
+
+    index: int
+    uuid: str | None
+    name: str | None
+    bus_id: str | None
+    memory_total: int | None  # bytes
+    mig_enabled: bool | None
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    gpu_index: int
+    pid: int
+    used_memory: int | None  # bytes; None where NVML cannot tell
+    type: str = "C"  # C compute, G graphics
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    parent_index: int
+    mig_index: int
+    uuid: str | None
+    name: str | None
+    gpu_instance_id: int | None
+    compute_instance_id: int | None
+    memory_used: int | None
+    memory_total: int | None
+    na: Mapping[str, str] = field(default_factory=lambda: EMPTY)
+
+
+@dataclass(frozen=True)
+class SlowFields:
+    """Fields read on a slower cadence (seconds apart) or on demand."""
+
+    t: float
+    ecc_uncorrected_volatile: int | None = None
+    ecc_corrected_volatile: int | None = None
+    energy_j: float | None = None  # since the driver was loaded
+    nvlink_active: int | None = None
+    nvlink_total: int | None = None
+    pcie_tx_bps: float | None = None
+    pcie_rx_bps: float | None = None
+    pcie_t: float | None = None  # when PCIe throughput was last read
+    na: Mapping[str, str] = field(default_factory=lambda: EMPTY)
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    index: int
+    t: float
+    uuid: str | None
+    name: str | None
+    bus_id: str | None
+    lost: bool = False
+    util_gpu: float | None = None  # percent
+    util_mem: float | None = None  # percent (memory controller busy)
+    mem_used: int | None = None  # bytes
+    mem_total: int | None = None  # bytes
+    temp_c: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    sm_clock_mhz: float | None = None
+    mem_clock_mhz: float | None = None
+    throttle: tuple[str, ...] | None = None  # decoded reason names; () when none
+    processes: tuple[GpuProcess, ...] | None = None
+    mig_enabled: bool | None = None
+    mig_devices: tuple[MigDevice, ...] = ()
+    slow: SlowFields | None = None
+    na: Mapping[str, str] = field(default_factory=lambda: EMPTY)  # field name -> why it is N/A
+
+    @property
+    def mem_fraction(self) -> float | None:
+        if self.mem_used is None or not self.mem_total:
+            return None
+        return self.mem_used / self.mem_total
+
+    def why(self, name: str) -> str | None:
+        return self.na.get(name)
+
+
+@dataclass(frozen=True)
+class DiskUsage:
+    path: str
+    total: int | None
+    used: int | None
+    free: int | None
+    percent: float | None
+    na: str | None = None
+
+
+@dataclass(frozen=True)
+class HostSample:
+    t: float
+    cpu_percent: float | None = None
+    cpu_count: int | None = None
+    load_1m: float | None = None
+    mem_used: int | None = None
+    mem_total: int | None = None
+    mem_percent: float | None = None
+    swap_used: int | None = None
+    disks: tuple[DiskUsage, ...] = ()
+    net_rx_bps: float | None = None
+    net_tx_bps: float | None = None
+    na: Mapping[str, str] = field(default_factory=lambda: EMPTY)
+
+
+@dataclass(frozen=True)
+class GpuFrame:
+    """One batched pass over every GPU."""
+
+    t: float
+    state: NvmlState
+    gpus: tuple[GpuSample, ...]
+    nvml_s: float  # wall time the pass took
+
+
+# Numeric fields kept in history (ring buffer and downsampled store), in order.
+GPU_SERIES = (
+    "util_gpu",
+    "util_mem",
+    "mem_used",
+    "power_w",
+    "temp_c",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+)
+HOST_SERIES = ("cpu_percent", "mem_percent", "mem_used", "net_rx_bps", "net_tx_bps", "load_1m")
+
+
+@dataclass(frozen=True)
+class SamplerCost:
+    samples: int = 0
+    last_ms: float | None = None  # wall time of the last full sample
+    mean_ms: float | None = None  # running mean (exponential, alpha 0.1)
+    nvml_per_gpu_us: float | None = None  # running mean of the GPU pass / GPU count
+    cpu_share: float | None = None  # sampler thread CPU time / wall time, 0..1
+    slow_last_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class Alert:
+    severity: str  # "info" | "warning" | "error"
+    kind: str  # "memory" | "thermal" | "power" | "idle" | "lost" | "nvml"
+    message: str
+    gpu_index: int | None = None
+
+
+@dataclass(frozen=True)
+class Series:
+    """A history trace: ``t`` (epoch seconds) with value, min and max.
+
+    Full-rate points have ``vmin == vmax == value``; downsampled buckets carry
+    the bucket's min and max. A ``None`` value is a gap.
+    """
+
+    field: str
+    gpu_index: int | None
+    t: tuple[float, ...] = ()
+    value: tuple[float | None, ...] = ()
+    vmin: tuple[float | None, ...] = ()
+    vmax: tuple[float | None, ...] = ()
+    resolution_s: float = 1.0
+
+
+@dataclass(frozen=True)
+class TelemetrySnapshot:
+    t: float
+    state: NvmlState
+    gpus: tuple[GpuSample, ...]
+    host: HostSample | None
+    cost: SamplerCost
+    attribution: "Attribution | None" = None  # noqa: F821 (see attribution.py)
+    alerts: tuple[Alert, ...] = ()
+    interval_s: float = 1.0
+    errors: tuple[str, ...] = field(default_factory=tuple)  # sampler-level problems
+
+    def age_s(self, now: float) -> float:
+        return max(0.0, now - self.t)

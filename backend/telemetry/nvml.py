@@ -1,0 +1,713 @@
+"""NVML adapter: one batched pass over every GPU, returning frozen snapshots.
+
+The adapter talks to a *library object* with the protocol of the module-level
+``pynvml`` functions (``nvmlInit``, ``nvmlDeviceGetHandleByIndex``, ...,
+``NVMLError``).  In production that is the ``pynvml`` module from
+nvidia-ml-py; in tests and the demo workspace it is
+:class:`backend.telemetry.fake.FakeNvml`.  The code path is the same.
+
+Rules:
+
+* Initialised lazily, on the first question.  A missing library or driver
+  is one clear :class:`NvmlState` with a message; nothing raises to callers.
+  A failed initialisation is retried at most every ``retry_init_s``.
+* A field that fails (NotSupported, NoPermission, ...) is ``None`` with the
+  reason kept in the sample's ``na`` mapping; never 0.
+* Struct versions that differ between the driver and the bindings are
+  handled: each versioned call has an ordered list of candidates (memory info
+  v2 -> v1, process info v3 -> v2 -> unversioned, clock event reasons ->
+  throttle reasons, temperature -> temperatureV); the first that works is
+  remembered.
+* A GPU that reports GpuIsLost / Unknown / ResetRequired is shown as lost
+  (all fields N/A) and retried on the next pass.
+* Handles and static information (name, uuid, bus id, total memory, MIG
+  mode and instances) are read once and cached.
+* Slow fields (ECC, energy, NVLink, PCIe throughput) are never read in the
+  core pass; :meth:`NvmlAdapter.read_slow` reads them on its own cadence.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable, Sequence
+
+from backend.telemetry.model import (
+    EMPTY,
+    GpuFrame,
+    GpuProcess,
+    GpuSample,
+    GpuStatic,
+    MigDevice,
+    NvmlState,
+    NvmlStatus,
+    SlowFields,
+    frozen_map,
+)
+
+# NVML return codes (stable ABI values).
+ERR_UNINITIALIZED = 1
+ERR_INVALID_ARGUMENT = 2
+ERR_NOT_SUPPORTED = 3
+ERR_NO_PERMISSION = 4
+ERR_NOT_FOUND = 6
+ERR_DRIVER_NOT_LOADED = 9
+ERR_TIMEOUT = 10
+ERR_LIBRARY_NOT_FOUND = 12
+ERR_FUNCTION_NOT_FOUND = 13
+ERR_GPU_IS_LOST = 15
+ERR_RESET_REQUIRED = 16
+ERR_LIB_RM_VERSION_MISMATCH = 18
+ERR_NO_DATA = 21
+ERR_ARGUMENT_VERSION_MISMATCH = 25
+ERR_GPU_NOT_FOUND = 28
+ERR_UNKNOWN = 999
+
+LOST_CODES = frozenset({ERR_GPU_IS_LOST, ERR_UNKNOWN, ERR_RESET_REQUIRED, ERR_GPU_NOT_FOUND})
+VERSION_CODES = frozenset({ERR_FUNCTION_NOT_FOUND, ERR_ARGUMENT_VERSION_MISMATCH})
+
+_REASONS = {
+    ERR_NOT_SUPPORTED: "not supported on this GPU",
+    ERR_NO_PERMISSION: "needs more permissions (run as root or relax the driver's restrictions)",
+    ERR_FUNCTION_NOT_FOUND: "not available in this driver / nvidia-ml-py pairing",
+    ERR_ARGUMENT_VERSION_MISMATCH: "struct version differs between the driver and nvidia-ml-py",
+    ERR_GPU_IS_LOST: "GPU is lost (fell off the bus); a reset or reboot is needed",
+    ERR_UNKNOWN: "NVML reported an unknown error; the GPU may be lost",
+    ERR_RESET_REQUIRED: "GPU needs a reset",
+    ERR_GPU_NOT_FOUND: "GPU not found",
+    ERR_TIMEOUT: "NVML timed out",
+    ERR_NO_DATA: "no data yet",
+    ERR_UNINITIALIZED: "NVML is not initialised",
+}
+
+NVML_TEMPERATURE_GPU = 0
+NVML_CLOCK_SM = 1
+NVML_CLOCK_MEM = 2
+NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
+NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+NVML_VOLATILE_ECC = 0
+NVML_PCIE_UTIL_TX_BYTES = 0
+NVML_PCIE_UTIL_RX_BYTES = 1
+NVML_NVLINK_MAX_LINKS = 18  # H100 / H200; a link past the last raises InvalidArgument
+NVML_MEMORY_V2 = 0x02000028  # nvmlMemory_v2 = sizeof(c_nvmlMemory_v2_t) | 2 << 24
+NVML_DEVICE_MIG_ENABLE = 1
+_NO_INSTANCE = 0xFFFFFFFF
+
+# Clock event ("throttle") reasons: bit -> stable short name.
+THROTTLE_BITS: tuple[tuple[int, str], ...] = (
+    (0x001, "idle"),
+    (0x002, "app_clocks"),
+    (0x004, "sw_power_cap"),
+    (0x008, "hw_slowdown"),
+    (0x010, "sync_boost"),
+    (0x020, "sw_thermal"),
+    (0x040, "hw_thermal"),
+    (0x080, "hw_power_brake"),
+    (0x100, "display_clocks"),
+)
+THROTTLE_LABELS = {
+    "idle": "idle",
+    "app_clocks": "application clocks setting",
+    "sw_power_cap": "power cap",
+    "hw_slowdown": "hardware slowdown",
+    "sync_boost": "sync boost",
+    "sw_thermal": "thermal (software)",
+    "hw_thermal": "thermal (hardware)",
+    "hw_power_brake": "power brake (hardware)",
+    "display_clocks": "display clocks",
+}
+THERMAL_REASONS = frozenset({"sw_thermal", "hw_thermal"})
+POWER_REASONS = frozenset({"sw_power_cap", "hw_power_brake"})
+
+
+def decode_throttle(mask: int) -> tuple[str, ...]:
+    """Decode a clock-event bit mask into names; unknown bits become ``bit_0x...``."""
+    names = [name for bit, name in THROTTLE_BITS if mask & bit]
+    rest = mask & ~sum(bit for bit, _ in THROTTLE_BITS)
+    b = 1
+    while rest:
+        if rest & b:
+            names.append(f"bit_{b:#x}")
+            rest &= ~b
+        b <<= 1
+    return tuple(names)
+
+
+def error_code(err: BaseException) -> int | None:
+    v = getattr(err, "value", None)
+    return v if isinstance(v, int) else None
+
+
+def reason_for(err: BaseException) -> str:
+    code = error_code(err)
+    if code in _REASONS:
+        return _REASONS[code]  # type: ignore[index]
+    text = str(err) or type(err).__name__
+    return f"NVML error: {text}"
+
+
+def _text(v: Any) -> str | None:
+    if v is None:
+        return None
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace").rstrip("\x00")
+    return str(v)
+
+
+class _Lost(Exception):
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _import_pynvml() -> Any:
+    import pynvml  # noqa: PLC0415 (lazy on purpose)
+
+    return pynvml
+
+
+class NvmlAdapter:
+    """Lazy, thread-safe NVML reader.
+
+    ``lib`` is the NVML library object (``pynvml`` module or a fake); when
+    ``None`` the adapter imports ``pynvml`` on first use.  ``source`` is a
+    label shown on the page ("nvml" or "fake").
+    """
+
+    def __init__(
+        self,
+        lib: Any = None,
+        *,
+        source: str = "nvml",
+        retry_init_s: float = 60.0,
+        clock: Callable[[], float] = time.time,
+    ):
+        self._lib = lib
+        self._source = source
+        self._retry_init_s = retry_init_s
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._state = NvmlState(NvmlStatus.NOT_STARTED, "NVML not queried yet", source=source)
+        self._init_at: float | None = None
+        self._handles: list[Any] = []
+        self._static: list[GpuStatic] = []
+        self._mig: dict[int, list[tuple[Any, MigDevice]]] = {}
+        self._choice: dict[str, int] = {}  # versioned call -> index of the candidate that works
+        self._slow: dict[int, SlowFields] = {}
+        self._pcie: dict[int, tuple[float, float | None, float | None, dict[str, str]]] = {}
+        self._err_cls: type[BaseException] = Exception
+        self._mismatch_cls: tuple[type[BaseException], ...] = ()
+
+    # -- state ---------------------------------------------------------
+
+    @property
+    def source(self) -> str:
+        return self._source
+
+    def state(self) -> NvmlState:
+        self._ensure_init()
+        return self._state
+
+    def static(self) -> tuple[GpuStatic, ...]:
+        self._ensure_init()
+        return tuple(self._static)
+
+    def gpu_count(self) -> int:
+        self._ensure_init()
+        return len(self._handles)
+
+    def _ensure_init(self) -> bool:
+        st = self._state.status
+        if st is NvmlStatus.OK:
+            return True
+        now = time.monotonic()
+        if self._init_at is not None and now - self._init_at < self._retry_init_s:
+            return False
+        with self._lock:
+            if self._state.status is NvmlStatus.OK:
+                return True
+            self._init_at = now
+            self._state = self._init()
+            return self._state.status is NvmlStatus.OK
+
+    def _init(self) -> NvmlState:
+        src = self._source
+        if self._lib is None:
+            try:
+                self._lib = _import_pynvml()
+            except ImportError as e:
+                return NvmlState(
+                    NvmlStatus.NO_LIBRARY,
+                    f"nvidia-ml-py is not installed ({e}); GPU telemetry is off",
+                    source=src,
+                )
+        lib = self._lib
+        self._err_cls = getattr(lib, "NVMLError", Exception)
+        mm = getattr(lib, "NVMLLibraryMismatchError", None)
+        self._mismatch_cls = (mm,) if isinstance(mm, type) else ()
+        try:
+            lib.nvmlInit()
+        except self._err_cls as e:  # type: ignore[misc]
+            code = error_code(e)
+            if code == ERR_LIBRARY_NOT_FOUND:
+                return NvmlState(
+                    NvmlStatus.NO_LIBRARY,
+                    "No NVIDIA driver: libnvidia-ml.so.1 was not found on this machine",
+                    source=src,
+                )
+            if code == ERR_DRIVER_NOT_LOADED:
+                return NvmlState(
+                    NvmlStatus.NO_DRIVER,
+                    "No NVIDIA driver: the kernel driver is not loaded (check `lsmod | grep nvidia`)",
+                    source=src,
+                )
+            if code == ERR_LIB_RM_VERSION_MISMATCH:
+                return NvmlState(
+                    NvmlStatus.ERROR,
+                    "NVML and the kernel driver differ in version (driver upgraded without a"
+                    " module reload); reload the nvidia module or reboot",
+                    source=src,
+                )
+            return NvmlState(NvmlStatus.ERROR, f"NVML failed to start: {reason_for(e)}", source=src)
+        except OSError as e:
+            return NvmlState(NvmlStatus.NO_LIBRARY, f"No NVIDIA driver: {e}", source=src)
+        driver = nvml_version = None
+        try:
+            driver = _text(lib.nvmlSystemGetDriverVersion())
+        except self._err_cls:  # type: ignore[misc]
+            pass
+        try:
+            nvml_version = _text(lib.nvmlSystemGetNVMLVersion())
+        except (self._err_cls, AttributeError):  # type: ignore[misc]
+            pass
+        try:
+            count = int(lib.nvmlDeviceGetCount())
+        except self._err_cls as e:  # type: ignore[misc]
+            return NvmlState(NvmlStatus.ERROR, f"NVML cannot count GPUs: {reason_for(e)}", source=src)
+        self._handles = []
+        self._static = []
+        for i in range(count):
+            h = None
+            try:
+                h = lib.nvmlDeviceGetHandleByIndex(i)
+            except self._err_cls:  # type: ignore[misc]
+                h = None
+            self._handles.append(h)
+            self._static.append(self._read_static(i, h))
+            self._mig[i] = self._read_mig(i, h) if self._static[-1].mig_enabled else []
+        msg = f"{count} GPU{'s' if count != 1 else ''}" + (f", driver {driver}" if driver else "")
+        return NvmlState(NvmlStatus.OK, msg, driver_version=driver, nvml_version=nvml_version, source=src)
+
+    def shutdown(self) -> None:
+        with self._lock:
+            if self._state.status is NvmlStatus.OK and self._lib is not None:
+                try:
+                    self._lib.nvmlShutdown()
+                except self._err_cls:  # type: ignore[misc]
+                    pass
+            self._state = NvmlState(NvmlStatus.NOT_STARTED, "NVML shut down", source=self._source)
+            self._init_at = None
+            self._handles = []
+            self._static = []
+
+    # -- helpers -------------------------------------------------------
+
+    def _try(self, fn: Callable[..., Any], *args: Any) -> tuple[Any, str | None]:
+        """Call ``fn``; return (value, None) or (None, reason).  Lost GPUs raise _Lost."""
+        try:
+            return fn(*args), None
+        except self._err_cls as e:  # type: ignore[misc]
+            code = error_code(e)
+            if code in LOST_CODES:
+                raise _Lost(reason_for(e)) from None
+            return None, reason_for(e)
+        except self._mismatch_cls as e:  # type: ignore[misc]
+            return None, f"{_REASONS[ERR_FUNCTION_NOT_FOUND]} ({e})"
+
+    def _versioned(self, key: str, candidates: Sequence[tuple[str, tuple[Any, ...], dict[str, Any]]]) -> tuple[Any, str | None]:
+        """Call the first candidate that this driver and these bindings both support.
+
+        Each candidate is ``(function name, args, kwargs)``.  A candidate that
+        is missing from the bindings, not found in the driver, or rejects the
+        struct version is skipped, and the one that works is remembered.
+        """
+        start = self._choice.get(key, 0)
+        last_reason = "not available"
+        lib = self._lib
+        for i in range(start, len(candidates)):
+            name, args, kwargs = candidates[i]
+            fn = getattr(lib, name, None)
+            if fn is None:
+                last_reason = f"{name} is not in this nvidia-ml-py"
+                continue
+            try:
+                value = fn(*args, **kwargs)
+            except self._err_cls as e:  # type: ignore[misc]
+                code = error_code(e)
+                if code in LOST_CODES:
+                    raise _Lost(reason_for(e)) from None
+                if code in VERSION_CODES:
+                    last_reason = reason_for(e)
+                    continue
+                if i != start:
+                    self._choice[key] = i
+                return None, reason_for(e)
+            except self._mismatch_cls as e:  # type: ignore[misc]
+                last_reason = f"{_REASONS[ERR_FUNCTION_NOT_FOUND]} ({e})"
+                continue
+            except TypeError as e:  # bindings too old for this signature
+                last_reason = f"{name}: {e}"
+                continue
+            if i != start:
+                self._choice[key] = i
+            return value, None
+        return None, last_reason
+
+    def chosen(self) -> dict[str, str]:
+        """Which candidate each versioned call settled on (for diagnostics)."""
+        names = {
+            "memory": ["memory v2", "memory v1"],
+            "procs": ["processes v3", "processes v2", "processes"],
+            "throttle": ["clock event reasons", "clock throttle reasons"],
+            "temp": ["temperature", "temperatureV"],
+            "plimit": ["enforced power limit", "power management limit"],
+        }
+        return {k: names[k][v] for k, v in self._choice.items() if k in names}
+
+    # -- static --------------------------------------------------------
+
+    def _read_static(self, i: int, h: Any) -> GpuStatic:
+        if h is None:
+            return GpuStatic(i, None, None, None, None, None)
+        lib = self._lib
+        vals: dict[str, Any] = {}
+        for key, fn in (
+            ("uuid", lib.nvmlDeviceGetUUID),
+            ("name", lib.nvmlDeviceGetName),
+            ("pci", lib.nvmlDeviceGetPciInfo),
+        ):
+            try:
+                vals[key], _ = self._try(fn, h)
+            except _Lost:
+                vals[key] = None
+        mem = None
+        try:
+            m, _ = self._memory(h)
+            mem = int(m.total) if m is not None else None
+        except _Lost:
+            pass
+        mig = None
+        try:
+            mode, _ = self._try(getattr(lib, "nvmlDeviceGetMigMode"), h)
+            if mode is not None:
+                cur = mode[0] if isinstance(mode, (list, tuple)) else mode
+                mig = cur == NVML_DEVICE_MIG_ENABLE
+        except (_Lost, AttributeError):
+            pass
+        pci = vals.get("pci")
+        bus = _text(getattr(pci, "busId", None)) if pci is not None else None
+        return GpuStatic(i, _text(vals.get("uuid")), _text(vals.get("name")), bus, mem, mig)
+
+    def _read_mig(self, i: int, h: Any) -> list[tuple[Any, MigDevice]]:
+        lib = self._lib
+        out: list[tuple[Any, MigDevice]] = []
+        try:
+            n, _ = self._try(lib.nvmlDeviceGetMaxMigDeviceCount, h)
+            for k in range(int(n or 0)):
+                try:
+                    mh = lib.nvmlDeviceGetMigDeviceHandleByIndex(h, k)
+                except self._err_cls:  # type: ignore[misc]
+                    continue  # NotFound: slot unused
+                uuid, _ = self._try(lib.nvmlDeviceGetUUID, mh)
+                name, _ = self._try(lib.nvmlDeviceGetName, mh)
+                gi, _ = self._try(lib.nvmlDeviceGetGpuInstanceId, mh)
+                ci, _ = self._try(lib.nvmlDeviceGetComputeInstanceId, mh)
+                out.append((mh, MigDevice(i, k, _text(uuid), _text(name), gi, ci, None, None)))
+        except _Lost:
+            return []
+        return out
+
+    def refresh_static(self) -> None:
+        """Re-read MIG layout (it changes only when an admin reconfigures)."""
+        if not self._ensure_init():
+            return
+        with self._lock:
+            for i, h in enumerate(self._handles):
+                st = self._read_static(i, h)
+                if st.uuid is not None or self._static[i].uuid is None:
+                    self._static[i] = st
+                self._mig[i] = self._read_mig(i, h) if st.mig_enabled else []
+
+    # -- core pass -----------------------------------------------------
+
+    def _memory(self, h: Any) -> tuple[Any, str | None]:
+        return self._versioned(
+            "memory",
+            (
+                ("nvmlDeviceGetMemoryInfo", (h,), {"version": getattr(self._lib, "nvmlMemory_v2", NVML_MEMORY_V2)}),
+                ("nvmlDeviceGetMemoryInfo", (h,), {}),
+            ),
+        )
+
+    def sample(self) -> GpuFrame:
+        """Read the core fields of every GPU in one pass."""
+        t0 = time.perf_counter()
+        now = self._clock()
+        if not self._ensure_init():
+            return GpuFrame(now, self._state, (), time.perf_counter() - t0)
+        gpus = []
+        for i in range(len(self._handles)):
+            gpus.append(self._sample_gpu(i, now))
+        return GpuFrame(now, self._state, tuple(gpus), time.perf_counter() - t0)
+
+    def _sample_gpu(self, i: int, now: float) -> GpuSample:
+        st = self._static[i]
+        h = self._handles[i]
+        lib = self._lib
+        if h is None:  # lost at start-up, or handle unavailable: try again
+            try:
+                h = lib.nvmlDeviceGetHandleByIndex(i)
+            except self._err_cls as e:  # type: ignore[misc]
+                return self._lost_sample(i, now, reason_for(e))
+            self._handles[i] = h
+            st = self._static[i] = self._read_static(i, h)
+        na: dict[str, str] = {}
+        try:
+            util, why = self._try(lib.nvmlDeviceGetUtilizationRates, h)
+            if util is None:
+                na["util_gpu"] = na["util_mem"] = why  # type: ignore[assignment]
+                ug = um = None
+            else:
+                ug, um = float(util.gpu), float(util.memory)
+            mem, why = self._memory(h)
+            if mem is None:
+                na["mem_used"] = why  # type: ignore[assignment]
+                used = None
+                total = st.memory_total
+                if total is None:
+                    na["mem_total"] = why  # type: ignore[assignment]
+            else:
+                used, total = int(mem.used), int(mem.total)
+            temp, why = self._versioned(
+                "temp",
+                (
+                    ("nvmlDeviceGetTemperature", (h, NVML_TEMPERATURE_GPU), {}),
+                    ("nvmlDeviceGetTemperatureV", (h, NVML_TEMPERATURE_GPU), {}),
+                ),
+            )
+            if temp is None:
+                na["temp_c"] = why  # type: ignore[assignment]
+            power, why = self._try(lib.nvmlDeviceGetPowerUsage, h)
+            if power is None:
+                na["power_w"] = why  # type: ignore[assignment]
+            plimit, why = self._versioned(
+                "plimit",
+                (
+                    ("nvmlDeviceGetEnforcedPowerLimit", (h,), {}),
+                    ("nvmlDeviceGetPowerManagementLimit", (h,), {}),
+                ),
+            )
+            if plimit is None:
+                na["power_limit_w"] = why  # type: ignore[assignment]
+            sm, why = self._try(lib.nvmlDeviceGetClockInfo, h, NVML_CLOCK_SM)
+            if sm is None:
+                na["sm_clock_mhz"] = why  # type: ignore[assignment]
+            mclk, why = self._try(lib.nvmlDeviceGetClockInfo, h, NVML_CLOCK_MEM)
+            if mclk is None:
+                na["mem_clock_mhz"] = why  # type: ignore[assignment]
+            mask, why = self._versioned(
+                "throttle",
+                (
+                    ("nvmlDeviceGetCurrentClocksEventReasons", (h,), {}),
+                    ("nvmlDeviceGetCurrentClocksThrottleReasons", (h,), {}),
+                ),
+            )
+            if mask is None:
+                na["throttle"] = why  # type: ignore[assignment]
+            procs, why = self._versioned(
+                "procs",
+                (
+                    ("nvmlDeviceGetComputeRunningProcesses_v3", (h,), {}),
+                    ("nvmlDeviceGetComputeRunningProcesses_v2", (h,), {}),
+                    ("nvmlDeviceGetComputeRunningProcesses", (h,), {}),
+                ),
+            )
+            if procs is None:
+                na["processes"] = why  # type: ignore[assignment]
+            migs: tuple[MigDevice, ...] = ()
+            if self._mig.get(i):
+                migs = tuple(self._sample_mig(mh, md) for mh, md in self._mig[i])
+        except _Lost as lost:
+            return self._lost_sample(i, now, lost.reason)
+        return GpuSample(
+            index=i,
+            t=now,
+            uuid=st.uuid,
+            name=st.name,
+            bus_id=st.bus_id,
+            util_gpu=ug,
+            util_mem=um,
+            mem_used=used,
+            mem_total=total,
+            temp_c=float(temp) if temp is not None else None,
+            power_w=power / 1000.0 if power is not None else None,
+            power_limit_w=plimit / 1000.0 if plimit is not None else None,
+            sm_clock_mhz=float(sm) if sm is not None else None,
+            mem_clock_mhz=float(mclk) if mclk is not None else None,
+            throttle=decode_throttle(int(mask)) if mask is not None else None,
+            processes=self._processes(i, procs) if procs is not None else None,
+            mig_enabled=st.mig_enabled,
+            mig_devices=migs,
+            slow=self._slow.get(i),
+            na=frozen_map(na),
+        )
+
+    def _processes(self, i: int, procs: Sequence[Any]) -> tuple[GpuProcess, ...]:
+        out = []
+        for p in procs:
+            used = getattr(p, "usedGpuMemory", None)
+            gi = getattr(p, "gpuInstanceId", None)
+            ci = getattr(p, "computeInstanceId", None)
+            out.append(
+                GpuProcess(
+                    gpu_index=i,
+                    pid=int(p.pid),
+                    used_memory=int(used) if used is not None else None,
+                    type="C",
+                    gpu_instance_id=None if gi in (None, _NO_INSTANCE) else int(gi),
+                    compute_instance_id=None if ci in (None, _NO_INSTANCE) else int(ci),
+                )
+            )
+        return tuple(out)
+
+    def _sample_mig(self, mh: Any, md: MigDevice) -> MigDevice:
+        mem, why = self._memory(mh)
+        if mem is None:
+            return MigDevice(
+                md.parent_index, md.mig_index, md.uuid, md.name, md.gpu_instance_id,
+                md.compute_instance_id, None, None, frozen_map({"memory_used": why or "N/A"}),
+            )
+        return MigDevice(
+            md.parent_index, md.mig_index, md.uuid, md.name, md.gpu_instance_id,
+            md.compute_instance_id, int(mem.used), int(mem.total), EMPTY,
+        )
+
+    def _lost_sample(self, i: int, now: float, reason: str) -> GpuSample:
+        st = self._static[i]
+        fields = (
+            "util_gpu", "util_mem", "mem_used", "temp_c", "power_w", "power_limit_w",
+            "sm_clock_mhz", "mem_clock_mhz", "throttle", "processes",
+        )
+        return GpuSample(
+            index=i,
+            t=now,
+            uuid=st.uuid,
+            name=st.name,
+            bus_id=st.bus_id,
+            lost=True,
+            mem_total=st.memory_total,
+            mig_enabled=st.mig_enabled,
+            na=frozen_map({f: reason for f in fields}),
+        )
+
+    # -- slow fields ---------------------------------------------------
+
+    def read_slow(self, *, pcie: bool = False) -> dict[int, SlowFields]:
+        """Read ECC, energy and NVLink (and PCIe throughput when ``pcie``).
+
+        PCIe throughput blocks about 20 ms per call on an H200, so callers
+        ask for it rarely and never from the 1 s path.
+        """
+        if not self._ensure_init():
+            return {}
+        lib = self._lib
+        out: dict[int, SlowFields] = {}
+        for i, h in enumerate(list(self._handles)):
+            if h is None:
+                continue
+            now = self._clock()
+            na: dict[str, str] = {}
+            try:
+                unc, why = self._try(lib.nvmlDeviceGetTotalEccErrors, h, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC)
+                if unc is None:
+                    na["ecc_uncorrected_volatile"] = why  # type: ignore[assignment]
+                cor, why = self._try(lib.nvmlDeviceGetTotalEccErrors, h, NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_VOLATILE_ECC)
+                if cor is None:
+                    na["ecc_corrected_volatile"] = why  # type: ignore[assignment]
+                energy, why = self._try(lib.nvmlDeviceGetTotalEnergyConsumption, h)
+                if energy is None:
+                    na["energy_j"] = why  # type: ignore[assignment]
+                active = total = 0
+                link_why = None
+                for link in range(NVML_NVLINK_MAX_LINKS):
+                    try:
+                        on = lib.nvmlDeviceGetNvLinkState(h, link)
+                    except self._err_cls as e:  # type: ignore[misc]
+                        code = error_code(e)
+                        if code in LOST_CODES:
+                            raise _Lost(reason_for(e)) from None
+                        if link == 0:
+                            link_why = reason_for(e)
+                        break
+                    total += 1
+                    active += 1 if on else 0
+                if link_why is not None:
+                    na["nvlink_active"] = na["nvlink_total"] = link_why
+                if pcie:
+                    tx, why_tx = self._try(lib.nvmlDeviceGetPcieThroughput, h, NVML_PCIE_UTIL_TX_BYTES)
+                    rx, why_rx = self._try(lib.nvmlDeviceGetPcieThroughput, h, NVML_PCIE_UTIL_RX_BYTES)
+                    pna = {}
+                    if tx is None:
+                        pna["pcie_tx_bps"] = why_tx or "N/A"
+                    if rx is None:
+                        pna["pcie_rx_bps"] = why_rx or "N/A"
+                    self._pcie[i] = (
+                        now,
+                        tx * 1024.0 if tx is not None else None,  # NVML reports KB/s
+                        rx * 1024.0 if rx is not None else None,
+                        pna,
+                    )
+            except _Lost as lost:
+                out[i] = SlowFields(now, na=frozen_map({"all": lost.reason}))
+                continue
+            p = self._pcie.get(i)
+            if p is None:
+                na["pcie_tx_bps"] = na["pcie_rx_bps"] = "PCIe throughput not read yet (read on demand)"
+            else:
+                na.update(p[3])
+            out[i] = SlowFields(
+                t=now,
+                ecc_uncorrected_volatile=int(unc) if unc is not None else None,
+                ecc_corrected_volatile=int(cor) if cor is not None else None,
+                energy_j=energy / 1000.0 if energy is not None else None,
+                nvlink_active=None if link_why else active,
+                nvlink_total=None if link_why else total,
+                pcie_tx_bps=p[1] if p else None,
+                pcie_rx_bps=p[2] if p else None,
+                pcie_t=p[0] if p else None,
+                na=frozen_map(na),
+            )
+        self._slow = {**self._slow, **out}
+        return out
+
+
+def open_adapter(mode: str = "auto", *, demo: bool = False, fake_kwargs: dict[str, Any] | None = None) -> NvmlAdapter:
+    """Pick the GPU source.
+
+    ``mode``: ``"nvml"`` (the real library, even if it is missing: the page
+    then says there is no driver), ``"fake"`` (the fake 8-GPU source), or
+    ``"auto"``: the real library when it initialises; otherwise the fake when
+    ``demo`` is true, else the real adapter in its "no driver" state.
+    """
+    from backend.telemetry.fake import FakeNvml  # noqa: PLC0415
+
+    if mode == "fake":
+        return NvmlAdapter(FakeNvml(**(fake_kwargs or {})), source="fake")
+    real = NvmlAdapter()
+    if mode == "nvml":
+        return real
+    if mode != "auto":
+        raise ValueError(f"GPU source {mode!r}: expected 'auto', 'nvml' or 'fake'")
+    if real.state().ok or not demo:
+        return real
+    return NvmlAdapter(FakeNvml(**(fake_kwargs or {})), source="fake")

@@ -1,0 +1,529 @@
+"""The telemetry sampler: one per dashboard process, in the background.
+
+A daemon thread takes one batched GPU pass and one host reading every
+``interval_s`` (1 s), keeps the last ``ring_s`` (an hour) at full rate in a
+ring buffer in memory, and folds every reading into min/mean/max buckets of
+``bucket_s`` (a minute) that go to the state store (``state/telemetry.py``)
+when they close; buckets older than ``retention_s`` are pruned.  A second
+thread reads the slow fields (ECC, energy, NVLink; PCIe throughput rarely or
+on request).
+
+Readers never touch NVML: :meth:`Sampler.latest` returns the last snapshot
+and :meth:`Sampler.history` reads the ring (and the store for older data).
+The sampler measures its own cost (wall time per sample, GPU pass per GPU,
+CPU share) and puts the running figures in every snapshot.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+import time
+from array import array
+from typing import Any, Callable, Iterable, Sequence
+
+from backend.telemetry.alerts import gpu_alerts
+from backend.telemetry.attribution import Attribution, attribute, coerce_managed
+from backend.telemetry.host import HostReader
+from backend.telemetry.model import (
+    GPU_SERIES,
+    HOST_SERIES,
+    GpuFrame,
+    GpuSample,
+    HostSample,
+    NvmlState,
+    NvmlStatus,
+    SamplerCost,
+    Series,
+    TelemetrySnapshot,
+)
+from backend.telemetry.nvml import NvmlAdapter
+
+log = logging.getLogger(__name__)
+
+HOST = -1  # ring / store index for host series
+NAN = float("nan")
+
+
+class _Ring:
+    """Fixed-capacity ring of (t, field values) with NaN for N/A."""
+
+    def __init__(self, capacity: int, fields: Sequence[str]):
+        self.capacity = capacity
+        self.fields = tuple(fields)
+        self.t = array("d", [NAN]) * capacity
+        self.cols = {f: array("d", [NAN]) * capacity for f in fields}
+        self.n = 0  # total appended
+        self.tail = 0  # next write position
+
+    def append(self, t: float, values: dict[str, float | None]) -> None:
+        i = self.tail
+        self.t[i] = t
+        for f, col in self.cols.items():
+            v = values.get(f)
+            col[i] = NAN if v is None else float(v)
+        self.tail = (i + 1) % self.capacity
+        self.n += 1
+
+    def __len__(self) -> int:
+        return min(self.n, self.capacity)
+
+    def _order(self) -> Iterable[int]:
+        size = len(self)
+        start = (self.tail - size) % self.capacity
+        return ((start + k) % self.capacity for k in range(size))
+
+    def oldest(self) -> float | None:
+        if not len(self):
+            return None
+        return self.t[(self.tail - len(self)) % self.capacity]
+
+    def read(self, field: str, since: float, until: float | None = None) -> tuple[list[float], list[float | None]]:
+        col = self.cols[field]
+        ts: list[float] = []
+        vs: list[float | None] = []
+        for i in self._order():
+            t = self.t[i]
+            if t < since or (until is not None and t >= until):
+                continue
+            v = col[i]
+            ts.append(t)
+            vs.append(None if math.isnan(v) else v)
+        return ts, vs
+
+    def last(self, field: str, n: int) -> list[float | None]:
+        col = self.cols[field]
+        size = min(n, len(self))
+        out = []
+        for k in range(size, 0, -1):
+            v = col[(self.tail - k) % self.capacity]
+            out.append(None if math.isnan(v) else v)
+        return out
+
+
+class _Buckets:
+    """Accumulates min / sum / max / n per (scope, idx, field) for one bucket."""
+
+    def __init__(self, width_s: float):
+        self.width = width_s
+        self.t0: float | None = None
+        self.acc: dict[tuple[str, int, str], list[float]] = {}
+
+    def add(self, scope: str, idx: int, field: str, v: float | None) -> None:
+        if v is None:
+            return
+        a = self.acc.get((scope, idx, field))
+        if a is None:
+            self.acc[(scope, idx, field)] = [1.0, v, v, v]
+        else:
+            a[0] += 1
+            a[1] = v if v < a[1] else a[1]
+            a[2] += v
+            a[3] = v if v > a[3] else a[3]
+
+    def drain(self) -> list[Any]:
+        from state.telemetry import Bucket  # noqa: PLC0415
+
+        if self.t0 is None:
+            return []
+        out = [
+            Bucket(scope, idx, field, self.t0, self.width, int(a[0]), a[1], a[2] / a[0], a[3])
+            for (scope, idx, field), a in self.acc.items()
+        ]
+        self.acc = {}
+        return out
+
+
+class Sampler:
+    """Background GPU + host sampler.
+
+    Parameters
+    ----------
+    adapter:
+        The GPU source (:class:`NvmlAdapter` over real ``pynvml`` or the
+        fake); ``None`` means the real NVML adapter.
+    store:
+        The state :class:`state.store.Store` for the downsampled history;
+        ``None`` keeps only the in-memory hour.
+    disk_paths:
+        Volumes to report (the workspace and output directories).
+    managed:
+        Callable returning the managed processes as ``(name, kind, pid)``
+        or ``(name, kind, pid, state)`` tuples, or objects with those
+        attributes; used for attribution and the idle-while-RUNNING alert.
+    """
+
+    def __init__(
+        self,
+        adapter: NvmlAdapter | None = None,
+        *,
+        store: Any = None,
+        disk_paths: Sequence[str | os.PathLike[str]] = (),
+        managed: Callable[[], Iterable[Any]] | None = None,
+        interval_s: float = 1.0,
+        ring_s: float = 3600.0,
+        bucket_s: float = 60.0,
+        retention_s: float = 7 * 86400.0,
+        slow_interval_s: float = 10.0,
+        pcie_interval_s: float | None = 300.0,
+        attribution_interval_s: float = 5.0,
+        idle_samples: int = 30,
+        clock: Callable[[], float] = time.time,
+    ):
+        if interval_s <= 0:
+            raise ValueError("interval_s must be positive")
+        self.adapter = adapter if adapter is not None else NvmlAdapter()
+        self._history = None
+        if store is not None:
+            from state.telemetry import TelemetryStore  # noqa: PLC0415
+
+            self._history = TelemetryStore(store)
+        self.host = HostReader(disk_paths, clock=clock)
+        self._managed = managed
+        self.interval_s = interval_s
+        self._capacity = max(2, int(math.ceil(ring_s / interval_s)) + 1)
+        self._bucket_s = bucket_s
+        self._retention_s = retention_s
+        self._slow_interval_s = slow_interval_s
+        self._pcie_interval_s = pcie_interval_s
+        self._attr_interval_s = attribution_interval_s
+        self._idle_samples = idle_samples
+        self._clock = clock
+
+        self._rings: dict[int, _Ring] = {}
+        self._ring_lock = threading.Lock()
+        self._buckets = _Buckets(bucket_s)
+        self._latest: TelemetrySnapshot | None = None
+        self._stop = threading.Event()
+        self._slow_wake = threading.Event()
+        self._pcie_requested = False
+        self._threads: list[threading.Thread] = []
+        self._sample_lock = threading.Lock()  # sample_once from tests vs the thread
+
+        self._attr: Attribution | None = None
+        self._attr_at = -1e18
+        self._attr_key: frozenset[tuple[int, int]] | None = None
+        self._errors: list[str] = []
+        self._last_prune = -1e18
+        self._pcie_at = -1e18
+
+        # cost accounting
+        self._n = 0
+        self._mean_ms: float | None = None
+        self._last_ms: float | None = None
+        self._per_gpu_us: float | None = None
+        self._slow_ms: float | None = None
+        self._cpu_core = 0.0  # CPU seconds of the core thread
+        self._cpu_slow = 0.0  # CPU seconds of the slow thread
+        self._wall0: float | None = None
+
+    # -- lifecycle -----------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return any(t.is_alive() for t in self._threads)
+
+    def start(self) -> "Sampler":
+        if self.running:
+            return self
+        self._stop.clear()
+        self._wall0 = time.monotonic()
+        self._cpu_core = self._cpu_slow = 0.0
+        self._threads = [
+            threading.Thread(target=self._loop, name="telemetry-sampler", daemon=True),
+            threading.Thread(target=self._slow_loop, name="telemetry-slow", daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop both threads and wait for them; flush the open bucket."""
+        self._stop.set()
+        self._slow_wake.set()
+        for t in self._threads:
+            t.join(timeout)
+        self._threads = []
+        with self._sample_lock:
+            self._flush_buckets()
+
+    def __enter__(self) -> "Sampler":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _loop(self) -> None:
+        c0 = time.thread_time()
+        try:
+            self.adapter.state()  # lazy NVML start-up, kept out of the per-sample figures
+        except Exception as e:  # noqa: BLE001
+            self._note_error(f"NVML start-up failed: {e!r}")
+        self._cpu_core += time.thread_time() - c0
+        nxt = time.monotonic()
+        while not self._stop.is_set():
+            c0 = time.thread_time()
+            try:
+                self.sample_once()
+            except Exception as e:  # noqa: BLE001 - the sampler must keep going
+                log.exception("telemetry sample failed")
+                self._note_error(f"sample failed: {e!r}")
+            self._cpu_core += time.thread_time() - c0
+            nxt += self.interval_s
+            delay = nxt - time.monotonic()
+            if delay < 0:  # fell behind (suspend, slow NVML): do not burst
+                nxt = time.monotonic()
+                delay = 0.0
+            self._stop.wait(delay)
+
+    def _slow_loop(self) -> None:
+        # the first slow pass waits one core interval so the first core sample is not delayed
+        self._stop.wait(min(self.interval_s, self._slow_interval_s))
+        while not self._stop.is_set():
+            c0 = time.thread_time()
+            try:
+                self.read_slow_once()
+            except Exception as e:  # noqa: BLE001
+                log.exception("slow telemetry read failed")
+                self._note_error(f"slow read failed: {e!r}")
+            self._cpu_slow += time.thread_time() - c0
+            self._slow_wake.wait(self._slow_interval_s)
+            self._slow_wake.clear()
+
+    def request_slow(self, *, pcie: bool = True) -> None:
+        """Ask the slow thread for a pass now (PCIe throughput included)."""
+        self._pcie_requested = self._pcie_requested or pcie
+        self._slow_wake.set()
+
+    def read_slow_once(self) -> None:
+        mono = time.monotonic()
+        pcie = self._pcie_requested or (
+            self._pcie_interval_s is not None and mono - self._pcie_at >= self._pcie_interval_s
+        )
+        t0 = time.perf_counter()
+        self.adapter.read_slow(pcie=pcie)
+        if pcie:
+            self._pcie_at = mono
+            self._pcie_requested = False
+        self._slow_ms = (time.perf_counter() - t0) * 1000.0
+
+    def _note_error(self, msg: str) -> None:
+        self._errors = (self._errors + [f"{time.strftime('%H:%M:%S')} {msg}"])[-5:]
+
+    # -- one sample ----------------------------------------------------
+
+    def sample_once(self) -> TelemetrySnapshot:
+        with self._sample_lock:
+            t0 = time.perf_counter()
+            frame = self.adapter.sample()
+            host: HostSample | None
+            try:
+                host = self.host.sample()
+            except Exception as e:  # noqa: BLE001
+                log.exception("host sample failed")
+                self._note_error(f"host sample failed: {e!r}")
+                host = None
+            now = frame.t
+            self._record(frame, host)
+            attr = self._attribute(frame)
+            recent = {g.index: self.recent(g.index, "util_gpu", self._idle_samples) for g in frame.gpus}
+            alerts = tuple(gpu_alerts(frame.gpus, recent, attr, idle_samples=self._idle_samples))
+            self._fold(frame, host, now)
+            elapsed = time.perf_counter() - t0
+            self._account(elapsed, frame)
+            snap = TelemetrySnapshot(
+                t=now,
+                state=frame.state,
+                gpus=frame.gpus,
+                host=host,
+                cost=self.cost(),
+                attribution=attr,
+                alerts=alerts,
+                interval_s=self.interval_s,
+                errors=tuple(self._errors),
+            )
+            self._latest = snap
+            return snap
+
+    def _account(self, elapsed: float, frame: GpuFrame) -> None:
+        self._n += 1
+        ms = elapsed * 1000.0
+        self._last_ms = ms
+        self._mean_ms = ms if self._mean_ms is None else self._mean_ms * 0.9 + ms * 0.1
+        if frame.gpus:
+            us = frame.nvml_s * 1e6 / len(frame.gpus)
+            self._per_gpu_us = us if self._per_gpu_us is None else self._per_gpu_us * 0.9 + us * 0.1
+
+    def cost(self) -> SamplerCost:
+        share = None
+        if self._wall0 is not None:
+            wall = time.monotonic() - self._wall0
+            if wall > 0:
+                share = (self._cpu_core + self._cpu_slow) / wall
+        return SamplerCost(
+            samples=self._n,
+            last_ms=self._last_ms,
+            mean_ms=self._mean_ms,
+            nvml_per_gpu_us=self._per_gpu_us,
+            cpu_share=share,
+            slow_last_ms=self._slow_ms,
+        )
+
+    def _record(self, frame: GpuFrame, host: HostSample | None) -> None:
+        with self._ring_lock:
+            for g in frame.gpus:
+                ring = self._rings.get(g.index)
+                if ring is None:
+                    ring = self._rings[g.index] = _Ring(self._capacity, GPU_SERIES)
+                ring.append(frame.t, {f: getattr(g, f) for f in GPU_SERIES})
+            if host is not None:
+                ring = self._rings.get(HOST)
+                if ring is None:
+                    ring = self._rings[HOST] = _Ring(self._capacity, HOST_SERIES)
+                ring.append(host.t, {f: getattr(host, f) for f in HOST_SERIES})
+
+    def _fold(self, frame: GpuFrame, host: HostSample | None, now: float) -> None:
+        if self._history is None:
+            return
+        b0 = math.floor(now / self._bucket_s) * self._bucket_s
+        if self._buckets.t0 is not None and b0 != self._buckets.t0:
+            self._flush_buckets()
+        self._buckets.t0 = b0
+        for g in frame.gpus:
+            for f in GPU_SERIES:
+                self._buckets.add("gpu", g.index, f, getattr(g, f))
+        if host is not None:
+            for f in HOST_SERIES:
+                self._buckets.add("host", HOST, f, getattr(host, f))
+            for d in host.disks:
+                self._buckets.add("host", HOST, f"disk_percent:{d.path}", d.percent)
+        mono = time.monotonic()
+        if mono - self._last_prune > 3600.0:
+            self._last_prune = mono
+            try:
+                self._history.prune(now - self._retention_s)
+            except Exception as e:  # noqa: BLE001
+                self._note_error(f"pruning history failed: {e!r}")
+
+    def _flush_buckets(self) -> None:
+        if self._history is None:
+            return
+        rows = self._buckets.drain()
+        if rows:
+            try:
+                self._history.write(rows)
+            except Exception as e:  # noqa: BLE001 - a closed or busy store must not stop sampling
+                log.warning("writing telemetry history failed: %r", e)
+                self._note_error(f"writing history failed: {e!r}")
+
+    def _attribute(self, frame: GpuFrame) -> Attribution | None:
+        procs = [p for g in frame.gpus for p in (g.processes or ())]
+        key = frozenset((p.gpu_index, p.pid) for p in procs)
+        mono = time.monotonic()
+        if self._attr is not None and key == self._attr_key and mono - self._attr_at < self._attr_interval_s:
+            return self._attr
+        managed: list[Any] = []
+        if self._managed is not None:
+            try:
+                managed = coerce_managed(self._managed())
+            except Exception as e:  # noqa: BLE001 - the provider belongs to someone else
+                log.exception("managed process provider failed")
+                self._note_error(f"managed process list failed: {e!r}")
+        try:
+            self._attr = attribute(procs, managed, now=frame.t)
+        except Exception as e:  # noqa: BLE001
+            log.exception("attribution failed")
+            self._note_error(f"attribution failed: {e!r}")
+        self._attr_key = key
+        self._attr_at = mono
+        return self._attr
+
+    # -- readers -------------------------------------------------------
+
+    def latest(self) -> TelemetrySnapshot | None:
+        """The last snapshot, or ``None`` before the first sample.  Never blocks on NVML."""
+        return self._latest
+
+    def state(self) -> NvmlState:
+        snap = self._latest
+        return snap.state if snap is not None else NvmlState(NvmlStatus.NOT_STARTED, "no sample yet")
+
+    def recent(self, gpu_index: int | None, field: str, n: int) -> list[float | None]:
+        with self._ring_lock:
+            ring = self._rings.get(HOST if gpu_index is None else gpu_index)
+            if ring is None or field not in ring.cols:
+                return []
+            return ring.last(field, n)
+
+    def history(self, gpu_index: int | None, field: str, since: float, until: float | None = None) -> Series:
+        """A history trace for one GPU (or the host, ``gpu_index=None``).
+
+        Inside the in-memory hour: full rate.  Further back: the stored
+        min/mean/max buckets, then full-rate points after the last bucket.
+        """
+        idx = HOST if gpu_index is None else gpu_index
+        with self._ring_lock:
+            ring = self._rings.get(idx)
+            oldest = ring.oldest() if ring is not None else None
+            if ring is not None and field in ring.cols:
+                rt, rv = ring.read(field, since, until)
+            else:
+                rt, rv = [], []
+        if self._history is None or (oldest is not None and since >= oldest):
+            return Series(field, gpu_index, tuple(rt), tuple(rv), tuple(rv), tuple(rv), self.interval_s)
+        scope = "host" if idx == HOST else "gpu"
+        buckets = self._history.read(scope, idx, field, since, until, width_s=self._bucket_s)
+        ts: list[float] = []
+        vs: list[float | None] = []
+        lo: list[float | None] = []
+        hi: list[float | None] = []
+        prev_end = None
+        for b in buckets:
+            if prev_end is not None and b.t0 > prev_end + 1e-6:  # gap: keep it a gap
+                ts.append(prev_end)
+                vs.append(None)
+                lo.append(None)
+                hi.append(None)
+            ts.append(b.t0 + b.width_s / 2)
+            vs.append(b.vmean)
+            lo.append(b.vmin)
+            hi.append(b.vmax)
+            prev_end = b.t0 + b.width_s
+        for t, v in zip(rt, rv):
+            if prev_end is None or t >= prev_end:
+                ts.append(t)
+                vs.append(v)
+                lo.append(v)
+                hi.append(v)
+        res = self._bucket_s if buckets else self.interval_s
+        return Series(field, gpu_index, tuple(ts), tuple(vs), tuple(lo), tuple(hi), res)
+
+    def gpu_indices(self) -> list[int]:
+        with self._ring_lock:
+            return sorted(i for i in self._rings if i != HOST)
+
+
+def make_sampler(
+    *,
+    gpu_source: str = "auto",
+    demo: bool = False,
+    store: Any = None,
+    disk_paths: Sequence[str | os.PathLike[str]] = (),
+    managed: Callable[[], Iterable[Any]] | None = None,
+    interval_s: float = 1.0,
+    fake_gpus: int = 8,
+    **kwargs: Any,
+) -> Sampler:
+    """Build the dashboard's sampler (not started).
+
+    ``gpu_source``: ``"auto"`` (real NVML; the fake only when NVML is not
+    usable and ``demo`` is true), ``"nvml"`` or ``"fake"``.  With the fake,
+    the managed processes are placed on its GPUs (servers on all, training
+    runs on one) so attribution shows the demo's jobs.
+    """
+    from backend.telemetry.nvml import open_adapter  # noqa: PLC0415
+
+    adapter = open_adapter(gpu_source, demo=demo, fake_kwargs={"gpus": fake_gpus, "follow": managed})
+    return Sampler(adapter, store=store, disk_paths=disk_paths, managed=managed, interval_s=interval_s, **kwargs)

@@ -1,0 +1,239 @@
+"""The NVML adapter against the fake library, one failure kind at a time."""
+
+from __future__ import annotations
+
+import pytest
+
+from backend.telemetry import nvml as nvml_mod
+from backend.telemetry.fake import H200_TOTAL, FakeNvml
+from backend.telemetry.model import NvmlStatus
+from backend.telemetry.nvml import (
+    ERR_NO_PERMISSION,
+    ERR_UNKNOWN,
+    NvmlAdapter,
+    decode_throttle,
+    open_adapter,
+)
+
+GIB = 1024**3
+
+
+def adapter(**kw) -> tuple[FakeNvml, NvmlAdapter]:
+    fake = FakeNvml(**kw)
+    return fake, NvmlAdapter(fake, source="fake")
+
+
+def test_eight_h200s_with_all_core_fields():
+    fake, a = adapter(processes={0: [(4242, 61 * GIB)]})
+    frame = a.sample()
+    assert a.state().status is NvmlStatus.OK
+    assert a.state().driver_version == "570.133.20"
+    assert len(frame.gpus) == 8
+    g0 = frame.gpus[0]
+    assert g0.name == "NVIDIA H200" and g0.uuid.startswith("GPU-") and g0.bus_id.endswith(":00.0")
+    assert g0.mem_total == H200_TOTAL and 140 * 10**9 < g0.mem_total < 152 * 10**9
+    for name in ("util_gpu", "util_mem", "mem_used", "temp_c", "power_w", "power_limit_w", "sm_clock_mhz", "mem_clock_mhz"):
+        assert getattr(g0, name) is not None, name
+    assert g0.na == {}
+    assert g0.power_limit_w == 700.0
+    assert g0.util_gpu > 50  # a process holds it
+    assert [(p.pid, p.used_memory) for p in g0.processes] == [(4242, 61 * GIB)]
+    assert frame.gpus[1].processes == ()
+    assert frame.gpus[1].throttle == ("idle",)
+
+
+def test_lazy_init_and_cached_handles_and_static_info():
+    fake, a = adapter()
+    assert fake.calls["nvmlInit"] == 0  # nothing until asked
+    a.sample()
+    assert fake.calls["nvmlInit"] == 1
+    handles, names = fake.calls["nvmlDeviceGetHandleByIndex"], fake.calls["nvmlDeviceGetName"]
+    for _ in range(5):
+        a.sample()
+    assert fake.calls["nvmlInit"] == 1
+    assert fake.calls["nvmlDeviceGetHandleByIndex"] == handles
+    assert fake.calls["nvmlDeviceGetName"] == names
+    assert fake.calls["nvmlDeviceGetUtilizationRates"] == 6 * 8
+
+
+def test_slow_fields_never_in_the_core_pass():
+    fake, a = adapter()
+    for _ in range(3):
+        a.sample()
+    for fn in ("nvmlDeviceGetPcieThroughput", "nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetNvLinkState"):
+        assert fake.calls[fn] == 0, fn
+    slow = a.read_slow(pcie=False)
+    assert fake.calls["nvmlDeviceGetPcieThroughput"] == 0
+    assert slow[0].nvlink_active == 18 and slow[0].ecc_uncorrected_volatile == 0
+    assert slow[0].pcie_tx_bps is None and "not read yet" in slow[0].na["pcie_tx_bps"]
+    slow = a.read_slow(pcie=True)
+    assert fake.calls["nvmlDeviceGetPcieThroughput"] == 16
+    assert slow[1].pcie_tx_bps == 1500 * 1024.0
+    assert a.sample().gpus[1].slow is slow[1]  # the last slow read rides along
+
+
+@pytest.mark.parametrize(
+    "init_error,status,words",
+    [
+        ("no_library", NvmlStatus.NO_LIBRARY, "No NVIDIA driver"),
+        ("driver_not_loaded", NvmlStatus.NO_DRIVER, "not loaded"),
+        ("rm_mismatch", NvmlStatus.ERROR, "reload"),
+        ("no_permission", NvmlStatus.ERROR, "permission"),
+    ],
+)
+def test_init_failures_are_one_clear_state(init_error, status, words):
+    fake, a = adapter(init_error=init_error)
+    frame = a.sample()
+    assert frame.gpus == ()
+    st = a.state()
+    assert st.status is status and not st.ok
+    assert words.lower() in st.message.lower()
+    assert a.read_slow(pcie=True) == {}
+
+
+def test_init_is_retried_after_the_retry_interval():
+    fake = FakeNvml(init_error="driver_not_loaded")
+    a = NvmlAdapter(fake, retry_init_s=0.0)
+    assert a.state().status is NvmlStatus.NO_DRIVER
+    fake._init_error = None  # the driver got loaded
+    assert a.state().status is NvmlStatus.OK
+    assert len(a.sample().gpus) == 8
+
+
+def test_missing_bindings_package(monkeypatch):
+    def no_pynvml():
+        raise ImportError("No module named 'pynvml'")
+
+    monkeypatch.setattr(nvml_mod, "_import_pynvml", no_pynvml)
+    a = NvmlAdapter()
+    assert a.state().status is NvmlStatus.NO_LIBRARY
+    assert "nvidia-ml-py" in a.state().message
+    assert a.sample().gpus == ()
+
+
+def test_not_supported_fields_are_none_with_reason_never_zero():
+    fake, a = adapter(not_supported={3: ["power", "temperature"], None: ["throttle"]})
+    fake.fail("clocks", gpu=5, code=ERR_NO_PERMISSION)
+    frame = a.sample()
+    g3 = frame.gpus[3]
+    assert g3.power_w is None and g3.temp_c is None
+    assert g3.na["power_w"] == "not supported on this GPU"
+    assert "temp_c" in g3.na
+    assert g3.util_gpu is not None and g3.mem_used is not None  # the rest is read
+    assert frame.gpus[4].power_w is not None
+    assert all(g.throttle is None and "throttle" in g.na for g in frame.gpus)
+    g5 = frame.gpus[5]
+    assert g5.sm_clock_mhz is None and g5.mem_clock_mhz is None
+    assert "permission" in g5.na["sm_clock_mhz"]
+
+
+def test_memory_failure_keeps_total_from_static_info():
+    fake, a = adapter()
+    a.sample()
+    fake.fail("memory", gpu=2)
+    g2 = a.sample().gpus[2]
+    assert g2.mem_used is None and g2.mem_total == H200_TOTAL and "mem_used" in g2.na
+
+
+@pytest.mark.parametrize("code", [nvml_mod.ERR_GPU_IS_LOST, ERR_UNKNOWN])
+def test_lost_gpu_is_shown_as_lost_and_others_carry_on(code):
+    fake, a = adapter()
+    a.sample()
+    fake.lose(6, code=code)
+    frame = a.sample()
+    g6 = frame.gpus[6]
+    assert g6.lost
+    assert g6.util_gpu is None and g6.power_w is None and g6.processes is None
+    assert g6.uuid is not None and g6.mem_total == H200_TOTAL  # static info survives
+    assert ("lost" in g6.na["util_gpu"]) or ("unknown" in g6.na["util_gpu"].lower())
+    assert not frame.gpus[5].lost and frame.gpus[5].util_gpu is not None
+    fake.recover(6)
+    assert not a.sample().gpus[6].lost
+
+
+def test_gpu_lost_before_start_up_then_found():
+    fake = FakeNvml()
+    fake.lose(1)
+    a = NvmlAdapter(fake)
+    frame = a.sample()
+    assert frame.gpus[1].lost and frame.gpus[1].uuid is None
+    fake.recover(1)
+    g1 = a.sample().gpus[1]
+    assert not g1.lost and g1.uuid is not None and g1.mem_total == H200_TOTAL
+
+
+def test_struct_version_fallbacks_are_taken_and_remembered():
+    fake, a = adapter(
+        missing={"memory_v2", "procs_v3", "event_reasons", "temperature"},
+        version_mismatch={"procs_v2"},
+        processes={1: [(77, 2 * GIB)]},
+    )
+    fake.set_throttle(1, 0x4 | 0x40)
+    g1 = a.sample().gpus[1]
+    assert g1.mem_used is not None and g1.na == {}
+    assert [p.pid for p in g1.processes] == [77]
+    assert g1.throttle == ("sw_power_cap", "hw_thermal")
+    assert g1.temp_c is not None
+    assert a.chosen() == {
+        "memory": "memory v1",
+        "procs": "processes",
+        "throttle": "clock throttle reasons",
+        "temp": "temperatureV",
+    }
+    before = fake.calls["nvmlDeviceGetComputeRunningProcesses_v3"]
+    a.sample()
+    assert fake.calls["nvmlDeviceGetComputeRunningProcesses_v3"] == before  # not retried
+
+
+def test_memory_v2_excludes_reserved_and_v1_includes_it():
+    fake, a = adapter()
+    used_v2 = a.sample().gpus[0].mem_used
+    fake2, a2 = adapter(missing={"memory_v2"})
+    used_v1 = a2.sample().gpus[0].mem_used
+    assert used_v1 - used_v2 == 530 * 1024**2
+
+
+def test_mig_devices_listed_under_their_parent():
+    fake, a = adapter(mig={2: 3}, processes={2: [(500, 5 * GIB), (501, 6 * GIB)]})
+    frame = a.sample()
+    g2 = frame.gpus[2]
+    assert g2.mig_enabled is True
+    assert [m.mig_index for m in g2.mig_devices] == [0, 1, 2]
+    assert all(m.parent_index == 2 and m.uuid.startswith("MIG-") for m in g2.mig_devices)
+    assert [m.gpu_instance_id for m in g2.mig_devices] == [1, 2, 3]
+    assert g2.mig_devices[0].memory_used == 512 * 1024**2 + 5 * GIB
+    assert g2.mig_devices[0].memory_total == 35 * GIB
+    assert g2.util_gpu is None and "util_gpu" in g2.na  # utilisation not supported in MIG mode
+    assert {(p.pid, p.gpu_instance_id) for p in g2.processes} == {(500, 1), (501, 2)}
+    assert frame.gpus[0].mig_enabled is False and frame.gpus[0].mig_devices == ()
+
+
+def test_decode_throttle_names_and_unknown_bits():
+    assert decode_throttle(0) == ()
+    assert decode_throttle(0x4 | 0x20) == ("sw_power_cap", "sw_thermal")
+    assert decode_throttle(0x1 | 0x1000) == ("idle", "bit_0x1000")
+
+
+def test_open_adapter_modes(monkeypatch):
+    assert open_adapter("fake").source == "fake"
+    with pytest.raises(ValueError):
+        open_adapter("cuda")
+
+    def no_pynvml():
+        raise ImportError("none")
+
+    monkeypatch.setattr(nvml_mod, "_import_pynvml", no_pynvml)
+    real = open_adapter("auto", demo=False)
+    assert real.source == "nvml" and real.state().status is NvmlStatus.NO_LIBRARY
+    demo = open_adapter("auto", demo=True)
+    assert demo.source == "fake" and demo.state().ok
+
+
+def test_real_bindings_without_a_driver_say_so():
+    a = NvmlAdapter()  # the real pynvml module
+    st = a.state()
+    if st.ok:
+        pytest.skip("this machine has a working NVIDIA driver")
+    assert st.status in (NvmlStatus.NO_LIBRARY, NvmlStatus.NO_DRIVER)
+    assert "No NVIDIA driver" in st.message or "nvidia-ml-py" in st.message
+    assert a.sample().gpus == ()

@@ -1,0 +1,180 @@
+"""Sampler: ring buffer, downsampled history in a tmp store, threads, cost figures."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+from backend.telemetry.fake import FakeNvml
+from backend.telemetry.model import NvmlStatus
+from backend.telemetry.nvml import NvmlAdapter
+from backend.telemetry.sampler import Sampler
+from state.store import Store
+from state.telemetry import Bucket, TelemetryStore
+
+GIB = 1024**3
+
+
+class Clock:
+    def __init__(self, t: float = 1_700_000_000.0):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = Store(tmp_path / "state.db")
+    yield s
+    s.close()
+
+
+def make(clock, store=None, **kw):
+    fake = FakeNvml(clock=clock, processes={0: [(os.getpid(), 10 * GIB)]})
+    adapter = NvmlAdapter(fake, source="fake", clock=clock)
+    return fake, Sampler(adapter, store=store, clock=clock, **kw)
+
+
+def test_ring_keeps_only_the_last_window_at_full_rate(tmp_path):
+    clock = Clock()
+    fake, s = make(clock, ring_s=10, disk_paths=[tmp_path])
+    t_first = clock.t
+    for _ in range(25):
+        s.sample_once()
+        clock.t += 1
+    series = s.history(0, "util_gpu", since=t_first - 100)
+    assert len(series.t) == 11  # capacity = ring_s / interval + 1
+    assert series.t[0] == t_first + 14 and series.t[-1] == t_first + 24
+    assert list(series.t) == sorted(series.t)
+    assert all(v is not None for v in series.value)
+    assert s.recent(0, "util_gpu", 3) == list(series.value[-3:])
+    host = s.history(None, "mem_percent", since=t_first)
+    assert len(host.t) == 11 and host.value[-1] is not None
+
+
+def test_na_readings_stay_gaps_in_history():
+    clock = Clock()
+    fake, s = make(clock)
+    s.sample_once()
+    clock.t += 1
+    fake.fail("power", gpu=0)
+    s.sample_once()
+    clock.t += 1
+    series = s.history(0, "power_w", since=0)
+    assert series.value[0] is not None and series.value[1] is None
+
+
+def test_downsampled_buckets_go_to_the_store_and_are_read_back(store):
+    T0 = 1_699_999_980.0  # a multiple of 60
+    clock = Clock(T0)
+    fake, s = make(clock, store=store, ring_s=30, bucket_s=60)
+    fake.set_util(1, 10.0)
+    for k in range(150):  # 2.5 minutes at 1 Hz
+        if k == 70:
+            fake.set_util(1, 90.0)
+        s.sample_once()
+        clock.t += 1
+    ts = TelemetryStore(store)
+    rows = ts.read("gpu", 1, "util_gpu", since=0)
+    assert [r.t0 for r in rows] == [T0, T0 + 60]  # third bucket still open
+    first, second = rows
+    assert (first.n, first.vmin, first.vmax, first.vmean) == (60, 10.0, 10.0, 10.0)
+    assert (second.n, second.vmin, second.vmax) == (60, 10.0, 90.0)
+    assert second.vmean == pytest.approx((10 * 10 + 50 * 90) / 60)
+    assert ts.read("host", -1, "mem_percent", since=0)[0].n == 60
+    # two hours ago is outside the 30 s ring: buckets, then the full-rate tail
+    series = s.history(1, "util_gpu", since=clock.t - 7200)
+    assert series.resolution_s == 60
+    assert series.t[:2] == (T0 + 30, T0 + 90)
+    assert series.vmax[1] == 90.0 and series.vmin[1] == 10.0
+    assert series.t[2] >= T0 + 120 and len(series.t) == 2 + 30
+    s.stop()  # flushes the open bucket
+    assert len(ts.read("gpu", 1, "util_gpu", since=0)) == 3
+
+
+def test_pruning_drops_buckets_older_than_retention(store):
+    ts = TelemetryStore(store)
+    now = 1_700_000_000.0
+    ts.write([Bucket("gpu", 0, "util_gpu", now - 10 * 86400, 60, 5, 1, 2, 3), Bucket("gpu", 0, "util_gpu", now - 60, 60, 5, 1, 2, 3)])
+    clock = Clock(now)
+    fake, s = make(clock, store=store, retention_s=7 * 86400)
+    s.sample_once()
+    assert [b.t0 for b in ts.read("gpu", 0, "util_gpu", since=0)] == [now - 60]
+
+
+def test_snapshot_has_attribution_alerts_and_cost():
+    clock = Clock()
+    fake, s = make(clock, managed=lambda: [("main", "server", os.getpid(), "RUNNING")], idle_samples=3)
+    fake.set_util(0, 1.0)
+    for _ in range(3):
+        snap = s.sample_once()
+        clock.t += 1
+    assert snap.state.status is NvmlStatus.OK and len(snap.gpus) == 8
+    assert snap.attribution.jobs[0].summary == "server main holds GPU 0, 10.0 GiB"
+    assert [a.kind for a in snap.alerts] == ["idle"]
+    assert snap.cost.samples == 3 and snap.cost.last_ms > 0 and snap.cost.nvml_per_gpu_us > 0
+    assert s.latest() is snap
+
+
+def test_a_failing_managed_provider_does_not_stop_sampling():
+    clock = Clock()
+
+    def broken():
+        raise RuntimeError("supervisor not ready")
+
+    fake, s = make(clock, managed=broken)
+    snap = s.sample_once()
+    assert len(snap.gpus) == 8
+    assert any("managed process list failed" in e for e in snap.errors)
+
+
+def test_no_driver_still_samples_the_host(tmp_path):
+    s = Sampler(NvmlAdapter(FakeNvml(init_error="no_library")), disk_paths=[tmp_path])
+    snap = s.sample_once()
+    assert snap.state.status is NvmlStatus.NO_LIBRARY and snap.gpus == ()
+    assert snap.host.mem_total > 0 and snap.host.disks[0].total > 0
+    assert "first reading" in snap.host.na["cpu_percent"]
+    snap = s.sample_once()
+    assert snap.host.cpu_percent is not None
+
+
+def test_background_threads_start_stop_and_join(tmp_path, store):
+    fake = FakeNvml()
+    s = Sampler(NvmlAdapter(fake), store=store, interval_s=0.05, slow_interval_s=0.05, pcie_interval_s=None)
+    s.start()
+    deadline = time.monotonic() + 10
+    while (s.latest() is None or s.latest().cost.samples < 5) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    s.request_slow(pcie=True)
+    deadline = time.monotonic() + 10
+    while fake.calls["nvmlDeviceGetPcieThroughput"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    s.stop()
+    assert not s.running
+    assert not [t for t in threading.enumerate() if t.name.startswith("telemetry-")]
+    snap = s.latest()
+    assert snap.cost.samples >= 5 and snap.cost.cpu_share is not None
+    assert fake.calls["nvmlDeviceGetPcieThroughput"] == 16  # once, on request
+    n = snap.cost.samples
+    time.sleep(0.2)
+    assert s.latest().cost.samples == n  # really stopped
+
+
+def test_readers_do_not_wait_for_a_slow_nvml_pass():
+    fake = FakeNvml(call_cost_s=0.01)  # every NVML call takes 10 ms: a pass takes ~1 s
+    s = Sampler(NvmlAdapter(fake), interval_s=0.01)
+    s.sample_once()
+    s.start()
+    try:
+        time.sleep(0.1)  # the thread is inside a pass now
+        t0 = time.perf_counter()
+        for _ in range(100):
+            assert s.latest() is not None
+            s.history(0, "util_gpu", since=0)
+        assert time.perf_counter() - t0 < 0.2
+    finally:
+        s.stop()
