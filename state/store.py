@@ -63,11 +63,15 @@ class Store:
             check_same_thread=False,
             isolation_level=None,  # autocommit; transactions are explicit
         )
-        self._conn.row_factory = sqlite3.Row
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=NORMAL")
-        self._conn.execute("PRAGMA foreign_keys=ON")
-        self._migrate()
+        try:
+            self._conn.row_factory = sqlite3.Row
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn.execute("PRAGMA foreign_keys=ON")
+            self._migrate()
+        except BaseException:
+            self.close()  # a failed open must not leak the connection
+            raise
 
     # -- lifecycle -----------------------------------------------------
 
@@ -104,12 +108,14 @@ class Store:
                 "CREATE TABLE IF NOT EXISTS schema_migrations ("
                 " version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
             )
-            done = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
             for version, name, sql in load_migrations():
-                if version in done:
-                    continue
+                # Check inside the write transaction: another process opening
+                # the same new database may have applied it a moment ago.
                 conn.execute("BEGIN IMMEDIATE")
                 try:
+                    if conn.execute("SELECT 1 FROM schema_migrations WHERE version = ?", (version,)).fetchone():
+                        conn.execute("COMMIT")
+                        continue
                     for statement in _split_sql(sql):
                         conn.execute(statement)
                     conn.execute(
@@ -169,5 +175,10 @@ class Store:
 
 
 def _split_sql(sql: str) -> list[str]:
-    """Split a migration file into statements (no semicolons inside literals)."""
-    return [s.strip() for s in sql.split(";") if s.strip()]
+    """Split a migration file into statements.
+
+    ``--`` comments are dropped first; statements must not contain semicolons
+    or ``--`` inside string literals.
+    """
+    code = "\n".join(line.split("--", 1)[0] for line in sql.splitlines())
+    return [s.strip() for s in code.split(";") if s.strip()]

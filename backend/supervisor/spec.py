@@ -30,6 +30,7 @@ class ProcState(str, Enum):
     EXITED = "EXITED"  # ended; exit_code says how
     FATAL = "FATAL"  # gave up restarting, or could not be spawned
     UNKNOWN = "UNKNOWN"  # recorded as alive, but neither found nor ended
+    NEVER = "NEVER"  # registered from the config, never started
 
     @property
     def is_active(self) -> bool:
