@@ -1,0 +1,59 @@
+"""Pure checks of the simulator's line formats and speed model (no process)."""
+
+import pytest
+
+from backend.sim.engine import SpecPlan, Speed, expected_accept_len, p_for_accept_len
+from backend.sim.logfmt import Flavor
+
+
+def _decode(version, accept_len=2.17, steps=3, ndt=4):
+    f = Flavor.of(version)
+    rate = f.accept_rate(accept_len, steps, ndt) if f.has_accept_rate else None
+    return f.decode_line(forward_ct=40, running=2, tokens=900, token_usage=0.01, accept_len=accept_len,
+                         accept_rate=rate, cuda_graph=True, gen_throughput=82.3, queue=0)
+
+
+def test_labels_and_trailing_commas():
+    assert _decode("0.4.6").startswith("Decode batch. #running-req: 2, ")
+    assert _decode("0.4.6").endswith("#queue-req: 0")
+    assert _decode("0.4.10").endswith("#queue-req: 0, ")
+    assert _decode("0.5.4").startswith("Decode batch [40], ")
+    assert _decode("0.5.5").startswith("Decode batch, ") and _decode("0.5.5").endswith(", ")
+    assert _decode("0.5.10").endswith("#queue-req: 0")
+    assert "accept rate" not in _decode("0.5.3")
+
+
+def test_accept_rate_meaning_per_version():
+    # 0.5.4: accept_len / (steps + 1), as in the real log 2.17 -> 0.54
+    assert "accept rate: 0.54," in _decode("0.5.4", 2.17, 3, 4)
+    # 0.5.23: (accept_len - 1) / (draft_tokens - 1); 1.67 with 6 draft tokens -> 0.13
+    assert "accept rate: 0.13," in _decode("0.5.23", 1.67, 5, 6)
+
+
+def test_prefix_rules():
+    f = Flavor.of("0.5.23", {"SGLANG_LOG_MS": "1"})
+    assert f.prefix(0, 1, now=0.25).endswith(".250] ")
+    assert f.prefix(0, 2, now=0.25).endswith(".250 TP0] ")
+    old = Flavor.of("0.5.4", {"SGLANG_LOG_MS": "1"})  # milliseconds only from 0.5.10
+    assert not old.prefix(0, 1, now=0.25).endswith(".250] ") and " TP" not in old.prefix(0, 1)
+    it = Flavor.of("0.5.5", {"SGLANG_LOG_FORWARD_ITERS": "1"})
+    assert it.decode_line(forward_ct=7, running=1, tokens=1, token_usage=0, accept_len=None, accept_rate=None,
+                          cuda_graph=False, gen_throughput=1, queue=0).startswith("Decode batch [7], ")
+
+
+def test_speed_model_matches_the_story():
+    base = Speed()
+    assert 1 / base.iteration(1, True) == pytest.approx(90, rel=0.01)
+    assert 256 / base.iteration(256, True) == pytest.approx(830, rel=0.02)
+    # accept_len 2.1 with 5 draft tokens is slower than no speculation (about 82 tok/s)
+    spec = Speed(plan=SpecPlan(algorithm="EAGLE3", num_steps=4, topk=1, num_draft_tokens=5))
+    assert 2.1 / spec.iteration(1, True) == pytest.approx(82, abs=2)
+    # a good draft (accept_len 3.0 at 3 steps) is a speedup
+    good = Speed(plan=SpecPlan(algorithm="EAGLE3", num_steps=3, topk=1, num_draft_tokens=4))
+    assert 3.0 / good.iteration(1, True) > 120
+    assert base.iteration(1, False) > base.iteration(1, True)
+
+
+def test_accept_probability_inverse():
+    p = p_for_accept_len(2.6, 3)
+    assert expected_accept_len(p, 3) == pytest.approx(2.6, abs=1e-6)
