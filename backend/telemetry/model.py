@@ -18,7 +18,9 @@ EMPTY: Mapping[str, str] = MappingProxyType({})
 
 
 def frozen_map(d: Mapping[str, str] | None) -> Mapping[str, str]:
-    return MappingProxyType(dict(d)) if d else EMPTY
+    """A private copy of the N/A reasons (a plain dict, so ``dataclasses.asdict``
+    and JSON work on snapshots; treat it as read-only)."""
+    return dict(d) if d else {}
 
 
 class NvmlStatus(str, Enum):
@@ -76,7 +78,7 @@ class MigDevice:
     compute_instance_id: int | None
     memory_used: int | None
     memory_total: int | None
-    na: Mapping[str, str] = field(default_factory=lambda: EMPTY)
+    na: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,7 @@ class SlowFields:
     pcie_tx_bps: float | None = None
     pcie_rx_bps: float | None = None
     pcie_t: float | None = None  # when PCIe throughput was last read
-    na: Mapping[str, str] = field(default_factory=lambda: EMPTY)
+    na: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -117,7 +119,7 @@ class GpuSample:
     mig_enabled: bool | None = None
     mig_devices: tuple[MigDevice, ...] = ()
     slow: SlowFields | None = None
-    na: Mapping[str, str] = field(default_factory=lambda: EMPTY)  # field name -> why it is N/A
+    na: Mapping[str, str] = field(default_factory=dict)  # field name -> why it is N/A
 
     @property
     def mem_fraction(self) -> float | None:
@@ -152,7 +154,7 @@ class HostSample:
     disks: tuple[DiskUsage, ...] = ()
     net_rx_bps: float | None = None
     net_tx_bps: float | None = None
-    na: Mapping[str, str] = field(default_factory=lambda: EMPTY)
+    na: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -589,7 +589,7 @@ class NvmlAdapter:
             )
         return MigDevice(
             md.parent_index, md.mig_index, md.uuid, md.name, md.gpu_instance_id,
-            md.compute_instance_id, int(mem.used), int(mem.total), EMPTY,
+            md.compute_instance_id, int(mem.used), int(mem.total), {},
         )
 
     def _lost_sample(self, i: int, now: float, reason: str) -> GpuSample:

@@ -1,0 +1,280 @@
+"""Real-GPU proof: the sampler with the real NVML adapter while a torch job loads the GPUs.
+
+    python3 bench/gpu_proof.py --out "$OUT"        (or OUT=... python3 bench/gpu_proof.py)
+
+Needs torch (CUDA) and nvidia-ml-py; psutil is optional (host CPU/memory and
+network are then N/A, and process trees are read from /proc).
+
+What it does:
+
+1. Starts a job as a process tree: a launcher (the managed pid, like a
+   server) with one worker child per visible GPU doing bf16 matmuls for
+   ``--job-seconds`` (like tensor-parallel workers, children of the server).
+2. Runs the Sampler with the real NVML adapter at 1 Hz for ``--seconds``,
+   with the launcher as the managed job, recording every snapshot.
+3. Measures, for the same core fields: the adapter's cost per GPU, raw
+   pynvml calls, one ``nvidia-smi --query-gpu`` call, and one PCIe
+   throughput call (the slow field kept out of the 1 s path).
+4. Writes report.json, report.txt and frames.jsonl (one line per sample)
+   into the output directory, and ends the job tree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import is_dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from backend.telemetry.model import GIB  # noqa: E402
+from backend.telemetry.nvml import NvmlAdapter  # noqa: E402
+from backend.telemetry.sampler import Sampler  # noqa: E402
+
+WORKER = r"""
+import os, sys, time
+import torch
+seconds = float(sys.argv[1]); size = int(sys.argv[2]); hold_gib = float(sys.argv[3])
+dev = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")  # CUDA_VISIBLE_DEVICES picks the GPU
+a = torch.randn(size, size, device=dev, dtype=torch.bfloat16)
+b = torch.randn(size, size, device=dev, dtype=torch.bfloat16)
+ballast = torch.empty(int(hold_gib * (1 << 30)), dtype=torch.uint8, device=dev)  # memory to attribute
+if dev.type == "cuda":
+    torch.cuda.synchronize()
+print("ready", os.getpid(), os.environ.get("CUDA_VISIBLE_DEVICES"), flush=True)
+end = time.time() + seconds
+n = 0
+while time.time() < end:
+    for _ in range(20):
+        c = a @ b
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    n += 20
+print("done", os.getpid(), n, flush=True)
+"""
+
+LAUNCHER = r"""
+import os, subprocess, sys, signal
+worker, seconds, size, hold, ngpu = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+kids = []
+for i in range(ngpu):
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(i), CUDA_DEVICE_ORDER="PCI_BUS_ID")
+    kids.append(subprocess.Popen([sys.executable, "-c", worker, seconds, size, hold], env=env))
+def stop(*_):
+    for k in kids:
+        k.terminate()
+signal.signal(signal.SIGTERM, stop)
+rc = max(k.wait() for k in kids)
+sys.exit(rc)
+"""
+
+
+def plain(o: Any) -> Any:
+    if is_dataclass(o) and not isinstance(o, type):
+        return {f: plain(getattr(o, f)) for f in o.__dataclass_fields__}
+    if isinstance(o, (dict, MappingProxyType)):
+        return {str(k): plain(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [plain(v) for v in o]
+    if hasattr(o, "value") and o.__class__.__module__.startswith("backend"):
+        return o.value
+    return o
+
+
+def raw_pynvml(passes: int) -> dict[str, Any]:
+    import pynvml
+
+    pynvml.nvmlInit()
+    hs = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+    t0 = time.perf_counter()
+    for _ in range(passes):
+        for h in hs:
+            pynvml.nvmlDeviceGetUtilizationRates(h)
+            pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2)
+            pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)
+            pynvml.nvmlDeviceGetPowerUsage(h)
+            pynvml.nvmlDeviceGetEnforcedPowerLimit(h)
+            pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)
+            pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM)
+            pynvml.nvmlDeviceGetCurrentClocksEventReasons(h)
+            pynvml.nvmlDeviceGetComputeRunningProcesses_v3(h)
+    per_gpu = (time.perf_counter() - t0) * 1e6 / passes / len(hs)
+    t0 = time.perf_counter()
+    pynvml.nvmlDeviceGetPcieThroughput(hs[0], pynvml.NVML_PCIE_UTIL_TX_BYTES)
+    pcie_ms = (time.perf_counter() - t0) * 1000
+    return {"raw_pynvml_us_per_gpu": per_gpu, "pcie_throughput_one_call_ms": pcie_ms, "passes": passes}
+
+
+def nvidia_smi(calls: int) -> dict[str, Any]:
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return {"nvidia_smi": "not found"}
+    q = (
+        "utilization.gpu,utilization.memory,memory.used,memory.total,temperature.gpu,power.draw,"
+        "power.limit,clocks.sm,clocks.mem,clocks_event_reasons.active"
+    )
+    argv = [exe, f"--query-gpu={q}", "--format=csv,noheader,nounits"]
+    times = []
+    out = ""
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        times.append((time.perf_counter() - t0) * 1000)
+        out = r.stdout.strip() or r.stderr.strip()
+    return {"nvidia_smi_ms_per_call_median": statistics.median(times), "nvidia_smi_calls": calls, "nvidia_smi_last_output": out}
+
+
+def adapter_cost(adapter: NvmlAdapter, passes: int) -> dict[str, Any]:
+    n = adapter.gpu_count()
+    xs = []
+    for _ in range(passes):
+        t0 = time.perf_counter()
+        adapter.sample()
+        xs.append((time.perf_counter() - t0) * 1e6 / max(1, n))
+    xs.sort()
+    return {"adapter_us_per_gpu_median": statistics.median(xs), "adapter_us_per_gpu_p90": xs[int(0.9 * (len(xs) - 1))], "passes": passes}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description="sampler with real NVML under a torch job")
+    ap.add_argument("--out", default=os.environ.get("OUT") or "gpu_proof_out")
+    ap.add_argument("--seconds", type=float, default=30.0, help="how long the sampler records")
+    ap.add_argument("--job-seconds", type=float, default=40.0)
+    ap.add_argument("--size", type=int, default=8192, help="matmul size")
+    ap.add_argument("--hold-gib", type=float, default=20.0, help="extra memory each worker holds")
+    ap.add_argument("--fake", action="store_true", help="dry run of this script with the fake NVML and CPU workers")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {"started": time.time(), "argv": sys.argv}
+    try:
+        import psutil  # noqa: F401
+
+        report["psutil"] = True
+    except ImportError:
+        report["psutil"] = False
+
+    launcher_pid: list[int] = []
+    if args.fake:
+        from backend.telemetry.fake import FakeNvml
+
+        follow = lambda: [("proof-job", "training", launcher_pid[0])] if launcher_pid else []  # noqa: E731
+        adapter = NvmlAdapter(FakeNvml(gpus=2, follow=follow), source="fake")
+        args.size, args.hold_gib = min(args.size, 256), 0.0
+    else:
+        adapter = NvmlAdapter()
+    st = adapter.state()
+    report["nvml_state"] = plain(st)
+    report["static"] = plain(adapter.static())
+    print("NVML:", st.status.value, st.message, flush=True)
+    if not st.ok:
+        (out / "report.json").write_text(json.dumps(report, indent=2))
+        return 2
+    ngpu = adapter.gpu_count()
+    report["idle_adapter_cost"] = adapter_cost(adapter, 200)
+
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER, WORKER, str(args.job_seconds), str(args.size), str(args.hold_gib), str(ngpu)],
+        start_new_session=True,
+    )
+    launcher_pid.append(launcher.pid)
+    report["job"] = {"name": "proof-job", "kind": "training", "launcher_pid": launcher.pid, "gpus": ngpu}
+    managed = lambda: [("proof-job", "training", launcher.pid, "RUNNING" if launcher.poll() is None else "EXITED")]  # noqa: E731
+    sampler = Sampler(adapter, disk_paths=[str(out)], managed=managed, interval_s=1.0, slow_interval_s=10.0, pcie_interval_s=15.0, idle_samples=5)
+    frames = []
+    try:
+        sampler.start()
+        t_end = time.monotonic() + args.seconds
+        last = None
+        while time.monotonic() < t_end:
+            time.sleep(0.25)
+            snap = sampler.latest()
+            if snap is not None and snap is not last:
+                last = snap
+                frames.append(snap)
+                g = snap.gpus[0] if snap.gpus else None
+                if g is not None and len(frames) % 5 == 0:
+                    print(f"t+{len(frames)}s gpu0 util {g.util_gpu} power {g.power_w} mem {round(g.mem_used / GIB, 1) if g.mem_used else None} GiB"
+                          f" procs {[p.pid for p in (g.processes or ())]}", flush=True)
+        sampler.stop()
+        report["busy_adapter_cost"] = adapter_cost(adapter, 200)
+        if not args.fake:
+            report.update(raw_pynvml(200))
+        report.update(nvidia_smi(10))
+    finally:
+        sampler.stop()
+        if launcher.poll() is None:
+            try:
+                os.killpg(launcher.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                launcher.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(launcher.pid, signal.SIGKILL)
+                launcher.wait(10)
+    report["job"]["launcher_exit"] = launcher.returncode
+
+    final = frames[-1] if frames else None
+    busy = [f for f in frames if f.attribution and f.attribution.jobs]
+    peak = {}
+    for f in frames:
+        for g in f.gpus:
+            p = peak.setdefault(g.index, {"util_max": None, "power_max_w": None, "mem_max_gib": None})
+            for key, v in (("util_max", g.util_gpu), ("power_max_w", g.power_w), ("mem_max_gib", g.mem_used / GIB if g.mem_used else None)):
+                if v is not None and (p[key] is None or v > p[key]):
+                    p[key] = v
+    attributed = busy[-1].attribution if busy else None
+    report["summary"] = {
+        "samples": len(frames),
+        "per_gpu_peak": peak,
+        "job_summaries": [j.summary for j in attributed.jobs] if attributed else [],
+        "job_pids_on_gpus": [list(j.pids) for j in attributed.jobs] if attributed else [],
+        "sampler_cost": plain(final.cost) if final else None,
+        "alerts_seen": sorted({a.message for f in frames for a in f.alerts}),
+        "versioned_calls": adapter.chosen(),
+    }
+    report["busy_snapshot"] = plain(busy[len(busy) // 2]) if busy else None
+    with open(out / "frames.jsonl", "w") as fh:
+        for f in frames:
+            fh.write(json.dumps(plain(f)) + "\n")
+    (out / "report.json").write_text(json.dumps(report, indent=2, default=str))
+
+    s = report["summary"]
+    lines = [
+        f"NVML: {st.message} (nvml {st.nvml_version})",
+        f"GPUs: {', '.join(f'{g.index}: {g.name} {g.memory_total / GIB:.1f} GiB' for g in adapter.static())}",
+        f"job: launcher pid {launcher.pid}, one worker per GPU; exit {launcher.returncode}",
+        f"samples recorded: {s['samples']}",
+    ]
+    for i, p in sorted(s["per_gpu_peak"].items()):
+        lines.append(f"GPU {i}: peak util {p['util_max']}%, peak power {p['power_max_w']} W, peak memory {p['mem_max_gib'] and round(p['mem_max_gib'], 1)} GiB")
+    lines.append(f"attribution: {s['job_summaries']} pids {s['job_pids_on_gpus']}")
+    c = s["sampler_cost"] or {}
+    lines += [
+        f"sampler: mean {c.get('mean_ms')} ms per sample, GPU pass {c.get('nvml_per_gpu_us')} us per GPU, CPU share {c.get('cpu_share')}",
+        f"adapter core pass: idle {report['idle_adapter_cost']['adapter_us_per_gpu_median']:.1f} us/GPU, busy {report.get('busy_adapter_cost', {}).get('adapter_us_per_gpu_median', float('nan')):.1f} us/GPU (goal <= 100)",
+        f"raw pynvml same fields: {report.get('raw_pynvml_us_per_gpu', float('nan')):.1f} us/GPU",
+        f"nvidia-smi --query-gpu: {report.get('nvidia_smi_ms_per_call_median', 'n/a')} ms per call",
+        f"PCIe throughput, one call: {report.get('pcie_throughput_one_call_ms', float('nan')):.1f} ms",
+        f"versioned calls chosen: {s['versioned_calls']}",
+        f"alerts seen: {s['alerts_seen']}",
+    ]
+    (out / "report.txt").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
