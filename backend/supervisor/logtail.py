@@ -1,0 +1,223 @@
+"""Read a growing log file by byte offset.
+
+:func:`read_tail` is the one primitive: given an offset (and the inode seen
+last time) it returns the new complete lines, the offset to ask for next,
+and flags for truncation (the file got shorter than the offset: read again
+from 0) and rotation (a different file now has the name: read it from 0).
+It never splits a UTF-8 character or returns a half-written last line when
+it can avoid it, and decodes bad bytes with U+FFFD instead of failing.
+
+An unchanged file costs one ``stat``; new bytes cost a read of only those
+bytes (at most ``max_bytes``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_MAX_BYTES = 64 * 1024
+_BLOCK = 64 * 1024
+
+
+@dataclass(frozen=True)
+class TailChunk:
+    text: str  # complete lines read (decoded with errors='replace')
+    offset: int  # pass this back next time
+    inode: int | None  # pass this back next time, to detect rotation
+    truncated: bool = False  # the file shrank below the offset; read from 0
+    rotated: bool = False  # the path now names a different file; read from 0
+    skipped: int = 0  # bytes jumped over to stay within max_bytes
+    missing: bool = False  # the file does not exist (yet)
+
+    @property
+    def reset(self) -> bool:
+        """True when earlier text no longer belongs with this text."""
+        return self.truncated or self.rotated
+
+    @property
+    def flags(self) -> frozenset[str]:
+        names = ("truncated", "rotated", "missing")
+        out = {n for n in names if getattr(self, n)}
+        if self.skipped:
+            out.add("skipped")
+        return frozenset(out)
+
+
+def _utf8_cut(data: bytes) -> int:
+    """Length of the longest prefix of ``data`` that does not end inside a
+    UTF-8 sequence (invalid bytes are left for the decoder to replace)."""
+    n = len(data)
+    i = n - 1
+    # Walk back over at most 3 continuation bytes to the lead byte.
+    while i >= 0 and n - i <= 4 and (data[i] & 0xC0) == 0x80:
+        i -= 1
+    if i < 0 or n - i > 4:
+        return n
+    lead = data[i]
+    if lead >= 0xF0:
+        need = 4
+    elif lead >= 0xE0:
+        need = 3
+    elif lead >= 0xC0:
+        need = 2
+    else:
+        return n
+    return i if n - i < need else n
+
+
+def read_tail(
+    path: str | os.PathLike[str],
+    offset: int = 0,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    *,
+    inode: int | None = None,
+    skip_ahead: bool = True,
+    partial: bool = False,
+) -> TailChunk:
+    """Read what was appended to ``path`` since ``offset``.
+
+    ``skip_ahead``: when more than ``max_bytes`` are new, return only the
+    newest ``max_bytes`` (starting at a line boundary) and report how many
+    bytes were skipped; otherwise return the oldest ``max_bytes`` so that a
+    reader that must see every line (a readiness pattern) catches up over
+    several calls.  ``partial``: also return an unfinished last line.
+    """
+    if max_bytes <= 0:
+        raise ValueError(f"max_bytes must be positive, got {max_bytes}")
+    offset = max(0, int(offset))
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return TailChunk("", offset, inode, missing=True)
+    if inode == st.st_ino and st.st_size == offset:
+        return TailChunk("", offset, inode)  # the common case: nothing new
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        return TailChunk("", offset, inode, missing=True)
+    with f:
+        st = os.fstat(f.fileno())
+        rotated = inode is not None and st.st_ino != inode
+        truncated = not rotated and st.st_size < offset
+        if rotated or truncated:
+            offset = 0
+        size = st.st_size
+        if size <= offset:
+            return TailChunk("", offset, st.st_ino, truncated, rotated)
+        start, skipped = offset, 0
+        if size - offset > max_bytes and skip_ahead:
+            start = size - max_bytes
+            skipped = start - offset
+        f.seek(start)
+        data = f.read(min(size - start, max_bytes))
+        head = 0
+        if skipped:
+            # Jumped into the middle of a line: begin at the next line.
+            f.seek(start - 1)
+            if f.read(1) != b"\n":
+                nl = data.find(b"\n")
+                if nl >= 0:
+                    head = nl + 1
+        end = len(data)
+        if not data.endswith(b"\n"):
+            nl = data.rfind(b"\n", head)
+            if nl >= 0:
+                end = nl + 1
+            elif partial or len(data) >= max_bytes:
+                # One line longer than the budget: hand it out in pieces,
+                # but never split a character.
+                end = head + _utf8_cut(data[head:])
+            else:
+                end = head  # wait for the writer to finish the line
+        text = data[head:end].decode("utf-8", errors="replace")
+        return TailChunk(text, start + end, st.st_ino, truncated, rotated, skipped + head)
+
+
+def read_last(path: str | os.PathLike[str], n: int, *, max_bytes: int = 4 * 1024 * 1024) -> TailChunk:
+    """The last ``n`` complete lines of ``path`` (reading backwards from the
+    end, at most ``max_bytes``), with the offset and inode to tail from."""
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        return TailChunk("", 0, None, missing=True)
+    with f:
+        st = os.fstat(f.fileno())
+        size = st.st_size
+        # Drop an unfinished last line; it will come with the next tail.
+        end = size
+        if size:
+            f.seek(size - 1)
+            if f.read(1) != b"\n":
+                end = _last_newline_end(f, size, max_bytes)
+        if n == 0 or end == 0:
+            return TailChunk("", end, st.st_ino)
+        buf = b""
+        pos = end
+        while pos > 0 and buf.count(b"\n") <= n and end - pos < max_bytes:
+            step = min(_BLOCK, pos, max_bytes - (end - pos))
+            pos -= step
+            f.seek(pos)
+            buf = f.read(step) + buf
+        lines = buf.split(b"\n")[:-1]  # buf ends with a newline
+        if pos > 0:
+            f.seek(pos - 1)
+            if f.read(1) != b"\n":
+                lines = lines[1:]  # began inside a line
+        keep = lines[-n:]
+        text = b"\n".join(keep).decode("utf-8", errors="replace") + "\n" if keep else ""
+        return TailChunk(text, end, st.st_ino)
+
+
+def _last_newline_end(f, size: int, max_bytes: int) -> int:
+    pos = size
+    while pos > 0 and size - pos < max_bytes:
+        step = min(_BLOCK, pos)
+        pos -= step
+        f.seek(pos)
+        nl = f.read(step).rfind(b"\n")
+        if nl >= 0:
+            return pos + nl + 1
+    return 0
+
+
+def last_lines(path: str | os.PathLike[str], n: int) -> list[str]:
+    """The last ``n`` complete lines of ``path`` as strings."""
+    return read_last(path, n).text.splitlines()
+
+
+class LogTailer:
+    """Follow one log file: each :meth:`read` returns what was appended since
+    the previous call, across truncation and rotation.
+
+    >>> t = LogTailer("server.log")
+    >>> chunk = t.read()
+    >>> chunk.text, chunk.reset
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        offset: int = 0,
+        *,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        skip_ahead: bool = False,
+    ):
+        self.path = Path(path)
+        self.offset = offset
+        self.inode: int | None = None
+        self.max_bytes = max_bytes
+        self.skip_ahead = skip_ahead
+        if offset:
+            try:
+                self.inode = os.stat(self.path).st_ino
+            except FileNotFoundError:
+                self.inode = None
+
+    def read(self) -> TailChunk:
+        chunk = read_tail(self.path, self.offset, self.max_bytes, inode=self.inode, skip_ahead=self.skip_ahead)
+        self.offset, self.inode = chunk.offset, chunk.inode
+        return chunk

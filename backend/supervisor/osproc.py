@@ -1,0 +1,263 @@
+"""The supervisor's seams to the operating system.
+
+Three small objects, each replaceable in tests by a fake with the same
+methods:
+
+- :class:`WrapperSpawner` starts ``python -m backend.supervisor.wrapper`` in
+  a new session;
+- :class:`OsKiller` answers "is this (pid, create time) alive?" and signals
+  process trees, always checking the create time first so that a reused pid
+  is never signalled;
+- :class:`HttpProber` runs HTTP readiness checks on a small thread pool so
+  that ``poll()`` never waits on the network.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Protocol
+
+import psutil
+
+from backend.supervisor.runfiles import RunPaths, write_json_atomic
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+_CT_TOLERANCE = 0.05  # seconds; create times come from the same psutil arithmetic
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Everything the wrapper needs to start one run of a process."""
+
+    name: str
+    run_id: str
+    argv: tuple[str, ...]
+    cwd: str | None
+    env: dict[str, str]
+    log_path: str
+    paths: RunPaths
+
+
+@dataclass(frozen=True)
+class SpawnHandle:
+    wrapper_pid: int | None
+    wrapper_create_time: float | None
+
+
+@dataclass(frozen=True)
+class Ident:
+    """A process identity: pid plus create time."""
+
+    pid: int
+    create_time: float | None
+
+
+class Spawner(Protocol):
+    def spawn(self, launch: Launch) -> SpawnHandle: ...
+    def reap(self) -> None: ...
+
+
+class Killer(Protocol):
+    def is_alive(self, pid: int, create_time: float | None) -> bool: ...
+    def collect(self, root: Ident) -> list[Ident]: ...
+    def signal(self, targets: Iterable[Ident], sig: int, pgid: int | None = None) -> int: ...
+    def alive(self, targets: Iterable[Ident]) -> list[Ident]: ...
+
+
+class Prober(Protocol):
+    def submit(self, url: str, timeout_s: float) -> "Future[bool]": ...
+    def close(self) -> None: ...
+
+
+def same_create_time(a: float | None, b: float | None) -> bool:
+    return a is not None and b is not None and abs(a - b) <= _CT_TOLERANCE
+
+
+class WrapperSpawner:
+    """Starts each run through the wrapper module, detached in a new session."""
+
+    def __init__(self, python: str = sys.executable):
+        self.python = python
+        self._children: dict[int, subprocess.Popen] = {}
+        self._lock = threading.Lock()
+
+    def spawn(self, launch: Launch) -> SpawnHandle:
+        write_json_atomic(
+            launch.paths.launch,
+            {
+                "name": launch.name,
+                "run_id": launch.run_id,
+                "argv": list(launch.argv),
+                "cwd": launch.cwd,
+                "env": dict(launch.env),
+                "log_path": launch.log_path,
+            },
+        )
+        Path(launch.log_path).parent.mkdir(parents=True, exist_ok=True)
+        # The wrapper's own output (a traceback, say) lands in the same log.
+        with open(launch.log_path, "ab") as log:
+            proc = subprocess.Popen(
+                [self.python, "-m", "backend.supervisor.wrapper", str(launch.paths.launch)],
+                cwd=str(PROJECT_ROOT),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+            )
+        with self._lock:
+            self._children[proc.pid] = proc
+        try:
+            ct = psutil.Process(proc.pid).create_time()
+        except psutil.Error:
+            ct = None
+        return SpawnHandle(proc.pid, ct)
+
+    def reap(self) -> None:
+        """Collect wrappers of ours that have ended (no zombies while we live)."""
+        with self._lock:
+            for pid, proc in list(self._children.items()):
+                if proc.poll() is not None:
+                    del self._children[pid]
+
+
+class OsKiller:
+    """Liveness and signals, keyed by pid *and* create time."""
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[int, float | None], psutil.Process] = {}
+
+    def _process(self, pid: int, create_time: float | None) -> psutil.Process | None:
+        key = (pid, create_time)
+        p = self._cache.get(key)
+        if p is None:
+            try:
+                p = psutil.Process(pid)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+                return None
+            if create_time is None or not same_create_time(p.create_time(), create_time):
+                return None  # pid reused, or identity unknown: never treat it as ours
+            if len(self._cache) > 4096:
+                self._cache.clear()
+            self._cache[key] = p
+        return p
+
+    def is_alive(self, pid: int, create_time: float | None) -> bool:
+        p = self._process(pid, create_time)
+        if p is None:
+            return False
+        try:
+            # is_running() compares the create time again, so a pid reused
+            # since we cached the object reads as not running.
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.Error:
+            pass
+        self._cache.pop((pid, create_time), None)
+        return False
+
+    def collect(self, root: Ident) -> list[Ident]:
+        """The root, its descendants, and every member of its process group."""
+        found: dict[int, Ident] = {}
+        p = self._process(root.pid, root.create_time)
+        if p is not None and self.is_alive(root.pid, root.create_time):
+            found[root.pid] = root
+            try:
+                for c in p.children(recursive=True):
+                    found[c.pid] = Ident(c.pid, c.create_time())
+            except psutil.Error:
+                pass
+        for ident in self._group_members(root.pid):
+            found.setdefault(ident.pid, ident)
+        return list(found.values())
+
+    @staticmethod
+    def _group_members(pgid: int) -> list[Ident]:
+        out = []
+        for proc in psutil.process_iter():
+            try:
+                if os.getpgid(proc.pid) == pgid:
+                    out.append(Ident(proc.pid, proc.create_time()))
+            except (ProcessLookupError, PermissionError, psutil.Error):
+                continue
+        return out
+
+    def signal(self, targets: Iterable[Ident], sig: int, pgid: int | None = None) -> int:
+        """Send ``sig`` to the group ``pgid`` (only while a verified target is
+        still in it) and to each target whose create time still matches.
+        Returns how many targets were signalled."""
+        targets = list(targets)
+        live = [t for t in targets if self.is_alive(t.pid, t.create_time)]
+        if pgid is not None and any(self._in_group(t.pid, pgid) for t in live):
+            try:
+                os.killpg(pgid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        sent = 0
+        for t in live:
+            p = self._process(t.pid, t.create_time)
+            if p is None:
+                continue
+            try:
+                p.send_signal(sig)  # psutil re-checks identity before kill()
+                sent += 1
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
+        return sent
+
+    @staticmethod
+    def _in_group(pid: int, pgid: int) -> bool:
+        try:
+            return os.getpgid(pid) == pgid
+        except (ProcessLookupError, PermissionError):
+            return False
+
+    def alive(self, targets: Iterable[Ident]) -> list[Ident]:
+        return [t for t in targets if self.is_alive(t.pid, t.create_time)]
+
+
+def _http_ok(url: str, timeout_s: float) -> bool:
+    # No proxies: readiness URLs point at this machine.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=timeout_s) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+class HttpProber:
+    """HTTP readiness checks on up to ``workers`` background threads."""
+
+    def __init__(self, workers: int = 4):
+        self._workers = workers
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, url: str, timeout_s: float) -> "Future[bool]":
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="specdeck-probe")
+            return self._pool.submit(_http_ok, url, timeout_s)
+
+    def close(self) -> None:
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return str(sig)

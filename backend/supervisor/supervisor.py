@@ -1,0 +1,688 @@
+"""The supervisor: one API over managed processes for the dashboard and the CLI.
+
+All durable state lives in the state store (``state.processes``) and in the
+files the wrappers leave in the run dir, so any number of supervisors (the
+dashboard, a command-line call) can work on one workspace, and a new
+supervisor re-adopts what an earlier one started.  In memory there are only
+caches and the progress of readiness probes.
+
+``poll()`` is the periodic tick: it reads identity and exit files, checks
+liveness by pid plus create time, runs readiness probes without waiting on
+them, applies the restart policy and escalates stops.  It writes to SQLite
+only when something changed.  :class:`SupervisorLoop` runs it on a thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+import threading
+import time
+import uuid
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from backend.supervisor import machine
+from backend.supervisor.logtail import TailChunk, LogTailer, read_last, read_tail
+from backend.supervisor.osproc import HttpProber, Ident, Killer, Launch, OsKiller, Prober, Spawner, WrapperSpawner
+from backend.supervisor.runfiles import RunPaths, read_exit, read_identity
+from backend.supervisor.spec import Kind, ProcessSpec, ProcState
+from state import audit
+from state.processes import ProcessRecord, ProcessRepo, StateEvent
+from state.store import Store
+
+log = logging.getLogger(__name__)
+
+S = ProcState
+_IDENTITY_WAIT_S = 10.0  # how long a fresh run may take to report its child's pid
+_LOG_PROBE_READ = 1024 * 1024  # bytes of log a readiness pattern scans per poll
+
+
+class SupervisorError(Exception):
+    """A control action that cannot be done; ``str(e)`` is for the user."""
+
+
+class UnknownProcess(SupervisorError):
+    pass
+
+
+class ActionRefused(SupervisorError):
+    pass
+
+
+@dataclass(frozen=True)
+class ProcessView:
+    """A snapshot of one managed process, for pages and the CLI."""
+
+    name: str
+    kind: Kind
+    state: ProcState
+    state_since: float
+    pid: int | None  # the child's pid while it exists
+    uptime_s: float | None
+    exit_code: int | None
+    ready: bool
+    readiness: str  # what the readiness probe waits for
+    log_path: str
+    tries: int
+    detail: str
+    spec: ProcessSpec
+    started_at: float | None = None
+    ended_at: float | None = None
+    run_id: str | None = None
+    spec_pending: bool = False  # the config changed; applies at next start
+
+    @property
+    def active(self) -> bool:
+        return self.state.is_active
+
+
+@dataclass
+class _Run:
+    """In-memory progress of one run (probes, stop escalation)."""
+
+    run_id: str | None
+    probe_future: "Future[bool] | None" = None
+    last_probe_at: float | None = None
+    tailer: LogTailer | None = None
+    pattern: re.Pattern[str] | None = None
+    overdue_noted: bool = False
+    stop_targets: list[Ident] | None = None
+    kill_sent: bool = False
+
+
+class Supervisor:
+    """Start, stop, restart and watch the processes of one workspace.
+
+    >>> sup = Supervisor(store, workspace.run_dir)
+    >>> sup.sync_specs(workspace.process_specs())
+    >>> sup.start("sim-server", actor="alice", source="dashboard")
+    >>> sup.poll()                 # or SupervisorLoop(sup).start()
+    >>> [v.state for v in sup.views()]
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        run_dir: str | os.PathLike[str],
+        *,
+        clock: Callable[[], float] = time.time,
+        spawner: Spawner | None = None,
+        killer: Killer | None = None,
+        prober: Prober | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        stop_timeout_s: float = 10.0,
+    ):
+        self.store = store
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._clock = clock
+        self._sleep = sleep
+        self._spawner = spawner if spawner is not None else WrapperSpawner()
+        self._killer = killer if killer is not None else OsKiller()
+        self._prober = prober if prober is not None else HttpProber()
+        self._stop_timeout_s = stop_timeout_s  # after SIGKILL, how long stop(wait=True) waits
+        self._repo = ProcessRepo(store)
+        self._lock = threading.RLock()
+        self._records: dict[str, ProcessRecord] = {}
+        self._version: tuple[int, int] | None = None
+        self._runs: dict[str, _Run] = {}
+        self._restart_after_stop: dict[str, str] = {}
+        self._closed = False
+        self.adopt()
+
+    # -- records -----------------------------------------------------------
+
+    def _refresh(self) -> None:
+        version = self._repo.version()
+        if version != self._version:
+            self._records = {r.name: r for r in self._repo.list()}
+            self._version = version
+
+    def _put(self, rec: ProcessRecord | None) -> ProcessRecord | None:
+        if rec is not None:
+            self._records[rec.name] = rec
+        return rec
+
+    def _move(self, rec: ProcessRecord, to: ProcState, *, at: float, detail: str, **changes) -> ProcessRecord | None:
+        """Record the transition ``rec.state -> to`` if the store still holds
+        ``rec``'s state and run (else None: another supervisor moved first)."""
+        machine.check_transition(rec.state, to)
+        return self._put(self._repo.transition(
+            rec.name, to, at=at, expect=rec.state, expect_run_id=rec.run_id, detail=detail, **changes
+        ))
+
+    def _paths(self, name: str) -> RunPaths:
+        return RunPaths.for_name(self.run_dir, name)
+
+    def _run(self, rec: ProcessRecord) -> _Run:
+        run = self._runs.get(rec.name)
+        if run is None or run.run_id != rec.run_id:
+            run = self._runs[rec.name] = _Run(rec.run_id)
+        return run
+
+    # -- config ------------------------------------------------------------
+
+    def register(self, spec: ProcessSpec) -> None:
+        """Add or update one process spec (see :meth:`sync_specs`)."""
+        self.sync_specs([spec], prune=False)
+
+    def sync_specs(self, specs: Iterable[ProcessSpec], *, prune: bool = True) -> None:
+        """Make the records match the workspace config.
+
+        A new name is registered as NEVER started.  A changed spec replaces
+        the stored one at once when nothing runs, else it waits for the next
+        start.  With ``prune``, records whose name left the config are
+        dropped unless their process still runs (it can still be stopped).
+        """
+        specs = list(specs)
+        names = [s.name for s in specs]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"duplicate process names: {', '.join(dupes)}")
+        with self._lock:
+            self._refresh()
+            now = self._clock()
+            for spec in specs:
+                rec = self._records.get(spec.name)
+                if rec is None:
+                    self._put(self._repo.upsert(ProcessRecord(
+                        name=spec.name, kind=spec.kind.value, spec=spec, state=S.NEVER, state_since=now,
+                        log_path=spec.log_path, detail="from the workspace config",
+                    )))
+                elif rec.state.is_active or rec.state == S.BACKOFF:
+                    pending = None if spec == rec.spec else spec
+                    if pending != rec.pending_spec:
+                        self._put(self._repo.update(spec.name, pending_spec=pending))
+                elif spec != rec.spec or rec.pending_spec is not None:
+                    self._put(self._repo.update(
+                        spec.name, spec=spec, pending_spec=None, kind=spec.kind.value, log_path=spec.log_path
+                    ))
+            if prune:
+                wanted = set(names)
+                for name, rec in list(self._records.items()):
+                    if name in wanted:
+                        continue
+                    if rec.state.is_active or rec.state == S.BACKOFF:
+                        continue
+                    self._repo.delete(name)
+                    self._records.pop(name, None)
+                    self._runs.pop(name, None)
+
+    # -- control actions -----------------------------------------------------
+
+    def _audit(self, actor: str, source: str, action: str, target: str, detail: str, outcome: str) -> None:
+        try:
+            audit.record(self.store, actor, source, action, target, detail, outcome, at=self._clock())
+        except Exception:  # the action itself must not fail because of the audit write
+            log.exception("could not write the audit entry for %s %s", action, target)
+
+    def _refuse(self, actor: str, source: str, action: str, name: str, message: str, exc=ActionRefused):
+        self._audit(actor, source, action, name, message, "refused")
+        raise exc(message)
+
+    def _get_for(self, actor: str, source: str, action: str, name: str) -> ProcessRecord:
+        self._refresh()
+        rec = self._records.get(name)
+        if rec is None:
+            known = ", ".join(sorted(self._records)) or "none"
+            self._refuse(actor, source, action, name, f"no managed process named {name!r} (known: {known})",
+                         UnknownProcess)
+        return rec  # type: ignore[return-value]
+
+    def start(self, name: str, actor: str = "cli", source: str = "cli") -> ProcessView:
+        """Start ``name``; refused if it is already STARTING, RUNNING or STOPPING."""
+        with self._lock:
+            rec = self._get_for(actor, source, "start", name)
+            if rec.state not in machine.STARTABLE:
+                pid = f" (pid {rec.pid})" if rec.pid else ""
+                self._refuse(actor, source, "start", name, f"{name} is already {rec.state.value}{pid}; stop it first")
+            new = self._spawn(rec, tries=0, reason=f"started by {actor} via {source}")
+            ok = new is not None and new.state == S.STARTING
+            self._audit(actor, source, "start", name, new.detail if new else "state changed meanwhile",
+                        "ok" if ok else "error")
+            if not ok:
+                raise SupervisorError(f"could not start {name}: {new.detail if new else 'state changed meanwhile'}")
+            return self._view(new, self._clock())
+
+    def stop(self, name: str, actor: str = "cli", source: str = "cli", wait: bool = True) -> ProcessView:
+        """SIGTERM to the process group (and descendants that left it), then
+        SIGKILL after the spec's grace period.  With ``wait``, returns once it
+        has ended (EXITED); otherwise ``poll()`` finishes the job."""
+        with self._lock:
+            rec = self._get_for(actor, source, "stop", name)
+            if rec.state == S.BACKOFF:
+                new = self._move(rec, S.EXITED, at=self._clock(),
+                                 detail=f"stopped by {actor} via {source} while waiting to restart")
+                self._audit(actor, source, "stop", name, "cancelled the pending restart", "ok")
+                return self._view(new or rec, self._clock())
+            if rec.state == S.STOPPING:
+                if not wait:
+                    self._refuse(actor, source, "stop", name, f"{name} is already stopping")
+            elif rec.state not in machine.STOPPABLE:
+                self._refuse(actor, source, "stop", name, f"{name} is not running (state {rec.state.value})")
+        if rec.state != S.STOPPING:
+            rec = self._await_identity(rec)
+            with self._lock:
+                self._refresh()
+                rec = self._records.get(name, rec)
+                if rec.state not in (S.STARTING, S.RUNNING):
+                    # It ended (or was stopped elsewhere) while we waited.
+                    self._audit(actor, source, "stop", name, f"already {rec.state.value}", "ok")
+                    return self._view(rec, self._clock())
+                if rec.pid is None:
+                    self._reconcile(rec, self._clock())
+                    self._refuse(actor, source, "stop", name,
+                                 f"{name}: its child never reported a pid; state is now "
+                                 f"{self._records[name].state.value}")
+                self._begin_stop(rec, actor, source)
+        if wait:
+            self._wait_stopped(name)
+        with self._lock:
+            self._refresh()
+            return self._view(self._records[name], self._clock())
+
+    def restart(self, name: str, actor: str = "cli", source: str = "cli", wait: bool = True) -> ProcessView:
+        """Stop (if running) and start again.  With ``wait=False`` the start
+        happens in a later ``poll()`` once the stop has finished."""
+        with self._lock:
+            rec = self._get_for(actor, source, "restart", name)
+            if rec.state == S.STOPPING:
+                self._refuse(actor, source, "restart", name, f"{name} is stopping; start it once it has stopped")
+            if rec.state in machine.STARTABLE:
+                new = self._spawn(rec, tries=0, reason=f"restarted by {actor} via {source}")
+                ok = new is not None and new.state == S.STARTING
+                self._audit(actor, source, "restart", name, new.detail if new else "", "ok" if ok else "error")
+                if not ok:
+                    raise SupervisorError(f"could not start {name}: {new.detail if new else 'state changed'}")
+                return self._view(new, self._clock())
+            self._audit(actor, source, "restart", name, "stopping, then starting", "ok")
+            if not wait:
+                self._restart_after_stop[name] = f"restarted by {actor} via {source}"
+        self.stop(name, actor=actor, source=source, wait=wait)
+        if not wait:
+            with self._lock:
+                return self._view(self._records[name], self._clock())
+        with self._lock:
+            self._refresh()
+            rec = self._records[name]
+            if rec.state not in machine.STARTABLE:
+                raise SupervisorError(f"{name} did not stop (state {rec.state.value}); not started again")
+            new = self._spawn(rec, tries=0, reason=f"restarted by {actor} via {source}")
+            if new is None or new.state != S.STARTING:
+                raise SupervisorError(f"could not start {name}: {new.detail if new else 'state changed'}")
+            return self._view(new, self._clock())
+
+    # -- spawning and stopping ----------------------------------------------
+
+    def _spawn(self, rec: ProcessRecord, *, tries: int, reason: str) -> ProcessRecord | None:
+        spec = rec.effective_spec
+        now = self._clock()
+        run_id = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + "-" + uuid.uuid4().hex[:8]
+        # Reserve the run first, so no other supervisor starts it too.
+        new = self._move(
+            rec, S.STARTING, at=now, detail=reason,
+            spec=spec, pending_spec=None, kind=spec.kind.value, log_path=spec.log_path, pid=None,
+            create_time=None, wrapper_pid=None, wrapper_create_time=None, run_id=run_id, started_at=now,
+            ended_at=None, exit_code=None, tries=tries, log_start=None,
+        )
+        if new is None:
+            self._refresh()
+            return None
+        paths = self._paths(rec.name)
+        launch = Launch(
+            name=spec.name, run_id=run_id, argv=spec.argv, cwd=spec.cwd or os.getcwd(),
+            env=dict(spec.env), log_path=spec.log_path, paths=paths,
+        )
+        try:
+            paths.clear()
+            handle = self._spawner.spawn(launch)
+        except (OSError, ValueError) as exc:
+            return self._move(new, S.FATAL, at=self._clock(), detail=f"could not spawn: {exc}")
+        self._runs.pop(rec.name, None)
+        return self._put(self._repo.update(
+            rec.name, expect_run_id=run_id, wrapper_pid=handle.wrapper_pid,
+            wrapper_create_time=handle.wrapper_create_time,
+        )) or new
+
+    def _await_identity(self, rec: ProcessRecord) -> ProcessRecord:
+        """Wait (without the lock) until a fresh run has reported its child."""
+        if rec.pid is not None:
+            return rec
+        paths = self._paths(rec.name)
+        deadline = self._clock() + _IDENTITY_WAIT_S
+        while True:
+            ident = read_identity(paths, rec.run_id)
+            if ident is not None or read_exit(paths, rec.run_id) is not None:
+                break
+            if rec.wrapper_pid is not None and not self._killer.is_alive(rec.wrapper_pid, rec.wrapper_create_time):
+                break
+            if self._clock() >= deadline:
+                break
+            self._sleep(0.02)
+        with self._lock:
+            self._refresh()
+            current = self._records.get(rec.name, rec)
+            if current.run_id == rec.run_id and current.pid is None and ident is not None:
+                current = self._note_identity(current) or current
+            return current
+
+    def _note_identity(self, rec: ProcessRecord) -> ProcessRecord | None:
+        ident = read_identity(self._paths(rec.name), rec.run_id)
+        if ident is None:
+            return None
+        return self._put(self._repo.update(
+            rec.name, expect_run_id=rec.run_id, pid=ident.pid, create_time=ident.create_time,
+            wrapper_pid=ident.wrapper_pid, wrapper_create_time=ident.wrapper_create_time,
+            log_start=ident.log_offset,
+        ))
+
+    def _begin_stop(self, rec: ProcessRecord, actor: str, source: str) -> None:
+        assert rec.pid is not None
+        root = Ident(rec.pid, rec.create_time)
+        targets = self._killer.collect(root)
+        new = self._move(
+            rec, S.STOPPING, at=self._clock(),
+            detail=f"SIGTERM by {actor} via {source}; SIGKILL after {rec.spec.stop_grace_s:g} s",
+        )
+        if new is None:
+            self._audit(actor, source, "stop", rec.name, "state changed meanwhile", "error")
+            raise SupervisorError(f"{rec.name} changed state meanwhile; try again")
+        run = self._run(new)
+        run.stop_targets = targets
+        sent = self._killer.signal(targets, signal.SIGTERM, pgid=rec.pid)
+        self._audit(actor, source, "stop", rec.name,
+                    f"SIGTERM to process group {rec.pid} ({sent} process{'es' if sent != 1 else ''})", "ok")
+
+    def _wait_stopped(self, name: str) -> None:
+        while True:
+            with self._lock:
+                self._refresh()
+                rec = self._records.get(name)
+                if rec is None or rec.state != S.STOPPING:
+                    return
+                now = self._clock()
+                self._reconcile(rec, now)
+                rec = self._records.get(name)
+                if rec is None or rec.state != S.STOPPING:
+                    return
+                if now > rec.state_since + rec.spec.stop_grace_s + self._stop_timeout_s:
+                    log.warning("%s: still stopping %.0f s after SIGTERM", name, now - rec.state_since)
+                    return
+            self._sleep(0.02)
+
+    # -- the periodic tick ---------------------------------------------------
+
+    def adopt(self) -> None:
+        """Reconcile every record with what the OS and the run dir say.
+
+        Still-running children are re-adopted when pid *and* create time
+        match; ended ones get the exit code their wrapper recorded; records
+        that match neither become UNKNOWN (a reused pid is never adopted).
+        """
+        with self._lock:
+            self._version = None
+            self._runs.clear()
+            self.poll()
+
+    def poll(self) -> None:
+        """One reconcile pass over all records; cheap when nothing changed."""
+        with self._lock:
+            if self._closed:
+                return
+            self._spawner.reap()
+            self._refresh()
+            now = self._clock()
+            for rec in list(self._records.values()):
+                try:
+                    self._reconcile(rec, now)
+                except Exception:
+                    log.exception("supervisor: reconciling %s failed", rec.name)
+
+    def _reconcile(self, rec: ProcessRecord, now: float) -> None:
+        st = rec.state
+        if st == S.BACKOFF:
+            if machine.backoff_due(rec.state_since, rec.tries, rec.effective_spec.restart, now):
+                self._spawn(rec, tries=rec.tries + 1,
+                            reason=f"restart {rec.tries + 1} of {rec.effective_spec.restart.max_tries}")
+            return
+        if st == S.UNKNOWN:
+            ex = read_exit(self._paths(rec.name), rec.run_id) if rec.run_id else None
+            if ex is not None:
+                self._finish(rec, ex.exit_code, ex.ended_at, now, ex.error)
+            return
+        if not st.is_active:
+            return
+        paths = self._paths(rec.name)
+        if rec.pid is None:
+            rec = self._note_identity(rec) or rec
+        ex = read_exit(paths, rec.run_id)
+        run = self._run(rec)
+        if st == S.STOPPING and not self._stop_progress(rec, run, now):
+            return
+        if ex is not None:
+            self._finish(rec, ex.exit_code, ex.ended_at, now, ex.error)
+            return
+        if rec.pid is not None and self._killer.is_alive(rec.pid, rec.create_time):
+            if st == S.STARTING:
+                self._check_ready(rec, run, now)
+            return
+        # The child is gone or not yet known; a live wrapper will write the exit record.
+        if rec.wrapper_pid is not None and self._killer.is_alive(rec.wrapper_pid, rec.wrapper_create_time):
+            return
+        if rec.pid is None and rec.wrapper_pid is None and rec.started_at and now - rec.started_at < _IDENTITY_WAIT_S:
+            return  # another supervisor is spawning it right now
+        ex = read_exit(paths, rec.run_id)  # written between our two looks?
+        if ex is not None:
+            self._finish(rec, ex.exit_code, ex.ended_at, now, ex.error)
+            return
+        if st == S.STOPPING:
+            self._move(rec, S.EXITED, at=now,
+                       detail="stopped; its wrapper was gone, so the exit code was not recorded")
+            return
+        if rec.pid is None:
+            why = "its wrapper ended without starting the child (see the log)"
+        elif self._pid_reused(rec):
+            why = f"pid {rec.pid} now belongs to another process; not adopted"
+        else:
+            why = f"pid {rec.pid} is gone and no exit code was recorded"
+        self._move(rec, S.UNKNOWN, at=now, detail=why)
+
+    def _pid_reused(self, rec: ProcessRecord) -> bool:
+        try:
+            import psutil
+
+            return psutil.pid_exists(rec.pid)  # exists, yet is_alive() said it is not ours
+        except Exception:
+            return False
+
+    def _finish(self, rec: ProcessRecord, code: int | None, ended_at: float, now: float, error: str = "") -> None:
+        decision = machine.decide_exit(rec.state, code, rec.effective_spec.restart, rec.tries, now)
+        detail = f"{error}; {decision.detail}" if error else decision.detail
+        new = self._move(rec, decision.state, at=now, detail=detail, exit_code=code, ended_at=ended_at)
+        self._runs.pop(rec.name, None)
+        reason = self._restart_after_stop.pop(rec.name, None)
+        if new is not None and reason and new.state in machine.STARTABLE:
+            self._spawn(new, tries=0, reason=reason)
+
+    def _stop_progress(self, rec: ProcessRecord, run: _Run, now: float) -> bool:
+        """Escalate a stop; True once the child and everything it started are gone."""
+        if run.stop_targets is None:
+            # Stopped by another supervisor (or before a restart of this one).
+            run.stop_targets = self._killer.collect(Ident(rec.pid, rec.create_time)) if rec.pid else []
+        alive = self._killer.alive(run.stop_targets)
+        if not alive:
+            return True
+        if not run.kill_sent and machine.stop_overdue(rec.state_since, rec.spec.stop_grace_s, now):
+            more = {t.pid: t for t in alive}
+            for t in alive:
+                for c in self._killer.collect(t):
+                    more.setdefault(c.pid, c)
+            run.stop_targets = list(more.values())
+            n = self._killer.signal(run.stop_targets, signal.SIGKILL, pgid=rec.pid)
+            run.kill_sent = True
+            self._put(self._repo.update(
+                rec.name, expect_run_id=rec.run_id,
+                detail=f"SIGKILL to {n} process{'es' if n != 1 else ''} after the {rec.spec.stop_grace_s:g} s grace period",
+            ))
+        return False
+
+    def _check_ready(self, rec: ProcessRecord, run: _Run, now: float) -> None:
+        probe = rec.spec.readiness
+        ready_detail = None
+        if probe.kind == "none":
+            ready_detail = "running (no readiness probe)"
+        elif probe.kind == "http" and probe.url:
+            f = run.probe_future
+            if f is not None and f.done():
+                run.probe_future = None
+                try:
+                    ok = bool(f.result())
+                except Exception:
+                    ok = False
+                if ok:
+                    ready_detail = f"ready: {probe.describe()}"
+            if ready_detail is None and run.probe_future is None and machine.probe_due(run.last_probe_at, probe, now):
+                run.last_probe_at = now
+                run.probe_future = self._prober.submit(probe.url, min(2.0, max(0.2, probe.interval_s)))
+        elif probe.kind == "log" and probe.pattern:
+            if run.tailer is None:
+                run.tailer = LogTailer(rec.log_path, rec.log_start or 0, max_bytes=_LOG_PROBE_READ)
+                run.pattern = re.compile(probe.pattern, re.MULTILINE)
+            chunk = run.tailer.read()
+            if chunk.text and run.pattern is not None and run.pattern.search(chunk.text):
+                ready_detail = f"ready: {probe.describe()}"
+        if ready_detail is not None:
+            self._move(rec, S.RUNNING, at=now, detail=ready_detail)
+            self._runs.pop(rec.name, None)
+            return
+        if not run.overdue_noted and machine.readiness_overdue(rec.started_at, probe, now):
+            run.overdue_noted = True
+            self._put(self._repo.update(
+                rec.name, expect_run_id=rec.run_id,
+                detail=f"readiness overdue: no {probe.describe()} after {probe.timeout_s:g} s",
+            ))
+
+    # -- reading -------------------------------------------------------------
+
+    def _view(self, rec: ProcessRecord, now: float) -> ProcessView:
+        active = rec.state.is_active
+        return ProcessView(
+            name=rec.name,
+            kind=rec.spec.kind,
+            state=rec.state,
+            state_since=rec.state_since,
+            pid=rec.pid if active else None,
+            uptime_s=max(0.0, now - rec.started_at) if active and rec.started_at else None,
+            exit_code=rec.exit_code,
+            ready=rec.state == S.RUNNING,
+            readiness=rec.spec.readiness.describe(),
+            log_path=rec.log_path,
+            tries=rec.tries,
+            detail=rec.detail,
+            spec=rec.spec,
+            started_at=rec.started_at,
+            ended_at=rec.ended_at,
+            run_id=rec.run_id,
+            spec_pending=rec.pending_spec is not None,
+        )
+
+    def views(self) -> list[ProcessView]:
+        """Every managed process, by name (no OS calls; poll() keeps it current)."""
+        with self._lock:
+            self._refresh()
+            now = self._clock()
+            return [self._view(r, now) for _, r in sorted(self._records.items())]
+
+    def view(self, name: str) -> ProcessView | None:
+        with self._lock:
+            self._refresh()
+            rec = self._records.get(name)
+            return self._view(rec, self._clock()) if rec is not None else None
+
+    def names(self) -> list[str]:
+        with self._lock:
+            self._refresh()
+            return sorted(self._records)
+
+    def history(self, name: str, limit: int = 200) -> list[StateEvent]:
+        """State transitions of ``name``, oldest first."""
+        return self._repo.history(name, limit)
+
+    def _log_path(self, name: str) -> str:
+        with self._lock:
+            self._refresh()
+            rec = self._records.get(name)
+            if rec is None:
+                raise UnknownProcess(f"no managed process named {name!r}")
+            return rec.log_path
+
+    def tail(self, name: str, offset: int = 0, max_bytes: int = 64 * 1024, *, inode: int | None = None) -> TailChunk:
+        """Log text of ``name`` appended since ``offset`` (see logtail.read_tail)."""
+        return read_tail(self._log_path(name), offset, max_bytes, inode=inode)
+
+    def tail_last(self, name: str, lines: int = 200) -> tuple[str, int]:
+        """The last ``lines`` lines of the log and the offset to tail from."""
+        chunk = read_last(self._log_path(name), lines)
+        return chunk.text, chunk.offset
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the probe threads; managed processes keep running."""
+        with self._lock:
+            self._closed = True
+        self._prober.close()
+
+
+class SupervisorLoop:
+    """Runs ``supervisor.poll()`` every ``interval_s`` on a background thread,
+    so the dashboard never polls on its render path.
+
+    >>> loop = SupervisorLoop(sup, interval_s=1.0); loop.start(); ...; loop.stop()
+    """
+
+    def __init__(self, supervisor: Supervisor, interval_s: float = 1.0):
+        self.supervisor = supervisor
+        self.interval_s = interval_s
+        self.polls = 0
+        self.last_poll_at: float | None = None
+        self.last_error: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> None:
+        with self._lock:
+            if self.running:
+                return
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._loop, name="specdeck-supervisor", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        with self._lock:
+            thread, self._thread = self._thread, None
+        self._stop.set()
+        if thread is not None:
+            thread.join(timeout_s)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.supervisor.poll()
+                self.last_error = None
+            except Exception as exc:  # keep polling; the next tick may succeed
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.exception("supervisor poll failed")
+            self.polls += 1
+            self.last_poll_at = time.time()
+            self._stop.wait(self.interval_s)

@@ -1,0 +1,132 @@
+"""The small process that owns one managed child.
+
+Started by the supervisor as ``python -m backend.supervisor.wrapper LAUNCH``
+in a session of its own, so it outlives the dashboard.  It:
+
+1. starts the child in another new session (its own process group, so
+   ``killpg`` reaches the child and everything it starts), with stdout and
+   stderr appended to the process's log after a header line;
+2. writes ``identity.json`` (child pid and create time, wrapper pid, run id);
+3. waits for the child and writes ``exit.json`` (exit code, negative for a
+   signal, and end time), whether or not any supervisor is running.
+
+It ignores SIGTERM, SIGINT and SIGHUP: stopping is done by signalling the
+child's group, and the wrapper ends when the child has ended.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from backend.supervisor.runfiles import ExitRecord, Identity, RunPaths, read_json, write_exit, write_identity
+
+_IGNORED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def _stamp(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def _restore_signals() -> None:
+    # Runs in the child between fork and exec: ignored dispositions survive
+    # exec, and the child must die on SIGTERM like any normal program.
+    for sig in _IGNORED:
+        signal.signal(sig, signal.SIG_DFL)
+
+
+def _begin_line(log) -> None:
+    """Make the next write start on a fresh line."""
+    size = os.fstat(log.fileno()).st_size
+    if size:
+        with open(log.name, "rb") as f:
+            f.seek(size - 1)
+            if f.read(1) != b"\n":
+                log.write(b"\n")
+
+
+def _current_create_time(pid: int) -> float | None:
+    try:
+        import psutil
+
+        return psutil.Process(pid).create_time()
+    except Exception:
+        return None
+
+
+def run(launch_path: Path) -> int:
+    for sig in _IGNORED:
+        signal.signal(sig, signal.SIG_IGN)
+    launch = read_json(launch_path)
+    if launch is None:
+        print(f"specdeck wrapper: {launch_path}: missing or not a JSON object", file=sys.stderr)
+        return 2
+    paths = RunPaths(launch_path.parent)
+    run_id = str(launch["run_id"])
+    name = str(launch["name"])
+    argv = [str(a) for a in launch["argv"]]
+    log_path = Path(launch["log_path"])
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env.update({str(k): str(v) for k, v in (launch.get("env") or {}).items()})
+    env["SPECDECK_PROCESS"] = name
+    env["SPECDECK_RUN_ID"] = run_id
+
+    with open(log_path, "ab", buffering=0) as log:
+        started_at = time.time()
+        _begin_line(log)
+        log.write(f"===== specdeck: {name} run {run_id} starting at {_stamp(started_at)}: "
+                  f"{subprocess.list2cmdline(argv)}\n".encode("utf-8", "replace"))
+        log_offset = os.fstat(log.fileno()).st_size
+        try:
+            child = subprocess.Popen(
+                argv,
+                cwd=launch.get("cwd") or None,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+                preexec_fn=_restore_signals,
+            )
+        except OSError as exc:
+            ended_at = time.time()
+            log.write(f"===== specdeck: {name} run {run_id} could not start: {exc}\n".encode("utf-8", "replace"))
+            write_exit(paths, ExitRecord(run_id, 127, ended_at, None, f"could not start: {exc}"))
+            return 0
+        write_identity(
+            paths,
+            Identity(
+                run_id=run_id,
+                pid=child.pid,
+                create_time=_current_create_time(child.pid),
+                wrapper_pid=os.getpid(),
+                wrapper_create_time=_current_create_time(os.getpid()),
+                started_at=started_at,
+                log_offset=log_offset,
+            ),
+        )
+        code = child.wait()
+        ended_at = time.time()
+        _begin_line(log)
+        how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+        log.write(f"===== specdeck: {name} run {run_id} ended at {_stamp(ended_at)}: {how}\n".encode())
+    write_exit(paths, ExitRecord(run_id, code, ended_at, child.pid))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m backend.supervisor.wrapper RUN_DIR/NAME/launch.json", file=sys.stderr)
+        return 2
+    return run(Path(args[0]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
