@@ -130,6 +130,32 @@ class WrapperSpawner:
                     del self._children[pid]
 
 
+_PROC = Path("/proc")
+_HAS_PROC_STAT = (_PROC / "self" / "stat").exists()
+_BOOT_TIME: float | None = None
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _proc_stat(pid: int) -> tuple[bytes, float] | None:
+    """(state letter, create time) from /proc/<pid>/stat; state ``X`` when
+    there is no such process; None without /proc (then psutil decides)."""
+    global _BOOT_TIME
+    if not _HAS_PROC_STAT:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return (b"X", 0.0)  # no such process
+    try:
+        fields = data[data.rfind(b")") + 2 :].split()
+        if _BOOT_TIME is None:
+            _BOOT_TIME = psutil.boot_time()
+        return fields[0], _BOOT_TIME + int(fields[19]) / _CLK_TCK
+    except (IndexError, ValueError):
+        return None
+
+
 class OsKiller:
     """Liveness and signals, keyed by pid *and* create time."""
 
@@ -152,6 +178,14 @@ class OsKiller:
         return p
 
     def is_alive(self, pid: int, create_time: float | None) -> bool:
+        if create_time is None:
+            return False
+        fast = _proc_stat(pid)
+        if fast is not None:
+            # One read of /proc/<pid>/stat: state and start time (the same
+            # arithmetic psutil uses for create_time).  This is poll()'s hot path.
+            state, ct = fast
+            return state not in (b"Z", b"X", b"x") and same_create_time(ct, create_time)
         p = self._process(pid, create_time)
         if p is None:
             return False
