@@ -108,7 +108,7 @@ def main() -> None:
     cost = sampler.latest().cost
     print(f"    process CPU (getrusage, user+sys): {cpu * 1000:.0f} ms over {wall:.1f} s = {100 * cpu / wall:.2f}% of one core  goal < 1%")
     print(f"    sampler's own figure (thread time / wall): {100 * (cost.cpu_share or 0):.2f}% of one core")
-    print(f"    samples {cost.samples}, mean {cost.mean_ms:.2f} ms per sample, GPU pass {cost.nvml_per_gpu_us:.1f} us per GPU")
+    print(f"    samples {cost.samples}, mean {cost.mean_ms:.2f} ms per sample, GPU pass {cost.nvml_per_gpu_us:.1f} us per GPU (median)")
 
 
 if __name__ == "__main__":

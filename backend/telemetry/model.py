@@ -185,7 +185,9 @@ class SamplerCost:
     samples: int = 0
     last_ms: float | None = None  # wall time of the last full sample
     mean_ms: float | None = None  # running mean (exponential, alpha 0.1)
-    nvml_per_gpu_us: float | None = None  # running mean of the GPU pass / GPU count
+    median_ms: float | None = None  # median over the last few minutes of samples
+    nvml_per_gpu_us: float | None = None  # GPU pass / GPU count: median over the same window
+    nvml_per_gpu_us_p90: float | None = None
     cpu_share: float | None = None  # sampler thread CPU time / wall time, 0..1
     slow_last_ms: float | None = None
 

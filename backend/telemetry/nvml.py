@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from typing import Any, Callable, Sequence
 
 from backend.telemetry.model import (
@@ -611,6 +612,35 @@ class NvmlAdapter:
         )
 
     # -- slow fields ---------------------------------------------------
+
+    def read_pcie(self, i: int) -> SlowFields | None:
+        """Read PCIe TX/RX throughput of one GPU (two calls of ~20 ms each on
+        an H200) and fold it into that GPU's slow fields."""
+        if not self._ensure_init() or not 0 <= i < len(self._handles) or self._handles[i] is None:
+            return None
+        lib, h = self._lib, self._handles[i]
+        now = self._clock()
+        try:
+            tx, why_tx = self._try(lib.nvmlDeviceGetPcieThroughput, h, NVML_PCIE_UTIL_TX_BYTES)
+            rx, why_rx = self._try(lib.nvmlDeviceGetPcieThroughput, h, NVML_PCIE_UTIL_RX_BYTES)
+        except _Lost as lost:
+            tx = rx = None
+            why_tx = why_rx = lost.reason
+        pna = {}
+        if tx is None:
+            pna["pcie_tx_bps"] = why_tx or "N/A"
+        if rx is None:
+            pna["pcie_rx_bps"] = why_rx or "N/A"
+        entry = (now, tx * 1024.0 if tx is not None else None, rx * 1024.0 if rx is not None else None, pna)
+        self._pcie[i] = entry  # NVML reports KB/s
+        old = self._slow.get(i)
+        if old is None:
+            return None
+        na = {k: v for k, v in old.na.items() if not k.startswith("pcie_")}
+        na.update(pna)
+        new = replace(old, pcie_tx_bps=entry[1], pcie_rx_bps=entry[2], pcie_t=now, na=frozen_map(na))
+        self._slow = {**self._slow, i: new}
+        return new
 
     def read_slow(self, *, pcie: bool = False) -> dict[int, SlowFields]:
         """Read ECC, energy and NVLink (and PCIe throughput when ``pcie``).

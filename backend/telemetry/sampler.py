@@ -22,6 +22,7 @@ import os
 import threading
 import time
 from array import array
+from collections import deque
 from typing import Any, Callable, Iterable, Sequence
 
 from backend.telemetry.alerts import gpu_alerts
@@ -213,7 +214,9 @@ class Sampler:
         self._n = 0
         self._mean_ms: float | None = None
         self._last_ms: float | None = None
-        self._per_gpu_us: float | None = None
+        self._window_ms: deque[float] = deque(maxlen=300)
+        self._window_us: deque[float] = deque(maxlen=300)
+        self._sampled = threading.Event()  # set after each core sample
         self._slow_ms: float | None = None
         self._cpu_core = 0.0  # CPU seconds of the core thread
         self._cpu_slow = 0.0  # CPU seconds of the slow thread
@@ -297,17 +300,41 @@ class Sampler:
         self._pcie_requested = self._pcie_requested or pcie
         self._slow_wake.set()
 
+    def _after_core_sample(self) -> bool:
+        """Wait for the gap right after a core sample, so slow NVML calls
+        (which hold the driver) do not delay the 1 s pass.  False when stopping."""
+        if not self.running or threading.current_thread() not in self._threads:
+            return not self._stop.is_set()  # called directly (tests, scripts): no wait
+        self._sampled.clear()
+        while not self._stop.is_set():
+            if self._sampled.wait(0.1):
+                return True
+        return False
+
     def read_slow_once(self) -> None:
         mono = time.monotonic()
         pcie = self._pcie_requested or (
             self._pcie_interval_s is not None and mono - self._pcie_at >= self._pcie_interval_s
         )
+        if not self._after_core_sample():
+            return
         t0 = time.perf_counter()
-        self.adapter.read_slow(pcie=pcie)
+        self.adapter.read_slow(pcie=False)
+        spent = time.perf_counter() - t0
         if pcie:
-            self._pcie_at = mono
             self._pcie_requested = False
-        self._slow_ms = (time.perf_counter() - t0) * 1000.0
+            self._pcie_at = mono
+            budget = 0.4 * self.interval_s
+            gap_start = time.perf_counter() - spent
+            for i in range(self.adapter.gpu_count()):
+                if time.perf_counter() - gap_start > budget:  # wait for the next gap
+                    if not self._after_core_sample():
+                        return
+                    gap_start = time.perf_counter()
+                t1 = time.perf_counter()
+                self.adapter.read_pcie(i)
+                spent += time.perf_counter() - t1
+        self._slow_ms = spent * 1000.0
 
     def _note_error(self, msg: str) -> None:
         self._errors = (self._errors + [f"{time.strftime('%H:%M:%S')} {msg}"])[-5:]
@@ -345,6 +372,7 @@ class Sampler:
                 errors=tuple(self._errors),
             )
             self._latest = snap
+            self._sampled.set()
             return snap
 
     def _account(self, elapsed: float, frame: GpuFrame) -> None:
@@ -352,9 +380,9 @@ class Sampler:
         ms = elapsed * 1000.0
         self._last_ms = ms
         self._mean_ms = ms if self._mean_ms is None else self._mean_ms * 0.9 + ms * 0.1
+        self._window_ms.append(ms)
         if frame.gpus:
-            us = frame.nvml_s * 1e6 / len(frame.gpus)
-            self._per_gpu_us = us if self._per_gpu_us is None else self._per_gpu_us * 0.9 + us * 0.1
+            self._window_us.append(frame.nvml_s * 1e6 / len(frame.gpus))
 
     def cost(self) -> SamplerCost:
         share = None
@@ -362,11 +390,15 @@ class Sampler:
             wall = time.monotonic() - self._wall0
             if wall > 0:
                 share = (self._cpu_core + self._cpu_slow) / wall
+        us = sorted(self._window_us)
+        ms = sorted(self._window_ms)
         return SamplerCost(
             samples=self._n,
             last_ms=self._last_ms,
             mean_ms=self._mean_ms,
-            nvml_per_gpu_us=self._per_gpu_us,
+            median_ms=ms[len(ms) // 2] if ms else None,
+            nvml_per_gpu_us=us[len(us) // 2] if us else None,
+            nvml_per_gpu_us_p90=us[int(0.9 * (len(us) - 1))] if us else None,
             cpu_share=share,
             slow_last_ms=self._slow_ms,
         )
