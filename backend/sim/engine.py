@@ -42,7 +42,7 @@ disable_created_metrics()
 VERIFY_COST = 0.05
 DRAFT_COST = 0.276
 NO_GRAPH_PENALTY = 1.35
-PREFILL_TOK_S = 12000.0
+PREFILL_TOK_S = 24000.0
 DEFAULT_ACCEPT_P = 0.55
 
 MTP_ARCHS = ("DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "Glm4MoeForCausalLM",
@@ -318,7 +318,7 @@ class Engine:
     def __init__(self, *, out: Output, flavor, speed: Speed, max_running: int,
                  max_total_tokens: int, context_len: int, decode_log_interval: int,
                  cuda_graph_max_bs: int, disable_cuda_graph: bool, model_name: str,
-                 seed: int) -> None:
+                 seed: int, max_prefill_tokens: int = 16384) -> None:
         self.out = out
         self.flavor = flavor
         self.speed = speed
@@ -328,6 +328,7 @@ class Engine:
         self.context_len = context_len
         self.interval = max(1, decode_log_interval)
         self.cuda_graph_max_bs = cuda_graph_max_bs
+        self.max_prefill_tokens = max(1, max_prefill_tokens)
         self.disable_cuda_graph = disable_cuda_graph
         self.seed = seed
         self.rng = random.Random(seed)
@@ -424,10 +425,18 @@ class Engine:
             with self._cv:
                 self._running = [r for r in self._running if not (r.cancelled and self._finish(r, "abort"))]
                 admit: list[Request] = []
+                budget = self.max_prefill_tokens  # one prefill batch takes at most this many new tokens
                 while self._waiting and len(self._running) + len(admit) < self.max_running:
-                    r = self._waiting.pop(0)
-                    if not r.cancelled:
+                    r = self._waiting[0]
+                    need = r.prompt_tokens - r.cached_tokens
+                    if admit and need > budget:
+                        break
+                    self._waiting.pop(0)
+                    if r.cancelled:
+                        self._finish(r, "abort")
+                    else:
                         admit.append(r)
+                        budget -= need
                 if not admit and not self._running:
                     self._cv.wait(0.2)
                     continue

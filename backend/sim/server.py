@@ -349,7 +349,8 @@ class Sim:
                              decode_log_interval=ns.decode_log_interval,
                              cuda_graph_max_bs=self.cuda_graph_max_bs,
                              disable_cuda_graph=self.disable_cuda_graph,
-                             model_name=self.served_name, seed=self.seed)
+                             model_name=self.served_name, seed=self.seed,
+                             max_prefill_tokens=ns.max_prefill_tokens)
         self.engine.start()
 
         # HTTP

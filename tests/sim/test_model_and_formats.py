@@ -57,3 +57,55 @@ def test_speed_model_matches_the_story():
 def test_accept_probability_inverse():
     p = p_for_accept_len(2.6, 3)
     assert expected_accept_len(p, 3) == pytest.approx(2.6, abs=1e-6)
+
+
+def _engine(seed, plan):
+    import io
+
+    from backend.sim.engine import Engine
+    from backend.sim.output import Output
+    buf = io.StringIO()
+    fl = Flavor.of("0.5.23")
+    eng = Engine(out=Output(fl, out=buf, err=buf), flavor=fl, speed=Speed(baseline=3000, peak=30000, plan=plan),
+                 max_running=8, max_total_tokens=100000, context_len=4096, decode_log_interval=5,
+                 cuda_graph_max_bs=8, disable_cuda_graph=False, model_name="m", seed=seed)
+    eng.start()
+    return eng, buf
+
+
+def _run(eng, prompt, n):
+    req = eng.submit(prompt, max_new_tokens=n)
+    while req.events.get(timeout=10)[0] != "done":
+        pass
+    return req
+
+
+def test_engine_is_deterministic_with_a_seed():
+    plan = SpecPlan(algorithm="EAGLE3", num_steps=3, topk=1, num_draft_tokens=4, accept_p=0.6)
+    results = []
+    for _ in range(2):
+        eng, buf = _engine(5, plan)
+        try:
+            r = _run(eng, "same prompt", 60)
+            results.append((r.text, r.verify_ct, r.accepted_drafts))
+        finally:
+            eng.stop()
+    assert results[0] == results[1]
+    assert results[0][1] < 60  # several tokens per verify step
+    eng, buf = _engine(6, plan)
+    try:
+        other = _run(eng, "same prompt", 60)
+    finally:
+        eng.stop()
+    assert (other.text, other.verify_ct) != results[0][:2]
+
+
+def test_broken_plan_accepts_nothing():
+    plan = SpecPlan(algorithm="EAGLE", num_steps=3, topk=1, num_draft_tokens=4, accept_p=0.9, broken=True)
+    eng, buf = _engine(1, plan)
+    try:
+        r = _run(eng, "x", 30)
+    finally:
+        eng.stop()
+    assert r.accepted_drafts == 0 and r.verify_ct == 29  # first token comes from prefill
+    assert "accept len: 1.00, accept rate: 0.00," in buf.getvalue()

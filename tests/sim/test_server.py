@@ -374,3 +374,20 @@ def test_cuda_graph_max_bs_is_ambiguous_on_0_5_23(launch, dirs):
     sim = launch(["--model-path", str(dirs["target"]), "--cuda-graph-max-bs", "8"], {"SPECDECK_SIM_VERSION": "0.5.23"})
     assert sim.proc.wait(30) == 2
     assert "error: ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode" in sim.text()
+
+
+def test_background_traffic_without_client(launch, dirs):
+    sim = launch(["--model-path", str(dirs["target"]), "--decode-log-interval", "10"],
+                 {"SPECDECK_SIM_TRAFFIC": "4"})
+    sim.wait_ready()
+    sim.wait_for(r"Decode batch, #running-req: 4, ")
+    st, raw = sim.request("/server_info")
+    assert st == 200
+
+
+def test_sigterm_during_startup_exits_cleanly(launch, dirs):
+    sim = launch(["--model-path", str(dirs["target"])], speed="1")
+    sim.wait_for(r"Load weight begin\.")
+    assert sim.status("/health") == 503
+    assert sim.stop() == 0
+    assert "fired up" not in sim.text()
