@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
+import psutil
+
 from backend.supervisor import machine
 from backend.supervisor.logtail import TailChunk, LogTailer, read_last, read_tail
 from backend.supervisor.osproc import HttpProber, Ident, Killer, Launch, OsKiller, Prober, Spawner, WrapperSpawner
@@ -492,13 +494,10 @@ class Supervisor:
             why = f"pid {rec.pid} is gone and no exit code was recorded"
         self._move(rec, S.UNKNOWN, at=now, detail=why)
 
-    def _pid_reused(self, rec: ProcessRecord) -> bool:
-        try:
-            import psutil
-
-            return psutil.pid_exists(rec.pid)  # exists, yet is_alive() said it is not ours
-        except Exception:
-            return False
+    @staticmethod
+    def _pid_reused(rec: ProcessRecord) -> bool:
+        # The pid exists, yet is_alive() said it is not our child: reused.
+        return rec.pid is not None and psutil.pid_exists(rec.pid)
 
     def _finish(self, rec: ProcessRecord, code: int | None, ended_at: float, now: float, error: str = "") -> None:
         decision = machine.decide_exit(rec.state, code, rec.effective_spec.restart, rec.tries, now)

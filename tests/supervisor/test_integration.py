@@ -246,3 +246,22 @@ def test_missing_program_fails_cleanly(real):
     v = sup.view("ghost")
     assert v.exit_code == 127 and "could not start" in v.detail
     assert "could not start" in open(v.log_path).read()
+
+
+@pytest.mark.timeout(60)
+def test_wrapper_ignores_terminal_signals(real):
+    sup = real.supervisor()
+    sup.sync_specs([real.spec("guarded", SLEEPER)])
+    sup.start("guarded")
+    wait_for(lambda: _state(sup, "guarded") == S.RUNNING, poll=sup.poll)
+    ident = real.identity("guarded")
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        os.kill(ident["wrapper_pid"], sig)
+    time.sleep(0.3)
+    assert not gone(ident["wrapper_pid"], ident["wrapper_create_time"])
+    assert not gone(ident["pid"], ident["create_time"])
+    # The child is in its own process group and session, apart from the wrapper's.
+    assert os.getpgid(ident["pid"]) == ident["pid"] != os.getpgid(ident["wrapper_pid"])
+    v = sup.stop("guarded")
+    assert v.exit_code == -signal.SIGTERM
+    wait_for(lambda: gone(ident["wrapper_pid"], ident["wrapper_create_time"]), timeout_s=10)

@@ -322,3 +322,27 @@ def test_run_files_live_in_a_folder_per_name(env):
     assert fos.launches[0].paths.dir == tmp / "run" / "x"
     ident = read_json(fos.launches[0].paths.identity)
     assert ident["run_id"] == fos.launches[0].run_id
+
+
+def test_loop_polls_in_the_background_and_stop_joins(env):
+    import threading
+    import time
+
+    from backend.supervisor.supervisor import SupervisorLoop
+
+    sup, clock, fos, prober, _, _, tmp = env
+    sup.sync_specs([spec(tmp)])
+    sup.start("p")
+    before = threading.active_count()
+    loop = SupervisorLoop(sup, interval_s=0.01)
+    loop.start()
+    loop.start()  # idempotent: still one thread
+    assert threading.active_count() == before + 1
+    deadline = time.monotonic() + 10
+    while sup.view("p").state != S.RUNNING and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sup.view("p").state == S.RUNNING and loop.polls >= 1
+    loop.stop()
+    assert not loop.running and threading.active_count() == before
+    sup.close()
+    assert prober.closed
