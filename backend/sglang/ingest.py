@@ -1,0 +1,406 @@
+"""Incremental ingestion of a server log into bounded time series.
+
+:class:`LogIngester` remembers its byte offset: each :meth:`LogIngester.poll`
+reads only the bytes added since the last one (an unchanged file costs one
+``stat``), keeps a partial last line for the next poll, and starts over when the
+file is truncated or replaced.  Memory is bounded: series are ring buffers of
+``max_points`` and the log is read in chunks.
+
+:class:`FileWatcher` turns watchdog file events on the log's directory into a
+wake-up signal; without it (or if watchdog cannot watch) polling on a timer
+gives the same result.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from backend.sglang.logparse import (
+    BadBatchLine, DecodeBatch, FatalEvent, Phase, PhaseEvent, PrefillBatch,
+    looks_like_prefixed_line, parse_batch, parse_event, parse_prefix, _TS_RE,
+)
+from backend.sglang.version import ACCEPT_RATE_DESCRIPTIONS, Capabilities
+
+CHUNK_BYTES = 4 * 1024 * 1024
+HEAD_BYTES = 256  # compared on growth to notice a file rewritten in place
+GENERIC_FATALS = ("scheduler_exception", "init_failed", "child_failed")
+
+# Overall startup progress: where each phase starts and ends on a 0..1 scale.
+_PHASE_SPAN = {
+    Phase.LAUNCHED: (0.0, 0.02), Phase.INIT: (0.02, 0.08), Phase.WEIGHTS: (0.08, 0.55),
+    Phase.KV_CACHE: (0.55, 0.62), Phase.CUDA_GRAPH: (0.62, 0.9), Phase.WARMUP: (0.9, 0.98),
+    Phase.READY: (1.0, 1.0),
+}
+
+
+def phase_progress(phase: Phase, percent: float | None) -> float:
+    lo, hi = _PHASE_SPAN[phase]
+    if percent is None:
+        return lo
+    return lo + (hi - lo) * max(0.0, min(100.0, percent)) / 100.0
+
+
+DECODE_COLUMNS = ("ts", "accept_len", "accept_rate", "gen_throughput", "running_req", "queue_req",
+                  "token_usage", "graph", "rank")
+PREFILL_COLUMNS = ("ts", "new_seq", "new_token", "cached_token", "input_throughput", "running_req",
+                   "queue_req", "token_usage", "rank")
+
+
+class _Ring:
+    """Parallel bounded columns; ``append`` takes one value per column."""
+
+    def __init__(self, columns: tuple[str, ...], maxlen: int):
+        self.columns = columns
+        self.data = {c: deque(maxlen=maxlen) for c in columns}
+        self._appenders = tuple(self.data[c].append for c in columns)
+
+    def append(self, *values: Any) -> None:
+        for a, v in zip(self._appenders, values):
+            a(v)
+
+    def __len__(self) -> int:
+        return len(self.data[self.columns[0]])
+
+    def clear(self) -> None:
+        for d in self.data.values():
+            d.clear()
+
+    def as_lists(self) -> dict[str, list]:
+        return {c: list(d) for c, d in self.data.items()}
+
+
+@dataclass
+class UnparsedLine:
+    line_no: int
+    reason: str
+    text: str
+
+
+@dataclass
+class IngestStats:
+    bytes_read: int = 0
+    lines: int = 0
+    decode_lines: int = 0
+    prefill_lines: int = 0
+    http_lines: int = 0
+    event_lines: int = 0
+    unparsed_lines: int = 0
+    resets: int = 0  # truncations / replacements seen
+
+
+@dataclass
+class StartupState:
+    phase: Phase | None = None  # None until the log shows any startup line
+    percent: float | None = None
+    progress: float = 0.0
+    detail: str = ""
+    launched_ts: float | None = None
+    ready_ts: float | None = None  # log time of "fired up"
+    run_index: int = 0  # launches seen in this log (server_args= lines)
+    fatal: FatalEvent | None = None  # first fatal of the current run
+    events: deque = field(default_factory=lambda: deque(maxlen=200))
+    problems: deque = field(default_factory=lambda: deque(maxlen=50))  # warnings such as batch OOM
+
+
+class LogIngester:
+    """Reads a server log incrementally into series, counts and startup state.
+
+    Not thread-safe by itself; :class:`backend.sglang.monitor.ServerMonitor`
+    calls it under its lock.
+    """
+
+    def __init__(self, path: str | Path, *, caps: Capabilities | None = None, max_points: int = 20000,
+                 tail_lines: int = 200, chunk_bytes: int = CHUNK_BYTES):
+        self.path = Path(path)
+        self.caps = caps
+        self.max_points = max_points
+        self.chunk_bytes = chunk_bytes
+        self.decode = _Ring(DECODE_COLUMNS, max_points)
+        self.prefill = _Ring(PREFILL_COLUMNS, max_points)
+        self.tail: deque[str] = deque(maxlen=tail_lines)
+        self.unparsed: deque[UnparsedLine] = deque(maxlen=20)
+        self.stats = IngestStats()
+        self.startup = StartupState()
+        self.ranks_seen: set[str] = set()
+        self.spec_seen = False  # a decode line carried accept len
+        self.rate_seen = False
+        self.last_decode: DecodeBatch | None = None
+        self.last_prefill: PrefillBatch | None = None
+        self._offset = 0
+        self._pending = b""
+        self._sig: tuple | None = None  # (ino, size, mtime_ns) at the last poll
+        self._head = b""
+        self._capture: FatalEvent | None = None
+        self._capture_left = 0
+        self._listeners: list[Callable[[Any], None]] = []
+
+    # -- reading ----------------------------------------------------------
+
+    @property
+    def offset(self) -> int:
+        return self._offset
+
+    def _reset(self) -> None:
+        self.decode.clear()
+        self.prefill.clear()
+        self.tail.clear()
+        self.unparsed.clear()
+        resets = self.stats.resets + 1
+        self.stats = IngestStats(resets=resets)
+        self.startup = StartupState()
+        self.ranks_seen.clear()
+        self.spec_seen = self.rate_seen = False
+        self.last_decode = self.last_prefill = None
+        self._offset = 0
+        self._pending = b""
+        self._head = b""
+        self._capture = None
+
+    def poll(self, max_bytes: int | None = None) -> int:
+        """Read what was appended since the last poll; return the number of bytes read.
+
+        A missing file reads as nothing.  A file that shrank, was replaced (new
+        inode) or whose first bytes changed is read again from the start.
+        """
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return 0
+        sig = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if sig == self._sig:
+            return 0
+        old = self._sig
+        self._sig = sig
+        if old is not None and (st.st_ino != old[0] or st.st_size < self._offset):
+            self._reset()
+        read = 0
+        with open(self.path, "rb") as fh:
+            if self._head and st.st_size >= len(self._head):
+                if fh.read(len(self._head)) != self._head:
+                    self._reset()
+            fh.seek(self._offset)
+            limit = max_bytes if max_bytes is not None else float("inf")
+            while read < limit:
+                chunk = fh.read(self.chunk_bytes)
+                if not chunk:
+                    break
+                if len(self._head) < HEAD_BYTES and self._offset < HEAD_BYTES:
+                    self._head = (self._head + chunk)[:HEAD_BYTES]
+                self._offset += len(chunk)
+                read += len(chunk)
+                self._feed(chunk)
+        if read and max_bytes is not None and read >= max_bytes:
+            self._sig = None  # more to read: do not treat the file as unchanged
+        self.stats.bytes_read += read
+        return read
+
+    def _feed(self, chunk: bytes) -> None:
+        data = self._pending + chunk if self._pending else chunk
+        cut = max(data.rfind(b"\n"), data.rfind(b"\r"))
+        if cut < 0:
+            self._pending = data
+            return
+        self._pending = data[cut + 1:]
+        text = data[:cut + 1].decode("utf-8", "replace")
+        self.feed_lines(text.splitlines())
+
+    def flush(self) -> None:
+        """Treat a pending partial last line as complete (used at end of file by the CLI)."""
+        if self._pending:
+            text = self._pending.decode("utf-8", "replace")
+            self._pending = b""
+            self.feed_lines(text.splitlines())
+
+    # -- lines ----------------------------------------------------------------
+
+    def feed_lines(self, lines: list[str]) -> None:
+        """Ingest complete lines (also the entry point for tests and the CLI)."""
+        st = self.stats
+        base = st.lines
+        st.lines += len(lines)
+        dec_append = self.decode.append
+        pre_append = self.prefill.append
+        ranks_seen = self.ranks_seen
+        listeners = self._listeners
+        for n, line in enumerate(lines):
+            if "batch" in line:
+                try:
+                    rec = parse_batch(line)
+                except BadBatchLine as exc:
+                    st.unparsed_lines += 1
+                    self.unparsed.append(UnparsedLine(base + n + 1, str(exc), line[:400]))
+                    continue
+                if rec is not None:
+                    rank = " ".join(f"{a}{b}" for a, b in rec.ranks) if rec.ranks else ""
+                    if rank not in ranks_seen:
+                        ranks_seen.add(rank)
+                    if rec.kind == "decode":
+                        st.decode_lines += 1
+                        dec_append(rec.ts, rec.accept_len, rec.accept_rate, rec.gen_throughput, rec.running_req,
+                                   rec.queue_req, rec.token_usage, rec.graph, rank)
+                        if rec.accept_len is not None:
+                            self.spec_seen = True
+                            if rec.accept_rate is not None:
+                                self.rate_seen = True
+                        self.last_decode = rec
+                    else:
+                        st.prefill_lines += 1
+                        pre_append(rec.ts, rec.new_seq, rec.new_token, rec.cached_token, rec.input_throughput,
+                                   rec.running_req, rec.queue_req, rec.token_usage, rank)
+                        self.last_prefill = rec
+                    if listeners:
+                        for cb in listeners:
+                            cb(rec)
+                    continue
+            if 'HTTP/1.' in line:
+                st.http_lines += 1
+                if "model_info HTTP" in line and self.startup.phase is not None \
+                        and self.startup.phase < Phase.WARMUP:
+                    tm = _TS_RE.search(line, 0, 60)
+                    ts = parse_prefix(line[:tm.end() + 1])[0] if tm else None
+                    self._on_phase(PhaseEvent(ts, tm.group(0) if tm else "", Phase.WARMUP,
+                                              "HTTP server answering; warmup request"))
+                continue
+            if self._capture is not None:
+                if self._capture_left > 0 and line.strip() and not looks_like_prefixed_line(line):
+                    self._capture_more(line)
+                    continue
+                if looks_like_prefixed_line(line):
+                    self._capture = None
+            ev = parse_event(line)
+            if ev is None:
+                continue
+            st.event_lines += 1
+            if ev.kind == "phase":
+                self._on_phase(ev)
+            else:
+                self._on_fatal(ev)
+            if listeners:
+                for cb in listeners:
+                    cb(ev)
+        if lines:
+            self.tail.extend(lines[-self.tail.maxlen:])
+
+    def _on_phase(self, ev: PhaseEvent) -> None:
+        su = self.startup
+        if ev.new_run:
+            su.run_index += 1
+            su.phase = Phase.LAUNCHED
+            su.percent = None
+            su.progress = 0.0
+            su.launched_ts = ev.ts
+            su.ready_ts = None
+            su.fatal = None
+            su.detail = ev.detail
+            su.events.append(ev)
+            self._capture = None
+            return
+        if su.phase is None:
+            su.phase = Phase.LAUNCHED
+        if ev.phase < su.phase:
+            return  # e.g. a draft's graph capture line after warmup began
+        if ev.phase > su.phase:
+            su.events.append(ev)
+        su.phase = ev.phase
+        su.percent = ev.percent
+        su.detail = ev.detail
+        su.progress = max(su.progress, phase_progress(ev.phase, ev.percent))
+        if ev.phase == Phase.READY and su.ready_ts is None:
+            su.ready_ts = ev.ts
+
+    def _on_fatal(self, ev: FatalEvent) -> None:
+        su = self.startup
+        if ev.severity == "fatal":
+            if su.fatal is None:
+                su.fatal = ev
+            self._capture = ev
+            self._capture_left = 80
+        else:
+            su.problems.append(ev)
+
+    def _capture_more(self, line: str) -> None:
+        fe = self._capture
+        assert fe is not None
+        self._capture_left -= 1
+        text = line.rstrip()
+        fe.context.append(text)
+        inner = parse_event(line)
+        if isinstance(inner, FatalEvent) and fe.code in GENERIC_FATALS and inner.code not in GENERIC_FATALS:
+            fe.code, fe.title = inner.code, inner.title
+            fe.hint = inner.hint
+        if text.startswith("Possible solutions"):
+            fe.hint = text
+        elif fe.hint and fe.hint.startswith("Possible solutions") and text[:2].rstrip(".").isdigit():
+            fe.hint += "\n" + text.strip()
+
+    # -- views -------------------------------------------------------------------
+
+    def add_listener(self, cb: Callable[[Any], None]) -> None:
+        """Call ``cb(record)`` for every batch record and event (for the CLI)."""
+        self._listeners.append(cb)
+
+    @property
+    def accept_rate_meaning(self) -> str:
+        meaning = self.caps.accept_rate_meaning if self.caps else "none"
+        if meaning == "none" and self.rate_seen:
+            meaning = "with_bonus"  # builds between 0.5.3 and 0.5.4 printed it with the bonus token
+        return meaning
+
+    @property
+    def accept_rate_description(self) -> str:
+        return ACCEPT_RATE_DESCRIPTIONS[self.accept_rate_meaning]
+
+
+class FileWatcher:
+    """Sets ``event`` whenever watchdog reports a change to ``path``.
+
+    Watches the file's directory (so a file created later, or replaced, is still
+    seen).  ``start()`` returns False when watching is impossible (missing
+    directory, no inotify); callers then rely on their polling timer.
+    """
+
+    def __init__(self, path: str | Path, event: threading.Event):
+        self.path = Path(path).resolve()
+        self.event = event
+        self._observer = None
+
+    def start(self) -> bool:
+        try:
+            from watchdog.events import FileSystemEventHandler
+            from watchdog.observers import Observer
+        except ImportError:
+            return False
+        target = str(self.path)
+        wake = self.event
+
+        class _Handler(FileSystemEventHandler):
+            def on_any_event(self, ev):  # noqa: N802 (watchdog's name)
+                if ev.src_path == target or getattr(ev, "dest_path", None) == target:
+                    wake.set()
+
+        if not self.path.parent.is_dir():
+            return False
+        try:
+            obs = Observer()
+            obs.schedule(_Handler(), str(self.path.parent), recursive=False)
+            obs.daemon = True
+            obs.start()
+        except Exception:
+            return False
+        self._observer = obs
+        return True
+
+    @property
+    def active(self) -> bool:
+        return self._observer is not None and self._observer.is_alive()
+
+    def stop(self) -> None:
+        obs, self._observer = self._observer, None
+        if obs is not None:
+            obs.stop()
+            obs.join(timeout=5)

@@ -1,0 +1,292 @@
+"""Live view of one SGLang server: its log, ``/health``, ``/metrics`` and server info.
+
+``ServerMonitor`` runs one background thread per server.  The thread wakes on
+watchdog file events for the log (or every ``poll_interval_s``), reads the new
+bytes, and every ``http_interval_s`` asks the server over HTTP.  Pages call
+:meth:`ServerMonitor.snapshot`, which never does I/O.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+from backend.sglang.alerts import Alert, spec_accept_alert
+from backend.sglang.client import Metrics, Reading, ServerInfo, SglangClient
+from backend.sglang.config import ServerConfig
+from backend.sglang.ingest import FileWatcher, IngestStats, LogIngester, UnparsedLine
+from backend.sglang.launch import endpoints
+from backend.sglang.logparse import FatalEvent, Phase, PhaseEvent
+from backend.sglang.modelinfo import ModelInfoError, read_json_config
+from backend.sglang.version import Capabilities, capabilities, resolve_capabilities
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FatalInfo:
+    code: str
+    title: str
+    message: str
+    hint: str | None
+    cause: str | None  # last line of the traceback, when there is one
+    context: tuple[str, ...]
+    ts: float | None
+
+    @classmethod
+    def of(cls, ev: FatalEvent) -> "FatalInfo":
+        cause = None
+        for line in reversed(ev.context):
+            s = line.strip()
+            if s and ("Error" in s.split(":", 1)[0] or "Exception" in s.split(":", 1)[0]):
+                cause = s
+                break
+        return cls(ev.code, ev.title, ev.message, ev.hint, cause, tuple(ev.context), ev.ts)
+
+
+@dataclass(frozen=True)
+class ServerSnapshot:
+    name: str
+    taken_at: float
+    log_path: str
+    version: str
+    version_assumed: bool
+    spec_enabled: bool
+    algorithm: str | None
+    baseline_tok_s: float | None
+    # startup
+    status: str  # "no-log" | "starting" | "ready" | "failed" | "unreachable"
+    phase: str | None  # Phase name (LAUNCHED ... READY) from the log
+    phase_label: str | None
+    phase_percent: float | None
+    phase_detail: str
+    progress: float  # 0..1 over the whole startup
+    launched_ts: float | None
+    ready_ts: float | None
+    startup_events: tuple[tuple[float | None, str, str], ...]  # (ts, phase, detail)
+    fatal: FatalInfo | None
+    problems: tuple[FatalInfo, ...]  # warnings such as KV retraction, batch OOM
+    # series (plain lists, equal lengths per group)
+    decode: dict
+    prefill: dict
+    accept_rate_meaning: str
+    accept_rate_description: str
+    ranks: tuple[str, ...]
+    latest_decode: dict | None
+    latest_prefill: dict | None
+    # HTTP readings, each with its own time
+    health: Reading | None
+    metrics: Reading | None
+    server_info: Reading | None
+    alert: Alert | None
+    stats: IngestStats
+    unparsed: tuple[UnparsedLine, ...]
+    log_tail: tuple[str, ...]
+    watching: bool  # watchdog events arrive; otherwise timer polling only
+
+    @property
+    def ready(self) -> bool:
+        return self.health is not None and self.health.ok
+
+    @property
+    def lifetime_accept_len(self) -> float | None:
+        si = self.server_info
+        return si.value.avg_spec_accept_length if si is not None and si.ok and si.value else None
+
+
+def _draft_arch(cfg: ServerConfig) -> str | None:
+    path = cfg.speculative.draft_model_path
+    if not path:
+        return None
+    try:
+        archs = read_json_config(Path(path).expanduser() / "config.json").get("architectures") or []
+        return str(archs[0]) if archs else None
+    except (ModelInfoError, IndexError):
+        return None
+
+
+class ServerMonitor:
+    def __init__(self, cfg: ServerConfig, log_path: str | Path, version: Capabilities | str | None = None, *,
+                 client: SglangClient | None = None, clock: Callable[[], float] = time.time,
+                 poll_interval_s: float = 1.0, http_interval_s: float = 2.0, max_points: int = 20000,
+                 watch: bool = True, http: bool = True):
+        self.cfg = cfg
+        self.log_path = Path(log_path)
+        if isinstance(version, Capabilities):
+            self.caps = version
+        elif version:
+            self.caps = capabilities(version)
+        else:
+            self.caps = resolve_capabilities(cfg)
+        self.clock = clock
+        self.poll_interval_s = poll_interval_s
+        self.http_interval_s = http_interval_s
+        self.http_enabled = http
+        self.client = client or SglangClient(endpoints(cfg, self.caps).base_url, self.caps)
+        self.ingester = LogIngester(self.log_path, caps=self.caps, max_points=max_points)
+        self._draft_arch = _draft_arch(cfg)
+        self._lock = threading.RLock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._watcher: FileWatcher | None = FileWatcher(self.log_path, self._wake) if watch else None
+        self._health: Reading | None = None
+        self._metrics: Reading | None = None
+        self._server_info: Reading | None = None
+        self._last_http = 0.0
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._stop.clear()
+        if self._watcher is not None:
+            self._watcher.start()
+        self._thread = threading.Thread(target=self._loop, name=f"server-monitor-{self.cfg.name}", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        t, self._thread = self._thread, None
+        if t is not None:
+            t.join(timeout=timeout_s)
+        if self._watcher is not None:
+            self._watcher.stop()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.refresh()
+            except Exception:  # keep monitoring; the next pass may succeed
+                log.exception("server monitor %s: refresh failed", self.cfg.name)
+            self._wake.wait(timeout=self.poll_interval_s)
+            self._wake.clear()
+            if self._watcher is not None and not self._watcher.active and self.log_path.parent.is_dir():
+                self._watcher.start()  # the log folder appeared after we started
+
+    def set_config(self, cfg: ServerConfig, version: Capabilities | str | None = None) -> None:
+        """Use a new config after a relaunch (same log path)."""
+        with self._lock:
+            self.cfg = cfg
+            if version is not None:
+                self.caps = version if isinstance(version, Capabilities) else capabilities(version)
+                self.ingester.caps = self.caps
+            self._draft_arch = _draft_arch(cfg)
+            self.client = SglangClient(endpoints(cfg, self.caps).base_url, self.caps)
+            self._health = self._metrics = self._server_info = None
+
+    # -- work ---------------------------------------------------------------------
+
+    def refresh(self, *, http: bool | None = None) -> int:
+        """Read new log bytes, and ask the server over HTTP when due (or when ``http``)."""
+        with self._lock:
+            n = self.ingester.poll()
+        due = self.http_enabled if http is None else http
+        if due and (http or self.clock() - self._last_http >= self.http_interval_s):
+            self._poll_http()
+        return n
+
+    def _poll_http(self) -> None:
+        self._last_http = self.clock()
+        client = self.client
+        health = client.health()
+        metrics = server_info = None
+        if health.status is not None:  # something answers on the port
+            if self.cfg.enable_metrics:
+                metrics = client.metrics()
+            if health.ok:
+                server_info = client.server_info()
+        with self._lock:
+            self._health = health
+            if metrics is not None:
+                self._metrics = metrics if metrics.ok or self._metrics is None else self._metrics_failed(metrics)
+            if server_info is not None:
+                self._server_info = server_info if server_info.ok or self._server_info is None \
+                    else replace(self._server_info, ok=False, error=server_info.error)
+
+    def _metrics_failed(self, r: Reading) -> Reading:
+        old = self._metrics
+        return replace(old, ok=False, error=r.error) if old is not None else r
+
+    # -- snapshot -------------------------------------------------------------------
+
+    def snapshot(self) -> ServerSnapshot:
+        now = self.clock()
+        with self._lock:
+            ing = self.ingester
+            su = ing.startup
+            cfg = self.cfg
+            decode = ing.decode.as_lists()
+            spec_on = cfg.spec_enabled or ing.spec_seen
+            si = self._server_info
+            if si is not None and si.ok and si.value and si.value.speculative_algorithm:
+                spec_on = True
+            algorithm = cfg.speculative.algorithm
+            if si is not None and si.ok and si.value and si.value.speculative_algorithm:
+                algorithm = si.value.speculative_algorithm
+            ready_ts = su.ready_ts
+            if ready_ts is None and self._health is not None and self._health.ok and su.run_index == 0 \
+                    and su.phase is None:
+                ready_ts = self._health.at  # no startup lines seen (log rotated): ready since first 200
+            alert = spec_accept_alert(zip(decode["ts"], decode["accept_len"]), spec_on=spec_on,
+                                      ready_ts=ready_ts, now=now, algorithm=algorithm,
+                                      draft_arch=self._draft_arch)
+            fatal = FatalInfo.of(su.fatal) if su.fatal is not None else None
+            health = self._health
+            if fatal is not None:
+                status = "failed"
+            elif health is not None and health.ok:
+                status = "ready"
+            elif su.phase is not None and su.phase < Phase.READY:
+                status = "starting"
+            elif su.phase is None:
+                status = "no-log" if not self.log_path.exists() else "starting"
+            else:
+                status = "unreachable" if health is not None else "ready"
+            phase = su.phase
+            return ServerSnapshot(
+                name=cfg.name,
+                taken_at=now,
+                log_path=str(self.log_path),
+                version=self.caps.version,
+                version_assumed=self.caps.assumed,
+                spec_enabled=spec_on,
+                algorithm=algorithm,
+                baseline_tok_s=cfg.baseline_tok_s,
+                status=status,
+                phase=phase.name if phase is not None else None,
+                phase_label=phase.label if phase is not None else None,
+                phase_percent=su.percent,
+                phase_detail=su.detail,
+                progress=su.progress,
+                launched_ts=su.launched_ts,
+                ready_ts=ready_ts,
+                startup_events=tuple((e.ts, e.phase.name, e.detail) for e in su.events if isinstance(e, PhaseEvent)),
+                fatal=fatal,
+                problems=tuple(FatalInfo.of(p) for p in su.problems),
+                decode=decode,
+                prefill=ing.prefill.as_lists(),
+                accept_rate_meaning=ing.accept_rate_meaning,
+                accept_rate_description=ing.accept_rate_description,
+                ranks=tuple(sorted(ing.ranks_seen)),
+                latest_decode=ing.last_decode.to_dict() if ing.last_decode else None,
+                latest_prefill=ing.last_prefill.to_dict() if ing.last_prefill else None,
+                health=health,
+                metrics=self._metrics,
+                server_info=si,
+                alert=alert,
+                stats=replace(ing.stats),
+                unparsed=tuple(ing.unparsed),
+                log_tail=tuple(ing.tail),
+                watching=self._watcher is not None and self._watcher.active,
+            )

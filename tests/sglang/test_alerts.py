@@ -1,0 +1,48 @@
+"""The accept_len alert: pure function over (time, accept_len) points and the ready time."""
+
+from __future__ import annotations
+
+from backend.sglang.alerts import spec_accept_alert
+
+READY = 1000.0
+
+
+def pts(*vals, start=READY + 1, step=2.0):
+    return [(start + i * step, v) for i, v in enumerate(vals)]
+
+
+def test_fires_on_three_lines_at_one():
+    a = spec_accept_alert(pts(1.0, 1.0, 1.02), spec_on=True, ready_ts=READY, now=READY + 6,
+                          algorithm="EAGLE", draft_arch="LlamaForCausalLMEagle3")
+    assert a is not None and a.severity == "error"
+    assert a.since == READY + 5
+    text = " ".join(a.causes)
+    assert "EAGLE3" in text and "aux" in text.lower() and "LlamaForCausalLMEagle3" in text
+    assert "1.05" in a.message
+
+
+def test_not_before_three_lines_or_sixty_seconds():
+    assert spec_accept_alert(pts(1.0, 1.0), spec_on=True, ready_ts=READY, now=READY + 30) is None
+    a = spec_accept_alert(pts(1.0, 1.0), spec_on=True, ready_ts=READY, now=READY + 61)
+    assert a is not None and a.since == READY + 60
+
+
+def test_never_for_a_working_draft_or_without_speculation():
+    good = pts(2.1, 1.9, 2.3, 2.0)
+    assert spec_accept_alert(good, spec_on=True, ready_ts=READY, now=READY + 120) is None
+    assert spec_accept_alert(pts(1.0, 1.0, 1.0), spec_on=False, ready_ts=READY, now=READY + 120) is None
+    assert spec_accept_alert(pts(1.0, 1.0, 1.0), spec_on=True, ready_ts=None, now=READY + 120) is None
+    # one good line among the first three is enough to stay quiet
+    assert spec_accept_alert(pts(1.0, 1.6, 1.0), spec_on=True, ready_ts=READY, now=READY + 120) is None
+
+
+def test_lines_before_ready_and_without_accept_len_are_ignored():
+    before = [(READY - 5, 1.0), (READY - 3, 1.0), (READY - 1, 1.0)]
+    assert spec_accept_alert(before, spec_on=True, ready_ts=READY, now=READY + 10) is None
+    mixed = before + [(READY + 1, None)] + pts(1.0, 1.0, 1.0, start=READY + 2)
+    assert spec_accept_alert(mixed, spec_on=True, ready_ts=READY, now=READY + 10) is not None
+
+
+def test_threshold_boundary():
+    assert spec_accept_alert(pts(1.05, 1.05, 1.05), spec_on=True, ready_ts=READY, now=READY + 7) is not None
+    assert spec_accept_alert(pts(1.05, 1.06, 1.05), spec_on=True, ready_ts=READY, now=READY + 7) is None
