@@ -22,15 +22,12 @@ Also honoured as SGLang does: SGLANG_LOG_MS (0.5.10+), SGLANG_LOG_FORWARD_ITERS 
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
 import signal
 import sys
 import threading
 import time
-import uuid
-from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -494,7 +491,8 @@ class Sim:
                 need = draft.fc_in
         if need is None or need == width:
             return
-        self.fail_here("draft-shape", _frames("cuda_graph_runner" if at == "graph" else "eagle_worker"),
+        where = "cuda_graph_runner" if at == "graph" else ("eagle_worker" if draft.is_eagle3 else "eagle_worker_v1")
+        self.fail_here("draft-shape", _frames(where),
                        f"RuntimeError: mat1 and mat2 shapes cannot be multiplied (1x{width} and "
                        f"{need}x{draft.hidden_size})")
 
@@ -549,6 +547,9 @@ def _frames(where: str) -> list[str]:
         "eagle_worker": [("managers/scheduler.py", 1130, "event_loop_normal"),
                          ("speculative/eagle_worker.py", 410, "forward_batch_generation"),
                          ("models/llama_eagle3.py", 150, "forward")],
+        "eagle_worker_v1": [("managers/scheduler.py", 1130, "event_loop_normal"),
+                            ("speculative/eagle_worker.py", 410, "forward_batch_generation"),
+                            ("models/llama_eagle.py", 110, "forward")],
         "model_config": [("managers/scheduler.py", 2960, "run_scheduler_process"),
                          ("speculative/eagle_worker.py", 90, "__init__"),
                          ("configs/model_config.py", 120, "__init__")],
