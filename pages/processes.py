@@ -1,0 +1,165 @@
+"""Processes: every managed process, its state, its log, and start/stop/restart."""
+
+from __future__ import annotations
+
+import shlex
+import time
+
+import pandas as pd
+import streamlit as st
+
+from state import audit
+from ui import fmt
+from ui.components import confirm_box, freshness, page_header
+from ui.context import actor, runtime
+
+REFRESH_S = 2
+TAIL_KEEP_CHARS = 64_000
+
+rt = runtime()
+sup = rt.supervisor
+
+page_header("Processes", "Everything Specdeck runs for you: servers, regeneration, training and "
+            "benchmarks. They keep running when this tab or the dashboard closes.")
+
+
+def _state(v) -> str:
+    return str(getattr(v.state, "value", v.state))
+
+
+def _kind(v) -> str:
+    return str(getattr(v.kind, "value", v.kind))
+
+
+@st.fragment(run_every=REFRESH_S)
+def overview() -> None:
+    views = sup.views()
+    if not views:
+        st.info("No managed processes yet: add a `[[process]]` entry to "
+                f"`{rt.workspace.config_path}` and reload.", icon="ℹ️")
+        return
+    states = [_state(v) for v in views]
+    failed = sum(1 for v in views if _state(v) == "FATAL" or (_state(v) == "EXITED" and v.exit_code not in (0, None)))
+    c = st.columns(4)
+    c[0].metric("Running", states.count("RUNNING"))
+    c[1].metric("Starting / backoff", sum(states.count(s) for s in ("STARTING", "BACKOFF", "STOPPING")))
+    c[2].metric("Failed", failed)
+    c[3].metric("Managed", len(views))
+    rows = []
+    for v in views:
+        rows.append({
+            "name": v.name,
+            "kind": _kind(v),
+            "state": fmt.state_text(_state(v), v.exit_code),
+            "uptime": fmt.duration(v.uptime_s) if v.uptime_s is not None else "",
+            "pid": "" if v.pid is None else str(v.pid),
+            "exit code": "" if v.exit_code is None else str(v.exit_code),
+            "readiness": v.readiness + (" ✓" if v.ready else "") if v.readiness != "none" else "none",
+            "restarts": v.tries,
+            "since": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(v.state_since)) if v.state_since else "",
+            "detail": v.detail or "",
+        })
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    freshness(time.time(), REFRESH_S)
+
+
+overview()
+
+views = sup.views()
+names = [v.name for v in views]
+if not names:
+    st.stop()
+
+st.subheader("Control")
+with st.container(border=True):
+    default = st.session_state.get("proc-selected")
+    name = st.selectbox("Process", names, index=names.index(default) if default in names else 0,
+                        key="proc-selected")
+    v = sup.view(name)
+    state = _state(v)
+    active = state in ("STARTING", "RUNNING", "STOPPING", "BACKOFF")
+    st.markdown(f"{fmt.state_badge(state, v.exit_code).markdown()} &nbsp; **{v.name}** · {_kind(v)}"
+                + (f" · pid {v.pid}" if v.pid else ""))
+    st.code(shlex.join(v.spec.argv), language="bash")
+    b1, b2, b3, _ = st.columns([1, 1, 1, 3])
+    if b1.button("Start", key="btn-start", disabled=active, icon=":material/play_arrow:"):
+        st.session_state["confirm-start"] = True
+    if b2.button("Stop", key="btn-stop", disabled=not active, icon=":material/stop:"):
+        st.session_state["confirm-stop"] = True
+    if b3.button("Restart", key="btn-restart", icon=":material/restart_alt:"):
+        st.session_state["confirm-restart"] = True
+
+    def _do(action: str) -> None:
+        try:
+            if action == "start":
+                sup.start(name, actor=actor(), source="dashboard")
+            elif action == "stop":
+                sup.stop(name, actor=actor(), source="dashboard", wait=False)
+            else:
+                sup.restart(name, actor=actor(), source="dashboard", wait=False)
+        except Exception as exc:  # refused or failed; the supervisor audited it
+            st.error(f"Could not {action} **{name}**: {exc}")
+        else:
+            st.toast(f"{action.capitalize()} requested for {name}", icon="✅")
+
+    for action, question in (
+        ("start", f"Start **{name}** with the command above?"),
+        ("stop", f"Stop **{name}**? It gets SIGTERM, then SIGKILL after "
+                 f"{v.spec.stop_grace_s:.0f} s, with everything it started."),
+        ("restart", f"Restart **{name}**? The running process is stopped first."),
+    ):
+        if confirm_box(f"confirm-{action}", question, confirm_label=f"Yes, {action}") is True:
+            _do(action)
+
+st.subheader(f"Log · {name}")
+st.caption(f"`{v.log_path}`")
+
+
+@st.fragment(run_every=REFRESH_S)
+def log_tail(proc: str) -> None:
+    key = f"tail-{proc}"
+    buf = st.session_state.get(key)
+    if buf is None:
+        text, offset = sup.tail_last(proc, lines=200)
+        buf = {"text": text, "offset": offset, "inode": None}
+    else:
+        chunk = sup.tail(proc, buf["offset"], inode=buf.get("inode"))
+        if chunk.reset:
+            buf = {"text": chunk.text, "offset": chunk.offset, "inode": chunk.inode}
+        else:
+            buf = {"text": (buf["text"] + chunk.text)[-TAIL_KEEP_CHARS:], "offset": chunk.offset,
+                   "inode": chunk.inode}
+    st.session_state[key] = buf
+    st.code(buf["text"] or "(log is empty)", language=None, height=360)
+    freshness(time.time(), REFRESH_S, "log read")
+
+
+log_tail(name)
+
+c1, c2 = st.columns(2)
+with c1:
+    st.subheader("State history")
+    hist = sup.history(name)
+    hdf = pd.DataFrame([{
+        "at": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.at)),
+        "from": e.from_state or "", "to": e.to_state, "pid": e.pid,
+        "exit code": e.exit_code, "detail": e.detail,
+    } for e in reversed(hist)])
+    if hdf.empty:
+        st.caption("No transitions yet.")
+    else:
+        st.dataframe(hdf, hide_index=True, width="stretch", height=280)
+with c2:
+    st.subheader("Audit log")
+    entries = audit.recent(rt.store, limit=200)
+    adf = pd.DataFrame([{
+        "at": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.at)),
+        "actor": e.actor, "source": e.source, "action": e.action, "target": e.target,
+        "outcome": e.outcome, "detail": e.detail,
+    } for e in entries])
+    if adf.empty:
+        st.caption("No control actions yet.")
+    else:
+        st.dataframe(adf, hide_index=True, width="stretch", height=280)
+        st.download_button("Download audit log (CSV)", adf.to_csv(index=False), "audit.csv",
+                           mime="text/csv")

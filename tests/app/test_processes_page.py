@@ -1,0 +1,106 @@
+"""AppTest of the Processes page against a real runtime and real child processes."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from backend import runtime as runtime_mod
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _config(py: str) -> str:
+    return f"""
+[workspace]
+name = "apptest"
+
+[[process]]
+name = "ticker"
+argv = [{py!r}, "-m", "backend.demo", "ticker", "--interval", "0.2"]
+cwd = {str(REPO)!r}
+autostart = true
+stop_grace_s = 5
+
+[[process]]
+name = "oneshot"
+kind = "benchmark"
+argv = [{py!r}, "-c", "import sys; print(1); sys.exit(3)"]
+""".replace("'", '"')
+
+
+@pytest.fixture
+def workspace(tmp_path, monkeypatch):
+    (tmp_path / "specdeck.toml").write_text(_config(sys.executable))
+    monkeypatch.setenv("SPECDECK_WORKSPACE", str(tmp_path))
+    yield tmp_path
+    rt = runtime_mod._runtimes.get(tmp_path.resolve())
+    if rt is not None:
+        for v in rt.supervisor.views():
+            if v.pid and str(getattr(v.state, "value", v.state)) in ("STARTING", "RUNNING", "STOPPING", "BACKOFF"):
+                rt.supervisor.stop(v.name, actor="test", source="test", wait=True)
+    runtime_mod.close_all()
+
+
+def _wait_state(rt, name: str, states: set[str], timeout: float = 20.0) -> str:
+    deadline = time.time() + timeout
+    state = ""
+    while time.time() < deadline:
+        rt.supervisor.poll()
+        v = rt.supervisor.view(name)
+        state = str(getattr(v.state, "value", v.state))
+        if state in states:
+            return state
+        time.sleep(0.1)
+    raise AssertionError(f"{name} stayed {state}, wanted {states}")
+
+
+def _processes_page(at: AppTest) -> AppTest:
+    at.run()
+    at.switch_page("pages/processes.py")
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+@pytest.mark.timeout(90)
+def test_stop_button_stops_the_process_and_is_audited(workspace):
+    rt = runtime_mod.get_runtime()
+    _wait_state(rt, "ticker", {"RUNNING"})
+    at = _processes_page(AppTest.from_file(str(REPO / "app.py"), default_timeout=30))
+
+    assert any("Processes" in t.value for t in at.title)
+    table = at.dataframe[0].value
+    row = table[table["name"] == "ticker"].iloc[0]
+    assert "RUNNING" in row["state"]
+    assert int(row["pid"]) == rt.supervisor.view("ticker").pid
+
+    at.selectbox(key="proc-selected").select("ticker").run()
+    at.button(key="btn-stop").click().run()
+    # a confirmation is asked first: nothing stopped yet
+    assert any("Stop **ticker**" in w.value for w in at.warning)
+    assert str(rt.supervisor.view("ticker").state.value) == "RUNNING"
+    at.button(key="confirm-stop-yes").click().run()
+    assert not at.exception, at.exception
+
+    assert _wait_state(rt, "ticker", {"EXITED"}) == "EXITED"
+    from state import audit
+
+    entries = [e for e in audit.recent(rt.store, limit=20) if e.target == "ticker" and e.action == "stop"]
+    assert entries and entries[0].source == "dashboard"
+
+
+@pytest.mark.timeout(90)
+def test_exited_process_shows_its_exit_code(workspace):
+    rt = runtime_mod.get_runtime()
+    rt.supervisor.start("oneshot", actor="test", source="test")
+    _wait_state(rt, "oneshot", {"EXITED"})
+    at = _processes_page(AppTest.from_file(str(REPO / "app.py"), default_timeout=30))
+    table = at.dataframe[0].value
+    row = table[table["name"] == "oneshot"].iloc[0]
+    assert "EXITED 3" in row["state"]
+    assert int(row["exit code"]) == 3

@@ -1,0 +1,106 @@
+"""Browser smoke test: `streamlit run app.py` headless, Debian's Chromium
+loads every page, finds no exception element, and saves a screenshot of
+each page under artifacts/screenshots/."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CHROMIUM = "/usr/bin/chromium"
+SHOTS = REPO / "artifacts" / "screenshots"
+PAGES = [("servers", "Servers"), ("processes", "Processes"), ("gpus", "GPUs")]
+
+pytestmark = pytest.mark.browser
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def dashboard(tmp_path_factory):
+    home = tmp_path_factory.mktemp("e2e-home")
+    port = _free_port()
+    env = dict(os.environ, SPECDECK_HOME=str(home), PYTHONUNBUFFERED="1")
+    env.pop("SPECDECK_WORKSPACE", None)
+    log = open(home / "streamlit.log", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+         "--server.headless", "true", "--global.developmentMode", "false"],
+        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/_stcore/health", timeout=2) as r:
+                    if r.read().strip() == b"ok":
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError("streamlit did not become healthy: "
+                                   + (home / "streamlit.log").read_text(errors="replace")[-2000:])
+            time.sleep(0.5)
+        yield url, home
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+        # end the demo workspace's managed processes too
+        subprocess.run([sys.executable, "-m", "backend.cli", "--workspace", str(home / "demo"),
+                        "processes", "stop-all"], cwd=REPO, env=env, timeout=60,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+@pytest.mark.timeout(240)
+def test_every_page_loads_without_exception(dashboard):
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: scripts/test installs Debian's chromium (apt-get install chromium)")
+    from playwright.sync_api import expect, sync_playwright
+
+    url, _home = dashboard
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    present = [(slug, title) for slug, title in PAGES if (REPO / "pages" / f"{slug}.py").exists()]
+    assert present, "no pages found"
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM, headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--no-first-run"],
+        )
+        try:
+            page = browser.new_page(viewport={"width": 1600, "height": 1200})
+            # the frame runs first, so st.navigation (not the pages/ folder) defines the pages
+            page.goto(url, wait_until="domcontentloaded")
+            page.wait_for_selector("[data-testid='stAppViewContainer']", timeout=30_000)
+            expect(page.get_by_text("Workspace:").first).to_be_visible(timeout=30_000)
+            for slug, title in present:
+                page.locator("[data-testid='stSidebarNav'] a").filter(has_text=title).first.click()
+                page.wait_for_selector("[data-testid='stApp'][data-test-connection-state='CONNECTED']",
+                                       timeout=30_000)
+                expect(page.get_by_role("heading", name=title).first).to_be_visible(timeout=30_000)
+                page.wait_for_timeout(2500)  # let the first live fragments draw
+                page.screenshot(path=str(SHOTS / f"{slug}.png"), full_page=True)
+                expect(page.get_by_text("Workspace:").first).to_be_visible()
+                exc = page.locator("[data-testid='stException']")
+                assert exc.count() == 0, f"{slug}: exception shown: {exc.first.inner_text()[:2000]}"
+        finally:
+            browser.close()
