@@ -17,12 +17,13 @@ import os
 import threading
 from collections import deque
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, Callable
 
 from backend.sglang.logparse import (
     BadBatchLine, DecodeBatch, FatalEvent, Phase, PhaseEvent, PrefillBatch,
-    looks_like_prefixed_line, parse_batch, parse_event, parse_prefix, _TS_RE,
+    looks_like_prefixed_line, parse_batch_lines, parse_event, parse_prefix, rank_label, _TS_RE,
 )
 from backend.sglang.version import ACCEPT_RATE_DESCRIPTIONS, Capabilities
 
@@ -126,7 +127,7 @@ class LogIngester:
         self.unparsed: deque[UnparsedLine] = deque(maxlen=20)
         self.stats = IngestStats()
         self.startup = StartupState()
-        self.ranks_seen: set[str] = set()
+        self.ranks_seen: set[tuple] = set()  # rank tags as parsed, e.g. (("DP", 0), ("TP", 0))
         self.spec_seen = False  # a decode line carried accept len
         self.rate_seen = False
         self.last_decode: DecodeBatch | None = None
@@ -223,40 +224,26 @@ class LogIngester:
         st = self.stats
         base = st.lines
         st.lines += len(lines)
-        dec_append = self.decode.append
-        pre_append = self.prefill.append
-        ranks_seen = self.ranks_seen
+        cand = [i for i, line in enumerate(lines) if "batch" in line]
+        recs, bad = parse_batch_lines([lines[i] for i in cand]) if cand else ([], [])
+        for j, reason in bad:
+            st.unparsed_lines += 1
+            self.unparsed.append(UnparsedLine(base + cand[j] + 1, reason, lines[cand[j]][:400]))
+        if recs:
+            self._add_records(recs)
+        # every other line: access log, startup and failure lines, in order
+        if len(cand) == len(lines) and not bad and all(r is not None for r in recs):
+            others: list[int] = []
+        elif cand:
+            done = {cand[j] for j, r in enumerate(recs) if r is not None}
+            done.update(cand[j] for j, _ in bad)
+            others = [i for i in range(len(lines)) if i not in done]
+        else:
+            others = range(len(lines))
         listeners = self._listeners
-        for n, line in enumerate(lines):
-            if "batch" in line:
-                try:
-                    rec = parse_batch(line)
-                except BadBatchLine as exc:
-                    st.unparsed_lines += 1
-                    self.unparsed.append(UnparsedLine(base + n + 1, str(exc), line[:400]))
-                    continue
-                if rec is not None:
-                    rank = " ".join(f"{a}{b}" for a, b in rec.ranks) if rec.ranks else ""
-                    if rank not in ranks_seen:
-                        ranks_seen.add(rank)
-                    if rec.kind == "decode":
-                        st.decode_lines += 1
-                        dec_append(rec.ts, rec.accept_len, rec.accept_rate, rec.gen_throughput, rec.running_req,
-                                   rec.queue_req, rec.token_usage, rec.graph, rank)
-                        if rec.accept_len is not None:
-                            self.spec_seen = True
-                            if rec.accept_rate is not None:
-                                self.rate_seen = True
-                        self.last_decode = rec
-                    else:
-                        st.prefill_lines += 1
-                        pre_append(rec.ts, rec.new_seq, rec.new_token, rec.cached_token, rec.input_throughput,
-                                   rec.running_req, rec.queue_req, rec.token_usage, rank)
-                        self.last_prefill = rec
-                    if listeners:
-                        for cb in listeners:
-                            cb(rec)
-                    continue
+        emitted: list[tuple[int, Any]] = []
+        for i in others:
+            line = lines[i]
             if 'HTTP/1.' in line:
                 st.http_lines += 1
                 if "model_info HTTP" in line and self.startup.phase is not None \
@@ -281,10 +268,42 @@ class LogIngester:
             else:
                 self._on_fatal(ev)
             if listeners:
+                emitted.append((i, ev))
+        if listeners:
+            emitted.extend((cand[j], r) for j, r in enumerate(recs) if r is not None)
+            emitted.sort(key=lambda x: x[0])
+            for _, rec in emitted:
                 for cb in listeners:
-                    cb(ev)
+                    cb(rec)
         if lines:
             self.tail.extend(lines[-self.tail.maxlen:])
+
+    def _add_records(self, recs: list) -> None:
+        st = self.stats
+        decs = [r for r in recs if r is not None and r.kind == "decode"]
+        pres = [r for r in recs if r is not None and r.kind == "prefill"]
+        st.decode_lines += len(decs)
+        st.prefill_lines += len(pres)
+        keep = self.max_points
+        if decs:
+            self.last_decode = decs[-1]
+            tail = decs[-keep:]
+            d = self.decode.data
+            for col in DECODE_COLUMNS[:-1]:
+                d[col].extend(map(attrgetter(col), tail))
+            d["rank"].extend([rank_label(r.ranks) if r.ranks else "" for r in tail])
+            if not self.spec_seen and any(r.accept_len is not None for r in decs):
+                self.spec_seen = True
+            if not self.rate_seen and any(r.accept_rate is not None for r in decs):
+                self.rate_seen = True
+        if pres:
+            self.last_prefill = pres[-1]
+            tail = pres[-keep:]
+            d = self.prefill.data
+            for col in PREFILL_COLUMNS[:-1]:
+                d[col].extend(map(attrgetter(col), tail))
+            d["rank"].extend([rank_label(r.ranks) if r.ranks else "" for r in tail])
+        self.ranks_seen.update({r.ranks for r in decs} | {r.ranks for r in pres})
 
     def _on_phase(self, ev: PhaseEvent) -> None:
         su = self.startup

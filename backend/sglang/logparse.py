@@ -19,6 +19,7 @@ import re
 import time
 from dataclasses import asdict, dataclass, field
 from enum import IntEnum
+from operator import itemgetter
 from typing import Any, Union
 
 
@@ -45,7 +46,7 @@ class DecodeBatch:
 
     @property
     def rank_label(self) -> str:
-        return " ".join(f"{n}{i}" for n, i in self.ranks)
+        return rank_label(self.ranks)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -74,7 +75,7 @@ class PrefillBatch:
 
     @property
     def rank_label(self) -> str:
-        return " ".join(f"{n}{i}" for n, i in self.ranks)
+        return rank_label(self.ranks)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -152,11 +153,11 @@ _CACHE_MAX = 8192
 
 
 def _epoch(date: str, hms: str) -> float | None:
-    key = date + hms
+    key = date + " " + hms
     v = _second_cache.get(key)
     if v is None and key not in _second_cache:
         try:
-            v = time.mktime(time.strptime(date + " " + hms, "%Y-%m-%d %H:%M:%S"))
+            v = time.mktime(time.strptime(key, "%Y-%m-%d %H:%M:%S"))
         except (ValueError, OverflowError):
             v = None
         if len(_second_cache) > _CACHE_MAX:
@@ -165,11 +166,104 @@ def _epoch(date: str, hms: str) -> float | None:
     return v
 
 
-def parse_prefix(prefix: str) -> tuple[float | None, str, tuple, int | None]:
-    """(epoch seconds, timestamp text, rank tags, Ray pid) of a line prefix."""
-    hit = _prefix_cache.get(prefix)
+_rank_cache: dict[str, tuple] = {}
+_ray_cache: dict[str, int | None] = {}
+_label_cache: dict[tuple, str] = {}
+
+
+def _ranks_of(tags: str) -> tuple:
+    r = _rank_cache.get(tags)
+    if r is None:
+        r = tuple((n, int(i)) for n, i in _RANK_RE.findall(tags))
+        if len(_rank_cache) > _CACHE_MAX:
+            _rank_cache.clear()
+        _rank_cache[tags] = r
+    return r
+
+
+def rank_label(ranks: tuple) -> str:
+    """``(("DP", 0), ("TP", 0))`` → ``"DP0 TP0"`` (cached)."""
+    lab = _label_cache.get(ranks)
+    if lab is None:
+        lab = " ".join(f"{n}{i}" for n, i in ranks)
+        if len(_label_cache) > _CACHE_MAX:
+            _label_cache.clear()
+        _label_cache[ranks] = lab
+    return lab
+
+
+_rest_cache: dict[str, tuple[float, str, tuple]] = {}
+
+
+def _bracket_rest(rest: str) -> tuple[float, str, tuple]:
+    """What follows 'YYYY-MM-DD HH:MM:SS' in the bracket: (fraction of a second, its text, rank tags)."""
+    hit = _rest_cache.get(rest)
     if hit is not None:
         return hit
+    frac, frac_text, i = 0.0, "", 0
+    if rest[:1] in (".", ","):
+        j = 1
+        while rest[j:j + 1].isdigit():
+            j += 1
+        if j > 1:
+            frac = int(rest[1:j]) / (10 ** (j - 1))
+            frac_text = rest[:j]
+        i = j
+    close = rest.find("]", i)
+    tags = rest[i:close] if close >= 0 else rest[i:]
+    out = (frac, frac_text, _ranks_of(tags) if tags.strip() else ())
+    if len(_rest_cache) > _CACHE_MAX:
+        _rest_cache.clear()
+    _rest_cache[rest] = out
+    return out
+
+
+def parse_prefix(prefix: str) -> tuple[float | None, str, tuple, int | None]:
+    """(epoch seconds, timestamp text, rank tags, Ray pid) of a line prefix.
+
+    Timestamps change on every line, so the usual ``[YYYY-MM-DD HH:MM:SS...]``
+    bracket is read by position, with small caches for the parts that repeat
+    (the second, the milliseconds-and-tags tail, the Ray actor prefix).
+    """
+    b = prefix.find("[")
+    if b >= 0 and prefix[b + 5:b + 6] == "-" and prefix[b + 14:b + 15] == ":" and prefix[b + 20:b + 21] in (
+            "]", " ", ".", ","):
+        day_sec = prefix[b + 1:b + 20]
+        ts = _second_cache.get(day_sec)
+        if ts is None:
+            ts = _epoch(day_sec[:10], day_sec[11:])
+            if ts is not None:
+                _second_cache[day_sec] = ts
+        rest = prefix[b + 20:]
+        if rest[:1] == "." and rest[1:4].isdigit() and not rest[4:5].isdigit():
+            # SGLANG_LOG_MS: three digits, different on every line; keep them out of the cache
+            frac, frac_text = int(rest[1:4]) / 1000.0, rest[:4]
+            ranks = _bracket_rest(rest[4:])[2]
+        else:
+            frac, frac_text, ranks = _bracket_rest(rest)
+        if ts is not None and frac:
+            ts += frac
+        if not b:
+            return (ts, day_sec + frac_text if frac_text else day_sec, ranks, None)
+        head = prefix[:b]
+        ray_pid = _ray_cache.get(head, -1)
+        if ray_pid == -1:
+            r = _RAY_RE.match(head)
+            ray_pid = int(r.group(1)) if r else None
+            if len(_ray_cache) > _CACHE_MAX:
+                _ray_cache.clear()
+            _ray_cache[head] = ray_pid
+        return (ts, day_sec + frac_text if frac_text else day_sec, ranks, ray_pid)
+    hit = _prefix_cache.get(prefix)
+    if hit is None:
+        hit = _parse_prefix_slow(prefix)
+        if len(_prefix_cache) > _CACHE_MAX:
+            _prefix_cache.clear()
+        _prefix_cache[prefix] = hit
+    return hit
+
+
+def _parse_prefix_slow(prefix: str) -> tuple[float | None, str, tuple, int | None]:
     ts = None
     ts_text = ""
     ranks: tuple = ()
@@ -183,14 +277,10 @@ def parse_prefix(prefix: str) -> tuple[float | None, str, tuple, int | None]:
         end = prefix.find("]", m.end())
         seg = prefix[m.end(): end if end >= 0 else len(prefix)]
         if seg.strip() and prefix[m.start() - 1: m.start()] == "[":
-            ranks = tuple((n, int(i)) for n, i in _RANK_RE.findall(seg))
+            ranks = _ranks_of(seg)
     r = _RAY_RE.match(prefix)
     ray_pid = int(r.group(1)) if r else None
-    out = (ts, ts_text, ranks, ray_pid)
-    if len(_prefix_cache) > _CACHE_MAX:
-        _prefix_cache.clear()
-    _prefix_cache[prefix] = out
-    return out
+    return (ts, ts_text, ranks, ray_pid)
 
 
 # -- batch lines -------------------------------------------------------------------
@@ -296,33 +386,25 @@ def _make_plan(keys: tuple) -> tuple:
             conv = _BOOL
         names.append(name)
         convs.append(conv)
-    plan = (tuple(names), tuple(convs), graph_label)
+    pos = {n: i for i, n in enumerate(names)}
+    none_idx = len(names)  # rows carry one trailing None for absent fields
+
+    def at(*alts: str) -> int:
+        for a in alts:
+            if a in pos:
+                return pos[a]
+        return none_idx
+
+    dec = itemgetter(at("running_req"), at("queue_req"), at("num_token", "full_token"),
+                     at("token_usage", "full_token_usage"), at("accept_len"), at("accept_rate"), at("graph"),
+                     at("gen_throughput"))
+    pre = itemgetter(at("new_seq"), at("new_token"), at("cached_token"), at("token_usage", "full_token_usage"),
+                     at("running_req"), at("queue_req"), at("graph"), at("input_throughput"))
+    plan = (tuple(names), tuple(convs), graph_label, dec, pre)
     if len(_plans) > 1024:
         _plans.clear()
     _plans[keys] = plan
     return plan
-
-
-def _parse_body(body: str) -> tuple[dict, str | None]:
-    """``key: value, key: value`` → (typed fields, graph label or None)."""
-    parts = body.rstrip(", \n\r").replace(": ", ", ").split(", ")
-    if len(parts) & 1:
-        raise BadBatchLine(f"no 'key: value' in {parts[-1]!r}")
-    keys = tuple(parts[0::2])
-    plan = _plans.get(keys)
-    if plan is None:
-        plan = _make_plan(keys)
-    names, convs, graph_label = plan
-    vals = parts[1::2]
-    try:
-        return dict(zip(names, [c(v) for c, v in zip(convs, vals)])), graph_label
-    except (ValueError, KeyError):
-        for k, c, v in zip(keys, convs, vals):
-            try:
-                c(v)
-            except (ValueError, KeyError):
-                raise BadBatchLine(f"field {k!r}: {v!r} is not a valid value") from None
-        raise
 
 
 def _split_label(line: str, p: int, label_len: int) -> tuple[int | None, int] | None:
@@ -356,44 +438,110 @@ def parse_batch(line: str) -> DecodeBatch | PrefillBatch | None:
     Raises :class:`BadBatchLine` when the line carries a batch label but its
     fields cannot be read (callers count these as unparsed).
     """
-    p = line.find("Decode batch")
-    if p >= 0:
-        lab = _split_label(line, p, 12)
-        if lab is None:
-            return None
-        it, start = lab
-        body = line[start:].strip()
-        fields, glabel = _parse_body(body)
-        if not fields:
-            raise BadBatchLine("no fields after the batch label")
-        ts, ts_text, ranks, ray = parse_prefix(line[:p])
-        g = fields.get
-        num_token = g("num_token")
-        if num_token is None:
-            num_token = g("full_token")
-        usage = g("token_usage")
-        if usage is None:
-            usage = g("full_token_usage")
-        return DecodeBatch(ts, ts_text, ranks, ray, it, g("running_req"), g("queue_req"), num_token, usage,
-                           g("accept_len"), g("accept_rate"), glabel, g("graph"), g("gen_throughput"), fields)
-    p = line.find("Prefill batch")
-    if p >= 0:
-        lab = _split_label(line, p, 13)
-        if lab is None:
-            return None
-        it, start = lab
-        body = line[start:].strip()
-        fields, glabel = _parse_body(body)
-        if not fields:
-            raise BadBatchLine("no fields after the batch label")
-        ts, ts_text, ranks, ray = parse_prefix(line[:p])
-        g = fields.get
-        usage = g("token_usage")
-        if usage is None:
-            usage = g("full_token_usage")
-        return PrefillBatch(ts, ts_text, ranks, ray, it, g("new_seq"), g("new_token"), g("cached_token"), usage,
-                            g("running_req"), g("queue_req"), glabel, g("graph"), g("input_throughput"), fields)
-    return None
+    recs, bad = parse_batch_lines([line])
+    if bad:
+        raise BadBatchLine(bad[0][1])
+    return recs[0]
+
+
+def parse_batch_lines(lines: list[str]) -> tuple[list, list[tuple[int, str]]]:
+    """Parse many lines at once: (records aligned with ``lines``, [(index, reason)] of bad ones).
+
+    A record is None for a line that is not a batch line, or a bad one.  Lines
+    sharing a key sequence are converted column by column, which is what makes
+    bulk ingestion fast; the result is the same as parsing each line alone.
+    """
+    out: list = [None] * len(lines)
+    bad: list[tuple[int, str]] = []
+    groups: dict[tuple, list] = {}
+    plans = _plans
+    for idx, line in enumerate(lines):
+        p = line.find("Decode batch")
+        if p >= 0:
+            end = p + 12
+            dec = True
+        else:
+            p = line.find("Prefill batch")
+            if p < 0:
+                continue
+            end = p + 13
+            dec = False
+        c = line[end:end + 1]
+        it = None
+        if c == "." or c == ",":
+            start = end + 1
+        else:
+            try:
+                lab = _split_label(line, p, end - p)
+            except BadBatchLine as exc:
+                bad.append((idx, str(exc)))
+                continue
+            if lab is None:
+                continue
+            it, start = lab
+        parts = line[start:].strip().rstrip(",").replace(": ", ", ").split(", ")
+        if len(parts) & 1:
+            bad.append((idx, f"no 'key: value' in {parts[-1]!r}" if parts[-1] else "no fields after the batch label"))
+            continue
+        keys = tuple(parts[0::2])
+        plan = plans.get(keys)
+        if plan is None:
+            try:
+                plan = _make_plan(keys)
+            except BadBatchLine as exc:
+                bad.append((idx, str(exc)))
+                continue
+        g = groups.get(plan)
+        if g is None:
+            g = groups[plan] = []
+        g.append((idx, dec, line[:p], it, parts[1::2]))
+    for plan, items in groups.items():
+        names, convs, glabel, dpick, ppick = plan
+        n = len(items)
+        try:
+            cols = [list(map(conv, col)) for conv, col in zip(convs, zip(*[it[4] for it in items]))]
+            cols.append([None] * n)
+            rows = list(zip(*cols))
+        except (ValueError, KeyError):
+            rows = []
+            keep = []
+            for item in items:
+                try:
+                    rows.append(tuple([c(v) for c, v in zip(convs, item[4])]) + (None,))
+                    keep.append(item)
+                except (ValueError, KeyError):
+                    for k, c, v in zip(names, convs, item[4]):
+                        try:
+                            c(v)
+                        except (ValueError, KeyError):
+                            bad.append((item[0], f"field {_key_for(k)!r}: {v!r} is not a valid value"))
+                            break
+            items = keep
+        for (idx, dec, prefix, it, _), row in zip(items, rows):
+            ts, ts_text, ranks, ray = parse_prefix(prefix)
+            fields = dict(zip(names, row))
+            if dec:
+                run, q, tok, use, acc, rate, graph, tput = dpick(row)
+                out[idx] = DecodeBatch(ts, ts_text, ranks, ray, it, run, q, tok, use, acc, rate, glabel, graph,
+                                       tput, fields)
+            else:
+                ns, nt, ct, use, run, q, graph, itp = ppick(row)
+                out[idx] = PrefillBatch(ts, ts_text, ranks, ray, it, ns, nt, ct, use, run, q, glabel, graph,
+                                        itp, fields)
+    if bad:
+        bad.sort()
+    return out, bad
+
+
+_NAME_TO_KEY = {}
+
+
+def _key_for(name: str) -> str:
+    """The log's key for a normalised field name (for error messages)."""
+    if not _NAME_TO_KEY:
+        for k, (n, _) in _KEYS.items():
+            _NAME_TO_KEY.setdefault(n, k)
+    return _NAME_TO_KEY.get(name, name)
 
 
 # -- startup and failure lines -----------------------------------------------------

@@ -20,7 +20,7 @@ from backend.sglang.client import Metrics, Reading, ServerInfo, SglangClient
 from backend.sglang.config import ServerConfig
 from backend.sglang.ingest import FileWatcher, IngestStats, LogIngester, UnparsedLine
 from backend.sglang.launch import endpoints
-from backend.sglang.logparse import FatalEvent, Phase, PhaseEvent
+from backend.sglang.logparse import FatalEvent, Phase, PhaseEvent, rank_label
 from backend.sglang.modelinfo import ModelInfoError, read_json_config
 from backend.sglang.version import Capabilities, capabilities, resolve_capabilities
 
@@ -278,7 +278,7 @@ class ServerMonitor:
                 prefill=ing.prefill.as_lists(),
                 accept_rate_meaning=ing.accept_rate_meaning,
                 accept_rate_description=ing.accept_rate_description,
-                ranks=tuple(sorted(ing.ranks_seen)),
+                ranks=tuple(sorted(rank_label(r) for r in ing.ranks_seen)),
                 latest_decode=ing.last_decode.to_dict() if ing.last_decode else None,
                 latest_prefill=ing.last_prefill.to_dict() if ing.last_prefill else None,
                 health=health,

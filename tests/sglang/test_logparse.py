@@ -315,3 +315,20 @@ def test_prefixed_line_detection():
     assert not looks_like_prefixed_line('  File "/x/scheduler.py", line 10, in run')
     assert not looks_like_prefixed_line("Possible solutions:")
     assert not looks_like_prefixed_line("1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)")
+
+
+def test_bulk_parse_matches_line_by_line_and_isolates_bad_lines():
+    from backend.sglang.logparse import parse_batch, parse_batch_lines
+
+    lines = [c[0] for c in DECODE_CASES] + [c[0] for c in PREFILL_CASES]
+    lines = lines + lines + ["[2026-01-01 00:00:00] not a batch line"]
+    # same key sequence as DECODE_CASES[12], one value broken: only that line is bad
+    broken = DECODE_CASES[12][0].replace("#running-req: 3", "#running-req: three")
+    lines.insert(5, broken)
+    recs, bad = parse_batch_lines(lines)
+    assert bad == [(5, "field '#running-req': 'three' is not a valid value")]
+    for i, (line, rec) in enumerate(zip(lines, recs)):
+        if i == 5 or "not a batch" in line:
+            assert rec is None
+            continue
+        assert rec == parse_batch(line), line

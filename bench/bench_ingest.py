@@ -1,0 +1,315 @@
+"""Benchmark: SGLang server-log ingestion into typed records.
+
+    python bench/bench_ingest.py [--size-mb 1024] [--dir /tmp] [--keep] [--no-sglang]
+
+Writes a synthetic log (Decode and Prefill batch lines in every format of the
+reference, mixed with HTTP access lines and other server lines) to a temporary
+file, then prints:
+
+* plain line iteration over the file (the floor for any Python parser);
+* Specdeck's LogIngester: MB/s into typed records, with the series bounded and
+  the peak resident memory;
+* refresh on an unchanged log (ingester poll and monitor refresh), in ms;
+* SGLang 0.5.23's own debug_utils/log_parser.py (polars) over the same file, in
+  64 MB pieces, and how many lines it recognised -- when the wheel and polars can
+  be fetched with pip into /tmp; otherwise it says why.
+
+The log is deleted at the end unless --keep is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from backend.sglang.config import ServerConfig  # noqa: E402
+from backend.sglang.ingest import LogIngester  # noqa: E402
+from backend.sglang.monitor import ServerMonitor  # noqa: E402
+
+SGLANG_VERSION = "0.5.23"
+
+
+# -- synthetic log ---------------------------------------------------------------
+
+def _prefixes(rng: random.Random, ts: str) -> str:
+    return rng.choice([
+        f"[{ts}] ",
+        f"[{ts} TP0] ",
+        f"[{ts}.{rng.randrange(1000):03d} DP{(d := rng.randrange(8))} TP{d} EP{d}] ",
+        f"[{ts} DP0 TP0] ",
+        f"[{ts} PP1 ATTN_CP1 MOE_DP2 TP3] ",
+        f"(SGLangEngine pid={rng.choice((41820, 41821, 41822, 41823))}) [{ts} TP0] ",
+        f"{ts} INFO 151972 [scheduler_metrics_mixin.py:287] ",
+    ])
+
+
+def decode_line(rng: random.Random, ts: str) -> str:
+    run = rng.randrange(1, 256)
+    tok = rng.randrange(100, 400000)
+    use = rng.random()
+    acc = 1 + rng.random() * 3
+    steps = 3
+    g = rng.random() < 0.9
+    tput = rng.random() * 900
+    q = rng.randrange(0, 50)
+    p = _prefixes(rng, ts)
+    fmt = rng.randrange(10)
+    if fmt == 0:  # 2024-era, no graph
+        return f"{p}Decode batch. #running-req: {run}, #token: {tok}, token usage: {use:.2f}, gen throughput (token/s): {tput:.2f}, #queue-req: {q}"
+    if fmt == 1:  # 0.4.6
+        return f"{p}Decode batch. #running-req: {run}, #token: {tok}, token usage: {use:.2f}, accept len: {acc:.2f}, cuda graph: {g}, gen throughput (token/s): {tput:.2f}, #queue-req: {q}"
+    if fmt == 2:  # 0.4.10 SWA, trailing comma
+        return f"{p}Decode batch. #running-req: {run}, #full token: {tok}, full token usage: {use:.2f}, #swa token: {tok // 2}, swa token usage: {use / 2:.2f}, cuda graph: {g}, gen throughput (token/s): {tput:.2f}, #queue-req: {q}, "
+    if fmt == 3:  # 0.5.3.post3
+        return f"{p}Decode batch. #running-req: {run}, #token: {tok}, token usage: {use:.2f}, accept len: {acc:.2f}, accept rate: {acc / (steps + 1):.2f}, cuda graph: {g}, gen throughput (token/s): {tput:.2f}, #queue-req: {q}, "
+    if fmt == 4:  # 0.5.4
+        return f"{p}Decode batch [{rng.randrange(10**6)}], #running-req: {run}, #token: {tok}, token usage: {use:.2f}, accept len: {acc:.2f}, accept rate: {acc / (steps + 1):.2f}, cpu graph: {g}, gen throughput (token/s): {tput:.2f}, #queue-req: {q}, "
+    if fmt == 5:  # 0.5.5
+        return f"{p}Decode batch, #running-req: {run}, #token: {tok}, token usage: {use:.2f}, accept len: {acc:.2f}, accept rate: {acc / (steps + 1):.2f}, cuda graph: {g}, gen throughput (token/s): {tput:.2f}, #queue-req: {q}, "
+    if fmt == 6:  # 0.5.10
+        return f"{p}Decode batch, #running-req: {run}, #token: {tok}, token usage: {use:.2f}, cuda graph: {g}, gen throughput (token/s): {tput:.2f}, #queue-req: {q}"
+    if fmt == 7:  # 0.5.23 PD decode
+        return f"{p}Decode batch, #running-req: {run}, #token: {tok}, token usage: {use:.2f}, accept len: {acc:.2f}, accept rate: {(acc - 1) / steps:.2f}, pre-allocated usage: {use / 3:.2f}, #prealloc-req: 0, #transfer-req: 1, #retracted-req: 0, cuda graph: {g}, gen throughput (token/s): {tput:.2f}, #queue-req: {q}"
+    if fmt == 8:  # 0.5.23 DSpark + MFU
+        return f"{p}Decode batch, #running-req: {run}, #token: {tok}, token usage: {use:.2f}, accept len: {acc:.2f}, accept rate: {(acc - 1) / steps:.2f}, cap len: 4.00, block accept len: {acc:.2f}, npu graph: {g}, gen throughput (token/s): {tput:.2f}, #queue-req: {q}, est. decode TFLOPS/s (per GPU): 12.50, est. read BW (GB/s per GPU): 900.10, est. write BW (GB/s per GPU): 20.20"
+    return f"{p}Decode batch, #running-req: {run}, #full token: {tok}, full token usage: {use:.2f}, mamba num: 4, mamba usage: 0.02, cuda graph: {g}, gen throughput (token/s): {tput:.2f}, #queue-req: {q}"
+
+
+def prefill_line(rng: random.Random, ts: str) -> str:
+    p = _prefixes(rng, ts)
+    ns, nt, ct = rng.randrange(1, 8), rng.randrange(1, 16384), rng.randrange(0, 8192)
+    use, run, q = rng.random(), rng.randrange(0, 256), rng.randrange(0, 50)
+    it = rng.random() * 20000
+    fmt = rng.randrange(6)
+    if fmt == 0:
+        return f"{p}Prefill batch. #new-seq: {ns}, #new-token: {nt}, #cached-token: {ct}, cache hit rate: {rng.random() * 100:.2f}%, token usage: {use:.2f}, #running-req: {run}, #queue-req: {q}"
+    if fmt == 1:
+        return f"{p}Prefill batch. #new-seq: {ns}, #new-token: {nt}, #cached-token: {ct}, token usage: {use:.2f}, #running-req: {run}, #queue-req: {q}, "
+    if fmt == 2:
+        return f"{p}Prefill batch [{rng.randrange(10**6)}], #new-seq: {ns}, #new-token: {nt}, #cached-token: {ct}, token usage: {use:.2f}, #running-req: {run}, #queue-req: {q}, "
+    if fmt == 3:
+        return f"{p}Prefill batch, #new-seq: {ns}, #new-token: {nt}, #cached-token: {ct}, token usage: {use:.2f}, #running-req: {run}, #queue-req: {q}, cuda graph: False, input throughput (token/s): {it:.2f}"
+    if fmt == 4:
+        return f"{p}Prefill batch, #new-seq: {ns}, #new-token: {nt}, #cached-token: {ct}, token usage: {use:.2f}, #running-req: {run}, #queue-req: {q}, input throughput (token/s): {it:.2f}, cuda graph: False"
+    return f"{p}Prefill batch, #new-seq: {ns}, #new-token: {nt}, #cached-token: {ct}, full token usage: {use:.2f}, swa token usage: {use:.2f}, #running-req: {run}, #queue-req: {q}, #pending-token: {rng.randrange(50000)}, cuda graph: False, input throughput (token/s): {it:.2f}"
+
+
+_PATHS = ["/v1/chat/completions", "/generate", "/v1/completions", "/metrics", "/health", "/server_info"]
+
+
+def access_line(rng: random.Random, ts: str) -> str:
+    return (f'[{ts}] INFO:     127.0.0.1:{rng.randrange(30000, 65000)} - "{rng.choice(("POST", "GET"))} '
+            f'{rng.choice(_PATHS)} HTTP/1.1" 200 OK')
+
+
+_OTHER = [
+    "Cache flushed successfully!",
+    "Max running requests is reset to 48 for speculative decoding. You can override this by explicitly setting --max-running-requests.",
+    "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when speculative_eagle_topk == 1",
+    "Endpoint '/get_server_info' is deprecated and will be removed in a future version. Please use '/server_info' instead.",
+]
+
+
+def other_line(rng: random.Random, ts: str) -> str:
+    return f"[{ts}] {rng.choice(_OTHER)}"
+
+
+MIX = (("access", 0.45, access_line), ("decode", 0.35, decode_line), ("prefill", 0.15, prefill_line),
+       ("other", 0.05, other_line))
+
+
+def write_log(path: Path, size_bytes: int, seed: int = 0) -> dict[str, int]:
+    """Write ``size_bytes`` of synthetic log; return line counts per kind."""
+    rng = random.Random(seed)
+    t0 = time.mktime(time.strptime("2026-04-08 14:00:00", "%Y-%m-%d %H:%M:%S"))
+    kinds = [k for k, _, _ in MIX]
+    weights = [w for _, w, _ in MIX]
+    makers = {k: f for k, _, f in MIX}
+    # one block of fresh lines, re-stamped with later times on every repeat
+    block_lines: list[tuple[str, str]] = []
+    for i in range(40000):
+        k = rng.choices(kinds, weights)[0]
+        block_lines.append((k, makers[k](rng, "@@TS@@")))
+    counts = dict.fromkeys(kinds, 0)
+    written = 0
+    sec = 0
+    with open(path, "w", encoding="utf-8") as fh:
+        while written < size_bytes:
+            out = []
+            for i, (k, line) in enumerate(block_lines):
+                if i % 40 == 0:
+                    sec += 1
+                    ts = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t0 + sec))
+                out.append(line.replace("@@TS@@", ts))
+                counts[k] += 1
+            text = "\n".join(out) + "\n"
+            fh.write(text)
+            written += len(text)
+    return counts
+
+
+# -- measurements ------------------------------------------------------------------
+
+def rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def bench_iteration(path: Path) -> float:
+    size = path.stat().st_size
+    t = time.perf_counter()
+    n = 0
+    with open(path, "rb") as fh:
+        for _ in fh:
+            n += 1
+    return size / (time.perf_counter() - t) / 1e6
+
+
+def bench_ingester(path: Path) -> tuple[float, LogIngester, float]:
+    size = path.stat().st_size
+    ing = LogIngester(path, max_points=20000)
+    before = rss_mb()
+    t = time.perf_counter()
+    ing.poll()
+    dt = time.perf_counter() - t
+    return size / dt / 1e6, ing, rss_mb() - before
+
+
+def bench_unchanged(path: Path, ing: LogIngester) -> tuple[float, float, float]:
+    samples = []
+    for _ in range(2000):
+        t = time.perf_counter()
+        ing.poll()
+        samples.append((time.perf_counter() - t) * 1e3)
+    cfg = ServerConfig(name="bench", model_path=str(path.parent), port=1)
+    mon = ServerMonitor(cfg, path, "0.5.10", http=False, watch=False)
+    mon.ingester = ing
+    mon_samples = []
+    for _ in range(500):
+        t = time.perf_counter()
+        mon.refresh()
+        mon_samples.append((time.perf_counter() - t) * 1e3)
+    t = time.perf_counter()
+    mon.snapshot()
+    snap_ms = (time.perf_counter() - t) * 1e3
+    return statistics.median(samples), max(samples), statistics.median(mon_samples), snap_ms
+
+
+def load_sglang_parser(workdir: Path):
+    """SGLang's debug_utils/log_parser.py from the PyPI wheel, with polars, both under workdir."""
+    wheel_dir = workdir / "wheel"
+    pkg_dir = workdir / "pkgs"
+    py = sys.executable
+    r = subprocess.run([py, "-m", "pip", "download", f"sglang=={SGLANG_VERSION}", "--no-deps", "--quiet",
+                        "-d", str(wheel_dir)], capture_output=True, text=True, timeout=600)
+    wheels = sorted(wheel_dir.glob("sglang-*.whl"))
+    if not wheels:
+        raise RuntimeError(f"pip download sglang=={SGLANG_VERSION} failed: {r.stderr.strip()[-300:]}")
+    member = "sglang/srt/debug_utils/log_parser.py"
+    with zipfile.ZipFile(wheels[0]) as z:
+        if member not in z.namelist():
+            raise RuntimeError(f"{wheels[0].name} has no {member}")
+        z.extract(member, workdir / "src")
+    r = subprocess.run([py, "-m", "pip", "install", "--quiet", "--target", str(pkg_dir), "polars"],
+                       capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        raise RuntimeError(f"pip install polars failed: {r.stderr.strip()[-300:]}")
+    sys.path.insert(0, str(pkg_dir))
+    spec = importlib.util.spec_from_file_location("sglang_log_parser", workdir / "src" / member)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def bench_sglang(path: Path, mod, piece_bytes: int = 64 * 1024 * 1024) -> tuple[float, int, float]:
+    size = path.stat().st_size
+    rows = 0
+    before = rss_mb()
+    t = time.perf_counter()
+    with open(path, "r", encoding="utf-8", errors="replace") as fh:
+        rest = ""
+        while True:
+            piece = fh.read(piece_bytes)
+            if not piece:
+                break
+            piece = rest + piece
+            cut = piece.rfind("\n") + 1
+            rest = piece[cut:]
+            rows += mod.parse(piece[:cut]).height
+        if rest:
+            rows += mod.parse(rest).height
+    dt = time.perf_counter() - t
+    return size / dt / 1e6, rows, rss_mb() - before
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description="SGLang log ingestion benchmark")
+    ap.add_argument("--size-mb", type=float, default=1024.0)
+    ap.add_argument("--dir", default=tempfile.gettempdir())
+    ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--no-sglang", action="store_true", help="skip SGLang's own parser")
+    args = ap.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="specdeck-bench-", dir=args.dir))
+    log = work / "server.log"
+    try:
+        t = time.perf_counter()
+        counts = write_log(log, int(args.size_mb * 1024 * 1024))
+        size = log.stat().st_size
+        total = sum(counts.values())
+        print(f"log: {log} {size / 1e6:.0f} MB, {total:,} lines "
+              + ", ".join(f"{k} {v / total:.0%}" for k, v in counts.items())
+              + f" (written in {time.perf_counter() - t:.1f} s)")
+        print(f"machine: {os.cpu_count()} CPU(s), Python {sys.version.split()[0]}")
+
+        mbs = bench_iteration(log)
+        print(f"plain line iteration (for line in file):      {mbs:8.1f} MB/s")
+
+        mbs, ing, mem = bench_ingester(log)
+        st = ing.stats
+        print(f"Specdeck LogIngester -> typed records:         {mbs:8.1f} MB/s  "
+              f"({st.decode_lines:,} decode + {st.prefill_lines:,} prefill records, "
+              f"{st.unparsed_lines} unparsed, series kept {len(ing.decode)} points, peak RSS +{mem:.0f} MB)")
+        exp_dec, exp_pre = counts["decode"], counts["prefill"]
+        if (st.decode_lines, st.prefill_lines) != (exp_dec, exp_pre):
+            print(f"  MISMATCH: expected {exp_dec:,} decode and {exp_pre:,} prefill lines")
+
+        med, worst, mon_med, snap_ms = bench_unchanged(log, ing)
+        print(f"refresh on unchanged log: ingester poll median {med:.3f} ms (max {worst:.3f} ms); "
+              f"monitor refresh median {mon_med:.3f} ms; snapshot with {len(ing.decode)}-point series "
+              f"{snap_ms:.1f} ms")
+
+        if args.no_sglang:
+            print("SGLang debug_utils/log_parser.py: skipped (--no-sglang)")
+        else:
+            try:
+                mod = load_sglang_parser(work / "sglang")
+                mbs, rows, mem = bench_sglang(log, mod)
+                print(f"SGLang {SGLANG_VERSION} debug_utils/log_parser.py (polars): {mbs:8.1f} MB/s  "
+                      f"({rows:,} decode rows recognised of {exp_dec:,} decode and {exp_pre:,} prefill lines; "
+                      f"fed 64 MB at a time, peak RSS +{mem:.0f} MB)")
+            except Exception as exc:  # report and go on: the other figures stand
+                print(f"SGLang debug_utils/log_parser.py: not measured: {exc}")
+    finally:
+        if args.keep:
+            print(f"kept {log}")
+        else:
+            import shutil
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
