@@ -23,11 +23,11 @@ from backend.telemetry.model import (
     TelemetrySnapshot,
 )
 from backend.telemetry.nvml import NvmlAdapter, open_adapter
-from backend.telemetry.sampler import Sampler, make_sampler
+from backend.telemetry.sampler import Sampler, make_sampler, make_workspace_sampler
 
 __all__ = [
     "Alert", "Attribution", "DiskUsage", "FakeNvml", "GpuProcess", "GpuSample", "GpuStatic",
     "Holder", "HostSample", "JobUsage", "Managed", "MigDevice", "NvmlAdapter", "NvmlState",
     "NvmlStatus", "Sampler", "SamplerCost", "Series", "SlowFields", "TelemetrySnapshot",
-    "attribute", "format_gpus", "make_sampler", "open_adapter",
+    "attribute", "format_gpus", "make_sampler", "make_workspace_sampler", "open_adapter",
 ]

@@ -199,6 +199,10 @@ class Alert:
     message: str
     gpu_index: int | None = None
 
+    @property
+    def title(self) -> str:
+        return self.message
+
 
 @dataclass(frozen=True)
 class Series:

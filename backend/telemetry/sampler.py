@@ -22,6 +22,7 @@ import os
 import threading
 import time
 from array import array
+from pathlib import Path
 from collections import deque
 from typing import Any, Callable, Iterable, Sequence
 
@@ -492,8 +493,9 @@ class Sampler:
     def history(self, gpu_index: int | None, field: str, since: float, until: float | None = None) -> Series:
         """A history trace for one GPU (or the host, ``gpu_index=None``).
 
-        Inside the in-memory hour: full rate.  Further back: the stored
-        min/mean/max buckets, then full-rate points after the last bucket.
+        Wherever the in-memory ring has readings (the last hour) they are
+        returned at full rate; before the ring's oldest reading, the stored
+        min/mean/max buckets (those that end by then) fill in.
         """
         idx = HOST if gpu_index is None else gpu_index
         with self._ring_lock:
@@ -506,14 +508,17 @@ class Sampler:
         if self._history is None or (oldest is not None and since >= oldest):
             return Series(field, gpu_index, tuple(rt), tuple(rv), tuple(rv), tuple(rv), self.interval_s)
         scope = "host" if idx == HOST else "gpu"
-        buckets = self._history.read(scope, idx, field, since, until, width_s=self._bucket_s)
+        end = oldest if oldest is not None else until
+        buckets = self._history.read(scope, idx, field, since, end, width_s=self._bucket_s)
+        if oldest is not None:
+            buckets = [b for b in buckets if b.t0 + b.width_s <= oldest + 1e-6]
         ts: list[float] = []
         vs: list[float | None] = []
         lo: list[float | None] = []
         hi: list[float | None] = []
         prev_end = None
         for b in buckets:
-            if prev_end is not None and b.t0 > prev_end + 1e-6:  # gap: keep it a gap
+            if prev_end is not None and b.t0 > prev_end + 1e-6:  # nothing recorded: keep it a gap
                 ts.append(prev_end)
                 vs.append(None)
                 lo.append(None)
@@ -523,12 +528,15 @@ class Sampler:
             lo.append(b.vmin)
             hi.append(b.vmax)
             prev_end = b.t0 + b.width_s
-        for t, v in zip(rt, rv):
-            if prev_end is None or t >= prev_end:
-                ts.append(t)
-                vs.append(v)
-                lo.append(v)
-                hi.append(v)
+        if prev_end is not None and rt and rt[0] > prev_end + self._bucket_s:  # dashboard was down
+            ts.append(prev_end)
+            vs.append(None)
+            lo.append(None)
+            hi.append(None)
+        ts.extend(rt)
+        vs.extend(rv)
+        lo.extend(rv)
+        hi.extend(rv)
         res = self._bucket_s if buckets else self.interval_s
         return Series(field, gpu_index, tuple(ts), tuple(vs), tuple(lo), tuple(hi), res)
 
@@ -559,3 +567,31 @@ def make_sampler(
 
     adapter = open_adapter(gpu_source, demo=demo, fake_kwargs={"gpus": fake_gpus, "follow": managed})
     return Sampler(adapter, store=store, disk_paths=disk_paths, managed=managed, interval_s=interval_s, **kwargs)
+
+
+def make_workspace_sampler(workspace: Any, store: Any, *, managed: Callable[[], Iterable[Any]] | None = None) -> Sampler:
+    """The sampler for a workspace (not started), from its ``[telemetry]`` section.
+
+    ``source`` auto / nvml / fake and ``interval_s`` come from the config; the
+    disks reported are the workspace root, its outputs directory and any
+    extra ``volumes``.  ``auto`` uses the fake GPUs only in a demo workspace
+    on a machine without a usable NVIDIA driver.
+    """
+    tcfg = getattr(workspace.config, "telemetry", None)
+    source = getattr(tcfg, "source", "auto")
+    interval = float(getattr(tcfg, "interval_s", 1.0))
+    paths: list[str] = []
+    for p in [workspace.root, getattr(workspace, "outputs_dir", None), *(getattr(tcfg, "volumes", None) or [])]:
+        if p is None:
+            continue
+        s = str(Path(p).expanduser())
+        if s not in paths:
+            paths.append(s)
+    return make_sampler(
+        gpu_source=source,
+        demo=bool(getattr(workspace, "is_demo", False)),
+        store=store,
+        disk_paths=paths,
+        managed=managed,
+        interval_s=interval,
+    )

@@ -86,12 +86,16 @@ def test_downsampled_buckets_go_to_the_store_and_are_read_back(store):
     assert (second.n, second.vmin, second.vmax) == (60, 10.0, 90.0)
     assert second.vmean == pytest.approx((10 * 10 + 50 * 90) / 60)
     assert ts.read("host", -1, "mem_percent", since=0)[0].n == 60
-    # two hours ago is outside the 30 s ring: buckets, then the full-rate tail
+    # two hours back reaches past the 30 s ring: buckets that end before the ring, then full rate
     series = s.history(1, "util_gpu", since=clock.t - 7200)
     assert series.resolution_s == 60
-    assert series.t[:2] == (T0 + 30, T0 + 90)
-    assert series.vmax[1] == 90.0 and series.vmin[1] == 10.0
-    assert series.t[2] >= T0 + 120 and len(series.t) == 2 + 30
+    oldest = T0 + 150 - 31  # the ring holds the last 31 readings
+    assert series.t[0] == T0 + 30 and (series.vmin[0], series.vmax[0]) == (10.0, 10.0)
+    assert series.t[1:] == tuple(oldest + k for k in range(31))
+    assert series.value[1:] == (90.0,) * 31
+    # inside the ring only full-rate readings
+    recent = s.history(1, "util_gpu", since=clock.t - 10)
+    assert recent.resolution_s == 1.0 and len(recent.t) == 10
     s.stop()  # flushes the open bucket
     assert len(ts.read("gpu", 1, "util_gpu", since=0)) == 3
 
@@ -178,3 +182,17 @@ def test_readers_do_not_wait_for_a_slow_nvml_pass():
         assert time.perf_counter() - t0 < 0.2
     finally:
         s.stop()
+
+
+def test_history_across_a_dashboard_restart_keeps_the_gap(store):
+    now = 1_699_999_980.0
+    TelemetryStore(store).write([Bucket("gpu", 0, "util_gpu", now - 3600 + 60 * k, 60, 60, 1, 5, 9) for k in range(3)])
+    clock = Clock(now)
+    fake, s = make(clock, store=store)
+    for _ in range(3):
+        s.sample_once()
+        clock.t += 1
+    series = s.history(0, "util_gpu", since=now - 7200)
+    assert series.value[:3] == (5, 5, 5) and series.vmax[0] == 9
+    assert series.value[3] is None  # the hour the dashboard was down stays a gap
+    assert series.t[4:] == (now, now + 1, now + 2)

@@ -1,0 +1,296 @@
+"""GPUs: live GPU and host telemetry, who holds each GPU, history and alerts.
+
+Reads only the background sampler's snapshots (``rt.telemetry``); never
+calls NVML or psutil itself.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pandas as pd
+import streamlit as st
+
+from ui import charts, fmt
+from ui.components import freshness, page_header
+from ui.context import runtime
+
+REFRESH_S = 2
+HISTORY_REFRESH_S = 5
+PER_ROW = 4
+NA = fmt.NA
+GIB = 1024**3
+RANGES = {"15 m": 900, "1 h": 3600, "6 h": 6 * 3600, "24 h": 86400, "7 d": 7 * 86400}
+FIELDS = {
+    "Utilisation (%)": ("util_gpu", ".0f", 1.0),
+    "Memory used (GiB)": ("mem_used", ".1f", 1 / GIB),
+    "Power (W)": ("power_w", ".0f", 1.0),
+    "Temperature (°C)": ("temp_c", ".0f", 1.0),
+    "SM clock (MHz)": ("sm_clock_mhz", ".0f", 1.0),
+    "Memory controller busy (%)": ("util_mem", ".0f", 1.0),
+}
+THROTTLE_LABELS = {
+    "idle": "idle", "app_clocks": "application clocks", "sw_power_cap": "power cap",
+    "hw_slowdown": "hardware slowdown", "sync_boost": "sync boost", "sw_thermal": "thermal (sw)",
+    "hw_thermal": "thermal (hw)", "hw_power_brake": "power brake (hw)", "display_clocks": "display clocks",
+}
+
+rt = runtime()
+sampler = getattr(rt, "telemetry", None)
+
+page_header("GPUs", "Live GPU and host telemetry, which job holds each GPU, history and alerts; "
+            "read from the dashboard's background sampler, never on page render.")
+
+if sampler is None:
+    st.error("GPU telemetry is not running in this dashboard: the runtime has no sampler. "
+             "Check the dashboard log for a start-up error.")
+    st.stop()
+
+
+# -- small formatting helpers (pure) ---------------------------------------
+
+
+def _num(v: float | None, unit: str, digits: int = 0) -> str:
+    return NA if v is None else f"{v:,.{digits}f}{unit}"
+
+
+def _why(obj, field: str) -> str | None:
+    na = getattr(obj, "na", None) or {}
+    why = na.get(field)
+    return f"N/A: {why}" if why else None
+
+
+def _metric(col, label: str, obj, field: str, value: str, help_text: str | None = None) -> None:
+    missing = getattr(obj, field, None) is None
+    col.metric(label, NA if missing else value, help=(_why(obj, field) or "N/A: no reading") if missing else help_text)
+
+
+def _who(snap, index: int) -> str:
+    attr = snap.attribution
+    if attr is None:
+        return "attribution pending"
+    return attr.who(index)
+
+
+# -- live part ---------------------------------------------------------------
+
+
+def _state_banner(snap) -> None:
+    st_ = snap.state
+    if st_.status.value in ("no library", "driver not loaded"):
+        st.warning(f"**No NVIDIA driver**: {st_.message}. GPU telemetry is off; host telemetry below "
+                   "still works. On a GPU machine, install the NVIDIA driver and `nvidia-ml-py`; for a demo, "
+                   "set `source = \"fake\"` under `[telemetry]` in the workspace file.", icon="⚠️")
+    elif st_.status.value == "error":
+        st.error(f"**NVML problem**: {st_.message}. Host telemetry below still works.", icon="🚨")
+    elif st_.source == "fake":
+        st.info(f"Simulated GPUs (fake NVML source): {st_.message}. Readings are plausible, not real.", icon="ℹ️")
+
+
+def _key_figures(snap) -> None:
+    gpus = snap.gpus
+    alive = [g for g in gpus if not g.lost]
+    utils = [g.util_gpu for g in alive if g.util_gpu is not None]
+    used = [g.mem_used for g in alive if g.mem_used is not None]
+    total = [g.mem_total for g in alive if g.mem_used is not None and g.mem_total]
+    power = [g.power_w for g in alive if g.power_w is not None]
+    limit = [g.power_limit_w for g in alive if g.power_w is not None and g.power_limit_w is not None]
+    temps = [g.temp_c for g in alive if g.temp_c is not None]
+    c = st.columns(6)
+    lost = len(gpus) - len(alive)
+    c[0].metric("GPUs", f"{len(gpus)}" if gpus else NA, delta=f"-{lost} lost" if lost else None,
+                help=None if gpus else f"N/A: {snap.state.message}")
+    c[1].metric("Mean utilisation", fmt.pct(sum(utils) / len(utils)) if utils else NA,
+                help=None if utils else "N/A: no GPU reported utilisation")
+    c[2].metric(f"GPU memory (of {sum(total) / GIB:,.0f} GiB)" if used else "GPU memory",
+                f"{sum(used) / GIB:,.1f} GiB" if used else NA,
+                help=None if used else "N/A: no GPU reported memory")
+    c[3].metric(f"Total power (of {sum(limit):,.0f} W)" if power and limit else "Total power",
+                f"{sum(power):,.0f} W" if power else NA,
+                help=None if power else "N/A: no GPU reported power")
+    c[4].metric("Hottest GPU", f"{max(temps):.0f} °C" if temps else NA,
+                help=None if temps else "N/A: no GPU reported temperature")
+    cost = snap.cost
+    share = cost.cpu_share
+    c[5].metric("Sampler cost", f"{cost.nvml_per_gpu_us:,.0f} µs/GPU" if cost.nvml_per_gpu_us is not None else
+                (f"{cost.median_ms:.1f} ms" if cost.median_ms is not None else NA),
+                help=("Median NVML time per GPU per sample"
+                      + (f"; {cost.median_ms:.2f} ms per whole sample" if cost.median_ms is not None else "")
+                      + (f"; sampler CPU {share * 100:.2f}% of one core" if share is not None else "")))
+
+
+def _alerts(snap) -> None:
+    for a in snap.alerts:
+        (st.error if a.severity == "error" else st.warning if a.severity == "warning" else st.info)(
+            a.message, icon="🚨" if a.severity == "error" else "⚠️")
+    for e in snap.errors:
+        st.caption(f":orange[sampler: {e}]")
+
+
+def _line(parts: list[tuple[str, object, str, str]]) -> None:
+    """One tile line of ``(label, obj, field, text)`` parts; any N/A part puts
+    its reason on the line's hover help."""
+    shown, why = [], []
+    for label, obj, field, text in parts:
+        if getattr(obj, field, None) is None:
+            shown.append(f"{label} **{NA}**")
+            why.append(f"{label}: {(getattr(obj, 'na', None) or {}).get(field, 'no reading')}")
+        else:
+            shown.append(f"{label} **{text}**")
+    st.markdown(" · ".join(shown), help=("N/A — " + "; ".join(why)) if why else None)
+
+
+def _tile(snap, g) -> None:
+    with st.container(border=True):
+        name = (g.name or "GPU").replace("NVIDIA ", "")
+        head = f"**GPU {g.index}** · {name}"
+        if g.lost:
+            st.markdown(f"{head} · :red[✕ LOST]", help=_why(g, "util_gpu"))
+            st.caption(g.na.get("util_gpu", "GPU is lost"))
+            return
+        st.markdown(head, help=f"{g.uuid or 'uuid N/A'} · bus {g.bus_id or 'N/A'}")
+        st.caption(f"Job: {_who(snap, g.index)}")
+        if g.util_gpu is None:
+            _line([("Utilisation", g, "util_gpu", "")])
+        else:
+            st.progress(min(1.0, g.util_gpu / 100), text=f"Utilisation {fmt.pct(g.util_gpu)}")
+        frac = g.mem_fraction
+        if frac is None:
+            _line([("Memory", g, "mem_used", "")])
+        else:
+            st.progress(min(1.0, frac), text=f"Memory {g.mem_used / GIB:,.1f} / {g.mem_total / GIB:,.1f} GiB")
+        _line([("Power", g, "power_w", _num(g.power_w, " W")),
+               ("limit", g, "power_limit_w", _num(g.power_limit_w, " W"))])
+        _line([("Temp", g, "temp_c", _num(g.temp_c, " °C")),
+               ("SM", g, "sm_clock_mhz", _num(g.sm_clock_mhz, " MHz")),
+               ("Mem", g, "mem_clock_mhz", _num(g.mem_clock_mhz, " MHz"))])
+        if g.throttle is None:
+            st.caption(f"Clock limits: {NA}", help=_why(g, "throttle"))
+        else:
+            active = [THROTTLE_LABELS.get(t, t) for t in g.throttle if t != "idle"]
+            if active:
+                st.caption(f":orange[Clocks limited: {', '.join(active)}]")
+        for m in g.mig_devices:
+            st.caption(f"MIG {m.mig_index} (GI {m.gpu_instance_id}): "
+                       f"{fmt.gib(m.memory_used)} / {fmt.gib(m.memory_total)}")
+
+
+def _tiles(snap) -> None:
+    gpus = list(snap.gpus)
+    for start in range(0, len(gpus), PER_ROW):
+        cols = st.columns(PER_ROW)
+        for col, g in zip(cols, gpus[start:start + PER_ROW]):
+            with col:
+                _tile(snap, g)
+
+
+def _processes(snap) -> None:
+    attr = snap.attribution
+    st.subheader("Who holds the GPUs")
+    if attr is None or not attr.holders:
+        st.caption("No processes on any GPU." if snap.gpus else "No GPUs to report on.")
+        return
+    for j in attr.jobs:
+        st.markdown(f"{fmt.state_text(j.state)} &nbsp; {j.summary}")
+    rows = []
+    for h in sorted(attr.holders, key=lambda h: (h.gpu_index, h.pid)):
+        rows.append({
+            "GPU": h.gpu_index,
+            "pid": h.pid,
+            "job": h.job or "— not managed —",
+            "kind": h.kind or "",
+            "user": h.user or ("" if h.job else NA),
+            "command": h.command or ("" if h.job else f"{NA} ({h.na})" if h.na else NA),
+            "GPU memory (GiB)": round(h.used_memory / GIB, 1) if h.used_memory is not None else None,
+        })
+    df = pd.DataFrame(rows)
+    st.dataframe(df, hide_index=True, width="stretch",
+                 column_config={"pid": st.column_config.NumberColumn(format="%d"),
+                                "GPU memory (GiB)": st.column_config.NumberColumn(format="%.1f")})
+    st.download_button("Download GPU processes (CSV)", df.to_csv(index=False), "gpu_processes.csv",
+                       mime="text/csv", key="gpu-proc-csv")
+
+
+def _host(snap) -> None:
+    h = snap.host
+    st.subheader("Host")
+    if h is None:
+        st.caption(f"Host telemetry: {NA} (the last host reading failed; see the dashboard log)")
+        return
+    c = st.columns(5)
+    _metric(c[0], "CPU", h, "cpu_percent", fmt.pct(h.cpu_percent), help_text=f"{h.cpu_count} cores")
+    _metric(c[1], "Memory", h, "mem_used", fmt.gib(h.mem_used),
+            help_text=f"{fmt.pct(h.mem_percent)} of {fmt.gib(h.mem_total)}")
+    _metric(c[2], "Load (1 m)", h, "load_1m", _num(h.load_1m, "", 2))
+    _metric(c[3], "Network in", h, "net_rx_bps", _num((h.net_rx_bps or 0) / 1e6, " MB/s", 1))
+    _metric(c[4], "Network out", h, "net_tx_bps", _num((h.net_tx_bps or 0) / 1e6, " MB/s", 1))
+    if h.disks:
+        st.dataframe(pd.DataFrame([{
+            "volume": d.path,
+            "used": fmt.gib(d.used),
+            "free": fmt.gib(d.free),
+            "size": fmt.gib(d.total),
+            "used %": fmt.pct(d.percent) if d.percent is not None else f"{NA} ({d.na})",
+        } for d in h.disks]), hide_index=True, width="stretch")
+
+
+@st.fragment(run_every=REFRESH_S)
+def live() -> None:
+    snap = sampler.latest()
+    if snap is None:
+        st.info("Waiting for the first telemetry sample (the sampler reads every "
+                f"{getattr(sampler, 'interval_s', 1):.0f} s).", icon="⏳")
+        freshness(None, REFRESH_S)
+        return
+    _state_banner(snap)
+    _key_figures(snap)
+    _alerts(snap)
+    freshness(snap.t, max(REFRESH_S, snap.interval_s), "telemetry updated")
+    _tiles(snap)
+    _processes(snap)
+    _host(snap)
+
+
+live()
+
+
+# -- history -----------------------------------------------------------------
+
+st.subheader("History")
+hc = st.columns([2, 3])
+rng = hc[0].segmented_control("Time range", list(RANGES), default="15 m", key="gpu-hist-range")
+field_label = hc[1].selectbox("GPU metric", list(FIELDS), key="gpu-hist-field")
+
+
+@st.fragment(run_every=HISTORY_REFRESH_S)
+def history(range_label: str, label: str) -> None:
+    seconds = RANGES.get(range_label or "15 m", 900)
+    field, fmt_spec, scale = FIELDS[label]
+    since = time.time() - seconds
+    snap = sampler.latest()
+    gpus = [g.index for g in snap.gpus] if snap is not None else []
+    if gpus:
+        fig = charts.figure(label, height=320, range_buttons=False)
+        points = 0
+        for i in gpus:
+            s = sampler.history(i, field, since)
+            ys = [None if v is None else v * scale for v in s.value]
+            points += len(s.t)
+            charts.add_series(fig, f"GPU {i}", s.t, ys, fmt=fmt_spec)
+        if points:
+            st.plotly_chart(fig, width="stretch", key="gpu-hist-chart")
+        else:
+            st.caption("No history in this range yet.")
+    else:
+        st.caption("No GPU history: no GPUs are reported.")
+    fig = charts.figure("Host CPU and memory (%)", height=260, range_buttons=False)
+    any_host = False
+    for f, name in (("cpu_percent", "CPU %"), ("mem_percent", "memory %")):
+        s = sampler.history(None, f, since)
+        any_host = any_host or bool(s.t)
+        charts.add_series(fig, name, s.t, s.value, fmt=".0f")
+    if any_host:
+        st.plotly_chart(fig, width="stretch", key="host-hist-chart")
+
+
+history(rng, field_label)
