@@ -27,7 +27,7 @@ def _toml_str(s: str) -> str:
     return json.dumps(s)  # a JSON string is a valid TOML basic string
 
 
-def demo_config_text(python: str = sys.executable) -> str:
+def demo_config_text(python: str = sys.executable, root: Path | None = None) -> str:
     py, repo = _toml_str(python), _toml_str(str(REPO_ROOT))
     text = f"""# Specdeck demo workspace: written because no workspace was chosen.
 # Point Specdeck at your own with --workspace DIR or SPECDECK_WORKSPACE=DIR.
@@ -65,17 +65,53 @@ cwd = {repo}
 autostart = true
 stop_grace_s = 5
 """
-    return text + _demo_server_text(py, repo)
+    return text + (_demo_server_text(root) if root is not None else "")
 
 
-def _demo_server_text(py: str, repo: str) -> str:
-    """The simulated server entry, when the simulator and server config exist."""
-    try:
-        import backend.sim.server  # noqa: F401
-        from backend.sglang.config import ServerConfig  # noqa: F401
-    except ImportError:
-        return ""
-    return ""
+def _demo_server_text(root: Path) -> str:
+    """A simulated Llama-3.1-8B server with its EAGLE-3 draft (small fake model files)."""
+    from backend.sim.models import make_draft_dir, make_target_dir
+
+    target = make_target_dir(root / "models" / "Llama-3.1-8B-Instruct")
+    draft = make_draft_dir(root / "models" / "Llama-3.1-8B-Instruct-EAGLE3", kind="eagle3",
+                           target_hidden_size=4096)
+    return f"""
+# A simulated SGLang server: the same flags, endpoints and log lines as
+# `python -m sglang.launch_server`, served by backend.sim on any machine.
+[[server]]
+name = "demo-llama-eagle3"
+model_path = {_toml_str(str(target))}
+served_model_name = "llama-3.1-8b"
+host = "127.0.0.1"
+port = {_demo_port()}
+simulate = true
+autostart = true
+sglang_version = "0.5.23"
+baseline_tok_s = 90.0
+decode_log_interval = 40
+env = {{ SPECDECK_SIM_TRAFFIC = "1", SPECDECK_SIM_ACCEPT_P = "0.62" }}
+
+[server.speculative]
+algorithm = "EAGLE3"
+draft_model_path = {_toml_str(str(draft))}
+num_steps = 3
+eagle_topk = 1
+num_draft_tokens = 4
+"""
+
+
+def _demo_port() -> int:
+    """30000 + a few: a free port, so the demo never collides with a real server."""
+    import socket
+
+    for port in range(30100, 30200):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    return 30100
 
 
 def write_demo_workspace(root: Path) -> Path:
@@ -83,7 +119,7 @@ def write_demo_workspace(root: Path) -> Path:
     cfg = root / "specdeck.toml"
     if not cfg.exists():
         tmp = cfg.with_suffix(".toml.tmp")
-        tmp.write_text(demo_config_text(), encoding="utf-8")
+        tmp.write_text(demo_config_text(root=root), encoding="utf-8")
         tmp.replace(cfg)
     return cfg
 

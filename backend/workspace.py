@@ -334,3 +334,44 @@ def _locate(text: str, loc: tuple) -> int | None:
             continue
         i += 1
     return start + 1 if loc else None
+
+
+# -- writing back ----------------------------------------------------------
+
+
+def update_server_entry(ws: Workspace, name: str, values: dict[str, Any]) -> None:
+    """Replace the ``[[server]]`` entry called ``name`` in the config file.
+
+    The file is edited in place with tomlkit, so comments and the other
+    entries stay as they were; the new text is validated before it replaces
+    the old file (atomically), so a bad edit never loses what was written.
+    """
+    import tomlkit
+
+    text = ws.config_path.read_text(encoding="utf-8")
+    doc = tomlkit.parse(text)
+    servers = doc.get("server")
+    if servers is None:
+        raise ConfigError([f"{ws.config_path}: there is no [[server]] entry named {name!r}"])
+    for i, entry in enumerate(servers):
+        if entry.get("name") == name:
+            table = tomlkit.table()
+            for key, value in _drop_none(values).items():
+                table[key] = value
+            servers[i] = table
+            break
+    else:
+        raise ConfigError([f"{ws.config_path}: there is no [[server]] entry named {name!r}"])
+    new_text = tomlkit.dumps(doc)
+    ws.config = parse_config(new_text, ws.config_path)  # raises before anything is written
+    tmp = ws.config_path.with_suffix(".toml.tmp")
+    tmp.write_text(new_text, encoding="utf-8")
+    tmp.replace(ws.config_path)
+
+
+def _drop_none(d: Any) -> Any:
+    if isinstance(d, dict):
+        return {k: _drop_none(v) for k, v in d.items() if v is not None}
+    if isinstance(d, list):
+        return [_drop_none(v) for v in d]
+    return d

@@ -8,6 +8,7 @@ import time
 import pandas as pd
 import streamlit as st
 
+from backend.runtime import PreflightBlocked
 from state import audit
 from ui import fmt
 from ui.components import confirm_box, freshness, page_header
@@ -92,12 +93,18 @@ with st.container(border=True):
     def _do(action: str) -> None:
         try:
             if action == "start":
-                sup.start(name, actor=actor(), source="dashboard")
+                rt.start(name, actor=actor(), source="dashboard")
             elif action == "stop":
-                sup.stop(name, actor=actor(), source="dashboard", wait=False)
+                rt.stop(name, actor=actor(), source="dashboard")
             else:
-                sup.restart(name, actor=actor(), source="dashboard", wait=False)
-        except Exception as exc:  # refused or failed; the supervisor audited it
+                rt.restart(name, actor=actor(), source="dashboard")
+        except PreflightBlocked as exc:
+            st.error(f"**{name}** was not {action}ed: preflight found errors. Review them and use "
+                     "*launch anyway* on the Servers page if you are sure.")
+            for f in exc.findings:
+                if f.severity == "error":
+                    st.markdown(f"- :red[**{f.code}**] {f.found}  \n  *Fix:* {f.fix}")
+        except Exception as exc:  # refused or failed; the action is in the audit log
             st.error(f"Could not {action} **{name}**: {exc}")
         else:
             st.toast(f"{action.capitalize()} requested for {name}", icon="✅")
