@@ -1,0 +1,243 @@
+"""The workspace's SGLang servers: configs, process specs, monitors, preflight and relaunch.
+
+The runtime owns one :class:`ServerFleet`.  It turns the ``[[server]]`` entries
+of the workspace file into supervisor specs and one :class:`ServerMonitor` each,
+and carries out the page's control actions:
+
+* ``preflight(name, cfg)``: the findings for a (possibly edited) config;
+* ``launch(name, cfg, actor=..., launch_anyway=...)``: preflight, refuse on
+  errors unless ``launch_anyway`` (audited as ``launch-anyway``), stop the
+  running server, start it with the new spec; the page then watches the
+  snapshot until RUNNING;
+* ``stop(name, actor=...)``.
+
+An edited config is kept in ``<workspace>/servers/<name>.json`` so that it
+survives a dashboard restart; the workspace file itself is not rewritten.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from pydantic import ValidationError
+
+from backend.sglang.alerts import Alert
+from backend.sglang.config import ServerConfig, describe_validation_error
+from backend.sglang.launch import build_argv, to_process_spec
+from backend.sglang.monitor import ServerMonitor, ServerSnapshot
+from backend.sglang.preflight import Finding, has_errors, run_preflight
+from backend.sglang.version import Capabilities, resolve_capabilities
+from backend.supervisor.spec import ProcessSpec
+
+log = logging.getLogger(__name__)
+
+
+class PreflightBlocked(Exception):
+    """Launch refused: preflight found errors and "launch anyway" was not confirmed."""
+
+    def __init__(self, findings: list[Finding]):
+        self.findings = findings
+        errs = [f for f in findings if f.severity == "error"]
+        super().__init__("; ".join(f"{f.code}: {f.found}" for f in errs))
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    name: str
+    argv: tuple[str, ...]
+    findings: tuple[Finding, ...]
+    forced: bool  # launched despite errors
+
+
+class ServerFleet:
+    def __init__(self, workspace, supervisor, store=None, *, background: bool = True,
+                 gpu_probe: Callable | None = None, monitor_kwargs: dict | None = None):
+        self.workspace = workspace
+        self.supervisor = supervisor
+        self.store = store if store is not None else getattr(supervisor, "store", None)
+        self.gpu_probe = gpu_probe
+        self._lock = threading.RLock()
+        self._configs: dict[str, ServerConfig] = {}
+        self._caps: dict[str, Capabilities] = {}
+        self._monitors: dict[str, ServerMonitor] = {}
+        self._problems: list[str] = []
+        self._background = background
+        self._monitor_kwargs = monitor_kwargs or {}
+        for entry in getattr(workspace.config, "server", []) or []:
+            cfg = ServerConfig.model_validate(entry)  # the workspace validated it already
+            cfg = self._load_override(cfg)
+            self._configs[cfg.name] = cfg
+        for name, cfg in self._configs.items():
+            self._caps[name] = resolve_capabilities(cfg)
+            mon = ServerMonitor(cfg, self.log_path(name), self._caps[name], **self._monitor_kwargs)
+            self._monitors[name] = mon
+            if background:
+                mon.start()
+
+    # -- config ----------------------------------------------------------------
+
+    @property
+    def overrides_dir(self) -> Path:
+        return Path(self.workspace.root) / "servers"
+
+    def _override_path(self, name: str) -> Path:
+        return self.overrides_dir / f"{name}.json"
+
+    def _load_override(self, cfg: ServerConfig) -> ServerConfig:
+        p = self._override_path(cfg.name)
+        if not p.exists():
+            return cfg
+        try:
+            data = json.loads(p.read_text(encoding="utf-8"))
+            new = ServerConfig.model_validate(data)
+        except json.JSONDecodeError as exc:
+            self._problems.append(f"{p}:{exc.lineno}: JSON syntax: {exc.msg}; using the workspace file's config")
+            return cfg
+        except ValidationError as exc:
+            self._problems.extend(describe_validation_error(exc, str(p)))
+            return cfg
+        if new.name != cfg.name:
+            self._problems.append(f"{p}: name: {new.name!r} differs from the file name; ignored")
+            return cfg
+        return new
+
+    def _save_override(self, cfg: ServerConfig) -> None:
+        self.overrides_dir.mkdir(parents=True, exist_ok=True)
+        p = self._override_path(cfg.name)
+        tmp = p.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(cfg.model_dump(mode="json"), indent=2) + "\n", encoding="utf-8")
+        tmp.replace(p)
+
+    @property
+    def problems(self) -> list[str]:
+        """Config override files that could not be used (file:line: field: reason)."""
+        return list(self._problems)
+
+    def names(self) -> list[str]:
+        return list(self._configs)
+
+    def config(self, name: str) -> ServerConfig:
+        return self._configs[name]
+
+    def capabilities(self, name: str) -> Capabilities:
+        return self._caps[name]
+
+    def log_path(self, name: str) -> Path:
+        return Path(self.workspace.log_path(name))
+
+    def specs(self) -> list[ProcessSpec]:
+        """Supervisor specs of every server (the runtime adds them to the process specs)."""
+        return [to_process_spec(cfg, self.workspace.logs_dir, self._caps[n]) for n, cfg in self._configs.items()]
+
+    def argv(self, cfg: ServerConfig) -> list[str]:
+        return build_argv(cfg, resolve_capabilities(cfg))
+
+    # -- reading ---------------------------------------------------------------------
+
+    def monitor(self, name: str) -> ServerMonitor:
+        return self._monitors[name]
+
+    def snapshot(self, name: str) -> ServerSnapshot:
+        return self._monitors[name].snapshot()
+
+    def snapshots(self) -> list[ServerSnapshot]:
+        return [m.snapshot() for m in self._monitors.values()]
+
+    def active_alerts(self) -> list[Alert]:
+        out = []
+        for s in self.snapshots():
+            if s.alert is not None:
+                out.append(Alert(s.alert.severity, s.alert.code, f"{s.name}: {s.alert.title}", s.alert.message,
+                                 s.alert.causes, s.alert.since))
+            if s.fatal is not None:
+                out.append(Alert("error", "server-fatal", f"{s.name}: {s.fatal.title}", s.fatal.message,
+                                 (s.fatal.hint,) if s.fatal.hint else (), s.fatal.ts))
+        return out
+
+    # -- actions -----------------------------------------------------------------------
+
+    def _running(self, name: str) -> bool:
+        v = self.supervisor.view(name)
+        return v is not None and str(getattr(v.state, "value", v.state)) in ("STARTING", "RUNNING", "STOPPING",
+                                                                              "BACKOFF")
+
+    def preflight(self, name: str, cfg: ServerConfig | None = None, *,
+                  port_probe: Callable | None = None) -> list[Finding]:
+        """Findings for ``cfg`` (default: the current config) of server ``name``.
+
+        When the server runs now on the same host and port, the port check is
+        skipped: the stop before the launch frees it.
+        """
+        cfg = cfg or self._configs[name]
+        cur = self._configs.get(name)
+        probe = port_probe
+        if probe is None and cur is not None and self._running(name) and (cur.host, cur.port) == (cfg.host, cfg.port):
+            probe = lambda host, port: True  # noqa: E731 (held by this very server)
+        return run_preflight(cfg, gpu_probe=self.gpu_probe, port_probe=probe, version=resolve_capabilities(cfg))
+
+    def launch(self, name: str, cfg: ServerConfig | None = None, *, actor: str, source: str = "dashboard",
+               launch_anyway: bool = False, findings: list[Finding] | None = None) -> LaunchResult:
+        """Preflight, then (re)start ``name`` with ``cfg``.  Does not wait for ready.
+
+        Raises :class:`PreflightBlocked` when preflight has errors and
+        ``launch_anyway`` is false (the refusal is audited).
+        """
+        with self._lock:
+            if name not in self._configs:
+                raise KeyError(f"no server named {name!r} (known: {', '.join(self._configs) or 'none'})")
+            cfg = cfg or self._configs[name]
+            if cfg.name != name:
+                raise ValueError(f"the config is for {cfg.name!r}, not {name!r}")
+            findings = findings if findings is not None else self.preflight(name, cfg)
+            errors = [f for f in findings if f.severity == "error"]
+            if errors and not launch_anyway:
+                self._audit(actor, source, "launch", name,
+                            "preflight errors: " + ", ".join(f.code for f in errors), "refused")
+                raise PreflightBlocked(findings)
+            if errors:
+                self._audit(actor, source, "launch-anyway", name,
+                            "launched despite preflight errors: " + "; ".join(f"{f.code}: {f.found}" for f in errors),
+                            "ok")
+            caps = resolve_capabilities(cfg)
+            spec = to_process_spec(cfg, self.workspace.logs_dir, caps)
+            changed = cfg != self._configs[name]
+            if changed:
+                self._save_override(cfg)
+            self._configs[name] = cfg
+            self._caps[name] = caps
+            if self._running(name):
+                self.supervisor.stop(name, actor=actor, source=source, wait=True)
+            self.supervisor.register(spec)
+            self._monitors[name].set_config(cfg, caps)
+            self.supervisor.start(name, actor=actor, source=source)
+            return LaunchResult(name, spec.argv, tuple(findings), bool(errors))
+
+    def stop(self, name: str, *, actor: str, source: str = "dashboard", wait: bool = False):
+        return self.supervisor.stop(name, actor=actor, source=source, wait=wait)
+
+    def _audit(self, actor: str, source: str, action: str, target: str, detail: str, outcome: str) -> None:
+        if self.store is None:
+            return
+        try:
+            from state import audit
+
+            audit.record(self.store, actor, source, action, target, detail, outcome)
+        except Exception:  # the action's result must not depend on the audit write
+            log.exception("could not audit %s %s", action, target)
+
+    def close(self) -> None:
+        for m in self._monitors.values():
+            m.stop()
+
+
+def findings_as_rows(findings: list[Finding]) -> list[dict[str, Any]]:
+    return [{"severity": f.severity, "check": f.code, "found": f.found, "fix": f.fix, "field": f.field or ""}
+            for f in findings]
+
+
+__all__ = ["ServerFleet", "PreflightBlocked", "LaunchResult", "findings_as_rows", "has_errors"]
