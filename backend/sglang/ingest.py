@@ -308,6 +308,12 @@ class LogIngester:
     def _on_phase(self, ev: PhaseEvent) -> None:
         su = self.startup
         if ev.new_run:
+            if su.phase == Phase.LAUNCHED and su.ready_ts is None and su.fatal is None and su.run_index:
+                # server_args= right after the supervisor's start marker: the same run
+                su.events.append(ev)
+                if su.launched_ts is None:
+                    su.launched_ts = ev.ts
+                return
             su.run_index += 1
             su.phase = Phase.LAUNCHED
             su.percent = None

@@ -554,7 +554,7 @@ _MSG_START = re.compile(
 
 _PERCENT_RE = re.compile(r"(\d{1,3})%")
 _EVENT_RE = re.compile(
-    r"server_args=|Init torch distributed|Load weight|Loading \w+ checkpoint shards|KV Cache is allocated|"
+    r"^===== specdeck: .* starting at |server_args=|Init torch distributed|Load weight|Loading \w+ checkpoint shards|KV Cache is allocated|"
     r"Using KV cache dtype|Memory pool end|[Cc]apture .*?(?:cuda|CUDA) graph|Capturing batches|max_total_num_tokens=|"
     r"Uvicorn running on|Application startup complete|fired up and ready to roll|"
     r"Not enough memory|OutOfMemoryError|CUDA out of memory|Scheduler hit an exception|Received sigquit|"
@@ -608,7 +608,7 @@ def parse_event(line: str) -> PhaseEvent | FatalEvent | None:
         return None
     key = m.group(0)
     # timestamp of the line, when it has one (tqdm lines have none)
-    tm = _TS_RE.search(line, 0, 60)
+    tm = _TS_RE.search(line, 0, 60 if key[0] != "=" else len(line))
     ts, ts_text = (None, "")
     if tm:
         ts, ts_text, _, _ = parse_prefix(line[:tm.end() + 1])
@@ -617,6 +617,9 @@ def parse_event(line: str) -> PhaseEvent | FatalEvent | None:
         if pat.search(line):
             h = _HINT_IN_LINE.search(msg)
             return FatalEvent(ts, ts_text, code, sev, title, msg, h.group(1) if h else hint)
+    if key.startswith("===== specdeck:"):
+        # the supervisor's marker at the start of every run appended to the same log
+        return PhaseEvent(ts, ts_text, Phase.LAUNCHED, "process started", None, True)
     if key == "server_args=":
         return PhaseEvent(ts, ts_text, Phase.LAUNCHED, "server arguments read", None, True)
     if key == "Init torch distributed":

@@ -102,7 +102,13 @@ num_draft_tokens = 4
         assert sup.view("sim").state.value == "RUNNING"  # a refused relaunch leaves the server alone
         t0 = time.time()
         fleet.launch("sim", wrong, actor="tester", launch_anyway=True)
-        bad = wait_for(lambda: (s := fleet.snapshot("sim")).alert is not None and s, 120, "the accept_len alert")
+        try:
+            bad = wait_for(lambda: (s := fleet.snapshot("sim")).alert is not None and s, 120, "the accept_len alert")
+        except AssertionError:
+            s = fleet.snapshot("sim")
+            raise AssertionError(f"no alert: status={s.status} phase={s.phase} ready_ts={s.ready_ts} "
+                                 f"run={s.stats} decode={list(zip(s.decode['ts'], s.decode['accept_len']))[-8:]} "
+                                 f"tail={s.log_tail[-15:]}")
         assert bad.ready_ts is not None and bad.alert.since - bad.ready_ts <= 60
         assert time.time() - t0 < 120
         assert "EAGLE3" in " ".join(bad.alert.causes)

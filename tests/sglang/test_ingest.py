@@ -174,3 +174,24 @@ def test_file_watcher_signals_appends(tmp_path):
 def test_file_watcher_without_directory_reports_false(tmp_path):
     w = FileWatcher(tmp_path / "missing" / "srv.log", threading.Event())
     assert w.start() is False
+
+
+def test_supervisor_run_marker_starts_a_new_run(tmp_path):
+    log = tmp_path / "srv.log"
+    append(log, "===== specdeck: srv run 20260408T140000-aaaa starting at 2026-04-08 14:00:00: python -m x\n"
+                "[2026-04-08 14:00:01] server_args=ServerArgs(model_path='/m')\n"
+                "[2026-04-08 14:00:05] The server is fired up and ready to roll!\n"
+                + dline(10, accept=2.5))
+    ing = LogIngester(log)
+    ing.poll()
+    su = ing.startup
+    assert su.run_index == 1 and su.phase == Phase.READY and su.launched_ts is not None
+    # the next run fails before printing anything of its own: the old READY must not linger
+    append(log, "===== specdeck: srv run 20260408T150000-bbbb starting at 2026-04-08 15:00:00: python -m x\n"
+                "launch_server.py: error: ambiguous option: --cuda-graph-max-bs could match "
+                "--cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill\n")
+    ing.poll()
+    su = ing.startup
+    assert su.run_index == 2 and su.ready_ts is None and su.phase == Phase.LAUNCHED
+    assert su.launched_ts == time.mktime(time.strptime("2026-04-08 15:00:00", "%Y-%m-%d %H:%M:%S"))
+    assert su.fatal is not None and su.fatal.code == "bad_arguments"
