@@ -85,6 +85,7 @@ class ServerConfig(_Model):
     sglang_version: str | None = None  # overrides detection
     baseline_tok_s: float | None = Field(None, gt=0)
     simulate: bool = False  # launch backend.sim.server with the same flags
+    autostart: bool = False  # started (through preflight) when the workspace first opens
     autostart: bool = False  # start when the dashboard first sees it (never-started only)
 
     @field_validator("name")

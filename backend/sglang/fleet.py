@@ -11,23 +11,21 @@ and carries out the page's control actions:
   snapshot until RUNNING;
 * ``stop(name, actor=...)``.
 
-An edited config is kept in ``<workspace>/servers/<name>.json`` so that it
-survives a dashboard restart; the workspace file itself is not rewritten.
+An edited config is written back to the workspace file's ``[[server]]`` entry
+(``backend.workspace.update_server_entry``: comments kept, validated first), so
+it survives a dashboard restart.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from pydantic import ValidationError
-
 from backend.sglang.alerts import Alert
-from backend.sglang.config import ServerConfig, describe_validation_error
+from backend.sglang.config import ServerConfig
 from backend.sglang.launch import build_argv, to_process_spec
 from backend.sglang.monitor import ServerMonitor, ServerSnapshot
 from backend.sglang.preflight import Finding, has_errors, run_preflight
@@ -65,12 +63,10 @@ class ServerFleet:
         self._configs: dict[str, ServerConfig] = {}
         self._caps: dict[str, Capabilities] = {}
         self._monitors: dict[str, ServerMonitor] = {}
-        self._problems: list[str] = []
         self._background = background
         self._monitor_kwargs = monitor_kwargs or {}
         for entry in getattr(workspace.config, "server", []) or []:
             cfg = ServerConfig.model_validate(entry)  # the workspace validated it already
-            cfg = self._load_override(cfg)
             self._configs[cfg.name] = cfg
         for name, cfg in self._configs.items():
             self._caps[name] = resolve_capabilities(cfg)
@@ -81,42 +77,11 @@ class ServerFleet:
 
     # -- config ----------------------------------------------------------------
 
-    @property
-    def overrides_dir(self) -> Path:
-        return Path(self.workspace.root) / "servers"
+    def _save(self, cfg: ServerConfig) -> None:
+        """Write ``cfg`` back to the workspace file (what the user set, not every default)."""
+        from backend.workspace import update_server_entry
 
-    def _override_path(self, name: str) -> Path:
-        return self.overrides_dir / f"{name}.json"
-
-    def _load_override(self, cfg: ServerConfig) -> ServerConfig:
-        p = self._override_path(cfg.name)
-        if not p.exists():
-            return cfg
-        try:
-            data = json.loads(p.read_text(encoding="utf-8"))
-            new = ServerConfig.model_validate(data)
-        except json.JSONDecodeError as exc:
-            self._problems.append(f"{p}:{exc.lineno}: JSON syntax: {exc.msg}; using the workspace file's config")
-            return cfg
-        except ValidationError as exc:
-            self._problems.extend(describe_validation_error(exc, str(p)))
-            return cfg
-        if new.name != cfg.name:
-            self._problems.append(f"{p}: name: {new.name!r} differs from the file name; ignored")
-            return cfg
-        return new
-
-    def _save_override(self, cfg: ServerConfig) -> None:
-        self.overrides_dir.mkdir(parents=True, exist_ok=True)
-        p = self._override_path(cfg.name)
-        tmp = p.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(cfg.model_dump(mode="json"), indent=2) + "\n", encoding="utf-8")
-        tmp.replace(p)
-
-    @property
-    def problems(self) -> list[str]:
-        """Config override files that could not be used (file:line: field: reason)."""
-        return list(self._problems)
+        update_server_entry(self.workspace, cfg.name, cfg.model_dump(mode="json", exclude_unset=True))
 
     def names(self) -> list[str]:
         return list(self._configs)
@@ -207,7 +172,7 @@ class ServerFleet:
             spec = to_process_spec(cfg, self.workspace.logs_dir, caps)
             changed = cfg != self._configs[name]
             if changed:
-                self._save_override(cfg)
+                self._save(cfg)  # raises ConfigError (file:line: key: reason) before anything stops
             self._configs[name] = cfg
             self._caps[name] = caps
             if self._running(name):

@@ -113,7 +113,7 @@ num_draft_tokens = 4
         assert time.time() - t0 < 120
         assert "EAGLE3" in " ".join(bad.alert.causes)
         assert bad.algorithm == "EAGLE"
-        assert (root / "servers" / "sim.json").exists()  # the edited config is kept
+        assert 'algorithm = "EAGLE"' in (root / "specdeck.toml").read_text()  # the edited config is kept
         actions = [(e.action, e.outcome) for e in audit.recent(store, 20) if e.target == "sim"]
         assert ("launch", "refused") in actions and ("launch-anyway", "ok") in actions
 
