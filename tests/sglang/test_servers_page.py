@@ -1,0 +1,106 @@
+"""AppTest of the Servers page against a real runtime and a simulated server."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from backend import runtime as runtime_mod
+from backend.sim.models import make_draft_dir, make_target_dir
+
+REPO = Path(__file__).resolve().parents[2]
+PAGE = str(REPO / "pages" / "servers.py")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _workspace(root: Path, algorithm: str | None) -> None:
+    target = make_target_dir(root / "m" / "target")
+    draft = make_draft_dir(root / "m" / "draft", kind="eagle3", target_hidden_size=4096)
+    server = ""
+    if algorithm:
+        server = f"""
+[[server]]
+name = "sim"
+model_path = "{target}"
+port = {_free_port()}
+simulate = true
+sglang_version = "0.5.10"
+decode_log_interval = 5
+baseline_tok_s = 90.0
+env = {{ SPECDECK_SIM_SPEED = "100", SPECDECK_SIM_TRAFFIC = "2" }}
+
+[server.speculative]
+algorithm = "{algorithm}"
+draft_model_path = "{draft}"
+num_steps = 3
+eagle_topk = 1
+num_draft_tokens = 4
+"""
+    (root / "specdeck.toml").write_text('[workspace]\nname = "page"\n\n[telemetry]\nsource = "fake"\n' + server)
+
+
+@pytest.fixture
+def make_ws(tmp_path, monkeypatch):
+    def make(algorithm):
+        _workspace(tmp_path, algorithm)
+        monkeypatch.setenv("SPECDECK_WORKSPACE", str(tmp_path))
+        return tmp_path
+
+    yield make
+    rt = runtime_mod._runtimes.get(tmp_path.resolve())
+    if rt is not None:
+        for v in rt.supervisor.views():
+            if v.active:
+                rt.supervisor.stop(v.name, actor="test", source="teardown", wait=True)
+    runtime_mod.close_all()
+
+
+def _texts(at: AppTest) -> str:
+    parts = [e.value for e in at.error] + [e.value for e in at.info] + [e.value for e in at.markdown]
+    parts += [e.value for e in at.warning] + [e.value for e in at.success] + [str(e.value) for e in at.caption]
+    return "\n".join(str(p) for p in parts)
+
+
+@pytest.mark.timeout(60)
+def test_empty_workspace_says_what_to_do(make_ws):
+    make_ws(None)
+    at = AppTest.from_file(PAGE, default_timeout=30).run()
+    assert not at.exception
+    assert "No server yet" in _texts(at)
+
+
+@pytest.mark.timeout(180)
+def test_page_shows_preflight_error_then_the_alert_of_the_eagle_mistake(make_ws):
+    make_ws("EAGLE")
+    at = AppTest.from_file(PAGE, default_timeout=30).run()
+    assert not at.exception, at.exception
+    text = _texts(at)
+    assert "1 error(s)" in text
+    frames = [df.value for df in at.dataframe]
+    found = " ".join(" ".join(map(str, f["found"].tolist())) for f in frames if "found" in f.columns)
+    assert "EAGLE3" in found and "12288" in found and "accept_len will sit at 1.0" in found
+
+    rt = runtime_mod.get_runtime()
+    rt.start("sim", actor="tester", source="test", force=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if rt.fleet.snapshot("sim").alert is not None:
+            break
+        time.sleep(0.2)
+    at.run()
+    assert not at.exception, at.exception
+    text = _texts(at)
+    assert "not accepting any draft tokens" in text and "EAGLE3" in text
+    assert any("ready" in m.value for m in at.markdown)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["accept_len (last line)"] == "1.00"
+    assert metrics["gen throughput"].endswith("tok/s")
