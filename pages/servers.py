@@ -105,19 +105,19 @@ def live(server: str) -> None:
     tput = _latest(dec["gen_throughput"])
     life = snap.lifetime_accept_len
     c = st.columns(6)
-    c[0].metric("accept_len (last line)", fmt.accept_len(acc),
-                delta=None if acc is None or life is None else f"{acc - life:+.2f} vs lifetime",
-                help="accept len of the latest decode line: (accepted draft tokens + 1) per request step")
-    c[1].metric("lifetime accept_len", fmt.accept_len(life),
-                help=f"/server_info avg_spec_accept_length, {_reading_age(snap.server_info)}")
-    c[2].metric("gen throughput", fmt.tok_s(tput),
+    c[0].metric("accept_len", fmt.accept_len(acc),
+                delta=None if acc is None or life is None else f"{acc - life:+.2f} vs life",
+                help="accept len of the latest decode line: (accepted draft tokens + 1) per request step; delta against the lifetime average")
+    c[1].metric("lifetime", fmt.accept_len(life),
+                help=f"lifetime accept_len: /server_info avg_spec_accept_length, {_reading_age(snap.server_info)}")
+    c[2].metric("tok/s", fmt.tok_s(tput),
                 delta=None if tput is None or snap.baseline_tok_s is None
-                else f"{tput - snap.baseline_tok_s:+,.1f} vs baseline",
-                help="gen throughput (token/s) of the latest decode line, all requests")
-    c[3].metric("running requests", fmt.count(_latest(dec["running_req"])))
-    c[4].metric("queued requests", fmt.count(_latest(dec["queue_req"])))
+                else f"{tput - snap.baseline_tok_s:+,.1f} vs base",
+                help="gen throughput (token/s) of the latest decode line, all requests; delta against the baseline")
+    c[3].metric("running", fmt.count(_latest(dec["running_req"])))
+    c[4].metric("queued", fmt.count(_latest(dec["queue_req"])))
     usage = _latest(dec["token_usage"])
-    c[5].metric("KV-cache usage", fmt.pct(None if usage is None else usage * 100))
+    c[5].metric("KV cache", fmt.pct(None if usage is None else usage * 100))
 
     if dec["ts"]:
         ts = dec["ts"]
