@@ -12,9 +12,12 @@ What it does:
    ``--job-seconds`` (like tensor-parallel workers, children of the server).
 2. Runs the Sampler with the real NVML adapter at 1 Hz for ``--seconds``,
    with the launcher as the managed job, recording every snapshot.
-3. Measures, for the same core fields: the adapter's cost per GPU, raw
-   pynvml calls, one ``nvidia-smi --query-gpu`` call, and one PCIe
-   throughput call (the slow field kept out of the 1 s path).
+3. Measures, for the same core fields: the sampler's GPU pass per GPU at
+   1 s (median, p90, every sample), the adapter's pass and each NVML call at
+   1 s and in a loop, raw pynvml calls (in a loop, each call after 1 s idle,
+   and a whole pass after 1 s / at once / 10 ms / 100 ms since the last),
+   one ``nvidia-smi --query-gpu`` call, and one PCIe throughput call (the
+   slow field kept out of the 1 s path).
 4. Writes report.json, report.txt and frames.jsonl (one line per sample)
    into the output directory, and ends the job tree.
 """
@@ -110,10 +113,11 @@ def raw_pynvml(passes: int) -> dict[str, Any]:
             pynvml.nvmlDeviceGetCurrentClocksEventReasons(h)
             pynvml.nvmlDeviceGetComputeRunningProcesses_v3(h)
     per_gpu = (time.perf_counter() - t0) * 1e6 / passes / len(hs)
-    # the same calls one at a time at a 1 s cadence (as the sampler makes them): cold caches
+    # each call on its own after 1 s idle (as the sampler makes them once a second)
     calls = {
         "utilization": lambda h: pynvml.nvmlDeviceGetUtilizationRates(h),
         "memory_v2": lambda h: pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2),
+        "memory_v1": lambda h: pynvml.nvmlDeviceGetMemoryInfo(h),  # for comparison; not in the pass below
         "temperature": lambda h: pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU),
         "power": lambda h: pynvml.nvmlDeviceGetPowerUsage(h),
         "power_limit": lambda h: pynvml.nvmlDeviceGetEnforcedPowerLimit(h),
@@ -130,13 +134,40 @@ def raw_pynvml(passes: int) -> dict[str, Any]:
             for h in hs:
                 fn(h)
             cold[k].append((time.perf_counter() - t1) * 1e6 / len(hs))
+
+    def one_pass() -> float:
+        t1 = time.perf_counter()
+        for h in hs:
+            for k, fn in calls.items():
+                if k != "memory_v1":
+                    fn(h)
+        return (time.perf_counter() - t1) * 1e6 / len(hs)
+
+    # Where the 1 s penalty lives: a whole pass after 1 s idle, then again at once,
+    # after 10 ms and after 100 ms (driver-side caching of readings), and a pass
+    # after 1 s idle with the CPU kept busy for 5 ms first (CPU wake-up / caches).
+    gaps: dict[str, list[float]] = {"after_1s": [], "again_at_once": [], "after_10ms": [], "after_100ms": [], "after_1s_cpu_spun_5ms": []}
+    for _ in range(8):
+        time.sleep(1.0)
+        gaps["after_1s"].append(one_pass())
+        gaps["again_at_once"].append(one_pass())
+        time.sleep(0.01)
+        gaps["after_10ms"].append(one_pass())
+        time.sleep(0.1)
+        gaps["after_100ms"].append(one_pass())
+        time.sleep(1.0)
+        spin_end = time.perf_counter() + 0.005
+        while time.perf_counter() < spin_end:
+            pass
+        gaps["after_1s_cpu_spun_5ms"].append(one_pass())
     t0 = time.perf_counter()
     pynvml.nvmlDeviceGetPcieThroughput(hs[0], pynvml.NVML_PCIE_UTIL_TX_BYTES)
     pcie_ms = (time.perf_counter() - t0) * 1000
     return {
         "raw_pynvml_us_per_gpu": per_gpu,
         "raw_pynvml_cold_us_per_gpu_by_call": {k: statistics.median(v) for k, v in cold.items()},
-        "raw_pynvml_cold_us_per_gpu_total": sum(statistics.median(v) for v in cold.values()),
+        "raw_pynvml_cold_us_per_gpu_total": sum(statistics.median(v) for k, v in cold.items() if k != "memory_v1"),
+        "raw_pynvml_pass_us_per_gpu_by_gap": {k: {"median": statistics.median(v), "max": max(v)} for k, v in gaps.items()},
         "pcie_throughput_one_call_ms": pcie_ms,
         "passes": passes,
     }
@@ -161,22 +192,31 @@ def nvidia_smi(calls: int) -> dict[str, Any]:
     return {"nvidia_smi_ms_per_call_median": statistics.median(times), "nvidia_smi_calls": calls, "nvidia_smi_last_output": out}
 
 
-def adapter_cost(adapter: NvmlAdapter, passes: int) -> dict[str, Any]:
+def adapter_cost(adapter: NvmlAdapter, passes: int, gap_s: float = 0.0) -> dict[str, Any]:
+    """The adapter's core pass, µs per GPU, timed from outside (``passes`` in a
+    row, or with ``gap_s`` of sleep between passes)."""
     n = adapter.gpu_count()
     xs = []
     for _ in range(passes):
+        if gap_s:
+            time.sleep(gap_s)
         t0 = time.perf_counter()
         adapter.sample()
         xs.append((time.perf_counter() - t0) * 1e6 / max(1, n))
     xs.sort()
-    return {"adapter_us_per_gpu_median": statistics.median(xs), "adapter_us_per_gpu_p90": xs[int(0.9 * (len(xs) - 1))], "passes": passes}
+    return {"adapter_us_per_gpu_median": statistics.median(xs), "adapter_us_per_gpu_p90": xs[int(0.9 * (len(xs) - 1))], "passes": passes, "gap_s": gap_s}
+
+
+def fmt_calls(t: dict[str, dict[str, float]]) -> str:
+    order = ["util", "memory", "temp", "power", "plimit", "sm_clock", "mem_clock", "throttle", "procs", "rest", "pass"]
+    return ", ".join(f"{k} {t[k]['median']:.1f}/{t[k]['p90']:.1f}" for k in order if k in t)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description="sampler with real NVML under a torch job")
     ap.add_argument("--out", default=os.environ.get("OUT") or "gpu_proof_out")
     ap.add_argument("--seconds", type=float, default=30.0, help="how long the sampler records")
-    ap.add_argument("--job-seconds", type=float, default=40.0)
+    ap.add_argument("--job-seconds", type=float, default=90.0, help="the job outlives the sampler and the 1 s cadence comparisons")
     ap.add_argument("--size", type=int, default=8192, help="matmul size")
     ap.add_argument("--hold-gib", type=float, default=20.0, help="extra memory each worker holds")
     ap.add_argument("--fake", action="store_true", help="dry run of this script with the fake NVML and CPU workers")
@@ -199,7 +239,7 @@ def main() -> int:
         adapter = NvmlAdapter(FakeNvml(gpus=2, follow=follow), source="fake")
         args.size, args.hold_gib = min(args.size, 256), 0.0
     else:
-        adapter = NvmlAdapter()
+        adapter = NvmlAdapter()  # the sampler's figure is taken without per-call timing, as in the dashboard
     st = adapter.state()
     report["nvml_state"] = plain(st)
     report["static"] = plain(adapter.static())
@@ -220,6 +260,7 @@ def main() -> int:
     sampler = Sampler(adapter, disk_paths=[str(out)], managed=managed, interval_s=1.0, slow_interval_s=10.0, pcie_interval_s=15.0, idle_samples=5)
     frames = []
     try:
+        time.sleep(3.0)  # let the job start its kernels before sampling
         sampler.start()
         t_end = time.monotonic() + args.seconds
         last = None
@@ -234,7 +275,14 @@ def main() -> int:
                     print(f"t+{len(frames)}s gpu0 util {g.util_gpu} power {g.power_w} mem {round(g.mem_used / GIB, 1) if g.mem_used else None} GiB"
                           f" procs {[p.pid for p in (g.processes or ())]}", flush=True)
         sampler.stop()
+        report["sampler_pass_us_per_gpu_each_sample"] = sampler.pass_costs()
+        # per-call timings (two clock reads per call) at the same 1 s cadence, then in a loop
+        adapter.set_call_timing(True)
+        report["busy_adapter_cost_1s_gap"] = adapter_cost(adapter, 12, gap_s=1.0)
+        report["busy_adapter_1s_gap_call_times_us_per_gpu"] = adapter.call_times(reset=True)
         report["busy_adapter_cost"] = adapter_cost(adapter, 200)
+        report["busy_adapter_call_times_us_per_gpu"] = adapter.call_times(reset=True)
+        adapter.set_call_timing(False)
         if not args.fake:
             report.update(raw_pynvml(200))
         report.update(nvidia_smi(10))
@@ -288,12 +336,22 @@ def main() -> int:
         lines.append(f"GPU {i}: peak util {p['util_max']}%, peak power {p['power_max_w']} W, peak memory {p['mem_max_gib'] and round(p['mem_max_gib'], 1)} GiB")
     lines.append(f"attribution: {s['job_summaries']} pids {s['job_pids_on_gpus']}")
     c = s["sampler_cost"] or {}
+    nan = float("nan")
+    each = report.get("sampler_pass_us_per_gpu_each_sample") or []
+    gap = report.get("busy_adapter_cost_1s_gap", {})
     lines += [
-        f"sampler: mean {c.get('mean_ms')} ms per sample, GPU pass {c.get('nvml_per_gpu_us')} us per GPU, CPU share {c.get('cpu_share')}",
-        f"adapter core pass: idle {report['idle_adapter_cost']['adapter_us_per_gpu_median']:.1f} us/GPU, busy {report.get('busy_adapter_cost', {}).get('adapter_us_per_gpu_median', float('nan')):.1f} us/GPU (goal <= 100)",
+        f"sampler at 1 s: GPU pass median {c.get('nvml_per_gpu_us') or nan:.1f} us/GPU, p90 {c.get('nvml_per_gpu_us_p90') or nan:.1f} us/GPU"
+        f" over {len(each)} samples (goal <= 100); whole sample median {c.get('median_ms') or nan:.2f} ms; CPU share {c.get('cpu_share') or nan:.4f}",
+        f"  each sample's GPU pass, us/GPU: {[round(x, 1) for x in each]}",
+        f"adapter core pass: idle {report['idle_adapter_cost']['adapter_us_per_gpu_median']:.1f} us/GPU, busy {report.get('busy_adapter_cost', {}).get('adapter_us_per_gpu_median', nan):.1f} us/GPU in a loop;"
+        f" busy with 1 s between passes (main thread, per-call timing on) median {gap.get('adapter_us_per_gpu_median', nan):.1f}, p90 {gap.get('adapter_us_per_gpu_p90', nan):.1f} us/GPU",
+        f"  per call in a loop, us/GPU median/p90: {fmt_calls(report.get('busy_adapter_call_times_us_per_gpu', {}))}",
+        f"  per call at 1 s (main thread, {gap.get('passes')} passes), us/GPU median/p90: {fmt_calls(report.get('busy_adapter_1s_gap_call_times_us_per_gpu', {}))}",
         f"raw pynvml same fields: {report.get('raw_pynvml_us_per_gpu', float('nan')):.1f} us/GPU in a loop,"
         f" {report.get('raw_pynvml_cold_us_per_gpu_total', float('nan')):.1f} us/GPU at a 1 s cadence",
-        f"  by call at 1 s cadence: {report.get('raw_pynvml_cold_us_per_gpu_by_call')}",
+        f"  by call at 1 s cadence: { {k: round(v, 1) for k, v in (report.get('raw_pynvml_cold_us_per_gpu_by_call') or {}).items()} }",
+        f"  whole raw pass by gap since the last, us/GPU median (max): "
+        + ", ".join(f"{k} {v['median']:.1f} ({v['max']:.1f})" for k, v in (report.get("raw_pynvml_pass_us_per_gpu_by_gap") or {}).items()),
         f"nvidia-smi --query-gpu: {report.get('nvidia_smi_ms_per_call_median', 'n/a')} ms per call",
         f"PCIe throughput, one call: {report.get('pcie_throughput_one_call_ms', float('nan')):.1f} ms",
         f"versioned calls chosen: {s['versioned_calls']}",

@@ -18,6 +18,10 @@ Rules:
   v2 -> v1, process info v3 -> v2 -> unversioned, clock event reasons ->
   throttle reasons, temperature -> temperatureV); the first that works is
   remembered.
+* A field that is NotSupported or NoPermission, or that no candidate can
+  read, is remembered per GPU: it stays N/A with its reason and is asked
+  again only every ``reprobe_s`` (or on :meth:`NvmlAdapter.refresh_static`),
+  not every pass.  The core functions are looked up once, not per pass.
 * A GPU that reports GpuIsLost / Unknown / ResetRequired is shown as lost
   (all fields N/A) and retried on the next pass.
 * Handles and static information (name, uuid, bus id, total memory, MIG
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from dataclasses import replace
 from typing import Any, Callable, Sequence
 
@@ -93,6 +98,41 @@ NVML_NVLINK_MAX_LINKS = 18  # H100 / H200; a link past the last raises InvalidAr
 NVML_MEMORY_V2 = 0x02000028  # nvmlMemory_v2 = sizeof(c_nvmlMemory_v2_t) | 2 << 24
 NVML_DEVICE_MIG_ENABLE = 1
 _NO_INSTANCE = 0xFFFFFFFF
+
+# Failures that do not change while the driver runs: the field is N/A with its
+# reason and the call is not repeated every pass, only every ``reprobe_s``.
+STICKY_CODES = frozenset({ERR_NOT_SUPPORTED, ERR_NO_PERMISSION})
+
+# The core pass: key -> candidates (function name, arguments after the handle,
+# keyword arguments), best first.  ``None`` as the memory version is replaced
+# by the bindings' ``nvmlMemory_v2`` when the library is loaded.
+CORE_CALLS: dict[str, tuple[tuple[str, tuple[Any, ...], dict[str, Any]], ...]] = {
+    "util": (("nvmlDeviceGetUtilizationRates", (), {}),),
+    "memory": (
+        ("nvmlDeviceGetMemoryInfo", (), {"version": None}),
+        ("nvmlDeviceGetMemoryInfo", (), {}),
+    ),
+    "temp": (
+        ("nvmlDeviceGetTemperature", (NVML_TEMPERATURE_GPU,), {}),
+        ("nvmlDeviceGetTemperatureV", (NVML_TEMPERATURE_GPU,), {}),
+    ),
+    "power": (("nvmlDeviceGetPowerUsage", (), {}),),
+    "plimit": (
+        ("nvmlDeviceGetEnforcedPowerLimit", (), {}),
+        ("nvmlDeviceGetPowerManagementLimit", (), {}),
+    ),
+    "sm_clock": (("nvmlDeviceGetClockInfo", (NVML_CLOCK_SM,), {}),),
+    "mem_clock": (("nvmlDeviceGetClockInfo", (NVML_CLOCK_MEM,), {}),),
+    "throttle": (
+        ("nvmlDeviceGetCurrentClocksEventReasons", (), {}),
+        ("nvmlDeviceGetCurrentClocksThrottleReasons", (), {}),
+    ),
+    "procs": (
+        ("nvmlDeviceGetComputeRunningProcesses_v3", (), {}),
+        ("nvmlDeviceGetComputeRunningProcesses_v2", (), {}),
+        ("nvmlDeviceGetComputeRunningProcesses", (), {}),
+    ),
+}
 
 # Clock event ("throttle") reasons: bit -> stable short name.
 THROTTLE_BITS: tuple[tuple[int, str], ...] = (
@@ -181,6 +221,8 @@ class NvmlAdapter:
         *,
         source: str = "nvml",
         retry_init_s: float = 60.0,
+        reprobe_s: float = 300.0,
+        time_calls: bool = False,
         clock: Callable[[], float] = time.time,
     ):
         self._lib = lib
@@ -198,6 +240,16 @@ class NvmlAdapter:
         self._pcie: dict[int, tuple[float, float | None, float | None, dict[str, str]]] = {}
         self._err_cls: type[BaseException] = Exception
         self._mismatch_cls: tuple[type[BaseException], ...] = ()
+        # core calls resolved once per library: key -> [(function or None, name, args, kwargs)]
+        self._calls: dict[str, list[tuple[Callable[..., Any] | None, str, tuple[Any, ...], dict[str, Any]]]] = {}
+        # (gpu, key) -> (monotonic time to probe again, reason): NotSupported / NoPermission /
+        # no candidate works; such a field is N/A without calling NVML every pass
+        self._skip: dict[tuple[int, str], tuple[float, str]] = {}
+        self._reprobe_s = reprobe_s
+        self._pass_lock = threading.Lock()
+        # per-call timings (µs per GPU), kept only when asked for (bench/gpu_proof.py)
+        self._times: dict[str, deque[float]] | None = {} if time_calls else None
+        self._calls_us = 0.0  # µs spent in timed NVML calls during the current pass
 
     # -- state ---------------------------------------------------------
 
@@ -246,6 +298,7 @@ class NvmlAdapter:
         self._err_cls = getattr(lib, "NVMLError", Exception)
         mm = getattr(lib, "NVMLLibraryMismatchError", None)
         self._mismatch_cls = (mm,) if isinstance(mm, type) else ()
+        self._resolve_calls(lib)
         try:
             lib.nvmlInit()
         except self._err_cls as e:  # type: ignore[misc]
@@ -325,24 +378,70 @@ class NvmlAdapter:
         except self._mismatch_cls as e:  # type: ignore[misc]
             return None, f"{_REASONS[ERR_FUNCTION_NOT_FOUND]} ({e})"
 
-    def _versioned(self, key: str, candidates: Sequence[tuple[str, tuple[Any, ...], dict[str, Any]]]) -> tuple[Any, str | None]:
-        """Call the first candidate that this driver and these bindings both support.
+    def _resolve_calls(self, lib: Any) -> None:
+        """Look the core functions up once (not per pass); a name missing from
+        the bindings is kept as ``None`` and skipped."""
+        v2 = getattr(lib, "nvmlMemory_v2", NVML_MEMORY_V2)
+        calls = {}
+        for key, cands in CORE_CALLS.items():
+            calls[key] = [
+                (
+                    getattr(lib, name, None),
+                    name,
+                    args,
+                    {k: (v2 if (k == "version" and v is None) else v) for k, v in kwargs.items()},
+                )
+                for name, args, kwargs in cands
+            ]
+        self._calls = calls
+        self._skip = {}
 
-        Each candidate is ``(function name, args, kwargs)``.  A candidate that
-        is missing from the bindings, not found in the driver, or rejects the
-        struct version is skipped, and the one that works is remembered.
+    def _versioned(self, key: str, h: Any, gpu: int | None = None) -> tuple[Any, str | None]:
+        """Call the first candidate of ``key`` that this driver and these bindings both support.
+
+        A candidate that is missing from the bindings, not found in the
+        driver, or rejects the struct version is skipped, and the one that
+        works is remembered.  For a GPU's core pass (``gpu`` given) a field
+        that is NotSupported / NoPermission, or that no candidate can read,
+        is remembered too: it stays N/A with its reason and is asked again
+        only every ``reprobe_s``, not every pass.
         """
+        if gpu is not None and self._skip:
+            skip = self._skip.get((gpu, key))
+            if skip is not None:
+                if time.monotonic() < skip[0]:
+                    return None, skip[1]
+                del self._skip[(gpu, key)]
+        times = self._times
+        t0 = time.perf_counter() if times is not None else 0.0
+        try:
+            value, why, sticky = self._call_candidates(key, h)
+        finally:
+            if times is not None:
+                dt = (time.perf_counter() - t0) * 1e6
+                self._calls_us += dt
+                dq = times.get(key)
+                if dq is None:
+                    dq = times[key] = deque(maxlen=4096)
+                dq.append(dt)
+        if sticky and gpu is not None:
+            self._skip[(gpu, key)] = (time.monotonic() + self._reprobe_s, why or "N/A")
+        return value, why
+
+    def _call_candidates(self, key: str, h: Any) -> tuple[Any, str | None, bool]:
+        cands = self._calls.get(key)
+        if cands is None:  # library not resolved (should not happen once initialised)
+            self._resolve_calls(self._lib)
+            cands = self._calls[key]
         start = self._choice.get(key, 0)
         last_reason = "not available"
-        lib = self._lib
-        for i in range(start, len(candidates)):
-            name, args, kwargs = candidates[i]
-            fn = getattr(lib, name, None)
+        for i in range(start, len(cands)):
+            fn, name, args, kwargs = cands[i]
             if fn is None:
                 last_reason = f"{name} is not in this nvidia-ml-py"
                 continue
             try:
-                value = fn(*args, **kwargs)
+                value = fn(h, *args, **kwargs)
             except self._err_cls as e:  # type: ignore[misc]
                 code = error_code(e)
                 if code in LOST_CODES:
@@ -352,7 +451,7 @@ class NvmlAdapter:
                     continue
                 if i != start:
                     self._choice[key] = i
-                return None, reason_for(e)
+                return None, reason_for(e), code in STICKY_CODES
             except self._mismatch_cls as e:  # type: ignore[misc]
                 last_reason = f"{_REASONS[ERR_FUNCTION_NOT_FOUND]} ({e})"
                 continue
@@ -361,8 +460,27 @@ class NvmlAdapter:
                 continue
             if i != start:
                 self._choice[key] = i
-            return value, None
-        return None, last_reason
+            return value, None, False
+        return None, last_reason, True
+
+    def set_call_timing(self, on: bool) -> None:
+        """Keep per-call timings (two clock reads per NVML call) or stop and drop them."""
+        self._times = {} if on else None
+
+    def call_times(self, reset: bool = False) -> dict[str, dict[str, float]]:
+        """Per-call timings in µs per GPU (median, p90, n) when the adapter was
+        made with ``time_calls=True``; ``"pass"`` is the whole core pass per
+        GPU and ``"rest"`` the part of it spent outside NVML calls."""
+        if self._times is None:
+            return {}
+        out = {}
+        for key, dq in list(self._times.items()):
+            xs = sorted(dq)
+            if xs:
+                out[key] = {"median": xs[len(xs) // 2], "p90": xs[int(0.9 * (len(xs) - 1))], "n": float(len(xs))}
+        if reset:
+            self._times = {}
+        return out
 
     def chosen(self) -> dict[str, str]:
         """Which candidate each versioned call settled on (for diagnostics)."""
@@ -433,6 +551,7 @@ class NvmlAdapter:
         if not self._ensure_init():
             return
         with self._lock:
+            self._skip = {}  # fields remembered as unsupported are asked again too
             for i, h in enumerate(self._handles):
                 st = self._read_static(i, h)
                 if st.uuid is not None or self._static[i].uuid is None:
@@ -441,25 +560,37 @@ class NvmlAdapter:
 
     # -- core pass -----------------------------------------------------
 
-    def _memory(self, h: Any) -> tuple[Any, str | None]:
-        return self._versioned(
-            "memory",
-            (
-                ("nvmlDeviceGetMemoryInfo", (h,), {"version": getattr(self._lib, "nvmlMemory_v2", NVML_MEMORY_V2)}),
-                ("nvmlDeviceGetMemoryInfo", (h,), {}),
-            ),
-        )
+    def _memory(self, h: Any, gpu: int | None = None) -> tuple[Any, str | None]:
+        return self._versioned("memory", h, gpu)
 
     def sample(self) -> GpuFrame:
-        """Read the core fields of every GPU in one pass."""
-        t0 = time.perf_counter()
-        now = self._clock()
-        if not self._ensure_init():
-            return GpuFrame(now, self._state, (), time.perf_counter() - t0)
-        gpus = []
-        for i in range(len(self._handles)):
-            gpus.append(self._sample_gpu(i, now))
-        return GpuFrame(now, self._state, tuple(gpus), time.perf_counter() - t0)
+        """Read the core fields of every GPU in one pass.
+
+        ``GpuFrame.nvml_s`` is the wall time of the whole pass: the NVML calls
+        and turning their answers into samples, nothing else.
+        """
+        with self._pass_lock:
+            t0 = time.perf_counter()
+            now = self._clock()
+            if not self._ensure_init():
+                return GpuFrame(now, self._state, (), time.perf_counter() - t0)
+            n = len(self._handles)
+            self._calls_us = 0.0
+            gpus = tuple([self._sample_gpu(i, now) for i in range(n)])
+            spent = time.perf_counter() - t0
+            if self._times is not None and n:
+                self._time_note("pass", spent * 1e6 / n)
+                self._time_note("rest", max(0.0, spent * 1e6 - self._calls_us) / n)
+            return GpuFrame(now, self._state, gpus, spent)
+
+    def _time_note(self, key: str, us: float) -> None:
+        times = self._times
+        if times is None:
+            return
+        dq = times.get(key)
+        if dq is None:
+            dq = times[key] = deque(maxlen=4096)
+        dq.append(us)
 
     def _sample_gpu(self, i: int, now: float) -> GpuSample:
         st = self._static[i]
@@ -473,14 +604,15 @@ class NvmlAdapter:
             self._handles[i] = h
             st = self._static[i] = self._read_static(i, h)
         na: dict[str, str] = {}
+        read = self._versioned
         try:
-            util, why = self._try(lib.nvmlDeviceGetUtilizationRates, h)
+            util, why = read("util", h, i)
             if util is None:
                 na["util_gpu"] = na["util_mem"] = why  # type: ignore[assignment]
                 ug = um = None
             else:
                 ug, um = float(util.gpu), float(util.memory)
-            mem, why = self._memory(h)
+            mem, why = read("memory", h, i)
             if mem is None:
                 na["mem_used"] = why  # type: ignore[assignment]
                 used = None
@@ -489,50 +621,25 @@ class NvmlAdapter:
                     na["mem_total"] = why  # type: ignore[assignment]
             else:
                 used, total = int(mem.used), int(mem.total)
-            temp, why = self._versioned(
-                "temp",
-                (
-                    ("nvmlDeviceGetTemperature", (h, NVML_TEMPERATURE_GPU), {}),
-                    ("nvmlDeviceGetTemperatureV", (h, NVML_TEMPERATURE_GPU), {}),
-                ),
-            )
+            temp, why = read("temp", h, i)
             if temp is None:
                 na["temp_c"] = why  # type: ignore[assignment]
-            power, why = self._try(lib.nvmlDeviceGetPowerUsage, h)
+            power, why = read("power", h, i)
             if power is None:
                 na["power_w"] = why  # type: ignore[assignment]
-            plimit, why = self._versioned(
-                "plimit",
-                (
-                    ("nvmlDeviceGetEnforcedPowerLimit", (h,), {}),
-                    ("nvmlDeviceGetPowerManagementLimit", (h,), {}),
-                ),
-            )
+            plimit, why = read("plimit", h, i)
             if plimit is None:
                 na["power_limit_w"] = why  # type: ignore[assignment]
-            sm, why = self._try(lib.nvmlDeviceGetClockInfo, h, NVML_CLOCK_SM)
+            sm, why = read("sm_clock", h, i)
             if sm is None:
                 na["sm_clock_mhz"] = why  # type: ignore[assignment]
-            mclk, why = self._try(lib.nvmlDeviceGetClockInfo, h, NVML_CLOCK_MEM)
+            mclk, why = read("mem_clock", h, i)
             if mclk is None:
                 na["mem_clock_mhz"] = why  # type: ignore[assignment]
-            mask, why = self._versioned(
-                "throttle",
-                (
-                    ("nvmlDeviceGetCurrentClocksEventReasons", (h,), {}),
-                    ("nvmlDeviceGetCurrentClocksThrottleReasons", (h,), {}),
-                ),
-            )
+            mask, why = read("throttle", h, i)
             if mask is None:
                 na["throttle"] = why  # type: ignore[assignment]
-            procs, why = self._versioned(
-                "procs",
-                (
-                    ("nvmlDeviceGetComputeRunningProcesses_v3", (h,), {}),
-                    ("nvmlDeviceGetComputeRunningProcesses_v2", (h,), {}),
-                    ("nvmlDeviceGetComputeRunningProcesses", (h,), {}),
-                ),
-            )
+            procs, why = read("procs", h, i)
             if procs is None:
                 na["processes"] = why  # type: ignore[assignment]
             migs: tuple[MigDevice, ...] = ()

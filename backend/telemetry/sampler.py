@@ -247,6 +247,7 @@ class Sampler:
         """Stop both threads and wait for them; flush the open bucket."""
         self._stop.set()
         self._slow_wake.set()
+        self._sampled.set()  # wakes a slow thread waiting for the gap after a core pass
         for t in self._threads:
             t.join(timeout)
         self._threads = []
@@ -308,8 +309,8 @@ class Sampler:
             return not self._stop.is_set()  # called directly (tests, scripts): no wait
         self._sampled.clear()
         while not self._stop.is_set():
-            if self._sampled.wait(0.1):
-                return True
+            if self._sampled.wait(1.0):  # set by each core pass and by stop(); no busy polling
+                return not self._stop.is_set()
         return False
 
     def read_slow_once(self) -> None:
@@ -403,6 +404,11 @@ class Sampler:
             cpu_share=share,
             slow_last_ms=self._slow_ms,
         )
+
+    def pass_costs(self) -> list[float]:
+        """The GPU pass of each recent sample, µs per GPU, oldest first (the
+        window behind ``cost().nvml_per_gpu_us``)."""
+        return list(self._window_us)
 
     def _record(self, frame: GpuFrame, host: HostSample | None) -> None:
         with self._ring_lock:

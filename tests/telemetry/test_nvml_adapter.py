@@ -237,3 +237,61 @@ def test_real_bindings_without_a_driver_say_so():
     assert st.status in (NvmlStatus.NO_LIBRARY, NvmlStatus.NO_DRIVER)
     assert "No NVIDIA driver" in st.message or "nvidia-ml-py" in st.message
     assert a.sample().gpus == ()
+
+
+def test_unsupported_fields_are_not_asked_every_pass_but_probed_again_later():
+    fake, a = adapter(not_supported={2: ["power"]})
+    fake.fail("clocks", gpu=1, code=ERR_NO_PERMISSION)
+    a.sample()
+    power_calls = fake.calls["nvmlDeviceGetPowerUsage"]
+    clock_calls = fake.calls["nvmlDeviceGetClockInfo"]
+    for _ in range(4):
+        frame = a.sample()
+    # 7 GPUs read power every pass; GPU 2 is not asked again
+    assert fake.calls["nvmlDeviceGetPowerUsage"] - power_calls == 4 * 7
+    assert fake.calls["nvmlDeviceGetClockInfo"] - clock_calls == 4 * 7 * 2
+    g2 = frame.gpus[2]
+    assert g2.power_w is None and g2.na["power_w"] == "not supported on this GPU"  # still N/A with its reason
+    assert "permission" in frame.gpus[1].na["sm_clock_mhz"] and frame.gpus[1].sm_clock_mhz is None
+    assert frame.gpus[3].power_w is not None
+    fake.clear_failures()
+    a.refresh_static()  # re-probes remembered failures (as does the reprobe interval)
+    frame = a.sample()
+    assert frame.gpus[2].power_w is not None and frame.gpus[1].sm_clock_mhz is not None
+
+
+def test_reprobe_interval_asks_a_remembered_failure_again():
+    fake = FakeNvml(gpus=1)
+    a = NvmlAdapter(fake, source="fake", reprobe_s=0.0)
+    fake.fail("power", gpu=0)
+    assert a.sample().gpus[0].power_w is None
+    fake.clear_failures()
+    assert a.sample().gpus[0].power_w is not None
+
+
+def test_transient_failures_are_retried_every_pass():
+    fake, a = adapter(gpus=1)
+    fake.fail("power", gpu=0, code=nvml_mod.ERR_TIMEOUT)
+    a.sample()
+    a.sample()
+    assert fake.calls["nvmlDeviceGetPowerUsage"] == 2
+    fake.clear_failures()
+    assert a.sample().gpus[0].power_w is not None
+
+
+def test_call_timings_per_field_and_for_the_whole_pass():
+    fake = FakeNvml(gpus=2)
+    a = NvmlAdapter(fake, source="fake", time_calls=True)
+    for _ in range(5):
+        frame = a.sample()
+    t = a.call_times(reset=True)
+    assert set(t) >= {"util", "memory", "temp", "power", "plimit", "sm_clock", "mem_clock", "throttle", "procs", "pass", "rest"}
+    assert t["util"]["n"] == 5 * 2 and t["pass"]["n"] == 5
+    calls = sum(t[k]["median"] for k in t if k not in ("pass", "rest"))
+    assert 0 < calls < t["pass"]["median"] * 2
+    assert t["pass"]["median"] <= frame.nvml_s * 1e6  # per GPU, never more than the pass
+    assert a.call_times() == {}  # reset
+    a.set_call_timing(False)
+    a.sample()
+    assert a.call_times() == {}
+    assert NvmlAdapter(FakeNvml(gpus=1), source="fake").call_times() == {}

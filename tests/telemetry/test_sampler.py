@@ -196,3 +196,16 @@ def test_history_across_a_dashboard_restart_keeps_the_gap(store):
     assert series.value[:3] == (5, 5, 5) and series.vmax[0] == 9
     assert series.value[3] is None  # the hour the dashboard was down stays a gap
     assert series.t[4:] == (now, now + 1, now + 2)
+
+
+def test_pass_costs_are_the_window_behind_the_gpu_pass_figure():
+    clock = Clock()
+    fake, s = make(clock)
+    for _ in range(7):
+        s.sample_once()
+        clock.t += 1
+    xs = s.pass_costs()
+    assert len(xs) == 7 and all(x > 0 for x in xs)
+    cost = s.cost()
+    assert cost.nvml_per_gpu_us == sorted(xs)[3]
+    assert cost.nvml_per_gpu_us_p90 == sorted(xs)[int(0.9 * 6)]
