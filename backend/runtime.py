@@ -15,14 +15,12 @@ import threading
 import time
 from pathlib import Path
 
-from typing import TYPE_CHECKING
-
 from backend.supervisor.spec import ProcessSpec
 from backend.workspace import Workspace, load_workspace
-from state import Store, audit
+from backend.sglang.fleet import PreflightBlocked
+from state import Store
 
-if TYPE_CHECKING:
-    from backend.sglang.config import ServerConfig
+__all__ = ["PreflightBlocked", "Runtime", "close_all", "current_actor", "get_runtime"]
 
 log = logging.getLogger(__name__)
 
@@ -34,51 +32,38 @@ def current_actor() -> str:
         return "unknown"
 
 
-class PreflightBlocked(RuntimeError):
-    """A server launch was refused because preflight found errors."""
-
-    def __init__(self, name: str, findings: list):
-        self.name = name
-        self.findings = findings
-        errors = [f for f in findings if f.severity == "error"]
-        super().__init__(f"preflight found {len(errors)} error(s) for {name}: "
-                         + "; ".join(f.found for f in errors))
-
-
 class Runtime:
     def __init__(self, workspace: Workspace, *, background: bool = True):
+        from backend.sglang.fleet import ServerFleet
         from backend.supervisor.supervisor import Supervisor, SupervisorLoop
+        from backend.telemetry.sampler import make_workspace_sampler
 
         self.workspace = workspace
         self.started_at = time.time()
         self.store = Store(workspace.store_path)
-        self.servers = self._load_servers()
         self.supervisor = Supervisor(self.store, workspace.run_dir)
+        # GPU + host telemetry: one background sampler per workspace per process
+        self.telemetry = make_workspace_sampler(workspace, self.store, managed=self.supervisor.views)
+        if background:
+            self.telemetry.start()
+        self.fleet = ServerFleet(workspace, self.supervisor, self.store, background=background,
+                                 gpu_probe=self.gpu_probe)
         self.supervisor.sync_specs(self.all_specs())
         self.loop = SupervisorLoop(self.supervisor, interval_s=1.0)
         self._closed = False
         self._autostart()
         if background:
             self.loop.start()
-        from backend.telemetry.sampler import make_workspace_sampler
-
-        # GPU + host telemetry: one background sampler per workspace per process
-        self.telemetry = make_workspace_sampler(workspace, self.store, managed=self.supervisor.views)
-        if background:
-            self.telemetry.start()
-        self.monitors = {name: self._make_monitor(cfg) for name, cfg in self.servers.items()}
-        if background:
-            for mon in self.monitors.values():
-                mon.start()
 
     # -- specs -----------------------------------------------------------
 
     def all_specs(self) -> list[ProcessSpec]:
-        return list(self.workspace.process_specs()) + [self.server_spec(c) for c in self.servers.values()]
+        return list(self.workspace.process_specs()) + self.fleet.specs()
 
     def _autostart(self) -> None:
         """Start ``autostart`` processes and servers that have never run in this workspace."""
-        names = self.workspace.autostart_names() + [n for n, c in self.servers.items() if c.autostart]
+        names = self.workspace.autostart_names() + [n for n in self.fleet.names()
+                                                    if self.fleet.config(n).autostart]
         for name in names:
             view = self.supervisor.view(name)
             if view is not None and view.started_at is not None:
@@ -89,22 +74,6 @@ class Runtime:
                 log.warning("autostart of %s failed: %s", name, exc)
 
     # -- servers ---------------------------------------------------------
-
-    def _load_servers(self) -> dict[str, "ServerConfig"]:
-        from backend.sglang.config import ServerConfig
-
-        return {c.name: c for c in (ServerConfig.model_validate(e) for e in self.workspace.config.server)}
-
-    def server_spec(self, cfg: "ServerConfig") -> ProcessSpec:
-        from backend.sglang.launch import to_process_spec
-
-        return to_process_spec(cfg, self.workspace.logs_dir)
-
-    def _make_monitor(self, cfg: "ServerConfig"):
-        from backend.sglang.launch import log_path_for
-        from backend.sglang.monitor import ServerMonitor
-
-        return ServerMonitor(cfg, log_path_for(cfg, self.workspace.logs_dir))
 
     def gpu_probe(self) -> list[tuple[int, int, int]] | None:
         """(index, total bytes, free bytes) per GPU from the latest telemetry, None without a driver."""
@@ -119,76 +88,29 @@ class Runtime:
             out.append((g.index, g.mem_total, free))
         return out
 
-    def preflight(self, cfg: "ServerConfig") -> list:
-        """Preflight findings for ``cfg``, errors first."""
-        from backend.sglang.preflight import run_preflight
-
-        active = self.supervisor.view(cfg.name)
-        running_here = active is not None and active.active and cfg.name in self.servers \
-            and (self.servers[cfg.name].host, self.servers[cfg.name].port) == (cfg.host, cfg.port)
-        # the port of a server that is about to be replaced is free by the time it starts
-        port_probe = (lambda host, port: True) if running_here else None
-        return run_preflight(cfg, gpu_probe=self.gpu_probe, port_probe=port_probe)
+    def active_alerts(self) -> list:
+        """Alerts for the sidebar: server alerts first, then GPU alerts."""
+        out = list(self.fleet.active_alerts())
+        snap = self.telemetry.latest()
+        if snap is not None:
+            out.extend(snap.alerts)
+        return out
 
     # -- control (preflight for servers, audit for everything) ------------
 
     def start(self, name: str, *, actor: str, source: str, force: bool = False):
         """Start a process; a server goes through preflight first."""
-        self._preflight_gate(name, self.servers.get(name), actor=actor, source=source, force=force,
-                             action="start")
+        if name in self.fleet.names():
+            return self.fleet.launch(name, actor=actor, source=source, launch_anyway=force)
         return self.supervisor.start(name, actor=actor, source=source)
 
     def restart(self, name: str, *, actor: str, source: str, force: bool = False):
-        self._preflight_gate(name, self.servers.get(name), actor=actor, source=source, force=force,
-                             action="restart")
+        if name in self.fleet.names():
+            return self.fleet.launch(name, actor=actor, source=source, launch_anyway=force)
         return self.supervisor.restart(name, actor=actor, source=source, wait=False)
 
     def stop(self, name: str, *, actor: str, source: str):
         return self.supervisor.stop(name, actor=actor, source=source, wait=False)
-
-    def relaunch_server(self, name: str, cfg: "ServerConfig", *, actor: str, source: str,
-                        force: bool = False):
-        """Preflight ``cfg``, write it to the workspace file, then stop and start the server.
-
-        Errors block unless ``force`` ("launch anyway"), which is audited.
-        """
-        if name not in self.servers:
-            raise KeyError(f"no server named {name!r} in {self.workspace.config_path}")
-        if cfg.name != name:
-            raise ValueError("a relaunch keeps the server's name")
-        self._preflight_gate(name, cfg, actor=actor, source=source, force=force, action="relaunch")
-        if cfg != self.servers[name]:
-            from backend.workspace import update_server_entry
-
-            update_server_entry(self.workspace, name,
-                                cfg.model_dump(mode="json", exclude_defaults=True) | {"name": name,
-                                                                                     "model_path": cfg.model_path})
-            audit.record(self.store, actor, source, "edit-config", name,
-                         detail=f"server config written to {self.workspace.config_path}")
-        self.servers[name] = cfg
-        self.supervisor.register(self.server_spec(cfg))
-        self.monitors[name].set_config(cfg)
-        view = self.supervisor.view(name)
-        if view is not None and view.active:
-            return self.supervisor.restart(name, actor=actor, source=source, wait=False)
-        return self.supervisor.start(name, actor=actor, source=source)
-
-    def _preflight_gate(self, name: str, cfg, *, actor: str, source: str, force: bool, action: str) -> None:
-        if cfg is None:
-            return
-        from backend.sglang.preflight import has_errors
-
-        findings = self.preflight(cfg)
-        if not has_errors(findings):
-            return
-        errors = [f for f in findings if f.severity == "error"]
-        codes = ", ".join(f.code for f in errors)
-        if not force:
-            audit.record(self.store, actor, source, action, name, detail=f"blocked by preflight: {codes}",
-                         outcome="refused")
-            raise PreflightBlocked(name, findings)
-        audit.record(self.store, actor, source, "launch-anyway", name,
-                     detail=f"{action} despite preflight errors: {codes}")
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -198,8 +120,7 @@ class Runtime:
             return
         self._closed = True
         self.loop.stop()
-        for mon in getattr(self, "monitors", {}).values():
-            mon.stop()
+        self.fleet.close()
         self.telemetry.stop()  # flushes the open history bucket, so before the store closes
         self.supervisor.close()
         self.store.close()

@@ -93,11 +93,11 @@ def test_relaunch_with_fixed_config_rewrites_file_and_comes_up_ready(ws):
     rt = runtime_mod.get_runtime(background=False)
     rt.start("sim", actor="bob", source="test", force=True)
     first = _wait(rt, "sim", {"RUNNING"})
-    cfg = rt.servers["sim"]
+    cfg = rt.fleet.config("sim")
     fixed = cfg.model_copy(update={"speculative": cfg.speculative.model_copy(update={"algorithm": "EAGLE3"})})
-    assert not [f for f in rt.preflight(fixed) if f.severity == "error"]
+    assert not [f for f in rt.fleet.preflight("sim", fixed) if f.severity == "error"]
 
-    rt.relaunch_server("sim", fixed, actor="bob", source="test")
+    rt.fleet.launch("sim", fixed, actor="bob", source="test")
     text = (ws / "specdeck.toml").read_text()
     assert 'algorithm = "EAGLE3"' in text
     assert "# the server under test" in text  # comments survive the rewrite
