@@ -110,7 +110,7 @@ def live(server: str) -> None:
                 help="accept len of the latest decode line: (accepted draft tokens + 1) per request step; delta against the lifetime average")
     c[1].metric("lifetime", fmt.accept_len(life),
                 help=f"lifetime accept_len: /server_info avg_spec_accept_length, {_reading_age(snap.server_info)}")
-    c[2].metric("tok/s", fmt.tok_s(tput),
+    c[2].metric("tok/s", fmt.NA if tput is None else f"{tput:,.1f}",
                 delta=None if tput is None or snap.baseline_tok_s is None
                 else f"{tput - snap.baseline_tok_s:+,.1f} vs base",
                 help="gen throughput (token/s) of the latest decode line, all requests; delta against the baseline")
