@@ -1,17 +1,20 @@
 """Specdeck's command line: the dashboard's process operations without a browser.
 
     python -m backend.cli [--workspace DIR] processes list [--json]
-    python -m backend.cli [--workspace DIR] processes start NAME
+    python -m backend.cli [--workspace DIR] processes start NAME [--launch-anyway]
     python -m backend.cli [--workspace DIR] processes stop NAME [--no-wait]
     python -m backend.cli [--workspace DIR] processes stop-all
-    python -m backend.cli [--workspace DIR] processes restart NAME
+    python -m backend.cli [--workspace DIR] processes restart NAME [--launch-anyway]
     python -m backend.cli [--workspace DIR] processes log NAME [-n N] [--follow]
+    python -m backend.cli [--workspace DIR] servers list
+    python -m backend.cli [--workspace DIR] servers preflight NAME [--json]
     python -m backend.cli [--workspace DIR] supervise [--interval S]
     python -m backend.cli init DIR
 
 The workspace is the ``--workspace`` folder, else ``$SPECDECK_WORKSPACE``,
 else the demo workspace.  Every start/stop/restart is written to the audit
-log with the user's name and source ``cli``.  Exit status: 0 done,
+log with the user's name and source ``cli``.  Starting a server runs its
+preflight first; errors refuse the start unless ``--launch-anyway`` (audited).  Exit status: 0 done,
 1 refused or failed, 2 bad usage or workspace config.
 """
 
@@ -60,21 +63,25 @@ def _duration(seconds: float | None) -> str:
 
 
 class _Session:
-    """The workspace, its store and a supervisor, closed together."""
+    """The workspace, its store, a supervisor and the server fleet, closed together."""
 
     def __init__(self, workspace: str | None):
+        from backend.sglang.fleet import ServerFleet
+
         self.ws = load_workspace(workspace)
         self.store = Store(self.ws.store_path)
         try:
             self.sup = Supervisor(self.store, self.ws.run_dir)
-            # Not pruning: the dashboard may have registered processes from
-            # other config sections; it prunes when it syncs.
-            self.sup.sync_specs(self.ws.process_specs(), prune=False)
+            self.fleet = ServerFleet(self.ws, self.sup, self.store, background=False)
+            # Not pruning: a dashboard of an older config may still own records;
+            # the dashboard prunes when it syncs.
+            self.sup.sync_specs(self.ws.process_specs() + self.fleet.specs(), prune=False)
         except BaseException:
             self.store.close()
             raise
 
     def close(self) -> None:
+        self.fleet.close()
         self.sup.close()
         self.store.close()
 
@@ -111,7 +118,22 @@ def _report(v, out: TextIO) -> None:
     out.write(f"{v.name}: {v.state.value}{pid}{code}\n")
 
 
+def _launch_server(s: _Session, args: argparse.Namespace, out: TextIO) -> int:
+    from backend.sglang.fleet import PreflightBlocked
+
+    try:
+        s.fleet.launch(args.name, actor=_actor(), source=SOURCE, launch_anyway=args.launch_anyway)
+    except PreflightBlocked as exc:
+        _print_findings(exc.findings, out)
+        raise CommandError(f"{args.name} was not started: preflight found errors "
+                           "(fix them, or pass --launch-anyway to start it regardless; that is audited)") from None
+    _report(s.sup.view(args.name), out)
+    return 0
+
+
 def cmd_start(s: _Session, args: argparse.Namespace, out: TextIO) -> int:
+    if args.name in s.fleet.names():
+        return _launch_server(s, args, out)
     _report(s.sup.start(args.name, actor=_actor(), source=SOURCE), out)
     return 0
 
@@ -134,8 +156,47 @@ def cmd_stop_all(s: _Session, args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_restart(s: _Session, args: argparse.Namespace, out: TextIO) -> int:
+    if args.name in s.fleet.names():
+        return _launch_server(s, args, out)
     _report(s.sup.restart(args.name, actor=_actor(), source=SOURCE), out)
     return 0
+
+
+def _print_findings(findings, out: TextIO) -> None:
+    for f in findings:
+        out.write(f"{f.severity.upper():8} {f.code}: {f.found}\n")
+        if f.fix:
+            out.write(f"{'':8} fix: {f.fix}\n")
+
+
+def cmd_servers_list(s: _Session, args: argparse.Namespace, out: TextIO) -> int:
+    names = s.fleet.names()
+    if not names:
+        out.write(f"no [[server]] entries in {s.ws.config_path}\n")
+    for name in names:
+        cfg = s.fleet.config(name)
+        v = s.sup.view(name)
+        spec = cfg.speculative.algorithm or "off"
+        out.write(f"{name}: {v.state.value if v else 'NEVER'} · {cfg.host}:{cfg.port} · speculation {spec}"
+                  f"{' · simulated' if cfg.simulate else ''}\n")
+    return 0
+
+
+def cmd_servers_preflight(s: _Session, args: argparse.Namespace, out: TextIO) -> int:
+    if args.name not in s.fleet.names():
+        raise CommandError(f"no server named {args.name!r} in {s.ws.config_path}")
+    findings = s.fleet.preflight(args.name)
+    if args.json:
+        from dataclasses import asdict
+
+        json.dump([asdict(f) for f in findings], out, indent=2)
+        out.write("\n")
+    else:
+        _print_findings(findings, out)
+        errors = sum(1 for f in findings if f.severity == "error")
+        out.write(f"preflight of {args.name}: {errors} error(s), "
+                  f"{sum(1 for f in findings if f.severity == 'warning')} warning(s)\n")
+    return 1 if any(f.severity == "error" for f in findings) else 0
 
 
 def cmd_log(s: _Session, args: argparse.Namespace, out: TextIO) -> int:
@@ -218,8 +279,9 @@ def build_parser() -> argparse.ArgumentParser:
     a = ps.add_parser("list", help="every managed process and its state")
     a.add_argument("--json", action="store_true", help="machine-readable output")
     a.set_defaults(func=cmd_list)
-    a = ps.add_parser("start", help="start a process from the workspace config")
+    a = ps.add_parser("start", help="start a process from the workspace config (servers: after preflight)")
     a.add_argument("name")
+    a.add_argument("--launch-anyway", action="store_true", help="start a server despite preflight errors (audited)")
     a.set_defaults(func=cmd_start)
     a = ps.add_parser("stop", help="SIGTERM to its process group, SIGKILL after the grace period")
     a.add_argument("name")
@@ -227,14 +289,24 @@ def build_parser() -> argparse.ArgumentParser:
     a.set_defaults(func=cmd_stop)
     a = ps.add_parser("stop-all", help="stop every running process")
     a.set_defaults(func=cmd_stop_all)
-    a = ps.add_parser("restart", help="stop (if running) and start again")
+    a = ps.add_parser("restart", help="stop (if running) and start again (servers: after preflight)")
     a.add_argument("name")
+    a.add_argument("--launch-anyway", action="store_true", help="restart a server despite preflight errors (audited)")
     a.set_defaults(func=cmd_restart)
     a = ps.add_parser("log", help="the end of a process's log")
     a.add_argument("name")
     a.add_argument("-n", type=int, default=50, metavar="N", help="lines to show (default 50)")
     a.add_argument("--follow", "-f", action="store_true", help="keep printing new lines until Ctrl-C")
     a.set_defaults(func=cmd_log)
+
+    servers = sub.add_parser("servers", help="SGLang servers: list, preflight")
+    ss = servers.add_subparsers(dest="action", required=True, metavar="ACTION")
+    a = ss.add_parser("list", help="every [[server]] entry and its state")
+    a.set_defaults(func=cmd_servers_list)
+    a = ss.add_parser("preflight", help="check a server's launch config (exit 1 on errors)")
+    a.add_argument("name")
+    a.add_argument("--json", action="store_true", help="machine-readable findings")
+    a.set_defaults(func=cmd_servers_preflight)
 
     a = sub.add_parser("supervise", help="run the reconcile loop in the foreground until Ctrl-C")
     a.add_argument("--interval", type=float, default=1.0, metavar="S", help="seconds between polls (default 1)")

@@ -1,0 +1,84 @@
+"""The command line runs a server's preflight before starting it, like the dashboard."""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+from backend.cli import main
+from backend.sim.models import make_draft_dir, make_target_dir
+from state import Store, audit
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def ws(tmp_path: Path):
+    target = make_target_dir(tmp_path / "m" / "kimi", architecture="DeepseekV3ForCausalLM",
+                             hidden_size=7168, num_hidden_layers=61, vocab_size=163840,
+                             model_type="kimi_k2")
+    draft = make_draft_dir(tmp_path / "m" / "draft", kind="eagle3", target_hidden_size=7168,
+                           hidden_size=7168, vocab_size=163840,
+                           eagle_aux_hidden_state_layer_ids=[2, 30, 58])
+    (tmp_path / "specdeck.toml").write_text(f"""
+[workspace]
+name = "cli"
+
+[[server]]
+name = "kimi"
+model_path = "{target}"
+port = {_free_port()}
+simulate = true
+sglang_version = "0.5.10"
+env = {{ SPECDECK_SIM_SPEED = "200" }}
+
+[server.speculative]
+algorithm = "EAGLE"
+draft_model_path = "{draft}"
+num_steps = 3
+eagle_topk = 1
+num_draft_tokens = 4
+""")
+    yield tmp_path
+    main(["--workspace", str(tmp_path), "processes", "stop-all"], out=io.StringIO(), err=io.StringIO())
+
+
+def _run(ws: Path, *argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    rc = main(["--workspace", str(ws), *argv], out=out, err=err)
+    return rc, out.getvalue(), err.getvalue()
+
+
+@pytest.mark.timeout(90)
+def test_preflight_names_the_seeds_mistake(ws):
+    rc, out, _ = _run(ws, "servers", "preflight", "kimi")
+    assert rc == 1
+    assert "EAGLE3" in out and "21504" in out and "7168" in out
+    rc, out, _ = _run(ws, "servers", "preflight", "kimi", "--json")
+    codes = {f["code"]: f["severity"] for f in json.loads(out)}
+    assert "error" in codes.values()
+
+
+@pytest.mark.timeout(90)
+def test_start_is_refused_then_launch_anyway_is_audited(ws):
+    rc, out, err = _run(ws, "processes", "start", "kimi")
+    assert rc == 1 and "--launch-anyway" in err
+    rc, out, _ = _run(ws, "processes", "list", "--json")
+    (row,) = [r for r in json.loads(out) if r["name"] == "kimi"]
+    assert row["pid"] is None
+
+    rc, out, err = _run(ws, "processes", "start", "kimi", "--launch-anyway")
+    assert rc == 0, err
+    assert "kimi: STARTING" in out
+    with Store(ws / "state.db") as store:
+        actions = [(e.action, e.outcome) for e in audit.recent(store, target="kimi")]
+    assert ("launch-anyway", "ok") in actions
+    assert any(a == "launch" and o == "refused" for a, o in actions)
