@@ -62,7 +62,7 @@ with st.sidebar:
     st.caption(str(rt.workspace.root))
     if rt.workspace.is_demo:
         st.info("Demo workspace: simulated GPUs and processes. Choose your own with "
-                "`--workspace DIR`.", icon="ℹ️")
+                "`--workspace DIR`.", icon=":material/info:")
     _sidebar_status()
 
 nav = st.navigation(_pages())

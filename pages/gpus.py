@@ -80,11 +80,11 @@ def _state_banner(snap) -> None:
     if st_.status.value in ("no library", "driver not loaded"):
         st.warning(f"**No NVIDIA driver**: {st_.message}. GPU telemetry is off; host telemetry below "
                    "still works. On a GPU machine, install the NVIDIA driver and `nvidia-ml-py`; for a demo, "
-                   "set `source = \"fake\"` under `[telemetry]` in the workspace file.", icon="⚠️")
+                   "set `source = \"fake\"` under `[telemetry]` in the workspace file.", icon=":material/warning:")
     elif st_.status.value == "error":
-        st.error(f"**NVML problem**: {st_.message}. Host telemetry below still works.", icon="🚨")
+        st.error(f"**NVML problem**: {st_.message}. Host telemetry below still works.", icon=":material/error:")
     elif st_.source == "fake":
-        st.info(f"Simulated GPUs (fake NVML source): {st_.message}. Readings are plausible, not real.", icon="ℹ️")
+        st.info(f"Simulated GPUs (fake NVML source): {st_.message}. Readings are plausible, not real.", icon=":material/info:")
 
 
 def _key_figures(snap) -> None:
@@ -122,7 +122,7 @@ def _key_figures(snap) -> None:
 def _alerts(snap) -> None:
     for a in snap.alerts:
         (st.error if a.severity == "error" else st.warning if a.severity == "warning" else st.info)(
-            a.message, icon="🚨" if a.severity == "error" else "⚠️")
+            a.message, icon=":material/error:" if a.severity == "error" else ":material/warning:")
     for e in snap.errors:
         st.caption(f":orange[sampler: {e}]")
 

@@ -37,7 +37,7 @@ def overview() -> None:
     views = sup.views()
     if not views:
         st.info("No managed processes yet: add a `[[process]]` entry to "
-                f"`{rt.workspace.config_path}` and reload.", icon="ℹ️")
+                f"`{rt.workspace.config_path}` and reload.", icon=":material/info:")
         return
     states = [_state(v) for v in views]
     failed = sum(1 for v in views if _state(v) == "FATAL" or (_state(v) == "EXITED" and v.exit_code not in (0, None)))
@@ -107,7 +107,7 @@ with st.container(border=True):
         except Exception as exc:  # refused or failed; the action is in the audit log
             st.error(f"Could not {action} **{name}**: {exc}")
         else:
-            st.toast(f"{action.capitalize()} requested for {name}", icon="✅")
+            st.toast(f"{action.capitalize()} requested for {name}", icon=":material/check_circle:")
 
     for action, question in (
         ("start", f"Start **{name}** with the command above?"),

@@ -17,7 +17,7 @@ from ui.components import confirm_box, freshness, page_header
 from ui.context import actor, runtime
 
 REFRESH_S = 2
-SEVERITY_ICON = {"error": "🔴 error", "warning": "🟠 warning", "info": "🔵 info"}
+SEVERITY_ICON = {"error": "● error", "warning": "▲ warning", "info": "○ info"}
 STATUS_TEXT = {
     "ready": ":green[● ready]",
     "starting": ":orange[◐ starting]",
@@ -35,7 +35,7 @@ page_header("Servers", "SGLang servers and their speculative drafts: startup, pr
 names = fleet.names()
 if not names:
     st.info(f"No server yet: add a `[[server]]` entry to `{rt.workspace.config_path}` and reload "
-            "(the demo workspace has a simulated one).", icon="ℹ️")
+            "(the demo workspace has a simulated one).", icon=":material/info:")
     st.stop()
 
 default = st.session_state.get("srv-selected")
@@ -74,13 +74,13 @@ def live(server: str) -> None:
     if snap.alert is not None:
         a = snap.alert
         st.error(f"**{a.title}.** {a.message}\n\nLikely causes:\n" + "\n".join(f"- {c}" for c in a.causes),
-                 icon="🚨")
+                 icon=":material/error:")
     if snap.fatal is not None:
         f = snap.fatal
         text = f"**{f.title}** at {_when(f.ts)}: `{f.message[:300]}`"
         if f.cause and f.cause not in f.message:
             text += f"\n\nCause: `{f.cause[:300]}`"
-        st.error(text + f"\n\nDetails: `{snap.log_path}`", icon="✖️")
+        st.error(text + f"\n\nDetails: `{snap.log_path}`", icon=":material/cancel:")
         if f.hint:
             st.markdown("**What the log suggests:**")
             st.code(f.hint, language=None)
@@ -140,7 +140,7 @@ def live(server: str) -> None:
                        "across versions, not accept rate.")
     elif snap.status == "ready":
         st.info("Ready, but no decode line yet: lines appear every `decode_log_interval` decode steps "
-                "once requests arrive.", icon="ℹ️")
+                "once requests arrive.", icon=":material/info:")
 
     st.caption(f"HTTP: /health {_reading_age(snap.health)} · /metrics {_reading_age(snap.metrics)} · "
                f"server info {_reading_age(snap.server_info)} · log: {fmt.count(snap.stats.decode_lines)} decode, "
@@ -244,7 +244,7 @@ def launch_dialog(server: str, running: bool) -> None:
             st.error(f"Could not launch **{server}**: {exc}")
             return
         st.session_state.pop(f"srv-preflight-{server}", None)
-        st.toast(f"{label} requested for {server}; startup progress shows above", icon="✅")
+        st.toast(f"{label} requested for {server}; startup progress shows above", icon=":material/check_circle:")
         st.rerun()
 
 
@@ -259,7 +259,7 @@ if confirm_box("srv-confirm-stop", f"Stop **{name}**? Requests in flight fail; i
                confirm_label="Yes, stop") is True:
     try:
         fleet.stop(name, actor=actor(), source="dashboard")
-        st.toast(f"Stop requested for {name}", icon="✅")
+        st.toast(f"Stop requested for {name}", icon=":material/check_circle:")
     except Exception as exc:
         st.error(f"Could not stop **{name}**: {exc}")
 

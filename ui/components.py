@@ -41,7 +41,7 @@ def confirm_box(key: str, question: str, *, confirm_label: str = "Confirm",
     if not st.session_state.get(key):
         return None
     with st.container(border=True):
-        st.warning(question, icon="⚠️" if danger else "ℹ️")
+        st.warning(question, icon=":material/warning:" if danger else ":material/info:")
         c1, c2, _ = st.columns([1, 1, 4])
         if c1.button(confirm_label, key=f"{key}-yes", type="primary"):
             st.session_state[key] = False
