@@ -18,6 +18,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from backend.sglang.version import Capabilities, capabilities
 
+# Servers are reached directly: an http_proxy set for the cluster must not
+# route 127.0.0.1 or the box's own address through a proxy.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
 T = TypeVar("T")
 
 
@@ -146,7 +150,7 @@ class SglangClient:
             req.add_header("Authorization", f"Bearer {self.api_key}")
         t0 = time.perf_counter()
         try:
-            with urllib.request.urlopen(req, timeout=timeout_s or self.timeout_s) as resp:
+            with _OPENER.open(req, timeout=timeout_s or self.timeout_s) as resp:
                 return resp.status, resp.read(), None, time.perf_counter() - t0
         except urllib.error.HTTPError as exc:
             body = b""

@@ -61,16 +61,26 @@ def detect_version(python: str, *, timeout_s: float = 15.0, use_cache: bool = Tr
                 parse_version(lines[-1])
                 version = lines[-1].strip()
         except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
-            proc.communicate()
+            _end_group(proc)
         except ValueError:
             version = None
     with _cache_lock:
         _cache[python] = version
     return version
+
+
+def _end_group(proc: subprocess.Popen) -> None:
+    """SIGTERM to the probe's process group, a short grace, then SIGKILL."""
+    for sig, grace in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except OSError:
+            break
+        try:
+            proc.communicate(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def clear_cache() -> None:
