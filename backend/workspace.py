@@ -210,18 +210,21 @@ def resolve_root(path: str | Path | None) -> Path:
     return (default_home() / "demo").resolve()
 
 
-def load_workspace(path: str | Path | None = None, *, create_demo: bool = True) -> Workspace:
+def load_workspace(path: str | Path | None = None, *, create_demo: bool | None = None) -> Workspace:
     """Open the workspace at ``path`` (see :func:`resolve_root`).
 
-    A folder without a config file becomes a demo workspace when
-    ``create_demo`` is true and no folder was chosen explicitly; a chosen
-    folder without a config file is an error that says how to make one.
+    With no folder chosen, the demo workspace is created when missing.  A
+    chosen folder without a config file is an error that says how to make
+    one (a mistyped path must not turn into a demo that starts processes);
+    ``create_demo=True`` writes the demo config there instead.
     """
     explicit = bool(path or os.environ.get("SPECDECK_WORKSPACE"))
+    if create_demo is None:
+        create_demo = not explicit
     root = resolve_root(path)
     cfg_path = root / CONFIG_NAME
     if not cfg_path.exists():
-        if explicit and not create_demo:
+        if not create_demo:
             raise ConfigError([f"{cfg_path}: no workspace config here; run `python -m backend.cli init {root}`"])
         from backend.demo import write_demo_workspace
 
@@ -340,38 +343,37 @@ def _locate(text: str, loc: tuple) -> int | None:
 
 
 def update_server_entry(ws: Workspace, name: str, values: dict[str, Any]) -> None:
-    """Replace the ``[[server]]`` entry called ``name`` in the config file.
+    """Write ``values`` into the ``[[server]]`` entry called ``name``, in place.
 
-    The file is edited in place with tomlkit, so comments and the other
-    entries stay as they were; the new text is validated before it replaces
-    the old file (atomically), so a bad edit never loses what was written.
+    Keys whose value changed are rewritten, new keys are added, keys set to
+    ``None`` are removed; every other line, comments included, stays as it
+    was (tomlkit).  The new text is validated before it atomically replaces
+    the file, so a bad edit never loses what was written.
     """
     import tomlkit
 
     text = ws.config_path.read_text(encoding="utf-8")
     doc = tomlkit.parse(text)
-    servers = doc.get("server")
-    if servers is None:
-        raise ConfigError([f"{ws.config_path}: there is no [[server]] entry named {name!r}"])
-    for i, entry in enumerate(servers):
+    for entry in doc.get("server") or []:
         if entry.get("name") == name:
-            table = tomlkit.table()
-            for key, value in _drop_none(values).items():
-                table[key] = value
-            servers[i] = table
+            _merge_table(entry, values)
             break
     else:
         raise ConfigError([f"{ws.config_path}: there is no [[server]] entry named {name!r}"])
     new_text = tomlkit.dumps(doc)
-    ws.config = parse_config(new_text, ws.config_path)  # raises before anything is written
+    cfg = parse_config(new_text, ws.config_path)  # raises before anything is written
     tmp = ws.config_path.with_suffix(".toml.tmp")
     tmp.write_text(new_text, encoding="utf-8")
     tmp.replace(ws.config_path)
+    ws.config = cfg
 
 
-def _drop_none(d: Any) -> Any:
-    if isinstance(d, dict):
-        return {k: _drop_none(v) for k, v in d.items() if v is not None}
-    if isinstance(d, list):
-        return [_drop_none(v) for v in d]
-    return d
+def _merge_table(table: Any, values: dict[str, Any]) -> None:
+    for key, value in values.items():
+        if value is None:
+            if key in table:
+                del table[key]
+        elif isinstance(value, dict) and isinstance(table.get(key), dict):
+            _merge_table(table[key], value)
+        elif key not in table or table[key] != value:
+            table[key] = value

@@ -95,3 +95,64 @@ def test_environment_variable_selects_workspace(tmp_path: Path, monkeypatch):
     (tmp_path / "specdeck.toml").write_text(GOOD)
     monkeypatch.setenv("SPECDECK_WORKSPACE", str(tmp_path))
     assert load_workspace().root == tmp_path.resolve()
+
+
+def test_chosen_folder_without_config_is_an_error_not_a_demo(tmp_path: Path):
+    empty = tmp_path / "typo-ws"
+    with pytest.raises(ConfigError, match="backend.cli init"):
+        load_workspace(empty)
+    assert not (empty / "specdeck.toml").exists()
+
+
+SERVER_TOML = """
+[workspace]
+name = "srv"
+
+[[server]]
+name = "a"
+model_path = "/models/a"   # the target
+port = 30000
+host = "127.0.0.1"         # written out even though it is the default
+
+[server.speculative]
+# the mistake under investigation
+algorithm = "EAGLE"
+draft_model_path = "/drafts/a"
+num_steps = 3
+
+[[server]]
+name = "b"
+model_path = "/models/b"
+"""
+
+
+def test_server_entry_is_edited_in_place(tmp_path: Path):
+    from backend.sglang.config import ServerConfig
+    from backend.workspace import update_server_entry
+
+    (tmp_path / "specdeck.toml").write_text(SERVER_TOML)
+    ws = load_workspace(tmp_path)
+    cfg = ServerConfig.model_validate(ws.config.server[0])
+    fixed = cfg.model_copy(update={
+        "speculative": cfg.speculative.model_copy(update={"algorithm": "EAGLE3", "num_steps": None}),
+        "tp_size": 2,
+    })
+    update_server_entry(ws, "a", fixed.model_dump(mode="json", exclude_unset=True))
+    text = (tmp_path / "specdeck.toml").read_text()
+    assert 'algorithm = "EAGLE3"' in text and "num_steps" not in text
+    assert "tp_size = 2" in text
+    for kept in ("# the target", "# the mistake under investigation", "# written out even though",
+                 'host = "127.0.0.1"', 'model_path = "/models/b"'):
+        assert kept in text
+    assert ws.config.server[0]["speculative"]["algorithm"] == "EAGLE3"
+
+
+def test_invalid_server_edit_leaves_the_file_alone(tmp_path: Path):
+    from backend.workspace import update_server_entry
+
+    (tmp_path / "specdeck.toml").write_text(SERVER_TOML)
+    ws = load_workspace(tmp_path)
+    with pytest.raises(ConfigError, match="port"):
+        update_server_entry(ws, "a", {"port": 70000})
+    assert (tmp_path / "specdeck.toml").read_text() == SERVER_TOML
+    assert ws.config.server[0]["port"] == 30000
