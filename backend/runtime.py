@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from backend.supervisor.spec import ProcessSpec
-from backend.workspace import Workspace, load_workspace
+from backend.workspace import ConfigError, Workspace, load_workspace, parse_config, resolve_root
 from backend.sglang.fleet import PreflightBlocked
 from state import Store
 
@@ -40,20 +40,53 @@ class Runtime:
 
         self.workspace = workspace
         self.started_at = time.time()
-        self.store = Store(workspace.store_path)
-        self.supervisor = Supervisor(self.store, workspace.run_dir)
-        # GPU + host telemetry: one background sampler per workspace per process
-        self.telemetry = make_workspace_sampler(workspace, self.store, managed=self.supervisor.views)
-        if background:
-            self.telemetry.start()
-        self.fleet = ServerFleet(workspace, self.supervisor, self.store, background=background,
-                                 gpu_probe=self.gpu_probe)
-        self.supervisor.sync_specs(self.all_specs())
-        self.loop = SupervisorLoop(self.supervisor, interval_s=1.0)
+        self.config_error: ConfigError | None = None  # an edit that did not validate
+        self._stamp = _config_stamp(workspace)
         self._closed = False
+        self.telemetry = self.fleet = self.loop = self.supervisor = None
+        self.store = Store(workspace.store_path)
+        try:
+            self.supervisor = Supervisor(self.store, workspace.run_dir)
+            # GPU + host telemetry: one background sampler per workspace per process
+            self.telemetry = make_workspace_sampler(workspace, self.store, managed=self.supervisor.views)
+            if background:
+                self.telemetry.start()
+            self.fleet = ServerFleet(workspace, self.supervisor, self.store, background=background,
+                                     gpu_probe=self.gpu_probe)
+            self.supervisor.sync_specs(self.all_specs())
+            self.loop = SupervisorLoop(self.supervisor, interval_s=1.0)
+            self._autostart()
+            if background:
+                self.loop.start()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- config reload -----------------------------------------------------
+
+    def maybe_reload(self) -> bool:
+        """Follow edits of the workspace file (a stat per call; parsed only when it changed).
+
+        A valid edit re-syncs processes and servers (running ones keep their
+        process until restarted); an invalid one keeps the last good config
+        and is kept in ``config_error`` for the pages to show.  Telemetry
+        settings take effect at the next dashboard start.
+        """
+        stamp = _config_stamp(self.workspace)
+        if stamp == self._stamp:
+            return False
+        self._stamp = stamp
+        try:
+            cfg = parse_config(self.workspace.config_path.read_text(encoding="utf-8"), self.workspace.config_path)
+        except (ConfigError, OSError) as exc:
+            self.config_error = exc if isinstance(exc, ConfigError) else ConfigError([str(exc)])
+            return False
+        self.config_error = None
+        self.workspace.config = cfg
+        self.fleet.sync(self.workspace)
+        self.supervisor.sync_specs(self.all_specs())
         self._autostart()
-        if background:
-            self.loop.start()
+        return True
 
     # -- specs -----------------------------------------------------------
 
@@ -75,17 +108,27 @@ class Runtime:
 
     # -- servers ---------------------------------------------------------
 
-    def gpu_probe(self) -> list[tuple[int, int, int]] | None:
-        """(index, total bytes, free bytes) per GPU from the latest telemetry, None without a driver."""
+    def gpu_probe(self, exclude: str | None = None) -> list[tuple[int, int, int]] | None:
+        """(index, total bytes, free bytes) per GPU from the latest telemetry, None without a driver.
+
+        Memory held by the managed process ``exclude`` (a server about to be
+        relaunched) counts as free.
+        """
         snap = self.telemetry.latest()
         if snap is None or not snap.gpus:
             return None
+        held: dict[int, int] = {}
+        if exclude is not None and snap.attribution is not None:
+            for job in snap.attribution.jobs:
+                if job.name == exclude:
+                    for gpu, mem in job.mem_by_gpu:
+                        held[gpu] = held.get(gpu, 0) + (mem or 0)
         out = []
         for g in snap.gpus:
             if g.lost or g.mem_total is None:
                 continue
-            free = g.mem_total - g.mem_used if g.mem_used is not None else g.mem_total
-            out.append((g.index, g.mem_total, free))
+            used = (g.mem_used or 0) - held.get(g.index, 0)
+            out.append((g.index, g.mem_total, g.mem_total - max(0, used)))
         return out
 
     def active_alerts(self) -> list:
@@ -119,10 +162,14 @@ class Runtime:
         if self._closed:
             return
         self._closed = True
-        self.loop.stop()
-        self.fleet.close()
-        self.telemetry.stop()  # flushes the open history bucket, so before the store closes
-        self.supervisor.close()
+        if self.loop is not None:
+            self.loop.stop()
+        if self.fleet is not None:
+            self.fleet.close()
+        if self.telemetry is not None:
+            self.telemetry.stop()  # flushes the open history bucket, so before the store closes
+        if self.supervisor is not None:
+            self.supervisor.close()
         self.store.close()
 
 
@@ -130,20 +177,35 @@ _lock = threading.Lock()
 _runtimes: dict[Path, Runtime] = {}
 
 
+def _config_stamp(ws: Workspace) -> tuple[int, int] | None:
+    try:
+        st = ws.config_path.stat()
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size)
+
+
 def get_runtime(path: str | Path | None = None, *, background: bool = True) -> Runtime:
-    """The process-wide runtime for the workspace at ``path`` (see load_workspace)."""
-    ws = load_workspace(path)
+    """The process-wide runtime for the workspace at ``path`` (see load_workspace).
+
+    The first call loads the workspace and starts the background work; later
+    calls return the same runtime after a cheap check for config edits.
+    """
+    root = resolve_root(path)
     with _lock:
-        rt = _runtimes.get(ws.root)
+        rt = _runtimes.get(root)
         if rt is None or rt._closed:
-            rt = Runtime(ws, background=background)
-            _runtimes[ws.root] = rt
+            rt = Runtime(load_workspace(path), background=background)
+            _runtimes[rt.workspace.root] = rt
+            _runtimes[root] = rt
+        else:
+            rt.maybe_reload()
         return rt
 
 
 def close_all() -> None:
     with _lock:
-        for rt in _runtimes.values():
+        for rt in set(_runtimes.values()):
             rt.close()
         _runtimes.clear()
 

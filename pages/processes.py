@@ -61,7 +61,7 @@ def overview() -> None:
             "detail": v.detail or "",
         })
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
-    freshness(time.time(), REFRESH_S)
+    freshness(rt.loop.last_poll_at, REFRESH_S, "states checked")
 
 
 overview()
@@ -77,6 +77,9 @@ with st.container(border=True):
     name = st.selectbox("Process", names, index=names.index(default) if default in names else 0,
                         key="proc-selected")
     v = sup.view(name)
+    if v is None:  # removed from the config since the list above was read
+        st.info(f"**{name}** is no longer in the workspace config.", icon=":material/info:")
+        st.stop()
     state = _state(v)
     active = state in ("STARTING", "RUNNING", "STOPPING", "BACKOFF")
     st.markdown(f"{fmt.state_badge(state, v.exit_code).markdown()} &nbsp; **{v.name}** · {_kind(v)}"

@@ -2,22 +2,38 @@
 
 from __future__ import annotations
 
+import logging
+
 import streamlit as st
 
 from backend.runtime import Runtime, current_actor, get_runtime
 from backend.workspace import ConfigError
 
+log = logging.getLogger("specdeck")
+
 
 def runtime() -> Runtime:
-    """The runtime, or a clear error on the page (and st.stop) if the config is bad."""
+    """The runtime, or a clear error on the page (and st.stop) when it cannot start."""
     try:
-        return get_runtime()
+        rt = get_runtime()
     except ConfigError as exc:
         st.error("**The workspace config has problems**, so nothing was started:")
         st.code(str(exc), language=None)
         st.caption("Fix the file and reload the page. Each line names the file, line and key.")
         st.stop()
         raise  # unreachable; keeps type checkers happy
+    except Exception as exc:  # a locked or damaged state file, a full disk, ...
+        log.exception("the dashboard's backend could not start")
+        st.error(f"**The dashboard's backend could not start**: {type(exc).__name__}: {exc}")
+        st.caption("Likely causes: the state file is locked by another program or damaged, or the disk "
+                   "is full. The full traceback is in the terminal that runs the dashboard.")
+        st.stop()
+        raise
+    if rt.config_error is not None:
+        st.warning("**The workspace file was edited and has problems**; the dashboard keeps using the "
+                   "last good config until they are fixed:", icon=":material/warning:")
+        st.code(str(rt.config_error), language=None)
+    return rt
 
 
 def actor() -> str:

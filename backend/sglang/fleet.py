@@ -65,15 +65,38 @@ class ServerFleet:
         self._monitors: dict[str, ServerMonitor] = {}
         self._background = background
         self._monitor_kwargs = monitor_kwargs or {}
-        for entry in getattr(workspace.config, "server", []) or []:
-            cfg = ServerConfig.model_validate(entry)  # the workspace validated it already
-            self._configs[cfg.name] = cfg
-        for name, cfg in self._configs.items():
-            self._caps[name] = resolve_capabilities(cfg)
-            mon = ServerMonitor(cfg, self.log_path(name), self._caps[name], **self._monitor_kwargs)
-            self._monitors[name] = mon
-            if background:
-                mon.start()
+        for cfg in self._workspace_configs(workspace):
+            self._add(cfg)
+
+    @staticmethod
+    def _workspace_configs(workspace) -> list[ServerConfig]:
+        # the workspace validated every entry already
+        return [ServerConfig.model_validate(e) for e in getattr(workspace.config, "server", []) or []]
+
+    def _add(self, cfg: ServerConfig) -> None:
+        self._configs[cfg.name] = cfg
+        self._caps[cfg.name] = resolve_capabilities(cfg)
+        mon = ServerMonitor(cfg, self.log_path(cfg.name), self._caps[cfg.name], **self._monitor_kwargs)
+        self._monitors[cfg.name] = mon
+        if self._background:
+            mon.start()
+
+    def sync(self, workspace) -> None:
+        """Follow an edited workspace file: add new servers, drop removed ones,
+        take changed configs (a running server keeps its process until relaunched)."""
+        with self._lock:
+            self.workspace = workspace
+            wanted = {c.name: c for c in self._workspace_configs(workspace)}
+            for name in [n for n in self._configs if n not in wanted]:
+                self._monitors.pop(name).stop()
+                del self._configs[name], self._caps[name]
+            for name, cfg in wanted.items():
+                if name not in self._configs:
+                    self._add(cfg)
+                elif cfg != self._configs[name]:
+                    self._configs[name] = cfg
+                    self._caps[name] = resolve_capabilities(cfg)
+                    self._monitors[name].set_config(cfg, self._caps[name])
 
     # -- config ----------------------------------------------------------------
 
@@ -143,7 +166,11 @@ class ServerFleet:
         probe = port_probe
         if probe is None and cur is not None and self._running(name) and (cur.host, cur.port) == (cfg.host, cfg.port):
             probe = lambda host, port: True  # noqa: E731 (held by this very server)
-        return run_preflight(cfg, gpu_probe=self.gpu_probe, port_probe=probe, version=resolve_capabilities(cfg))
+        gpu_probe = self.gpu_probe
+        if gpu_probe is not None and cur is not None and self._running(name):
+            # memory this very server holds is free again once it is replaced
+            gpu_probe = lambda: self.gpu_probe(exclude=name)  # noqa: E731
+        return run_preflight(cfg, gpu_probe=gpu_probe, port_probe=probe, version=resolve_capabilities(cfg))
 
     def launch(self, name: str, cfg: ServerConfig | None = None, *, actor: str, source: str = "dashboard",
                launch_anyway: bool = False, findings: list[Finding] | None = None) -> LaunchResult:
