@@ -100,7 +100,6 @@ num_draft_tokens = 4
             fleet.launch("sim", wrong, actor="tester")
         assert "eagle3-draft-with-eagle" in str(exc.value) and "21504" in str(exc.value)
         assert sup.view("sim").state.value == "RUNNING"  # a refused relaunch leaves the server alone
-        t0 = time.time()
         fleet.launch("sim", wrong, actor="tester", launch_anyway=True)
         try:
             bad = wait_for(lambda: (s := fleet.snapshot("sim")).alert is not None and s, 120, "the accept_len alert")
@@ -110,7 +109,6 @@ num_draft_tokens = 4
                                  f"run={s.stats} decode={list(zip(s.decode['ts'], s.decode['accept_len']))[-8:]} "
                                  f"tail={s.log_tail[-15:]}")
         assert bad.ready_ts is not None and bad.alert.since - bad.ready_ts <= 60
-        assert time.time() - t0 < 120
         assert "EAGLE3" in " ".join(bad.alert.causes)
         assert bad.algorithm == "EAGLE"
         assert 'algorithm = "EAGLE"' in (root / "specdeck.toml").read_text()  # the edited config is kept
