@@ -17,6 +17,7 @@ from ui.context import runtime
 
 REFRESH_S = 2
 HISTORY_REFRESH_S = 5
+SLOW_REFRESH_S = 5
 PER_ROW = 4
 NA = fmt.NA
 GIB = 1024**3
@@ -65,6 +66,14 @@ def _metric(col, label: str, obj, field: str, value: str, help_text: str | None 
     col.metric(label, NA if missing else value, help=(_why(obj, field) or "N/A: no reading") if missing else help_text)
 
 
+def _mb_s(bps: float | None) -> str:
+    return NA if bps is None else f"{bps / 1e6:,.1f} MB/s"
+
+
+def _kwh(joules: float | None) -> str:
+    return NA if joules is None else f"{joules / 3.6e6:,.2f} kWh"
+
+
 def _who(snap, index: int) -> str:
     attr = snap.attribution
     if attr is None:
@@ -98,12 +107,14 @@ def _key_figures(snap) -> None:
     temps = [g.temp_c for g in alive if g.temp_c is not None]
     c = st.columns(6)
     lost = len(gpus) - len(alive)
-    c[0].metric("GPUs", f"{len(gpus)}" if gpus else NA, delta=f"-{lost} lost" if lost else None,
-                help=None if gpus else f"N/A: {snap.state.message}")
+    counted = bool(gpus) or snap.state.ok
+    c[0].metric("GPUs", f"{len(gpus)}" if counted else NA, delta=f"-{lost} lost" if lost else None,
+                help=None if gpus else ("NVML reports no GPUs on this machine" if counted
+                                        else f"N/A: {snap.state.message or 'no GPU reading'}"))
     c[1].metric("Mean utilisation", fmt.pct(sum(utils) / len(utils)) if utils else NA,
                 help=None if utils else "N/A: no GPU reported utilisation")
-    c[2].metric(f"GPU memory (of {sum(total) / GIB:,.0f} GiB)" if used else "GPU memory",
-                f"{sum(used) / GIB:,.1f} GiB" if used else NA,
+    c[2].metric(f"GPU memory (of {fmt.gib(sum(total))})" if used and total else "GPU memory",
+                fmt.gib(sum(used)) if used else NA,
                 help=None if used else "N/A: no GPU reported memory")
     c[3].metric(f"Total power (of {sum(limit):,.0f} W)" if power and limit else "Total power",
                 f"{sum(power):,.0f} W" if power else NA,
@@ -218,12 +229,13 @@ def _host(snap) -> None:
         st.caption(f"Host telemetry: {NA} (the last host reading failed; see the dashboard log)")
         return
     c = st.columns(5)
-    _metric(c[0], "CPU", h, "cpu_percent", fmt.pct(h.cpu_percent), help_text=f"{h.cpu_count} cores")
+    _metric(c[0], "CPU", h, "cpu_percent", fmt.pct(h.cpu_percent),
+            help_text=f"{h.cpu_count} cores" if h.cpu_count else None)
     _metric(c[1], "Memory", h, "mem_used", fmt.gib(h.mem_used),
             help_text=f"{fmt.pct(h.mem_percent)} of {fmt.gib(h.mem_total)}")
     _metric(c[2], "Load (1 m)", h, "load_1m", _num(h.load_1m, "", 2))
-    _metric(c[3], "Network in", h, "net_rx_bps", _num((h.net_rx_bps or 0) / 1e6, " MB/s", 1))
-    _metric(c[4], "Network out", h, "net_tx_bps", _num((h.net_tx_bps or 0) / 1e6, " MB/s", 1))
+    _metric(c[3], "Network in", h, "net_rx_bps", _mb_s(h.net_rx_bps))
+    _metric(c[4], "Network out", h, "net_tx_bps", _mb_s(h.net_tx_bps))
     if h.disks:
         st.dataframe(pd.DataFrame([{
             "volume": d.path,
@@ -239,7 +251,7 @@ def live() -> None:
     snap = sampler.latest()
     if snap is None:
         st.info("Waiting for the first telemetry sample (the sampler reads every "
-                f"{getattr(sampler, 'interval_s', 1):.0f} s).", icon="⏳")
+                f"{getattr(sampler, 'interval_s', 1):.0f} s).", icon=":material/hourglass_top:")
         freshness(None, REFRESH_S)
         return
     _state_banner(snap)
@@ -252,6 +264,95 @@ def live() -> None:
 
 
 live()
+
+
+# -- slow readings: ECC, energy, NVLink, PCIe ------------------------------
+
+
+def _slow_line(g, now: float) -> None:
+    """One GPU's slow readings; N/A parts carry their reason on hover."""
+    head = f"**GPU {g.index}**"
+    sl = g.slow
+    if g.lost:
+        st.markdown(f"{head} · :red[✕ LOST] · ECC, energy, NVLink, PCIe **{NA}**",
+                    help=f"N/A — {g.na.get('util_gpu', 'GPU is lost')}")
+        return
+    if sl is None:
+        st.markdown(f"{head} · ECC, energy, NVLink, PCIe **{NA}**",
+                    help="N/A — not read yet: the sampler's slow thread reads them shortly after start-up")
+        return
+    if "all" in sl.na:
+        st.markdown(f"{head} · ECC, energy, NVLink, PCIe **{NA}**", help=f"N/A — {sl.na['all']}")
+        return
+    unc = sl.ecc_uncorrected_volatile
+    unc_text = fmt.count(unc) if not unc else f":red[{fmt.count(unc)}]"
+    links = (f"{sl.nvlink_active}/{sl.nvlink_total} active"
+             if sl.nvlink_active is not None and sl.nvlink_total is not None else "")
+    if sl.nvlink_total == 0:
+        links = "no links"
+    fields = [
+        ("ECC corrected", "ecc_corrected_volatile", fmt.count(sl.ecc_corrected_volatile)),
+        ("uncorrected", "ecc_uncorrected_volatile", unc_text),
+        ("energy", "energy_j", _kwh(sl.energy_j)),
+        ("NVLink", "nvlink_active", links),
+    ]
+    if sl.pcie_t is not None:
+        fields += [("PCIe TX", "pcie_tx_bps", _mb_s(sl.pcie_tx_bps)), ("RX", "pcie_rx_bps", _mb_s(sl.pcie_rx_bps))]
+    shown, why = [head], []
+    for label, field, text in fields:
+        if getattr(sl, field) is None:
+            shown.append(f"{label} **{NA}**")
+            why.append(f"{label}: {sl.na.get(field, 'no reading')}")
+        else:
+            shown.append(f"{label} **{text}**")
+    if sl.pcie_t is None:
+        shown.append(f"PCIe **{NA}**")
+        why.append("PCIe: " + sl.na.get("pcie_tx_bps", "not read yet") + "; use “Read PCIe throughput now”")
+    else:
+        shown.append(f"PCIe read {fmt.age(now - sl.pcie_t)}")
+    st.markdown(" · ".join(shown), help=("N/A — " + "; ".join(why)) if why else None)
+
+
+@st.fragment(run_every=SLOW_REFRESH_S)
+def slow_readings() -> None:
+    slow_every = float(getattr(sampler, "slow_interval_s", 10.0))
+    pcie_every = getattr(sampler, "pcie_interval_s", None)
+    st.subheader("ECC, energy, NVLink and PCIe")
+    st.caption(f"Read on the sampler's slow thread: ECC errors (volatile, since the driver was loaded), "
+               f"energy since the driver was loaded and NVLink link states every {slow_every:.0f} s; PCIe "
+               "throughput " + (f"every {fmt.duration(pcie_every)} and " if pcie_every else "")
+               + "on demand, since each read holds the driver about 20 ms per counter per GPU.")
+    snap = sampler.latest()
+    c = st.columns([1, 3])
+    clicked = c[0].button("Read PCIe throughput now", key="gpu-pcie-read", icon=":material/speed:",
+                          disabled=snap is None or not snap.gpus,
+                          help="Asks the sampler's slow thread to read PCIe TX/RX of every GPU in the gap "
+                               "after its next pass; this page does not wait for it.")
+    if clicked:
+        sampler.request_slow(pcie=True)
+    now = time.time()
+    asked = getattr(sampler, "pcie_requested_at", None)
+    with c[1]:
+        if asked is not None:
+            note = "" if getattr(sampler, "running", True) else \
+                " The sampler is not running, so it will be read once the sampler starts."
+            st.caption(f":material/hourglass_top: PCIe read requested {fmt.age(now - asked)}; the slow thread "
+                       f"reads it after the next core pass and the figures below show when.{note}")
+    if snap is None:
+        st.caption("Waiting for the first telemetry sample.")
+        freshness(None, slow_every, "slow readings updated")
+        return
+    if not snap.gpus:
+        st.caption("No GPUs to report on." if snap.state.ok else f"{NA}: {snap.state.message}")
+        return
+    read = [g.slow.t for g in snap.gpus if g.slow is not None]
+    freshness(max(read) if read else None, max(SLOW_REFRESH_S, slow_every), "slow readings updated")
+    with st.container(border=True):
+        for g in snap.gpus:
+            _slow_line(g, now)
+
+
+slow_readings()
 
 
 # -- history -----------------------------------------------------------------
@@ -268,7 +369,13 @@ def history(range_label: str, label: str) -> None:
     field, fmt_spec, scale = FIELDS[label]
     since = time.time() - seconds
     snap = sampler.latest()
-    gpus = [g.index for g in snap.gpus] if snap is not None else []
+    stale_after = max(HISTORY_REFRESH_S, getattr(sampler, "interval_s", 1.0))
+    newest: list[float] = []  # the last reading of each trace: the block's real age
+    if snap is None:
+        st.caption("No history yet: waiting for the first telemetry sample.")
+        freshness(None, stale_after, "history updated")
+        return
+    gpus = [g.index for g in snap.gpus]
     if gpus:
         fig = charts.figure(label, height=320, range_buttons=False)
         points = 0
@@ -276,11 +383,13 @@ def history(range_label: str, label: str) -> None:
             s = sampler.history(i, field, since)
             ys = [None if v is None else v * scale for v in s.value]
             points += len(s.t)
+            if s.t:
+                newest.append(s.t[-1])
             charts.add_series(fig, f"GPU {i}", s.t, ys, fmt=fmt_spec)
         if points:
             st.plotly_chart(fig, width="stretch", key="gpu-hist-chart")
         else:
-            st.caption("No history in this range yet.")
+            st.caption(f"No GPU history in the last {range_label or '15 m'} yet.")
     else:
         st.caption("No GPU history: no GPUs are reported.")
     fig = charts.figure("Host CPU and memory (%)", height=260, range_buttons=False)
@@ -288,9 +397,14 @@ def history(range_label: str, label: str) -> None:
     for f, name in (("cpu_percent", "CPU %"), ("mem_percent", "memory %")):
         s = sampler.history(None, f, since)
         any_host = any_host or bool(s.t)
+        if s.t:
+            newest.append(s.t[-1])
         charts.add_series(fig, name, s.t, s.value, fmt=".0f")
     if any_host:
         st.plotly_chart(fig, width="stretch", key="host-hist-chart")
+    else:
+        st.caption("No host history in this range yet (host readings have failed so far; see the dashboard log).")
+    freshness(max(newest) if newest else None, stale_after, "history updated")
 
 
 history(rng, field_label)

@@ -12,6 +12,10 @@ every failure the adapter handles:
 * ``fail(function, gpu=None, code=ERR_NOT_SUPPORTED)`` per function (and GPU)
 * ``lose(gpu)`` / ``recover(gpu)`` for a GPU that fell off the bus
 * ``mig={gpu: instances}`` for MIG mode with GPU/compute instances
+* slow fields: volatile ECC counts (``set_ecc``), energy since "driver load"
+  (integrated at a plausible mean power), NVLink link states (``nvlink_links``,
+  ``set_nvlink_down``) and PCIe TX/RX throughput; each can be made
+  NotSupported per GPU with ``fail("ecc" | "energy" | "nvlink" | "pcie", gpu)``
 * ``missing={"memory_v2", "procs_v3", "procs_v2", "event_reasons", "temperature"}``
   for bindings newer than the driver (FunctionNotFound), and
   ``version_mismatch={...}`` for ArgumentVersionMismatch.
@@ -109,6 +113,8 @@ class FakeNvml:
         name: str = H200_NAME,
         memory_total: int = H200_TOTAL,
         call_cost_s: float = 0.0,
+        nvlink_links: int = 18,
+        uptime_s: float = 3 * 86400.0,
     ):
         if init_error is not None and init_error not in INIT_ERRORS:
             raise ValueError(f"init_error {init_error!r}: one of {sorted(INIT_ERRORS)}")
@@ -133,7 +139,10 @@ class FakeNvml:
         self._call_cost_s = call_cost_s
         self.initialised = False
         self.calls: Counter[str] = Counter()
-        self.energy0 = 1.0e9  # mJ at "driver load"
+        self._nvlink_links = nvlink_links
+        self._nvlink_down: dict[int, set[int]] = {}
+        self._ecc: dict[int, tuple[int, int]] = {}  # gpu -> (corrected, uncorrected) volatile
+        self._loaded_at = clock() - uptime_s  # when the "driver" was loaded (energy counts from here)
 
     # -- failure injection ----------------------------------------------
 
@@ -176,6 +185,16 @@ class FakeNvml:
                 self._throttle_override.pop(gpu, None)
             else:
                 self._throttle_override[gpu] = mask
+
+    def set_ecc(self, gpu: int, corrected: int, uncorrected: int) -> None:
+        """Volatile ECC error counts of ``gpu`` (since the driver was loaded)."""
+        with self._lock:
+            self._ecc[gpu] = (corrected, uncorrected)
+
+    def set_nvlink_down(self, gpu: int, links: Iterable[int]) -> None:
+        """Mark NVLink ``links`` of ``gpu`` inactive (the others stay active)."""
+        with self._lock:
+            self._nvlink_down[gpu] = set(links)
 
     def set_util(self, gpu: int, util: float | None) -> None:
         with self._lock:
@@ -410,17 +429,22 @@ class FakeNvml:
 
     def nvmlDeviceGetTotalEccErrors(self, h: FakeHandle, error_type: int, counter_type: int) -> int:
         self._enter("nvmlDeviceGetTotalEccErrors", h)
-        return 0 if error_type == _n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED else 3 * h.index
+        with self._lock:
+            corrected, uncorrected = self._ecc.get(h.index, (3 * h.index, 0))
+        return uncorrected if error_type == _n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED else corrected
 
     def nvmlDeviceGetTotalEnergyConsumption(self, h: FakeHandle) -> int:
+        """mJ since the driver was loaded, at a mean of 250 W plus 15 W per index."""
         self._enter("nvmlDeviceGetTotalEnergyConsumption", h)
-        return int(self.energy0 + self._clock() % 1e6 * 400.0)
+        seconds = max(0.0, self._clock() - self._loaded_at)
+        return int(seconds * (250.0 + 15.0 * h.index) * 1000.0)
 
     def nvmlDeviceGetNvLinkState(self, h: FakeHandle, link: int) -> int:
         self._enter("nvmlDeviceGetNvLinkState", h)
-        if link >= 18:
+        if link >= self._nvlink_links:
             raise NVMLError(_n.ERR_INVALID_ARGUMENT)
-        return 1
+        with self._lock:
+            return 0 if link in self._nvlink_down.get(h.index, ()) else 1
 
     def nvmlDeviceGetPcieThroughput(self, h: FakeHandle, counter: int) -> int:
         self._enter("nvmlDeviceGetPcieThroughput", h)

@@ -188,8 +188,8 @@ class Sampler:
         self._capacity = max(2, int(math.ceil(ring_s / interval_s)) + 1)
         self._bucket_s = bucket_s
         self._retention_s = retention_s
-        self._slow_interval_s = slow_interval_s
-        self._pcie_interval_s = pcie_interval_s
+        self.slow_interval_s = slow_interval_s
+        self.pcie_interval_s = pcie_interval_s
         self._attr_interval_s = attribution_interval_s
         self._idle_samples = idle_samples
         self._clock = clock
@@ -201,6 +201,7 @@ class Sampler:
         self._stop = threading.Event()
         self._slow_wake = threading.Event()
         self._pcie_requested = False
+        self._pcie_requested_at: float | None = None  # clock time of a pending on-demand PCIe read
         self._threads: list[threading.Thread] = []
         self._sample_lock = threading.Lock()  # sample_once from tests vs the thread
 
@@ -285,7 +286,7 @@ class Sampler:
 
     def _slow_loop(self) -> None:
         # the first slow pass waits one core interval so the first core sample is not delayed
-        self._stop.wait(min(self.interval_s, self._slow_interval_s))
+        self._stop.wait(min(self.interval_s, self.slow_interval_s))
         while not self._stop.is_set():
             c0 = time.thread_time()
             try:
@@ -294,13 +295,26 @@ class Sampler:
                 log.exception("slow telemetry read failed")
                 self._note_error(f"slow read failed: {e!r}")
             self._cpu_slow += time.thread_time() - c0
-            self._slow_wake.wait(self._slow_interval_s)
+            self._slow_wake.wait(self.slow_interval_s)
             self._slow_wake.clear()
 
     def request_slow(self, *, pcie: bool = True) -> None:
-        """Ask the slow thread for a pass now (PCIe throughput included)."""
-        self._pcie_requested = self._pcie_requested or pcie
+        """Ask the slow thread for a pass now (PCIe throughput included).
+
+        Returns at once: the NVML calls happen on the slow thread, in the gap
+        after the next core pass, never in the caller's thread.
+        """
+        if pcie:
+            if self._pcie_requested_at is None:
+                self._pcie_requested_at = self._clock()
+            self._pcie_requested = True
         self._slow_wake.set()
+
+    @property
+    def pcie_requested_at(self) -> float | None:
+        """When an on-demand PCIe read was asked for (clock time), while it is
+        still pending; ``None`` once the slow thread has read every GPU."""
+        return self._pcie_requested_at
 
     def _after_core_sample(self) -> bool:
         """Wait for the gap right after a core sample, so slow NVML calls
@@ -316,8 +330,9 @@ class Sampler:
     def read_slow_once(self) -> None:
         mono = time.monotonic()
         pcie = self._pcie_requested or (
-            self._pcie_interval_s is not None and mono - self._pcie_at >= self._pcie_interval_s
+            self.pcie_interval_s is not None and mono - self._pcie_at >= self.pcie_interval_s
         )
+        asked_at = self._pcie_requested_at
         if not self._after_core_sample():
             return
         t0 = time.perf_counter()
@@ -336,6 +351,8 @@ class Sampler:
                 t1 = time.perf_counter()
                 self.adapter.read_pcie(i)
                 spent += time.perf_counter() - t1
+            if self._pcie_requested_at == asked_at and not self._pcie_requested:
+                self._pcie_requested_at = None  # answered (a request made during the pass stays pending)
         self._slow_ms = spent * 1000.0
 
     def _note_error(self, msg: str) -> None:

@@ -32,6 +32,14 @@ def _metrics(at, label):
     return [m for m in at.metric if m.label == label]
 
 
+def _tile_heads(at):
+    return [m for m in at.markdown if m.value.startswith("**GPU ") and "ECC" not in m.value]
+
+
+def _slow_lines(at):
+    return [m for m in at.markdown if m.value.startswith("**GPU ") and "ECC" in m.value]
+
+
 def test_eight_fake_gpus_with_a_missing_field_shown_as_na_with_reason(tmp_path, monkeypatch, close_runtimes):
     _workspace(tmp_path, monkeypatch, "fake")
     rt = runtime_mod.get_runtime()
@@ -42,7 +50,7 @@ def test_eight_fake_gpus_with_a_missing_field_shown_as_na_with_reason(tmp_path, 
 
     at = AppTest.from_file(PAGE, default_timeout=60).run()
     assert not at.exception, at.exception
-    heads = [m.value for m in at.markdown if m.value.startswith("**GPU ")]
+    heads = [m.value for m in _tile_heads(at)]
     assert len(heads) == 8 and heads[0].startswith("**GPU 0** · H200")
     power = [m for m in at.markdown if m.value.startswith("Power ")]
     assert len(power) == 8
@@ -73,10 +81,199 @@ def test_no_driver_state_still_shows_host_telemetry(tmp_path, monkeypatch, close
     at = AppTest.from_file(PAGE, default_timeout=60).run()
     assert not at.exception, at.exception
     assert any("No NVIDIA driver" in w.value for w in at.warning)
-    assert not [m for m in at.markdown if m.value.startswith("**GPU ")]
+    assert not _tile_heads(at) and not _slow_lines(at)
     gpus = _metrics(at, "GPUs")[0]
     assert gpus.value == "N/A" and "nvidia-ml-py" in gpus.proto.help
     cpu = _metrics(at, "CPU")[0]
     assert cpu.value.endswith("%")
     mem = _metrics(at, "Memory")[0]
     assert mem.value.endswith("GiB")
+
+
+# -- slow readings, the on-demand PCIe read, empty and failure states ----------
+#
+# These build the runtime without its background threads, so the test decides
+# when a core pass (sample_once) and a slow pass (read_slow_once, what the
+# sampler's slow thread runs) happen.
+
+
+def _quiet_runtime(tmp_path, monkeypatch, source: str = "fake"):
+    _workspace(tmp_path, monkeypatch, source)
+    rt = runtime_mod.get_runtime(background=False)
+    assert not rt.telemetry.running
+    return rt
+
+
+def _line_for(lines, gpu: int):
+    found = [m for m in lines if m.value.startswith(f"**GPU {gpu}** ·")]
+    assert len(found) == 1, [m.value for m in lines]
+    return found[0]
+
+
+def _captions(at) -> list[str]:
+    return [c.value for c in at.caption]
+
+
+def test_slow_readings_per_gpu_and_the_pcie_button_asks_the_slow_thread(tmp_path, monkeypatch, close_runtimes):
+    rt = _quiet_runtime(tmp_path, monkeypatch)
+    sampler = rt.telemetry
+    sampler.pcie_interval_s = None  # PCIe only on demand, so the button is what brings it
+    fake = sampler.adapter._lib
+    fake.fail("nvlink", gpu=1)
+    fake.fail("pcie", gpu=2)
+    fake.fail("ecc", gpu=4)
+    fake.fail("energy", gpu=5)
+    fake.set_ecc(6, corrected=12, uncorrected=2)
+    fake.set_nvlink_down(7, [0, 1])
+    sampler.sample_once()
+    sampler.read_slow_once()
+    sampler.sample_once()
+    asked = []
+    real_request = sampler.request_slow
+
+    def spy(**kw):
+        asked.append(kw)
+        real_request(**kw)
+
+    monkeypatch.setattr(sampler, "request_slow", spy)
+
+    at = AppTest.from_file(PAGE, default_timeout=60).run()
+    assert not at.exception, at.exception
+    total = 8 * fake._total / GIB
+    assert _metrics(at, f"GPU memory (of {total:,.1f} GiB)"), [m.label for m in at.metric]
+    lines = _slow_lines(at)
+    assert len(lines) == 8
+    g0 = _line_for(lines, 0).value
+    assert "ECC corrected **0**" in g0 and "uncorrected **0**" in g0
+    assert "energy **18.00 kWh**" in g0  # three days at 250 W since the driver was loaded
+    assert "NVLink **18/18 active**" in g0
+    assert "PCIe **N/A**" in g0 and "PCIe TX" not in g0
+    assert "not read yet" in _line_for(lines, 0).proto.help
+    nv = _line_for(lines, 1)
+    assert "NVLink **N/A**" in nv.value and "NVLink: not supported" in nv.proto.help
+    ecc = _line_for(lines, 4)
+    assert "ECC corrected **N/A**" in ecc.value and "ECC corrected: not supported" in ecc.proto.help
+    en = _line_for(lines, 5)
+    assert "energy **N/A**" in en.value and "energy: not supported" in en.proto.help
+    assert "uncorrected **:red[2]**" in _line_for(lines, 6).value
+    assert "NVLink **16/18 active**" in _line_for(lines, 7).value
+    assert any(c.startswith("slow readings updated just now") for c in _captions(at))
+    assert not any("PCIe read requested" in c for c in _captions(at))
+
+    button = at.button(key="gpu-pcie-read")
+    assert not button.disabled
+    at = button.click().run()
+    assert not at.exception, at.exception
+    assert asked == [{"pcie": True}]
+    assert fake.calls["nvmlDeviceGetPcieThroughput"] == 0  # the page itself never reads NVML
+    assert sampler.pcie_requested_at is not None
+    assert any("PCIe read requested" in c for c in _captions(at))
+
+    sampler.read_slow_once()  # the slow thread's pass
+    sampler.sample_once()
+    assert fake.calls["nvmlDeviceGetPcieThroughput"] == 16
+    at = at.run()
+    assert not at.exception, at.exception
+    assert not any("PCIe read requested" in c for c in _captions(at))
+    lines = _slow_lines(at)
+    g0 = _line_for(lines, 0).value
+    assert "PCIe TX **1.2 MB/s**" in g0 and "RX **1.3 MB/s**" in g0  # 1,200 / 1,250 KB/s
+    assert "PCIe read just now" in g0
+    assert "PCIe TX **3.1 MB/s**" in _line_for(lines, 6).value  # 3,000 KB/s
+    unsupported = _line_for(lines, 2)
+    assert "PCIe TX **N/A**" in unsupported.value and "PCIe TX: not supported" in unsupported.proto.help
+
+
+def test_before_the_first_sample_every_block_waits_and_says_so(tmp_path, monkeypatch, close_runtimes):
+    rt = _quiet_runtime(tmp_path, monkeypatch)
+    assert rt.telemetry.latest() is None
+
+    at = AppTest.from_file(PAGE, default_timeout=60).run()
+    assert not at.exception, at.exception
+    assert any("Waiting for the first telemetry sample" in i.value for i in at.info)
+    caps = _captions(at)
+    assert any("No history yet" in c for c in caps)
+    for what in ("updated", "slow readings updated", "history updated"):
+        assert f":orange[{what}: no data yet]" in caps, caps
+    assert at.button(key="gpu-pcie-read").disabled
+    assert not _tile_heads(at) and not _slow_lines(at) and not at.metric
+
+
+def test_no_gpus_reported(tmp_path, monkeypatch, close_runtimes):
+    from backend.telemetry.fake import FakeNvml
+    from backend.telemetry.nvml import NvmlAdapter
+
+    rt = _quiet_runtime(tmp_path, monkeypatch)
+    rt.telemetry.adapter = NvmlAdapter(FakeNvml(gpus=0), source="fake")
+    rt.telemetry.sample_once()
+    rt.telemetry.read_slow_once()
+    rt.telemetry.sample_once()
+
+    at = AppTest.from_file(PAGE, default_timeout=60).run()
+    assert not at.exception, at.exception
+    assert _metrics(at, "GPUs")[0].value == "0"  # NVML works and counts none: a real 0, not N/A
+    for label in ("Mean utilisation", "GPU memory", "Total power", "Hottest GPU"):
+        assert _metrics(at, label)[0].value == "N/A", label
+    caps = _captions(at)
+    assert "No GPUs to report on." in caps
+    assert "No GPU history: no GPUs are reported." in caps
+    assert at.button(key="gpu-pcie-read").disabled
+    assert not _tile_heads(at) and not _slow_lines(at)
+    assert _metrics(at, "CPU")[0].value.endswith("%")  # the host still reports
+
+
+def test_a_lost_gpu_and_a_failed_host_reading(tmp_path, monkeypatch, close_runtimes):
+    rt = _quiet_runtime(tmp_path, monkeypatch)
+    sampler = rt.telemetry
+    fake = sampler.adapter._lib
+
+    def host_fails():
+        raise OSError("psutil could not read /proc")
+
+    monkeypatch.setattr(sampler.host, "sample", host_fails)
+    sampler.sample_once()
+    fake.lose(3)
+    sampler.read_slow_once()
+    snap = sampler.sample_once()
+    assert snap.host is None and snap.gpus[3].lost
+
+    at = AppTest.from_file(PAGE, default_timeout=60).run()
+    assert not at.exception, at.exception
+    gpus = _metrics(at, "GPUs")[0]
+    assert gpus.value == "8" and "1 lost" in gpus.proto.delta
+    lost_tile = [m for m in _tile_heads(at) if m.value.startswith("**GPU 3**")]
+    assert len(lost_tile) == 1 and "LOST" in lost_tile[0].value
+    lost_slow = _line_for(_slow_lines(at), 3)
+    assert "LOST" in lost_slow.value and "lost" in lost_slow.proto.help
+    assert "ECC corrected **0**" in _line_for(_slow_lines(at), 0).value
+    caps = _captions(at)
+    assert any(c.startswith("Host telemetry: N/A") for c in caps)
+    assert any(c.startswith("No host history in this range yet") for c in caps)
+    assert any("host sample failed" in c for c in caps)  # the sampler's own note
+
+
+def test_old_data_turns_every_live_block_amber(tmp_path, monkeypatch, close_runtimes):
+    import time
+
+    from backend.telemetry.fake import FakeNvml
+    from backend.telemetry.host import HostReader
+    from backend.telemetry.nvml import NvmlAdapter
+
+    def old():
+        return time.time() - 120  # the last readings are two minutes old
+
+    rt = _quiet_runtime(tmp_path, monkeypatch)
+    sampler = rt.telemetry
+    sampler.adapter = NvmlAdapter(FakeNvml(clock=old), source="fake", clock=old)
+    sampler.host = HostReader(clock=old)
+    sampler.sample_once()
+    sampler.read_slow_once()
+    sampler.sample_once()
+
+    at = AppTest.from_file(PAGE, default_timeout=60).run()
+    assert not at.exception, at.exception
+    caps = _captions(at)
+    for what in ("telemetry updated", "slow readings updated", "history updated"):
+        stale = [c for c in caps if what in c]
+        assert len(stale) == 1 and stale[0].startswith(":orange[⚠") and "stale" in stale[0], (what, caps)
+        assert "2 m 0" in stale[0]  # the age comes from the readings' own time

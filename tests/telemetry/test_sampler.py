@@ -168,20 +168,75 @@ def test_background_threads_start_stop_and_join(tmp_path, store):
     assert s.latest().cost.samples == n  # really stopped
 
 
-def test_readers_do_not_wait_for_a_slow_nvml_pass():
-    fake = FakeNvml(call_cost_s=0.01)  # every NVML call takes 10 ms: a pass takes ~1 s
-    s = Sampler(NvmlAdapter(fake), interval_s=0.01)
+class BlockingAdapter(NvmlAdapter):
+    """The fake NVML whose core pass, once armed, blocks until released."""
+
+    def __init__(self):
+        super().__init__(FakeNvml(), source="fake")
+        self.armed = False
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def sample(self):
+        if self.armed:
+            self.entered.set()
+            self.release.wait()
+        return super().sample()
+
+
+def test_readers_and_requests_return_while_an_nvml_pass_is_blocked():
+    adapter = BlockingAdapter()
+    s = Sampler(adapter, interval_s=0.01, pcie_interval_s=None)
     s.sample_once()
+    adapter.armed = True
     s.start()
-    try:
-        time.sleep(0.1)  # the thread is inside a pass now
-        t0 = time.perf_counter()
+    done = threading.Event()
+
+    def read():
         for _ in range(100):
             assert s.latest() is not None
             s.history(0, "util_gpu", since=0)
-        assert time.perf_counter() - t0 < 0.2
+            s.recent(0, "util_gpu", 5)
+            s.cost()
+        s.request_slow(pcie=True)
+        done.set()
+
+    try:
+        assert adapter.entered.wait(30)  # the sampler thread is inside a pass, held there
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        finished = done.wait(30)  # safety net only: the readers must not need the pass to end
+        held = not adapter.release.is_set()
     finally:
+        adapter.release.set()
         s.stop()
+    assert finished and held
+    assert s.pcie_requested_at is not None or adapter._lib.calls["nvmlDeviceGetPcieThroughput"] == 16
+
+
+def test_pcie_is_read_on_request_by_the_slow_pass_and_stays_pending_until_then():
+    clock = Clock()
+    fake, s = make(clock, pcie_interval_s=None)
+    s.sample_once()
+    s.read_slow_once()
+    assert fake.calls["nvmlDeviceGetPcieThroughput"] == 0  # no interval, no request: not read
+    assert s.latest().gpus[1].slow is None  # the snapshot before the slow pass
+    s.sample_once()
+    assert s.latest().gpus[1].slow.pcie_t is None
+    assert s.pcie_requested_at is None
+    s.request_slow(pcie=True)
+    assert fake.calls["nvmlDeviceGetPcieThroughput"] == 0  # the caller never reads NVML
+    assert s.pcie_requested_at == clock.t
+    clock.t += 5
+    s.request_slow(pcie=True)  # asking again keeps the first request time
+    assert s.pcie_requested_at == clock.t - 5
+    s.read_slow_once()
+    assert fake.calls["nvmlDeviceGetPcieThroughput"] == 16
+    assert s.pcie_requested_at is None
+    g = s.sample_once().gpus[1]
+    assert g.slow.pcie_t == clock.t and g.slow.pcie_tx_bps == 1500 * 1024.0
+    s.read_slow_once()
+    assert fake.calls["nvmlDeviceGetPcieThroughput"] == 16  # answered once, not again
 
 
 def test_history_across_a_dashboard_restart_keeps_the_gap(store):
