@@ -6,6 +6,12 @@ reads only the bytes added since the last one (an unchanged file costs one
 file is truncated or replaced.  Memory is bounded: series are ring buffers of
 ``max_points`` and the log is read in chunks.
 
+Large reads (a log opened mid-run, a file given to the CLI) go through the
+vectorised parser of :mod:`backend.sglang.bulkparse` (polars), two pieces at a
+time; small appends, pieces it refuses and every line it does not accept go
+through the per-line parser, which stays the reference: both give the same
+series, counts, unparsed lines and startup state.
+
 :class:`FileWatcher` turns watchdog file events on the log's directory into a
 wake-up signal; without it (or if watchdog cannot watch) polling on a timer
 gives the same result.
@@ -13,6 +19,7 @@ gives the same result.
 
 from __future__ import annotations
 
+import bisect
 import os
 import threading
 from collections import deque
@@ -21,15 +28,39 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any, Callable
 
+from backend.sglang import bulkparse
 from backend.sglang.logparse import (
-    BadBatchLine, DecodeBatch, FatalEvent, Phase, PhaseEvent, PrefillBatch,
+    BadBatchLine, DecodeBatch, FatalEvent, Phase, PhaseEvent, PrefillBatch, _EVENT_RE,
     looks_like_prefixed_line, parse_batch_lines, parse_event, parse_prefix, rank_label, _TS_RE,
 )
 from backend.sglang.version import ACCEPT_RATE_DESCRIPTIONS, Capabilities
 
-CHUNK_BYTES = 4 * 1024 * 1024
+CHUNK_BYTES = 8 * 1024 * 1024
+BULK_MIN_BYTES = 256 * 1024  # smaller reads (a live tail) go through the per-line parser
+PARALLEL_PIECES = 2  # pieces parsed side by side (polars releases the GIL)
 HEAD_BYTES = 256  # compared on growth to notice a file rewritten in place
 GENERIC_FATALS = ("scheduler_exception", "init_failed", "child_failed")
+
+_pool = None
+_pool_lock = threading.Lock()
+
+
+def _executor():
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+            _pool = ThreadPoolExecutor(max_workers=PARALLEL_PIECES, thread_name_prefix="specdeck-ingest")
+        return _pool
+
+
+def _parse_piece(body: bytes, shapes: "bulkparse.Shapes"):
+    """The vectorised parse of a piece, or None when the piece must go through the per-line parser."""
+    try:
+        return bulkparse.parse_piece(body, shapes, _EVENT_RE.pattern)
+    except Exception:  # a regex the engine refuses, an unexpected polars error: the per-line path decides
+        return None
+
 
 # Overall startup progress: where each phase starts and ends on a 0..1 scale.
 _PHASE_SPAN = {
@@ -116,11 +147,18 @@ class LogIngester:
     """
 
     def __init__(self, path: str | Path, *, caps: Capabilities | None = None, max_points: int = 20000,
-                 tail_lines: int = 200, chunk_bytes: int = CHUNK_BYTES):
+                 tail_lines: int = 200, chunk_bytes: int = CHUNK_BYTES, bulk: bool = True):
         self.path = Path(path)
         self.caps = caps
         self.max_points = max_points
         self.chunk_bytes = chunk_bytes
+        # vectorised reading of large pieces (polars), same results as the per-line parser
+        self.bulk = bulk and bulkparse.AVAILABLE
+        self.bulk_min_bytes = BULK_MIN_BYTES
+        self.parallel_pieces = PARALLEL_PIECES
+        self._shapes = bulkparse.Shapes()
+        self._series_pending: tuple[list, list] = ([], [])  # decode, prefill frames not yet in the rings
+        self.bulk_pieces = 0  # pieces read through the vectorised path
         self.decode = _Ring(DECODE_COLUMNS, max_points)
         self.prefill = _Ring(PREFILL_COLUMNS, max_points)
         self.tail: deque[str] = deque(maxlen=tail_lines)
@@ -147,6 +185,8 @@ class LogIngester:
         return self._offset
 
     def _reset(self) -> None:
+        for pending in self._series_pending:
+            pending.clear()
         self.decode.clear()
         self.prefill.clear()
         self.tail.clear()
@@ -180,35 +220,69 @@ class LogIngester:
         if old is not None and (st.st_ino != old[0] or st.st_size < self._offset):
             self._reset()
         read = 0
-        with open(self.path, "rb") as fh:
-            if self._head and st.st_size >= len(self._head):
-                if fh.read(len(self._head)) != self._head:
-                    self._reset()
-            fh.seek(self._offset)
-            limit = max_bytes if max_bytes is not None else float("inf")
-            while read < limit:
-                chunk = fh.read(self.chunk_bytes)
-                if not chunk:
-                    break
-                if len(self._head) < HEAD_BYTES and self._offset < HEAD_BYTES:
-                    self._head = (self._head + chunk)[:HEAD_BYTES]
-                self._offset += len(chunk)
-                read += len(chunk)
-                self._feed(chunk)
+        inflight: deque = deque()  # (complete lines, future of their vectorised parse or None), in file order
+        try:
+            with open(self.path, "rb") as fh:
+                if self._head and st.st_size >= len(self._head):
+                    if fh.read(len(self._head)) != self._head:
+                        self._reset()
+                fh.seek(self._offset)
+                limit = max_bytes if max_bytes is not None else float("inf")
+                while read < limit:
+                    chunk = fh.read(self.chunk_bytes)
+                    if not chunk:
+                        break
+                    if len(self._head) < HEAD_BYTES and self._offset < HEAD_BYTES:
+                        self._head = (self._head + chunk)[:HEAD_BYTES]
+                    self._offset += len(chunk)
+                    read += len(chunk)
+                    body = self._complete_lines(chunk)
+                    if body is None:
+                        continue
+                    inflight.append((body, self._submit(body)))
+                    # the next piece is read and parsed while this one is still being parsed
+                    while len(inflight) > self.parallel_pieces:
+                        self._apply(*inflight.popleft())
+        finally:
+            while inflight:
+                self._apply(*inflight.popleft())
+            self._flush_series()
         if read and max_bytes is not None and read >= max_bytes:
             self._sig = None  # more to read: do not treat the file as unchanged
         self.stats.bytes_read += read
         return read
 
-    def _feed(self, chunk: bytes) -> None:
-        data = self._pending + chunk if self._pending else chunk
-        cut = max(data.rfind(b"\n"), data.rfind(b"\r"))
+    def _complete_lines(self, chunk: bytes) -> bytes | None:
+        """The complete lines of pending + chunk (None if there are none yet); keeps the partial rest."""
+        cut = max(chunk.rfind(b"\n"), chunk.rfind(b"\r"))
         if cut < 0:
-            self._pending = data
+            self._pending += chunk
+            return None
+        if cut == len(chunk) - 1:
+            body = self._pending + chunk if self._pending else chunk
+            self._pending = b""
+        else:
+            body = self._pending + memoryview(chunk)[:cut + 1]
+            self._pending = chunk[cut + 1:]
+        return body
+
+    def _submit(self, body: bytes):
+        if not (self.bulk and not self._listeners and len(body) >= self.bulk_min_bytes):
+            return None
+        return _executor().submit(_parse_piece, body, self._shapes)
+
+    def _apply(self, body: bytes, fut) -> None:
+        piece = fut.result() if fut is not None else None
+        if piece is not None:
+            self._feed_piece(piece)
             return
-        self._pending = data[cut + 1:]
-        text = data[:cut + 1].decode("utf-8", "replace")
-        self.feed_lines(text.splitlines())
+        self.feed_lines(body.decode("utf-8", "replace").splitlines())
+
+    def _feed(self, chunk: bytes) -> None:
+        body = self._complete_lines(chunk)
+        if body is not None:
+            self._apply(body, self._submit(body))
+            self._flush_series()
 
     def flush(self) -> None:
         """Treat a pending partial last line as complete (used at end of file by the CLI)."""
@@ -221,6 +295,7 @@ class LogIngester:
 
     def feed_lines(self, lines: list[str]) -> None:
         """Ingest complete lines (also the entry point for tests and the CLI)."""
+        self._flush_series()
         st = self.stats
         base = st.lines
         st.lines += len(lines)
@@ -243,31 +318,8 @@ class LogIngester:
         listeners = self._listeners
         emitted: list[tuple[int, Any]] = []
         for i in others:
-            line = lines[i]
-            if 'HTTP/1.' in line:
-                st.http_lines += 1
-                if "model_info HTTP" in line and self.startup.phase is not None \
-                        and self.startup.phase < Phase.WARMUP:
-                    tm = _TS_RE.search(line, 0, 60)
-                    ts = parse_prefix(line[:tm.end() + 1])[0] if tm else None
-                    self._on_phase(PhaseEvent(ts, tm.group(0) if tm else "", Phase.WARMUP,
-                                              "HTTP server answering; warmup request"))
-                continue
-            if self._capture is not None:
-                if self._capture_left > 0 and line.strip() and not looks_like_prefixed_line(line):
-                    self._capture_more(line)
-                    continue
-                if looks_like_prefixed_line(line):
-                    self._capture = None
-            ev = parse_event(line)
-            if ev is None:
-                continue
-            st.event_lines += 1
-            if ev.kind == "phase":
-                self._on_phase(ev)
-            else:
-                self._on_fatal(ev)
-            if listeners:
+            ev = self._other_line(lines[i])
+            if ev is not None and listeners:
                 emitted.append((i, ev))
         if listeners:
             emitted.extend((cand[j], r) for j, r in enumerate(recs) if r is not None)
@@ -277,6 +329,117 @@ class LogIngester:
                     cb(rec)
         if lines:
             self.tail.extend(lines[-self.tail.maxlen:])
+
+    def _feed_piece(self, piece: "bulkparse.Piece") -> None:
+        """Ingest a piece of complete lines that the vectorised parser read."""
+        self.bulk_pieces += 1
+        st = self.stats
+        base = st.lines
+        st.lines += piece.n_lines
+        dec, pre = piece.decode.frame, piece.prefill.frame
+        others = piece.others
+        if piece.fallback:
+            fb = piece.fallback
+            recs, bad = parse_batch_lines([line for _, line in fb])
+            for j, reason in bad:
+                st.unparsed_lines += 1
+                self.unparsed.append(UnparsedLine(base + fb[j][0] + 1, reason, fb[j][1][:400]))
+            badset = {j for j, _ in bad}
+            more_dec = [(fb[j][0], r) for j, r in enumerate(recs) if r is not None and r.kind == "decode"]
+            more_pre = [(fb[j][0], r) for j, r in enumerate(recs) if r is not None and r.kind == "prefill"]
+            if more_dec:
+                dec = bulkparse.pl.concat([dec, bulkparse.records_frame("decode", more_dec)]).sort("line")
+            if more_pre:
+                pre = bulkparse.pl.concat([pre, bulkparse.records_frame("prefill", more_pre)]).sort("line")
+            rest = [fb[j] for j, r in enumerate(recs) if r is None and j not in badset]
+            if rest:
+                others = sorted(others + rest)
+        self._add_columns(bulkparse.BatchColumns("decode", dec), bulkparse.BatchColumns("prefill", pre), piece)
+        st.http_lines += piece.http_skipped
+        skipped = piece.prefixed_skipped
+        prev = -1
+        for i, line in others:
+            if self._capture is not None and skipped:
+                # a plain prefixed line between the last one looked at and this one ends the capture
+                k = bisect.bisect_right(skipped, prev)
+                if k < len(skipped) and skipped[k] < i:
+                    self._capture = None
+            prev = i
+            self._other_line(line)
+        if self._capture is not None and skipped and skipped[-1] > prev:
+            self._capture = None
+        n = self.tail.maxlen
+        if n:
+            self.tail.extend(piece.lines.tail(n).to_list())
+
+    def _other_line(self, line: str) -> Any:
+        """One line that is not a batch record, as the per-line loop handles it; the event or None."""
+        st = self.stats
+        if 'HTTP/1.' in line:
+            st.http_lines += 1
+            if "model_info HTTP" in line and self.startup.phase is not None \
+                    and self.startup.phase < Phase.WARMUP:
+                tm = _TS_RE.search(line, 0, 60)
+                ts = parse_prefix(line[:tm.end() + 1])[0] if tm else None
+                self._on_phase(PhaseEvent(ts, tm.group(0) if tm else "", Phase.WARMUP,
+                                          "HTTP server answering; warmup request"))
+            return None
+        if self._capture is not None:
+            if self._capture_left > 0 and line.strip() and not looks_like_prefixed_line(line):
+                self._capture_more(line)
+                return None
+            if looks_like_prefixed_line(line):
+                self._capture = None
+        ev = parse_event(line)
+        if ev is None:
+            return None
+        st.event_lines += 1
+        if ev.kind == "phase":
+            self._on_phase(ev)
+        else:
+            self._on_fatal(ev)
+        return ev
+
+    def _add_columns(self, dec: "bulkparse.BatchColumns", pre: "bulkparse.BatchColumns", piece) -> None:
+        """Series, counts and latest records from typed columns (only the last max_points rows are kept)."""
+        st = self.stats
+        keep = self.max_points
+        st.decode_lines += len(dec)
+        st.prefill_lines += len(pre)
+        for cols, pending in ((dec, self._series_pending[0]), (pre, self._series_pending[1])):
+            if not len(cols):
+                continue
+            # the rings keep only the last max_points rows: later pieces of this read may replace these
+            frame = cols.frame.tail(keep)
+            pending.append(frame)
+            while len(pending) > 1 and sum(f.height for f in pending[1:]) >= keep:
+                pending.pop(0)
+            last = piece.record(frame.get_column("line")[-1])
+            if cols.kind == "decode":
+                self.last_decode = last
+            else:
+                self.last_prefill = last
+            self.ranks_seen.update(self._rank_tuple(lab) for lab in cols.ranks())
+        if not self.spec_seen and dec.any_not_null("accept_len"):
+            self.spec_seen = True
+        if not self.rate_seen and dec.any_not_null("accept_rate"):
+            self.rate_seen = True
+
+    def _flush_series(self) -> None:
+        """Move the rows of vectorised pieces waiting for the series into the rings."""
+        for pending, ring, names in ((self._series_pending[0], self.decode, DECODE_COLUMNS),
+                                     (self._series_pending[1], self.prefill, PREFILL_COLUMNS)):
+            if not pending:
+                continue
+            frame = pending[0] if len(pending) == 1 else bulkparse.pl.concat(pending)
+            pending.clear()
+            frame = frame.tail(self.max_points)
+            for c in names:
+                ring.data[c].extend(frame.get_column(c).to_list())
+
+    @staticmethod
+    def _rank_tuple(label: str) -> tuple:
+        return tuple((t.rstrip("0123456789"), int(t[len(t.rstrip("0123456789")):])) for t in label.split())
 
     def _add_records(self, recs: list) -> None:
         st = self.stats
