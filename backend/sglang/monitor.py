@@ -109,6 +109,9 @@ def _draft_arch(cfg: ServerConfig) -> str | None:
         return None
 
 
+REFRESH_SLICE_BYTES = 32 * 1024 * 1024  # log bytes read per lock hold
+
+
 class ServerMonitor:
     def __init__(self, cfg: ServerConfig, log_path: str | Path, version: Capabilities | str | None = None, *,
                  client: SglangClient | None = None, clock: Callable[[], float] = time.time,
@@ -189,8 +192,13 @@ class ServerMonitor:
 
     def refresh(self, *, http: bool | None = None) -> int:
         """Read new log bytes, and ask the server over HTTP when due (or when ``http``)."""
-        with self._lock:
-            n = self.ingester.poll()
+        n = 0
+        while True:  # in slices, so a snapshot never waits for a whole catch-up read
+            with self._lock:
+                got = self.ingester.poll(max_bytes=REFRESH_SLICE_BYTES)
+            n += got
+            if got < REFRESH_SLICE_BYTES or self._stop.is_set():
+                break
         due = self.http_enabled if http is None else http
         if due and (http or self.clock() - self._last_http >= self.http_interval_s):
             self._poll_http()

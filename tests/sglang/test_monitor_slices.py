@@ -1,0 +1,34 @@
+"""A catch-up read of a long log happens in slices, releasing the monitor's lock between them."""
+
+from pathlib import Path
+
+from backend.sglang import monitor as monitor_mod
+from backend.sglang.config import ServerConfig
+from backend.sglang.monitor import ServerMonitor
+
+LINE = ("[2026-04-08 14:05:21 TP0] Decode batch, #running-req: 5, #token: 20800, token usage: 0.29, "
+        "accept len: 2.10, accept rate: 0.37, cuda graph: True, gen throughput (token/s): 144.95, #queue-req: 0\n")
+
+
+def test_refresh_reads_in_slices(tmp_path: Path, monkeypatch):
+    log = tmp_path / "s.log"
+    log.write_text(LINE * 2000)  # ~370 KB
+    monkeypatch.setattr(monitor_mod, "REFRESH_SLICE_BYTES", 64 * 1024)
+    cfg = ServerConfig(name="s", model_path="/m", sglang_version="0.5.23")
+    mon = ServerMonitor(cfg, log, "0.5.23", watch=False, http=False)
+    mon.ingester.chunk_bytes = 16 * 1024
+    holds = []
+    real_poll = mon.ingester.poll
+
+    def poll(max_bytes=None):
+        assert max_bytes == 64 * 1024
+        n = real_poll(max_bytes=max_bytes)
+        holds.append(n)
+        return n
+
+    mon.ingester.poll = poll
+    total = mon.refresh()
+    assert total == log.stat().st_size
+    assert len(holds) >= 5  # several lock holds, not one
+    assert mon.snapshot().decode["accept_len"][-1] == 2.10
+    assert mon.refresh() == 0
