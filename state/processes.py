@@ -42,6 +42,8 @@ class ProcessRecord:
     wrapper_create_time: float | None = None
     log_start: int | None = None  # log offset where the current run's own output begins
     pending_spec: ProcessSpec | None = None  # changed config, applied at the next start
+    term_at: float | None = None  # when SIGTERM was delivered for the current stop
+    pending_restart: str | None = None  # STOPPING: start again once stopped (the reason)
 
     @property
     def effective_spec(self) -> ProcessSpec:
@@ -65,7 +67,7 @@ class StateEvent:
 _COLUMNS = (
     "name", "kind", "spec_json", "pending_spec_json", "state", "state_since", "pid",
     "create_time", "wrapper_pid", "wrapper_create_time", "run_id", "started_at", "ended_at",
-    "exit_code", "tries", "log_path", "log_start", "detail",
+    "exit_code", "tries", "log_path", "log_start", "detail", "term_at", "pending_restart",
 )
 _FIELD_NAMES = {f.name for f in fields(ProcessRecord)}
 
@@ -133,12 +135,21 @@ class ProcessRepo:
         self._bump()
         return record
 
-    def update(self, name: str, *, expect_run_id: Any = _UNSET, **changes: Any) -> ProcessRecord | None:
+    def update(
+        self,
+        name: str,
+        *,
+        expect_run_id: Any = _UNSET,
+        expect_fields: dict[str, Any] | None = None,
+        **changes: Any,
+    ) -> ProcessRecord | None:
         """Change fields without a state transition (e.g. the pid once known).
 
         With ``expect_run_id`` the change applies only if the row still
-        belongs to that run; returns the new record, or None if the row is
-        gone or belongs to another run.
+        belongs to that run, and with ``expect_fields`` only if each named
+        field still holds the given value (compare-and-set, e.g. claiming
+        ``term_at`` while it is None).  Returns the new record, or None if
+        the row is gone or has moved on.
         """
         with self.store.transaction() as conn:
             row = conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM processes WHERE name = ?", (name,)).fetchone()
@@ -147,6 +158,12 @@ class ProcessRepo:
             current = self._from_row(row)
             if expect_run_id is not _UNSET and current.run_id != expect_run_id:
                 return None
+            if expect_fields:
+                unknown = set(expect_fields) - _FIELD_NAMES
+                if unknown:
+                    raise TypeError(f"unknown process record fields: {sorted(unknown)}")
+                if any(getattr(current, k) != v for k, v in expect_fields.items()):
+                    return None
             new = self._apply(current, changes)
             self._write(conn, new)
         self._bump()
@@ -242,6 +259,8 @@ class ProcessRepo:
             "log_path": r.log_path,
             "log_start": r.log_start,
             "detail": r.detail or "",
+            "term_at": r.term_at,
+            "pending_restart": r.pending_restart,
         }
 
     @staticmethod

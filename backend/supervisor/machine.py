@@ -9,7 +9,9 @@ Edges::
     NEVER/EXITED/FATAL/UNKNOWN/BACKOFF -> STARTING      start (or restart after backoff)
     STARTING -> RUNNING                                 readiness probe passed
     STARTING/RUNNING -> EXITED|BACKOFF|FATAL            the child ended by itself
-    STARTING/RUNNING -> STOPPING -> EXITED              stop: SIGTERM, grace, SIGKILL
+    STARTING/RUNNING -> STOPPING -> EXITED              stop: SIGTERM (once the child's pid is
+                                                        known), grace, SIGKILL; a restart asked
+                                                        for with the stop then starts it again
     BACKOFF -> EXITED                                   stop while waiting to restart
     BACKOFF -> FATAL                                    no tries left
     STARTING/RUNNING/STOPPING -> UNKNOWN                gone without an exit record

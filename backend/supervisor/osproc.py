@@ -45,6 +45,7 @@ class Launch:
     env: dict[str, str]
     log_path: str
     paths: RunPaths
+    stop_grace_s: float = 10.0  # the wrapper's wait before SIGKILL of leftovers in the child's group
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,7 @@ class WrapperSpawner:
                 "cwd": launch.cwd,
                 "env": dict(launch.env),
                 "log_path": launch.log_path,
+                "stop_grace_s": launch.stop_grace_s,
             },
         )
         Path(launch.log_path).parent.mkdir(parents=True, exist_ok=True)
@@ -200,16 +202,22 @@ class OsKiller:
         return False
 
     def collect(self, root: Ident) -> list[Ident]:
-        """The root, its descendants, and every member of its process group."""
-        found: dict[int, Ident] = {}
+        """The root, its descendants, and every member of its process group;
+        nothing at all unless the root is alive with its recorded create time.
+
+        The group is scanned only behind that check: a pid that now belongs
+        to another process may lead an unrelated group of the same id.
+        While the verified root lives, the group id is its own.
+        """
         p = self._process(root.pid, root.create_time)
-        if p is not None and self.is_alive(root.pid, root.create_time):
-            found[root.pid] = root
-            try:
-                for c in p.children(recursive=True):
-                    found[c.pid] = Ident(c.pid, c.create_time())
-            except psutil.Error:
-                pass
+        if p is None or not self.is_alive(root.pid, root.create_time):
+            return []
+        found: dict[int, Ident] = {root.pid: root}
+        try:
+            for c in p.children(recursive=True):
+                found[c.pid] = Ident(c.pid, c.create_time())
+        except psutil.Error:
+            pass
         for ident in self._group_members(root.pid):
             found.setdefault(ident.pid, ident)
         return list(found.values())

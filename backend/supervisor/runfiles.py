@@ -2,7 +2,8 @@
 
 ``launch.json``   what to run (written by the supervisor before spawning)
 ``identity.json`` the child's pid and create time, the wrapper's pid, run id
-``exit.json``     the child's exit code (negative: signal) and end time
+``exit.json``     the child's exit code (negative: signal) and end time, and
+                  how many leftovers of its process group the wrapper ended
 
 Each is written whole to a temporary name and renamed, so a reader sees
 either nothing or a complete file.  Every file carries the run id, so a
@@ -69,6 +70,8 @@ class ExitRecord:
     ended_at: float
     pid: int | None
     error: str = ""  # set when the child could not be started at all
+    leftovers: int = 0  # members of the child's process group still alive after it ended
+    leftovers_killed: int = 0  # of those, how many were still there after the grace period (SIGKILL)
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:

@@ -8,8 +8,10 @@ caches and the progress of readiness probes.
 
 ``poll()`` is the periodic tick: it reads identity and exit files, checks
 liveness by pid plus create time, runs readiness probes without waiting on
-them, applies the restart policy and escalates stops.  It writes to SQLite
-only when something changed.  :class:`SupervisorLoop` runs it on a thread.
+them (a one-shot caller passes ``sync_probes=True``; ``adopt()`` does), applies
+the restart policy and carries stops forward, including a stop or restart
+that another supervisor asked for.  It writes to SQLite only when something
+changed.  :class:`SupervisorLoop` runs it on a thread.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import Future
+from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
@@ -31,7 +34,7 @@ import psutil
 from backend.supervisor import machine
 from backend.supervisor.logtail import TailChunk, LogTailer, read_last, read_tail
 from backend.supervisor.osproc import HttpProber, Ident, Killer, Launch, OsKiller, Prober, Spawner, WrapperSpawner
-from backend.supervisor.runfiles import RunPaths, read_exit, read_identity
+from backend.supervisor.runfiles import ExitRecord, RunPaths, read_exit, read_identity
 from backend.supervisor.spec import Kind, ProcessSpec, ProcState
 from state import audit
 from state.processes import ProcessRecord, ProcessRepo, StateEvent
@@ -42,6 +45,7 @@ log = logging.getLogger(__name__)
 S = ProcState
 _IDENTITY_WAIT_S = 10.0  # how long a fresh run may take to report its child's pid
 _LOG_PROBE_READ = 1024 * 1024  # bytes of log a readiness pattern scans per poll
+_SYNC_PROBE_S = 0.5  # one-shot polls: how long due HTTP probes may take, all together
 
 
 class SupervisorError(Exception):
@@ -77,6 +81,7 @@ class ProcessView:
     ended_at: float | None = None
     run_id: str | None = None
     spec_pending: bool = False  # the config changed; applies at next start
+    restart_pending: bool = False  # STOPPING, and starts again once stopped
 
     @property
     def active(self) -> bool:
@@ -133,7 +138,7 @@ class Supervisor:
         self._records: dict[str, ProcessRecord] = {}
         self._version: tuple[int, int] | None = None
         self._runs: dict[str, _Run] = {}
-        self._restart_after_stop: dict[str, str] = {}
+        self._sync_probes = False  # set for the duration of a poll(sync_probes=True)
         self._closed = False
         self.adopt()
 
@@ -154,6 +159,8 @@ class Supervisor:
         """Record the transition ``rec.state -> to`` if the store still holds
         ``rec``'s state and run (else None: another supervisor moved first)."""
         machine.check_transition(rec.state, to)
+        if to != S.STOPPING:
+            changes["pending_restart"] = None  # a restart request lives only as long as its stop
         return self._put(self._repo.transition(
             rec.name, to, at=at, expect=rec.state, expect_run_id=rec.run_id, detail=detail, **changes
         ))
@@ -253,35 +260,40 @@ class Supervisor:
 
     def stop(self, name: str, actor: str = "cli", source: str = "cli", wait: bool = True) -> ProcessView:
         """SIGTERM to the process group (and descendants that left it), then
-        SIGKILL after the spec's grace period.  With ``wait``, returns once it
-        has ended (EXITED); otherwise ``poll()`` finishes the job."""
+        SIGKILL after the spec's grace period.
+
+        Works in every active state.  A process waiting to restart (BACKOFF)
+        goes to EXITED at once; one whose child has not reported its pid yet
+        is recorded STOPPING and ``poll()`` delivers SIGTERM once the pid is
+        known; stopping a STOPPING process cancels a restart that was to
+        follow.  With ``wait``, returns once it has ended (EXITED); without,
+        it never waits on the process and ``poll()`` finishes the job.
+        """
         with self._lock:
             rec = self._get_for(actor, source, "stop", name)
+            if rec.state not in machine.STOPPABLE and rec.state != S.STOPPING:
+                self._refuse(actor, source, "stop", name, f"{name} is not running (state {rec.state.value})")
+            if rec.state in (S.STARTING, S.RUNNING):
+                # Catch up first: it may have ended, or reported its pid, since the last poll.
+                self._reconcile(rec, self._clock())
+                rec = self._records.get(name, rec)
             if rec.state == S.BACKOFF:
                 new = self._move(rec, S.EXITED, at=self._clock(),
                                  detail=f"stopped by {actor} via {source} while waiting to restart")
                 self._audit(actor, source, "stop", name, "cancelled the pending restart", "ok")
                 return self._view(new or rec, self._clock())
             if rec.state == S.STOPPING:
-                if not wait:
-                    self._refuse(actor, source, "stop", name, f"{name} is already stopping")
-            elif rec.state not in machine.STOPPABLE:
-                self._refuse(actor, source, "stop", name, f"{name} is not running (state {rec.state.value})")
-        if rec.state != S.STOPPING:
-            rec = self._await_identity(rec)
-            with self._lock:
-                self._refresh()
-                rec = self._records.get(name, rec)
-                if rec.state not in (S.STARTING, S.RUNNING):
-                    # It ended (or was stopped elsewhere) while we waited.
-                    self._audit(actor, source, "stop", name, f"already {rec.state.value}", "ok")
-                    return self._view(rec, self._clock())
-                if rec.pid is None:
-                    self._reconcile(rec, self._clock())
-                    self._refuse(actor, source, "stop", name,
-                                 f"{name}: its child never reported a pid; state is now "
-                                 f"{self._records[name].state.value}")
+                what = "already stopping"
+                if rec.pending_restart is not None and self._put(self._repo.update(
+                        name, expect_run_id=rec.run_id, expect_fields={"state": S.STOPPING}, pending_restart=None)):
+                    what += "; cancelled the restart that was to follow"
+                self._audit(actor, source, "stop", name, what, "ok")
+            elif rec.state in (S.STARTING, S.RUNNING):
                 self._begin_stop(rec, actor, source)
+            else:
+                # It ended by itself (or was stopped elsewhere) just now.
+                self._audit(actor, source, "stop", name, f"already {rec.state.value}", "ok")
+                return self._view(rec, self._clock())
         if wait:
             self._wait_stopped(name)
         with self._lock:
@@ -289,32 +301,46 @@ class Supervisor:
             return self._view(self._records[name], self._clock())
 
     def restart(self, name: str, actor: str = "cli", source: str = "cli", wait: bool = True) -> ProcessView:
-        """Stop (if running) and start again.  With ``wait=False`` the start
-        happens in a later ``poll()`` once the stop has finished."""
+        """Stop (if running) and start again.
+
+        With ``wait=False`` the request is kept in the state store with the
+        stop, and whichever supervisor records the exit (this one's
+        ``poll()``, the dashboard's, a command-line call) starts it again.
+        """
+        reason = f"restarted by {actor} via {source}"
         with self._lock:
             rec = self._get_for(actor, source, "restart", name)
-            if rec.state == S.STOPPING:
-                self._refuse(actor, source, "restart", name, f"{name} is stopping; start it once it has stopped")
             if rec.state in machine.STARTABLE:
-                new = self._spawn(rec, tries=0, reason=f"restarted by {actor} via {source}")
+                new = self._spawn(rec, tries=0, reason=reason)
                 ok = new is not None and new.state == S.STARTING
                 self._audit(actor, source, "restart", name, new.detail if new else "", "ok" if ok else "error")
                 if not ok:
                     raise SupervisorError(f"could not start {name}: {new.detail if new else 'state changed'}")
                 return self._view(new, self._clock())
+            if rec.state == S.STOPPING and not wait:
+                new = self._put(self._repo.update(name, expect_run_id=rec.run_id,
+                                                  expect_fields={"state": S.STOPPING}, pending_restart=reason))
+                if new is None:
+                    self._audit(actor, source, "restart", name, "state changed meanwhile", "error")
+                    raise SupervisorError(f"{name} changed state meanwhile; try again")
+                self._audit(actor, source, "restart", name, "already stopping; starts once stopped", "ok")
+                return self._view(new, self._clock())
             self._audit(actor, source, "restart", name, "stopping, then starting", "ok")
             if not wait:
-                self._restart_after_stop[name] = f"restarted by {actor} via {source}"
-        self.stop(name, actor=actor, source=source, wait=wait)
-        if not wait:
-            with self._lock:
-                return self._view(self._records[name], self._clock())
+                self._reconcile(rec, self._clock())
+                rec = self._records.get(name, rec)
+                if rec.state in (S.STARTING, S.RUNNING):
+                    self._begin_stop(rec, actor, source, restart_reason=reason)
+                elif rec.state in machine.STARTABLE:  # it ended just now
+                    self._spawn(rec, tries=0, reason=reason)
+                return self._view(self._records.get(name, rec), self._clock())
+        self.stop(name, actor=actor, source=source, wait=True)
         with self._lock:
             self._refresh()
             rec = self._records[name]
             if rec.state not in machine.STARTABLE:
                 raise SupervisorError(f"{name} did not stop (state {rec.state.value}); not started again")
-            new = self._spawn(rec, tries=0, reason=f"restarted by {actor} via {source}")
+            new = self._spawn(rec, tries=0, reason=reason)
             if new is None or new.state != S.STARTING:
                 raise SupervisorError(f"could not start {name}: {new.detail if new else 'state changed'}")
             return self._view(new, self._clock())
@@ -330,7 +356,7 @@ class Supervisor:
             rec, S.STARTING, at=now, detail=reason,
             spec=spec, pending_spec=None, kind=spec.kind.value, log_path=spec.log_path, pid=None,
             create_time=None, wrapper_pid=None, wrapper_create_time=None, run_id=run_id, started_at=now,
-            ended_at=None, exit_code=None, tries=tries, log_start=None,
+            ended_at=None, exit_code=None, tries=tries, log_start=None, term_at=None,
         )
         if new is None:
             self._refresh()
@@ -338,7 +364,7 @@ class Supervisor:
         paths = self._paths(rec.name)
         launch = Launch(
             name=spec.name, run_id=run_id, argv=spec.argv, cwd=spec.cwd or os.getcwd(),
-            env=dict(spec.env), log_path=spec.log_path, paths=paths,
+            env=dict(spec.env), log_path=spec.log_path, paths=paths, stop_grace_s=spec.stop_grace_s,
         )
         try:
             paths.clear()
@@ -351,28 +377,6 @@ class Supervisor:
             wrapper_create_time=handle.wrapper_create_time,
         )) or new
 
-    def _await_identity(self, rec: ProcessRecord) -> ProcessRecord:
-        """Wait (without the lock) until a fresh run has reported its child."""
-        if rec.pid is not None:
-            return rec
-        paths = self._paths(rec.name)
-        deadline = self._clock() + _IDENTITY_WAIT_S
-        while True:
-            ident = read_identity(paths, rec.run_id)
-            if ident is not None or read_exit(paths, rec.run_id) is not None:
-                break
-            if rec.wrapper_pid is not None and not self._killer.is_alive(rec.wrapper_pid, rec.wrapper_create_time):
-                break
-            if self._clock() >= deadline:
-                break
-            self._sleep(0.02)
-        with self._lock:
-            self._refresh()
-            current = self._records.get(rec.name, rec)
-            if current.run_id == rec.run_id and current.pid is None and ident is not None:
-                current = self._note_identity(current) or current
-            return current
-
     def _note_identity(self, rec: ProcessRecord) -> ProcessRecord | None:
         ident = read_identity(self._paths(rec.name), rec.run_id)
         if ident is None:
@@ -383,21 +387,40 @@ class Supervisor:
             log_start=ident.log_offset,
         ))
 
-    def _begin_stop(self, rec: ProcessRecord, actor: str, source: str) -> None:
-        assert rec.pid is not None
-        root = Ident(rec.pid, rec.create_time)
-        targets = self._killer.collect(root)
-        new = self._move(
-            rec, S.STOPPING, at=self._clock(),
-            detail=f"SIGTERM by {actor} via {source}; SIGKILL after {rec.spec.stop_grace_s:g} s",
-        )
+    def _begin_stop(self, rec: ProcessRecord, actor: str, source: str, restart_reason: str | None = None) -> None:
+        """Record STOPPING and, when the child is known and alive, SIGTERM it.
+
+        Never waits: without a pid yet, the stop is recorded with ``term_at``
+        unset and ``poll()`` delivers SIGTERM once the identity appears.
+        """
+        name = rec.name
+        if rec.pid is None:
+            rec = self._note_identity(rec) or rec
+        root_alive = rec.pid is not None and self._killer.is_alive(rec.pid, rec.create_time)
+        now = self._clock()
+        # Only a verified live root has its tree and group collected.
+        targets = self._killer.collect(Ident(rec.pid, rec.create_time)) if root_alive else []
+        grace = f"SIGKILL after {rec.spec.stop_grace_s:g} s"
+        if root_alive:
+            detail = f"SIGTERM by {actor} via {source}; {grace}"
+        elif rec.pid is None:
+            detail = f"stop by {actor} via {source}; SIGTERM once its child has reported its pid, then {grace}"
+        else:
+            detail = f"stop by {actor} via {source}; its child had already ended"
+        if restart_reason:
+            detail += "; then started again"
+        new = self._move(rec, S.STOPPING, at=now, detail=detail,
+                         term_at=now if root_alive else None, pending_restart=restart_reason)
         if new is None:
-            self._audit(actor, source, "stop", rec.name, "state changed meanwhile", "error")
-            raise SupervisorError(f"{rec.name} changed state meanwhile; try again")
+            self._audit(actor, source, "stop", name, "state changed meanwhile", "error")
+            raise SupervisorError(f"{name} changed state meanwhile; try again")
         run = self._run(new)
+        if not root_alive:
+            self._audit(actor, source, "stop", name, detail, "ok")
+            return
         run.stop_targets = targets
         sent = self._killer.signal(targets, signal.SIGTERM, pgid=rec.pid)
-        self._audit(actor, source, "stop", rec.name,
+        self._audit(actor, source, "stop", name,
                     f"SIGTERM to process group {rec.pid} ({sent} process{'es' if sent != 1 else ''})", "ok")
 
     def _wait_stopped(self, name: str) -> None:
@@ -412,8 +435,12 @@ class Supervisor:
                 rec = self._records.get(name)
                 if rec is None or rec.state != S.STOPPING:
                     return
-                if now > rec.state_since + rec.spec.stop_grace_s + self._stop_timeout_s:
-                    log.warning("%s: still stopping %.0f s after SIGTERM", name, now - rec.state_since)
+                if rec.term_at is not None:
+                    limit = rec.term_at + rec.spec.stop_grace_s + self._stop_timeout_s
+                else:  # still waiting for the child's pid
+                    limit = rec.state_since + _IDENTITY_WAIT_S + rec.spec.stop_grace_s + self._stop_timeout_s
+                if now > limit:
+                    log.warning("%s: still stopping %.0f s after the stop", name, now - rec.state_since)
                     return
             self._sleep(0.02)
 
@@ -425,21 +452,52 @@ class Supervisor:
         Still-running children are re-adopted when pid *and* create time
         match; ended ones get the exit code their wrapper recorded; records
         that match neither become UNKNOWN (a reused pid is never adopted).
+        Due readiness probes are answered before it returns (see ``poll``),
+        so a one-shot caller such as the command line sees readiness too.
         """
         with self._lock:
             self._version = None
             self._runs.clear()
-            self.poll()
+        self.poll(sync_probes=True)
 
-    def poll(self) -> None:
-        """One reconcile pass over all records; cheap when nothing changed."""
+    def poll(self, sync_probes: bool = False) -> None:
+        """One reconcile pass over all records; cheap when nothing changed.
+
+        HTTP readiness probes run on background threads and are collected by
+        a later poll.  With ``sync_probes`` (one-shot callers with no
+        :class:`SupervisorLoop`), due probes are answered within this call,
+        waiting at most ``_SYNC_PROBE_S`` for all of them together.
+        """
         with self._lock:
             if self._closed:
                 return
             self._spawner.reap()
             self._refresh()
             now = self._clock()
-            for rec in list(self._records.values()):
+            self._sync_probes = sync_probes
+            try:
+                for rec in list(self._records.values()):
+                    try:
+                        self._reconcile(rec, now)
+                    except Exception:
+                        log.exception("supervisor: reconciling %s failed", rec.name)
+            finally:
+                self._sync_probes = False
+            waiting = {name: run.probe_future for name, run in self._runs.items()
+                       if sync_probes and run.probe_future is not None and not run.probe_future.done()}
+        if not waiting:
+            return
+        futures_wait(list(waiting.values()), timeout=_SYNC_PROBE_S)
+        with self._lock:
+            if self._closed:
+                return
+            self._refresh()
+            now = self._clock()
+            for name, fut in waiting.items():
+                rec = self._records.get(name)
+                run = self._runs.get(name)
+                if rec is None or run is None or run.probe_future is not fut or not fut.done():
+                    continue
                 try:
                     self._reconcile(rec, now)
                 except Exception:
@@ -455,36 +513,29 @@ class Supervisor:
         if st == S.UNKNOWN:
             ex = read_exit(self._paths(rec.name), rec.run_id) if rec.run_id else None
             if ex is not None:
-                self._finish(rec, ex.exit_code, ex.ended_at, now, ex.error)
+                self._finish(rec, ex, now)
             return
         if not st.is_active:
+            return
+        if st == S.STOPPING:
+            self._reconcile_stopping(rec, now)
             return
         paths = self._paths(rec.name)
         if rec.pid is None:
             rec = self._note_identity(rec) or rec
         ex = read_exit(paths, rec.run_id)
-        run = self._run(rec)
-        if st == S.STOPPING and not self._stop_progress(rec, run, now):
-            return
         if ex is not None:
-            self._finish(rec, ex.exit_code, ex.ended_at, now, ex.error)
+            self._finish(rec, ex, now)
             return
         if rec.pid is not None and self._killer.is_alive(rec.pid, rec.create_time):
             if st == S.STARTING:
-                self._check_ready(rec, run, now)
+                self._check_ready(rec, self._run(rec), now)
             return
-        # The child is gone or not yet known; a live wrapper will write the exit record.
-        if rec.wrapper_pid is not None and self._killer.is_alive(rec.wrapper_pid, rec.wrapper_create_time):
+        if self._wrapper_may_still_report(rec, now):
             return
-        if rec.pid is None and rec.wrapper_pid is None and rec.started_at and now - rec.started_at < _IDENTITY_WAIT_S:
-            return  # another supervisor is spawning it right now
         ex = read_exit(paths, rec.run_id)  # written between our two looks?
         if ex is not None:
-            self._finish(rec, ex.exit_code, ex.ended_at, now, ex.error)
-            return
-        if st == S.STOPPING:
-            self._move(rec, S.EXITED, at=now,
-                       detail="stopped; its wrapper was gone, so the exit code was not recorded")
+            self._finish(rec, ex, now)
             return
         if rec.pid is None:
             why = "its wrapper ended without starting the child (see the log)"
@@ -494,41 +545,115 @@ class Supervisor:
             why = f"pid {rec.pid} is gone and no exit code was recorded"
         self._move(rec, S.UNKNOWN, at=now, detail=why)
 
+    def _wrapper_may_still_report(self, rec: ProcessRecord, now: float) -> bool:
+        """The child is gone or not yet known, but its wrapper may still write
+        the identity or exit record (it is alive, or still being spawned)."""
+        if rec.wrapper_pid is not None and self._killer.is_alive(rec.wrapper_pid, rec.wrapper_create_time):
+            return True
+        # Reserved by another supervisor that is spawning it right now?
+        return (rec.pid is None and rec.wrapper_pid is None and rec.started_at is not None
+                and now - rec.started_at < _IDENTITY_WAIT_S)
+
+    def _reconcile_stopping(self, rec: ProcessRecord, now: float) -> None:
+        """Carry a stop forward, whoever asked for it.
+
+        The exit record is read before anything is signalled.  SIGTERM and
+        the group scan only ever go to a root verified alive by pid *and*
+        create time; a pid that now leads some other group gets nothing.
+        SIGKILL only follows a delivered SIGTERM (``term_at``) by the grace
+        period, and only to processes verified the same way.
+        """
+        paths = self._paths(rec.name)
+        if rec.pid is None:
+            rec = self._note_identity(rec) or rec
+        run = self._run(rec)
+        ex = read_exit(paths, rec.run_id)
+        if ex is None and rec.pid is not None and self._killer.is_alive(rec.pid, rec.create_time):
+            root = Ident(rec.pid, rec.create_time)
+            if rec.term_at is None:
+                self._deliver_term(rec, run, root, now)
+                return
+            if run.stop_targets is None:
+                # SIGTERM came from another supervisor (or before a restart of
+                # this one); the root is ours and alive, so its group is too.
+                run.stop_targets = self._killer.collect(root)
+            self._escalate(rec, run, now)
+            return
+        # The child has ended (or is not known yet).  Its wrapper ends what
+        # is left of its process group; descendants that left the group and
+        # were sent SIGTERM by this supervisor are followed up here.
+        if run.stop_targets and self._killer.alive(run.stop_targets):
+            self._escalate(rec, run, now)
+            return
+        if ex is not None:
+            self._finish(rec, ex, now)
+            return
+        if self._wrapper_may_still_report(rec, now):
+            return
+        ex = read_exit(paths, rec.run_id)
+        if ex is not None:
+            self._finish(rec, ex, now)
+            return
+        new = self._move(rec, S.EXITED, at=now,
+                         detail="stopped; its wrapper was gone, so the exit code was not recorded")
+        if new is not None and rec.pending_restart:
+            self._spawn(new, tries=0, reason=rec.pending_restart)
+
+    def _deliver_term(self, rec: ProcessRecord, run: _Run, root: Ident, now: float) -> None:
+        """SIGTERM for a stop recorded before the child's pid was known
+        (claimed in the store first, so only one supervisor sends it)."""
+        claimed = self._put(self._repo.update(
+            rec.name, expect_run_id=rec.run_id, expect_fields={"state": S.STOPPING, "term_at": None},
+            term_at=now, detail=f"SIGTERM; SIGKILL after {rec.spec.stop_grace_s:g} s",
+        ))
+        if claimed is None:
+            self._version = None  # someone else moved first; reload next time
+            return
+        run.stop_targets = self._killer.collect(root)
+        self._killer.signal(run.stop_targets, signal.SIGTERM, pgid=rec.pid)
+
+    def _escalate(self, rec: ProcessRecord, run: _Run, now: float) -> None:
+        """SIGKILL what is still alive of the stop targets once the grace
+        period after SIGTERM is over."""
+        if run.kill_sent or rec.term_at is None or not run.stop_targets:
+            return
+        if not machine.stop_overdue(rec.term_at, rec.spec.stop_grace_s, now):
+            return
+        alive = self._killer.alive(run.stop_targets)
+        if not alive:
+            return
+        more = {t.pid: t for t in alive}
+        for t in alive:  # each is verified alive, so its own tree and group are safe to scan
+            for c in self._killer.collect(t):
+                more.setdefault(c.pid, c)
+        run.stop_targets = list(more.values())
+        n = self._killer.signal(run.stop_targets, signal.SIGKILL, pgid=rec.pid)
+        run.kill_sent = True
+        self._put(self._repo.update(
+            rec.name, expect_run_id=rec.run_id,
+            detail=f"SIGKILL to {n} process{'es' if n != 1 else ''} after the {rec.spec.stop_grace_s:g} s grace period",
+        ))
+
     @staticmethod
     def _pid_reused(rec: ProcessRecord) -> bool:
         # The pid exists, yet is_alive() said it is not our child: reused.
         return rec.pid is not None and psutil.pid_exists(rec.pid)
 
-    def _finish(self, rec: ProcessRecord, code: int | None, ended_at: float, now: float, error: str = "") -> None:
-        decision = machine.decide_exit(rec.state, code, rec.effective_spec.restart, rec.tries, now)
-        detail = f"{error}; {decision.detail}" if error else decision.detail
-        new = self._move(rec, decision.state, at=now, detail=detail, exit_code=code, ended_at=ended_at)
+    def _finish(self, rec: ProcessRecord, ex: ExitRecord, now: float) -> None:
+        """Record the exit the wrapper wrote, and start again if a restart
+        was asked for with the stop (whichever supervisor gets here)."""
+        decision = machine.decide_exit(rec.state, ex.exit_code, rec.effective_spec.restart, rec.tries, now)
+        parts = [ex.error] if ex.error else []
+        parts.append(decision.detail)
+        if ex.leftovers:
+            parts.append(f"ended {ex.leftovers} leftover process{'es' if ex.leftovers != 1 else ''} of its group"
+                         + (f" ({ex.leftovers_killed} after SIGKILL)" if ex.leftovers_killed else ""))
+        restart_reason = rec.pending_restart if rec.state == S.STOPPING else None
+        new = self._move(rec, decision.state, at=now, detail="; ".join(parts),
+                         exit_code=ex.exit_code, ended_at=ex.ended_at)
         self._runs.pop(rec.name, None)
-        reason = self._restart_after_stop.pop(rec.name, None)
-        if new is not None and reason and new.state in machine.STARTABLE:
-            self._spawn(new, tries=0, reason=reason)
-
-    def _stop_progress(self, rec: ProcessRecord, run: _Run, now: float) -> bool:
-        """Escalate a stop; True once the child and everything it started are gone."""
-        if run.stop_targets is None:
-            # Stopped by another supervisor (or before a restart of this one).
-            run.stop_targets = self._killer.collect(Ident(rec.pid, rec.create_time)) if rec.pid else []
-        alive = self._killer.alive(run.stop_targets)
-        if not alive:
-            return True
-        if not run.kill_sent and machine.stop_overdue(rec.state_since, rec.spec.stop_grace_s, now):
-            more = {t.pid: t for t in alive}
-            for t in alive:
-                for c in self._killer.collect(t):
-                    more.setdefault(c.pid, c)
-            run.stop_targets = list(more.values())
-            n = self._killer.signal(run.stop_targets, signal.SIGKILL, pgid=rec.pid)
-            run.kill_sent = True
-            self._put(self._repo.update(
-                rec.name, expect_run_id=rec.run_id,
-                detail=f"SIGKILL to {n} process{'es' if n != 1 else ''} after the {rec.spec.stop_grace_s:g} s grace period",
-            ))
-        return False
+        if new is not None and restart_reason and new.state in machine.STARTABLE:
+            self._spawn(new, tries=0, reason=restart_reason)
 
     def _check_ready(self, rec: ProcessRecord, run: _Run, now: float) -> None:
         probe = rec.spec.readiness
@@ -547,7 +672,10 @@ class Supervisor:
                     ready_detail = f"ready: {probe.describe()}"
             if ready_detail is None and run.probe_future is None and machine.probe_due(run.last_probe_at, probe, now):
                 run.last_probe_at = now
-                run.probe_future = self._prober.submit(probe.url, min(2.0, max(0.2, probe.interval_s)))
+                timeout_s = min(2.0, max(0.2, probe.interval_s))
+                if self._sync_probes:
+                    timeout_s = min(timeout_s, _SYNC_PROBE_S)
+                run.probe_future = self._prober.submit(probe.url, timeout_s)
         elif probe.kind == "log" and probe.pattern:
             if run.tailer is None:
                 run.tailer = LogTailer(rec.log_path, rec.log_start or 0, max_bytes=_LOG_PROBE_READ)
@@ -588,6 +716,7 @@ class Supervisor:
             ended_at=rec.ended_at,
             run_id=rec.run_id,
             spec_pending=rec.pending_spec is not None,
+            restart_pending=rec.pending_restart is not None,
         )
 
     def views(self) -> list[ProcessView]:

@@ -7,8 +7,15 @@ in a session of its own, so it outlives the dashboard.  It:
    ``killpg`` reaches the child and everything it starts), with stdout and
    stderr appended to the process's log after a header line;
 2. writes ``identity.json`` (child pid and create time, wrapper pid, run id);
-3. waits for the child and writes ``exit.json`` (exit code, negative for a
-   signal, and end time), whether or not any supervisor is running.
+3. waits for the child; when it has ended, ends what is left of its process
+   group (SIGTERM, the spec's stop grace period, then SIGKILL), so nothing
+   it started outlives it;
+4. writes ``exit.json`` (exit code, negative for a signal, end time, and how
+   many leftovers it ended), whether or not any supervisor is running.
+
+The child is waited for without being reaped until its group is empty: its
+pid, hence the group id, stays taken meanwhile, so the group signals can
+only reach the child's own group, never one that reuses the id.
 
 It ignores SIGTERM, SIGINT and SIGHUP: stopping is done by signalling the
 child's group, and the wrapper ends when the child has ended.
@@ -58,6 +65,77 @@ def _current_create_time(pid: int) -> float | None:
         return None
 
 
+def _group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes in group ``pgid``, leader excluded."""
+    out: list[int] = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        entries = None
+    if entries is not None:
+        for entry in entries:
+            if not entry.isdigit() or int(entry) == pgid:
+                continue
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    data = f.read()
+                fields = data[data.rfind(b")") + 2 :].split()
+                if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X", b"x"):
+                    out.append(int(entry))
+            except (OSError, IndexError, ValueError):
+                continue
+        return out
+    import psutil
+
+    for proc in psutil.process_iter():
+        try:
+            if proc.pid != pgid and os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
+                out.append(proc.pid)
+        except (OSError, psutil.Error):
+            continue
+    return out
+
+
+def _wait_until_empty(pgid: int, seconds: float) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while True:
+        left = _group_members(pgid)
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.05)
+
+
+def _end_leftovers(pgid: int, grace_s: float) -> tuple[int, int]:
+    """SIGTERM the group, wait up to ``grace_s``, SIGKILL what is left.
+    Returns (members found, members that needed SIGKILL)."""
+    found = _group_members(pgid)
+    if not found:
+        return 0, 0
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        return len(found), 0
+    left = _wait_until_empty(pgid, grace_s)
+    if not left:
+        return len(found), 0
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    _wait_until_empty(pgid, 5.0)
+    return len(found), len(left)
+
+
+def _wait_unreaped(child: subprocess.Popen) -> None:
+    """Block until the child has ended, leaving it a zombie (pid still taken)."""
+    if not hasattr(os, "waitid"):
+        return
+    try:
+        os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
+    except ChildProcessError:
+        pass
+
+
 def run(launch_path: Path) -> int:
     for sig in _IGNORED:
         signal.signal(sig, signal.SIG_IGN)
@@ -75,6 +153,10 @@ def run(launch_path: Path) -> int:
     env.update({str(k): str(v) for k, v in (launch.get("env") or {}).items()})
     env["SPECDECK_PROCESS"] = name
     env["SPECDECK_RUN_ID"] = run_id
+    try:
+        grace_s = max(0.0, float(launch.get("stop_grace_s", 10.0)))
+    except (TypeError, ValueError):
+        grace_s = 10.0
 
     with open(log_path, "ab", buffering=0) as log:
         started_at = time.time()
@@ -111,12 +193,17 @@ def run(launch_path: Path) -> int:
                 log_offset=log_offset,
             ),
         )
-        code = child.wait()
+        _wait_unreaped(child)
         ended_at = time.time()
+        leftovers, killed = _end_leftovers(child.pid, grace_s)
+        code = child.wait()
         _begin_line(log)
         how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+        if leftovers:
+            how += (f"; ended {leftovers} leftover process{'es' if leftovers != 1 else ''} of its group"
+                    + (f" ({killed} after SIGKILL)" if killed else ""))
         log.write(f"===== specdeck: {name} run {run_id} ended at {_stamp(ended_at)}: {how}\n".encode())
-    write_exit(paths, ExitRecord(run_id, code, ended_at, child.pid))
+    write_exit(paths, ExitRecord(run_id, code, ended_at, child.pid, leftovers=leftovers, leftovers_killed=killed))
     return 0
 
 

@@ -139,3 +139,63 @@ def test_supervise_and_log_follow_until_interrupted(ws):
             if p is not None:
                 p.stdout.close()
     assert rcs == [0, 0]
+
+
+@pytest.mark.timeout(90)
+def test_http_readiness_completes_through_one_shot_commands(tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = (f"import http.server; http.server.HTTPServer(('127.0.0.1', {port}), "
+              "http.server.SimpleHTTPRequestHandler).serve_forever()")
+    ws = write_ws(tmp_path / "ws", textwrap.dedent(f"""
+        [[process]]
+        name = "web"
+        argv = [{json.dumps(PY)}, "-c", {json.dumps(server)}]
+        stop_grace_s = 2
+        readiness = {{ kind = "http", url = "http://127.0.0.1:{port}/", interval_s = 30, timeout_s = 60 }}
+    """))
+    w = str(ws)
+    try:
+        assert run("-w", w, "processes", "start", "web")[0] == 0
+        # No long-running supervisor: each `list` is a fresh one that exits at once.
+        wait_for(lambda: json.loads(run("-w", w, "processes", "list", "--json")[1])[-1]["state"] == "RUNNING",
+                 timeout_s=30, interval_s=0.2)
+    finally:
+        run("-w", w, "processes", "stop-all")
+
+
+@pytest.mark.timeout(90)
+def test_stop_all_ends_starting_and_backoff_processes(tmp_path):
+    ws = write_ws(tmp_path / "ws", textwrap.dedent(f"""
+        [[process]]
+        name = "loading"
+        argv = [{json.dumps(PY)}, "-c", "import time; time.sleep(120)"]
+        stop_grace_s = 2
+        readiness = {{ kind = "log", pattern = "never printed", timeout_s = 600 }}
+
+        [[process]]
+        name = "crashy"
+        argv = [{json.dumps(PY)}, "-c", "import sys; sys.exit(2)"]
+        restart = {{ mode = "on-failure", max_tries = 5, backoff_s = 300 }}
+    """))
+    w = str(ws)
+
+    def listed():
+        return {r["name"]: r for r in json.loads(run("-w", w, "processes", "list", "--json")[1])}
+
+    try:
+        assert run("-w", w, "processes", "start", "loading")[0] == 0
+        assert run("-w", w, "processes", "start", "crashy")[0] == 0
+        pid = wait_for(lambda: listed()["loading"]["pid"])
+        wait_for(lambda: listed()["crashy"]["state"] == "BACKOFF")
+        assert listed()["loading"]["state"] == "STARTING"
+        rc, out, _ = run("-w", w, "processes", "stop-all")
+        assert rc == 0 and "loading: EXITED" in out and "crashy: EXITED" in out
+        rows = listed()
+        assert rows["loading"]["state"] == rows["crashy"]["state"] == "EXITED"
+        assert gone(pid)
+    finally:
+        run("-w", w, "processes", "stop-all")

@@ -265,3 +265,95 @@ def test_wrapper_ignores_terminal_signals(real):
     v = sup.stop("guarded")
     assert v.exit_code == -signal.SIGTERM
     wait_for(lambda: gone(ident["wrapper_pid"], ident["wrapper_create_time"]), timeout_s=10)
+
+
+@pytest.mark.timeout(60)
+def test_stopping_record_whose_pid_leads_a_stranger_group_signals_nothing(real):
+    # A stop was asked for (say `processes stop --no-wait`) and no supervisor saw
+    # it through; the child is long gone and its pid now leads an unrelated group.
+    stranger = subprocess.Popen(["sleep", "100"], start_new_session=True)
+    try:
+        ct = psutil.Process(stranger.pid).create_time()
+        sup = real.supervisor()
+        sup.sync_specs([real.spec("old", SLEEPER, stop_grace_s=1.0)])
+        sup.close()
+        from state.processes import ProcessRepo
+        now = time.time()
+        ProcessRepo(real.store).transition(
+            "old", S.STOPPING, at=now - 60, pid=stranger.pid, create_time=ct - 5000.0, run_id="old-run",
+            started_at=now - 7000, term_at=now - 60)
+        sup2 = real.supervisor()
+        for _ in range(5):
+            sup2.poll()
+            time.sleep(0.05)
+        v = sup2.view("old")
+        assert v.state == S.EXITED and "exit code was not recorded" in v.detail
+        time.sleep(0.2)
+        assert stranger.poll() is None  # neither SIGTERM nor SIGKILL
+    finally:
+        stranger.kill()
+        stranger.wait(timeout=10)
+
+
+@pytest.mark.timeout(60)
+def test_group_members_left_behind_by_an_exiting_child_are_ended(real):
+    pids_file = real.root / "left.json"
+    code = textwrap.dedent(f"""
+        import json, os, subprocess, sys, time
+        obeys = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        stubborn = subprocess.Popen([sys.executable, "-c",
+            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"])
+        with open({str(pids_file)!r} + ".tmp", "w") as f:
+            json.dump([obeys.pid, stubborn.pid], f)
+        os.replace({str(pids_file)!r} + ".tmp", {str(pids_file)!r})
+        time.sleep(0.5)
+        sys.exit(1)
+    """)
+    sup = real.supervisor()
+    sup.sync_specs([real.spec("leaver", code, stop_grace_s=1.0)])
+    sup.start("leaver")
+    wait_for(lambda: pids_file.exists(), poll=sup.poll)
+    left = json.loads(pids_file.read_text())
+    cts = [psutil.Process(p).create_time() for p in left]
+    real.extra_pids += list(zip(left, cts))
+    wait_for(lambda: _state(sup, "leaver") == S.EXITED, poll=sup.poll)
+    assert all(gone(p, ct) for p, ct in zip(left, cts))  # exit recorded only once they are gone
+    v = sup.view("leaver")
+    assert v.exit_code == 1 and "2 leftover processes" in v.detail
+    exit_rec = read_json(real.run_dir / "leaver" / "exit.json")
+    assert exit_rec["leftovers"] == 2 and exit_rec["leftovers_killed"] == 1
+    text = open(v.log_path).read()
+    assert "ended 2 leftover processes of its group (1 after SIGKILL)" in text
+
+
+@pytest.mark.timeout(60)
+def test_restart_requested_by_one_supervisor_is_done_by_another(real):
+    code = textwrap.dedent("""
+        import signal, sys, time
+        signal.signal(signal.SIGTERM, lambda *a: (time.sleep(0.5), sys.exit(0)))
+        print('up', flush=True)
+        time.sleep(120)
+    """)
+    dashboard = real.supervisor()
+    dashboard.sync_specs([real.spec("svc", code, stop_grace_s=5.0)])
+    dashboard.start("svc")
+    wait_for(lambda: _state(dashboard, "svc") == S.RUNNING, poll=dashboard.poll)
+    first = dashboard.view("svc")
+    assert dashboard.restart("svc", actor="ann", source="dashboard", wait=False).state == S.STOPPING
+    # Only a command-line call polls from here on (the dashboard's loop is not running).
+    cli = real.supervisor()
+    wait_for(lambda: _state(cli, "svc") in (S.STARTING, S.RUNNING) and cli.view("svc").run_id != first.run_id,
+             poll=cli.poll)
+    assert gone(first.pid)
+    second = cli.view("svc")
+    assert "restarted by ann via dashboard" in [e.detail for e in cli.history("svc") if e.to_state == "STARTING"][-1]
+    # The dashboard starts no extra run, and a later explicit stop stays stopped.
+    for _ in range(5):
+        dashboard.poll()
+    assert dashboard.view("svc").run_id == second.run_id
+    assert dashboard.stop("svc", wait=True).state == S.EXITED
+    for _ in range(5):
+        dashboard.poll()
+        cli.poll()
+        time.sleep(0.05)
+    assert dashboard.view("svc").state == S.EXITED and dashboard.view("svc").run_id == second.run_id

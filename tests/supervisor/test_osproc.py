@@ -49,3 +49,19 @@ def test_signal_skips_a_target_whose_create_time_does_not_match():
         if p.poll() is None:
             p.terminate()
             p.wait(timeout=10)
+
+
+@pytest.mark.timeout(60)
+def test_collect_does_not_scan_the_group_of_a_root_that_is_not_ours():
+    # A process leading its own group, whose pid matches a record of a process long gone.
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        ct = psutil.Process(p.pid).create_time()
+        k = OsKiller()
+        assert k.collect(Ident(p.pid, ct - 5000.0)) == []
+        assert k.signal(k.collect(Ident(p.pid, ct - 5000.0)), signal.SIGKILL, pgid=p.pid) == 0
+        time.sleep(0.2)
+        assert p.poll() is None
+    finally:
+        p.terminate()
+        p.wait(timeout=10)

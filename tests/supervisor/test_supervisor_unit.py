@@ -346,3 +346,178 @@ def test_loop_polls_in_the_background_and_stop_joins(env):
     assert not loop.running and threading.active_count() == before
     sup.close()
     assert prober.closed
+
+
+# -- stops that another supervisor finishes, deferred SIGTERM, persisted restarts --
+
+
+def test_restart_without_wait_survives_another_supervisor_finishing_the_stop(env):
+    sup, clock, fos, _, store, make, tmp = env
+    sup.sync_specs([spec(tmp, stop_grace_s=2)])
+    sup.start("p")
+    sup.poll()
+    fos.ignore_term.add(fos.pid_of("p"))
+    assert sup.restart("p", actor="erin", source="dashboard", wait=False).state == S.STOPPING
+    assert ProcessRepo(store).get("p").pending_restart  # the intent is in the store, not in memory
+    # A one-shot command-line supervisor is the one that sees the stop through.
+    other = make()
+    clock.advance(2)
+    other.poll()  # grace over: SIGKILL
+    other.poll()  # the exit record: EXITED, then the requested start
+    v = other.view("p")
+    assert v.state == S.STARTING and len(fos.launches) == 2 and "restarted by erin" in v.detail
+    assert ProcessRepo(store).get("p").pending_restart is None
+    other.close()
+    # The first supervisor starts nothing more, neither now nor after a later explicit stop.
+    sup.poll()
+    assert len(fos.launches) == 2
+    assert sup.stop("p", wait=True).state == S.EXITED
+    for _ in range(3):
+        clock.advance(1)
+        sup.poll()
+    assert sup.view("p").state == S.EXITED and len(fos.launches) == 2
+
+
+def test_explicit_stop_cancels_a_pending_restart(env):
+    sup, clock, fos, _, store, _, tmp = env
+    sup.sync_specs([spec(tmp, stop_grace_s=2)])
+    sup.start("p")
+    sup.poll()
+    fos.ignore_term.add(fos.pid_of("p"))
+    sup.restart("p", wait=False)
+    v = sup.stop("p", wait=False)  # already stopping: not refused, and the restart is off
+    assert v.state == S.STOPPING and ProcessRepo(store).get("p").pending_restart is None
+    clock.advance(2)
+    sup.poll()
+    sup.poll()
+    assert sup.view("p").state == S.EXITED and len(fos.launches) == 1
+
+
+def test_restart_of_a_stopping_process_starts_it_once_stopped(env):
+    sup, clock, fos, _, _, _, tmp = env
+    sup.sync_specs([spec(tmp, stop_grace_s=2)])
+    sup.start("p")
+    sup.poll()
+    fos.ignore_term.add(fos.pid_of("p"))
+    sup.stop("p", wait=False)
+    assert sup.restart("p", wait=False).state == S.STOPPING
+    clock.advance(2)
+    sup.poll()
+    sup.poll()
+    assert sup.view("p").state == S.STARTING and len(fos.launches) == 2
+
+
+def test_stop_before_the_child_reported_its_pid_does_not_block(env):
+    sup, clock, fos, _, store, _, tmp = env
+    sup.sync_specs([spec(tmp, stop_grace_s=5)])
+    fos.write_identity = False  # the wrapper has not reported its child yet
+    sup.start("p")
+    t0 = clock()
+    v = sup.stop("p", actor="frank", source="dashboard", wait=False)
+    assert v.state == S.STOPPING and v.pid is None
+    assert clock() == t0  # no waiting on the caller's thread
+    assert fos.signals == []
+    clock.advance(60)  # long past the grace period: still nothing may be SIGKILLed
+    sup.poll()
+    assert fos.signals == [] and sup.view("p").state == S.STOPPING
+    # The identity appears; the next poll delivers SIGTERM, then SIGKILL only after the grace.
+    launch = fos.launches[-1]
+    pid = fos.pid_of("p")
+    fos.ignore_term.add(pid)
+    from backend.supervisor.runfiles import Identity, write_identity
+    ct = fos.alive_procs[pid]
+    write_identity(launch.paths, Identity(launch.run_id, pid, ct, pid - 1, ct, ct, 0))
+    sup.poll()
+    assert fos.signals == [(pid, signal.SIGTERM)]
+    assert ProcessRepo(store).get("p").term_at == clock()
+    clock.advance(4.9)
+    sup.poll()
+    assert fos.signals == [(pid, signal.SIGTERM)]
+    clock.advance(0.1)
+    sup.poll()
+    assert fos.signals[-1] == (pid, signal.SIGKILL)
+    sup.poll()
+    assert (sup.view("p").state, sup.view("p").exit_code) == (S.EXITED, -9)
+
+
+def test_stop_wait_of_a_starting_process_whose_wrapper_never_reports(env):
+    sup, clock, fos, _, _, _, tmp = env
+    sup.sync_specs([spec(tmp)])
+    fos.write_identity = False
+    sup.start("p")
+    wrapper = fos.pid_of("p") - 1
+    fos.alive_procs.pop(wrapper)  # the wrapper died before starting the child
+    fos.alive_procs.pop(wrapper + 1)
+    v = sup.stop("p", wait=True)  # not refused, and it does not wait for an identity that never comes
+    assert not v.state.is_active and "without starting the child" in v.detail
+    assert fos.signals == []
+
+
+def test_stop_by_another_supervisor_reads_the_exit_record_before_signalling(env):
+    sup, clock, fos, _, _, make, tmp = env
+    sup.sync_specs([spec(tmp, stop_grace_s=1)])
+    sup.start("p")
+    sup.poll()
+    pid = fos.pid_of("p")
+    fos.ignore_term.add(pid)
+    sup.stop("p", wait=False)
+    sup.close()
+    fos.exit("p", 0)  # it ended meanwhile; its pid may belong to anything now
+    fos.alive_procs[pid] = 1.0  # a stranger with the same pid and another create time
+    fos.signals.clear()
+    clock.advance(30)
+    other = make()
+    v = other.view("p")
+    assert (v.state, v.exit_code) == (S.EXITED, 0)
+    assert fos.signals == []
+    other.close()
+
+
+class _SlowProber:
+    """Answers on a thread after a short delay, like a real HTTP check."""
+
+    def __init__(self, answer: bool = True, delay_s: float = 0.05):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.pool = ThreadPoolExecutor(2)
+        self.answer, self.delay_s = answer, delay_s
+        self.timeouts: list[float] = []
+
+    def submit(self, url, timeout_s):
+        import time as _time
+
+        self.timeouts.append(timeout_s)
+        return self.pool.submit(lambda: (_time.sleep(self.delay_s), self.answer)[1])
+
+    def close(self):
+        self.pool.shutdown(wait=True)
+
+
+def test_adopt_runs_due_http_probes_synchronously(env):
+    sup, clock, fos, _, store, _, tmp = env
+    probe = ReadinessProbe(kind="http", url="http://127.0.0.1:9/health", interval_s=5, timeout_s=60)
+    sup.sync_specs([spec(tmp, readiness=probe)])
+    sup.start("p")
+    sup.close()
+    # A one-shot supervisor (a command-line call): construct, read, close.
+    prober = _SlowProber()
+    one_shot = Supervisor(store, tmp / "run", clock=clock, spawner=fos, killer=fos, prober=prober, sleep=clock.sleep)
+    v = one_shot.view("p")
+    one_shot.close()
+    assert v.state == S.RUNNING and "HTTP 200" in v.detail
+    assert prober.timeouts and max(prober.timeouts) <= 0.5
+
+
+def test_poll_with_sync_probes_and_without(env):
+    sup, clock, fos, _, store, _, tmp = env
+    probe = ReadinessProbe(kind="http", url="http://127.0.0.1:9/health", interval_s=5, timeout_s=60)
+    sup.sync_specs([spec(tmp, readiness=probe)])
+    prober = _SlowProber(delay_s=0.3)
+    s2 = Supervisor(store, tmp / "run", clock=clock, spawner=fos, killer=fos, prober=prober, sleep=clock.sleep)
+    s2.start("p")
+    s2.poll()  # the loop's poll never waits on the network
+    assert s2.view("p").state == S.STARTING
+    clock.advance(5)
+    s2.poll(sync_probes=True)
+    assert s2.view("p").state == S.RUNNING
+    s2.close()
