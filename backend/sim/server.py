@@ -941,9 +941,24 @@ def main(argv: list[str] | None = None) -> int:
                              name="sim-http", daemon=True)
     serve.start()
 
-    def on_signal(signum: int, _frame: Any) -> None:
-        sim.stop.set()
+    # The handler only writes to a pipe (no Python locks: setting an Event from
+    # a handler can deadlock against the main thread waiting on that Event);
+    # a relay thread turns the byte into sim.stop.
+    wake_r, wake_w = os.pipe()
 
+    def on_signal(signum: int, _frame: Any) -> None:
+        try:
+            os.write(wake_w, b"\0")
+        except OSError:
+            pass
+
+    def relay() -> None:
+        try:
+            os.read(wake_r, 1)
+        finally:
+            sim.stop.set()
+
+    threading.Thread(target=relay, name="sim-signals", daemon=True).start()
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
