@@ -220,6 +220,7 @@ def main() -> int:
     ap.add_argument("--size", type=int, default=8192, help="matmul size")
     ap.add_argument("--hold-gib", type=float, default=20.0, help="extra memory each worker holds")
     ap.add_argument("--fake", action="store_true", help="dry run of this script with the fake NVML and CPU workers")
+    ap.add_argument("--no-supervisor", action="store_true", help="start the job as a plain process tree")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -250,13 +251,37 @@ def main() -> int:
     ngpu = adapter.gpu_count()
     report["idle_adapter_cost"] = adapter_cost(adapter, 200)
 
-    launcher = subprocess.Popen(
-        [sys.executable, "-c", LAUNCHER, WORKER, str(args.job_seconds), str(args.size), str(args.hold_gib), str(ngpu)],
-        start_new_session=True,
-    )
-    launcher_pid.append(launcher.pid)
-    report["job"] = {"name": "proof-job", "kind": "training", "launcher_pid": launcher.pid, "gpus": ngpu}
-    managed = lambda: [("proof-job", "training", launcher.pid, "RUNNING" if launcher.poll() is None else "EXITED")]  # noqa: E731
+    job_argv = [sys.executable, "-c", LAUNCHER, WORKER, str(args.job_seconds), str(args.size), str(args.hold_gib), str(ngpu)]
+    supervised = report["psutil"] and not args.no_supervisor
+    if supervised:
+        # the job is started, watched and stopped by Specdeck's own supervisor, as in the dashboard
+        from backend.supervisor.spec import Kind, ProcessSpec
+        from backend.supervisor.supervisor import Supervisor, SupervisorLoop
+        from state import Store
+
+        work = out / "workspace"
+        store = Store(work / "state.db")
+        sup = Supervisor(store, work / "run")
+        sup.register(ProcessSpec(name="proof-job", kind=Kind.TRAINING, argv=tuple(job_argv),
+                                 log_path=str(out / "proof-job.log"), stop_grace_s=20.0))
+        loop = SupervisorLoop(sup, interval_s=1.0)
+        loop.start()
+        view = sup.start("proof-job", actor="gpu-proof", source="bench")
+        for _ in range(100):
+            if view.pid:
+                break
+            time.sleep(0.1)
+            sup.poll()
+            view = sup.view("proof-job")
+        job_pid = view.pid
+        managed = sup.views
+    else:
+        launcher = subprocess.Popen(job_argv, start_new_session=True)
+        job_pid = launcher.pid
+        managed = lambda: [("proof-job", "training", launcher.pid, "RUNNING" if launcher.poll() is None else "EXITED")]  # noqa: E731
+    launcher_pid.append(job_pid)
+    report["job"] = {"name": "proof-job", "kind": "training", "launcher_pid": job_pid, "gpus": ngpu,
+                     "supervised": bool(supervised)}
     sampler = Sampler(adapter, disk_paths=[str(out)], managed=managed, interval_s=1.0, slow_interval_s=10.0, pcie_interval_s=15.0, idle_samples=5)
     frames = []
     try:
@@ -288,17 +313,28 @@ def main() -> int:
         report.update(nvidia_smi(10))
     finally:
         sampler.stop()
-        if launcher.poll() is None:
-            try:
-                os.killpg(launcher.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
-                launcher.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(launcher.pid, signal.SIGKILL)
-                launcher.wait(10)
-    report["job"]["launcher_exit"] = launcher.returncode
+        if supervised:
+            v = sup.view("proof-job")
+            if v is not None and v.active:
+                v = sup.stop("proof-job", actor="gpu-proof", source="bench", wait=True)
+            loop.stop()
+            job_exit = v.exit_code if v is not None else None
+            report["job"]["state_history"] = [(e.to_state, e.exit_code, e.detail) for e in sup.history("proof-job")]
+            sup.close()
+            store.close()
+        else:
+            if launcher.poll() is None:
+                try:
+                    os.killpg(launcher.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+                try:
+                    launcher.wait(20)
+                except subprocess.TimeoutExpired:
+                    os.killpg(launcher.pid, signal.SIGKILL)
+                    launcher.wait(10)
+            job_exit = launcher.returncode
+    report["job"]["launcher_exit"] = job_exit
 
     final = frames[-1] if frames else None
     busy = [f for f in frames if f.attribution and f.attribution.jobs]
@@ -329,8 +365,11 @@ def main() -> int:
     lines = [
         f"NVML: {st.message} (nvml {st.nvml_version})",
         f"GPUs: {', '.join(f'{g.index}: {g.name} {g.memory_total / GIB:.1f} GiB' for g in adapter.static())}",
-        f"job: launcher pid {launcher.pid}, one worker per GPU; exit {launcher.returncode}",
+        f"job: launcher pid {job_pid}, one worker per GPU"
+        f"{', started and stopped by the Specdeck supervisor' if supervised else ''}; exit {job_exit}",
         f"samples recorded: {s['samples']}",
+        *([f"supervisor states: {' -> '.join(str(h[0]) for h in report['job']['state_history'])}"]
+          if report["job"].get("state_history") else []),
     ]
     for i, p in sorted(s["per_gpu_peak"].items()):
         lines.append(f"GPU {i}: peak util {p['util_max']}%, peak power {p['power_max_w']} W, peak memory {p['mem_max_gib'] and round(p['mem_max_gib'], 1)} GiB")
