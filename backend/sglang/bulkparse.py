@@ -387,7 +387,8 @@ def parse_piece(data: bytes, shapes: Shapes, event_pattern: str) -> Piece | None
         # one line per distinct key sequence, read by the reference to learn the shape
         sig = (ln.str.extract(r"batch(?: \[[0-9]+\])?[.,](.*)$", 1)
                .str.replace_all(r": [^,]*", ":").alias("sig"))
-        reps = miss.with_columns(sig).unique("sig", keep="first").head(4 * MAX_SHAPES).get_column("l").to_list()
+        reps = (miss.with_columns(sig).unique("sig", keep="first", maintain_order=True)  # file order: deterministic
+                .head(4 * MAX_SHAPES).get_column("l").to_list())
         if shapes.learn(reps):
             more, miss = check(miss)
             good = pl.concat([good, more]).sort("i") if good.height else more

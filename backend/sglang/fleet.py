@@ -6,9 +6,9 @@ and carries out the page's control actions:
 
 * ``preflight(name, cfg)``: the findings for a (possibly edited) config;
 * ``launch(name, cfg, actor=..., launch_anyway=...)``: preflight, refuse on
-  errors unless ``launch_anyway`` (audited as ``launch-anyway``), stop the
-  running server, start it with the new spec; the page then watches the
-  snapshot until RUNNING;
+  errors unless ``launch_anyway`` (audited as ``launch-anyway``), then stop
+  the running server and start it with the new spec, without waiting; the
+  page then watches the snapshot until RUNNING;
 * ``stop(name, actor=...)``.
 
 An edited config is written back to the workspace file's ``[[server]]`` entry
@@ -202,11 +202,15 @@ class ServerFleet:
                 self._save(cfg)  # raises ConfigError (file:line: key: reason) before anything stops
             self._configs[name] = cfg
             self._caps[name] = caps
-            if self._running(name):
-                self.supervisor.stop(name, actor=actor, source=source, wait=True)
+            # a running server keeps its process until stopped; the new spec is
+            # used by the start that follows (kept in the state store, so any
+            # supervisor that records the exit starts it: the caller never waits)
             self.supervisor.register(spec)
             self._monitors[name].set_config(cfg, caps)
-            self.supervisor.start(name, actor=actor, source=source)
+            if self._running(name):
+                self.supervisor.restart(name, actor=actor, source=source, wait=False)
+            else:
+                self.supervisor.start(name, actor=actor, source=source)
             return LaunchResult(name, spec.argv, tuple(findings), bool(errors))
 
     def stop(self, name: str, *, actor: str, source: str = "dashboard", wait: bool = False):
