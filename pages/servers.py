@@ -158,10 +158,11 @@ view = rt.supervisor.view(name)
 active = _state(view) in ("STARTING", "RUNNING", "STOPPING", "BACKOFF")
 
 st.subheader("Config and preflight")
-left, right = st.columns([2, 3])
+left, right = st.columns([3, 2])
 with left:
-    st.json(cfg.model_dump(mode="json", exclude_none=True), expanded=False)
-    st.code(shlex.join(fleet.argv(cfg)), language="bash")
+    st.code(shlex.join(fleet.argv(cfg)), language="bash", wrap_lines=True)
+    with st.expander("Launch config (from the workspace file)"):
+        st.json(cfg.model_dump(mode="json", exclude_none=True))
 with right:
     key = f"srv-preflight-{name}"
     if st.button("Run preflight", key="srv-run-preflight", icon=":material/fact_check:") or key not in st.session_state:
@@ -171,11 +172,18 @@ with right:
     warns = sum(1 for f in findings if f.severity == "warning")
     (st.error if errs else st.warning if warns else st.success)(
         f"Preflight: {errs} error(s), {warns} warning(s)" + (" — a launch needs 'launch anyway'" if errs else ""))
-    if findings:
+    st.caption(f"checked {fmt.age(time.time() - at)}")
+# errors and warnings in full: their words are the point
+for f in findings:
+    if f.severity in ("error", "warning"):
+        (st.error if f.severity == "error" else st.warning)(
+            f"**{f.code}**: {f.found}\n\n**Fix:** {f.fix}",
+            icon=":material/error:" if f.severity == "error" else ":material/warning:")
+if findings:
+    with st.expander(f"All findings ({len(findings)})", expanded=not (errs or warns)):
         df = pd.DataFrame(findings_as_rows(findings))
         df["severity"] = df["severity"].map(SEVERITY_ICON)
         st.dataframe(df, hide_index=True, width="stretch")
-    st.caption(f"checked {fmt.age(time.time() - at)}")
 
 
 def _form_config(base: ServerConfig) -> ServerConfig | None:

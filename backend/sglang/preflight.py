@@ -56,9 +56,15 @@ def has_errors(findings: list[Finding]) -> bool:
 # -- probes --------------------------------------------------------------------
 
 def port_is_free(host: str, port: int) -> bool:
-    """Try to bind ``host:port`` the way the server will (no SO_REUSEADDR)."""
+    """Try to bind ``host:port`` the way the server will.
+
+    SGLang's HTTP server (uvicorn) binds with SO_REUSEADDR, so connections
+    of a stopped server lingering in TIME_WAIT do not hold the port; only a
+    socket still listening there does.
+    """
     family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
     s = socket.socket(family, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         s.bind((host.strip("[]"), port))
         return True

@@ -1,4 +1,4 @@
-"""The server client reaches servers directly, even with a proxy in the environment."""
+"""Reaching servers: the client ignores proxies; the port check sees listeners, not TIME_WAIT."""
 
 import http.server
 import threading
@@ -34,3 +34,23 @@ def test_proxy_variables_are_ignored(monkeypatch):
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_port_check_ignores_time_wait_but_sees_a_listener():
+    import socket
+
+    from backend.sglang.preflight import port_is_free
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Health)
+    port = srv.server_address[1]
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    # a few closed connections leave sockets in TIME_WAIT on the server's side
+    for _ in range(3):
+        with socket.create_connection(("127.0.0.1", port)) as c:
+            c.sendall(b"GET / HTTP/1.0\r\n\r\n")
+            c.recv(100)
+    assert port_is_free("127.0.0.1", port) is False  # still listening
+    srv.shutdown()
+    srv.server_close()
+    assert port_is_free("127.0.0.1", port) is True  # only TIME_WAIT remains
