@@ -148,6 +148,6 @@ if __name__ == "__main__":
     ui.context.runtime = lambda: rt  # the page asks ui.context for its runtime
     st.info(f"Replay of real readings recorded by bench/gpu_proof.py on "
             f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(rt.recorded_at))} "
-            f"({rt.telemetry.adapter.state().message}); host figures are this machine's.", icon="⏺️")
+            f"({rt.telemetry.adapter.state().message}); host figures are this machine's.", icon=":material/replay:")
     src = (REPO / "pages" / "gpus.py").read_text(encoding="utf-8")
     exec(compile(src, str(REPO / "pages" / "gpus.py"), "exec"), {"__name__": "__page__"})

@@ -113,11 +113,11 @@ def _key_figures(snap) -> None:
                                         else f"N/A: {snap.state.message or 'no GPU reading'}"))
     c[1].metric("Mean utilisation", fmt.pct(sum(utils) / len(utils)) if utils else NA,
                 help=None if utils else "N/A: no GPU reported utilisation")
-    c[2].metric(f"GPU memory (of {fmt.gib(sum(total))})" if used and total else "GPU memory",
-                fmt.gib(sum(used)) if used else NA,
+    c[2].metric("GPU memory", fmt.gib(sum(used)) if used else NA,
+                delta=f"of {fmt.gib(sum(total))}" if used and total else None, delta_color="off",
                 help=None if used else "N/A: no GPU reported memory")
-    c[3].metric(f"Total power (of {sum(limit):,.0f} W)" if power and limit else "Total power",
-                f"{sum(power):,.0f} W" if power else NA,
+    c[3].metric("Total power", f"{sum(power):,.0f} W" if power else NA,
+                delta=f"of {sum(limit):,.0f} W" if power and limit else None, delta_color="off",
                 help=None if power else "N/A: no GPU reported power")
     c[4].metric("Hottest GPU", f"{max(temps):.0f} °C" if temps else NA,
                 help=None if temps else "N/A: no GPU reported temperature")

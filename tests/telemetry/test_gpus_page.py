@@ -140,7 +140,8 @@ def test_slow_readings_per_gpu_and_the_pcie_button_asks_the_slow_thread(tmp_path
     at = AppTest.from_file(PAGE, default_timeout=60).run()
     assert not at.exception, at.exception
     total = 8 * fake._total / GIB
-    assert _metrics(at, f"GPU memory (of {total:,.1f} GiB)"), [m.label for m in at.metric]
+    (mem,) = _metrics(at, "GPU memory")
+    assert mem.proto.delta == f"of {total:,.1f} GiB"  # one decimal, as every GiB figure
     lines = _slow_lines(at)
     assert len(lines) == 8
     g0 = _line_for(lines, 0).value
