@@ -114,10 +114,10 @@ def _key_figures(snap) -> None:
     c[1].metric("Mean utilisation", fmt.pct(sum(utils) / len(utils)) if utils else NA,
                 help=None if utils else "N/A: no GPU reported utilisation")
     c[2].metric("GPU memory", fmt.gib(sum(used)) if used else NA,
-                delta=f"of {fmt.gib(sum(total))}" if used and total else None, delta_color="off",
+                delta=f"of {fmt.gib(sum(total))}" if used and total else None, delta_color="off", delta_arrow="off",
                 help=None if used else "N/A: no GPU reported memory")
     c[3].metric("Total power", f"{sum(power):,.0f} W" if power else NA,
-                delta=f"of {sum(limit):,.0f} W" if power and limit else None, delta_color="off",
+                delta=f"of {sum(limit):,.0f} W" if power and limit else None, delta_color="off", delta_arrow="off",
                 help=None if power else "N/A: no GPU reported power")
     c[4].metric("Hottest GPU", f"{max(temps):.0f} °C" if temps else NA,
                 help=None if temps else "N/A: no GPU reported temperature")
