@@ -224,9 +224,13 @@ def _form_config(base: ServerConfig) -> ServerConfig | None:
         return None
 
 
-@st.dialog("Launch server", width="large")
-def launch_dialog(server: str, running: bool) -> None:
-    st.markdown(f"**{server}** — edit, check, then {'stop and relaunch' if running else 'start'}.")
+def launch_panel(server: str, running: bool) -> None:
+    """Edit, preflight and confirm a (re)launch, in its own container."""
+    head, close = st.columns([6, 1])
+    head.markdown(f"**{server}** — edit, check, then {'stop and relaunch' if running else 'start'}.")
+    if close.button("Cancel", key="srv-launch-cancel"):
+        st.session_state["srv-launch-open"] = False
+        st.rerun()
     new = _form_config(fleet.config(server))
     if new is None:
         return
@@ -252,6 +256,7 @@ def launch_dialog(server: str, running: bool) -> None:
             st.error(f"Could not launch **{server}**: {exc}")
             return
         st.session_state.pop(f"srv-preflight-{server}", None)
+        st.session_state["srv-launch-open"] = False
         st.toast(f"{label} requested for {server}; startup progress shows above", icon=":material/check_circle:")
         st.rerun()
 
@@ -259,7 +264,10 @@ def launch_dialog(server: str, running: bool) -> None:
 st.subheader("Control")
 b1, b2, _ = st.columns([1, 1, 4])
 if b1.button("Relaunch…" if active else "Start…", key="srv-launch", icon=":material/rocket_launch:"):
-    launch_dialog(name, active)
+    st.session_state["srv-launch-open"] = True
+if st.session_state.get("srv-launch-open"):
+    with st.container(border=True):
+        launch_panel(name, active)
 if b2.button("Stop", key="srv-stop", disabled=not active, icon=":material/stop:"):
     st.session_state["srv-confirm-stop"] = True
 if confirm_box("srv-confirm-stop", f"Stop **{name}**? Requests in flight fail; it gets SIGTERM, then SIGKILL "

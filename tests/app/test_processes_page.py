@@ -104,3 +104,38 @@ def test_exited_process_shows_its_exit_code(workspace):
     row = table[table["name"] == "oneshot"].iloc[0]
     assert "EXITED 3" in row["state"]
     assert int(row["exit code"]) == 3
+
+
+@pytest.mark.timeout(90)
+def test_start_and_restart_buttons_ask_first_then_act(workspace):
+    rt = runtime_mod.get_runtime()
+    _wait_state(rt, "ticker", {"RUNNING"})
+    at = _processes_page(AppTest.from_file(str(REPO / "app.py"), default_timeout=30))
+
+    at.selectbox(key="proc-selected").select("oneshot").run()
+    at.button(key="btn-start").click().run()
+    assert rt.supervisor.view("oneshot").started_at is None  # only asked so far
+    at.button(key="confirm-start-yes").click().run()
+    assert not at.exception, at.exception
+    assert _wait_state(rt, "oneshot", {"EXITED"}) == "EXITED"
+    assert rt.supervisor.view("oneshot").exit_code == 3
+
+    at.selectbox(key="proc-selected").select("ticker").run()
+    first_pid = rt.supervisor.view("ticker").pid
+    at.button(key="btn-restart").click().run()
+    assert rt.supervisor.view("ticker").pid == first_pid
+    at.button(key="confirm-restart-yes").click().run()
+    assert not at.exception, at.exception
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        rt.supervisor.poll()
+        v = rt.supervisor.view("ticker")
+        if v.state.value == "RUNNING" and v.pid != first_pid:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"ticker was not restarted: {v.state.value} pid {v.pid}")
+    from state import audit
+
+    actions = {(e.action, e.target) for e in audit.recent(rt.store, limit=50) if e.source == "dashboard"}
+    assert {("start", "oneshot"), ("restart", "ticker")} <= actions

@@ -104,3 +104,49 @@ def test_page_shows_preflight_error_then_the_alert_of_the_eagle_mistake(make_ws)
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["accept_len"] == "1.00"
     assert float(metrics["tok/s"].replace(",", "")) > 0  # a reading, one decimal, never N/A once decoding
+
+
+@pytest.mark.timeout(180)
+def test_launch_dialog_needs_launch_anyway_then_stop_asks_first(make_ws):
+    from state import audit
+
+    make_ws("EAGLE")
+    rt = runtime_mod.get_runtime()
+    at = AppTest.from_file(PAGE, default_timeout=30).run()
+    at.button(key="srv-launch").click().run()
+    assert not at.exception, at.exception
+    go = at.button(key="srv-launch-go")
+    assert go.disabled  # preflight errors block the launch...
+    assert "Launch anyway" in at.checkbox(key="srv-anyway").label
+    at.checkbox(key="srv-anyway").check().run()
+    at.button(key="srv-launch-go").click().run()  # ...until "launch anyway" is ticked
+    assert not at.exception, at.exception
+    assert rt.supervisor.view("sim").state.value in ("STARTING", "RUNNING")
+    actions = [(e.action, e.actor != "", e.source) for e in audit.recent(rt.store, target="sim")]
+    assert ("launch-anyway", True, "dashboard") in actions
+
+    deadline = time.time() + 60
+    while rt.supervisor.view("sim").state.value != "RUNNING" and time.time() < deadline:
+        time.sleep(0.2)
+    at.run()
+    at.button(key="srv-stop").click().run()
+    assert rt.supervisor.view("sim").state.value == "RUNNING"  # a confirmation first
+    at.button(key="srv-confirm-stop-yes").click().run()
+    assert not at.exception, at.exception
+    deadline = time.time() + 60
+    while rt.supervisor.view("sim").state.value != "EXITED" and time.time() < deadline:
+        rt.supervisor.poll()
+        time.sleep(0.2)
+    assert rt.supervisor.view("sim").state.value == "EXITED"
+
+
+@pytest.mark.timeout(60)
+def test_run_preflight_button_checks_again(make_ws):
+    make_ws("EAGLE3")
+    at = AppTest.from_file(PAGE, default_timeout=30).run()
+    first = at.session_state["srv-preflight-sim"][0]
+    time.sleep(0.05)
+    at.button(key="srv-run-preflight").click().run()
+    assert not at.exception, at.exception
+    assert at.session_state["srv-preflight-sim"][0] > first
+    assert any("0 error(s)" in e.value for e in at.success)
