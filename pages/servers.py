@@ -146,7 +146,7 @@ def live(server: str) -> None:
                f"server info {_reading_age(snap.server_info)} · log: {fmt.count(snap.stats.decode_lines)} decode, "
                f"{fmt.count(snap.stats.prefill_lines)} prefill lines, {fmt.count(snap.stats.unparsed_lines)} "
                f"unparsed{' · watching file events' if snap.watching else ' · polling the log'}")
-    freshness(snap.taken_at, REFRESH_S)
+    freshness(snap.refreshed_at, REFRESH_S)
 
 
 live(name)

@@ -52,6 +52,7 @@ class FatalInfo:
 class ServerSnapshot:
     name: str
     taken_at: float
+    refreshed_at: float | None  # end of the monitor's last refresh (log read + HTTP); None before the first
     log_path: str
     version: str
     version_assumed: bool
@@ -141,6 +142,7 @@ class ServerMonitor:
         self._metrics: Reading | None = None
         self._server_info: Reading | None = None
         self._last_http = 0.0
+        self._refreshed_at: float | None = None
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -202,6 +204,7 @@ class ServerMonitor:
         due = self.http_enabled if http is None else http
         if due and (http or self.clock() - self._last_http >= self.http_interval_s):
             self._poll_http()
+        self._refreshed_at = self.clock()
         return n
 
     def _poll_http(self) -> None:
@@ -265,6 +268,7 @@ class ServerMonitor:
             return ServerSnapshot(
                 name=cfg.name,
                 taken_at=now,
+                refreshed_at=self._refreshed_at,
                 log_path=str(self.log_path),
                 version=self.caps.version,
                 version_assumed=self.caps.assumed,

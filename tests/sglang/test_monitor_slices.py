@@ -32,3 +32,16 @@ def test_refresh_reads_in_slices(tmp_path: Path, monkeypatch):
     assert len(holds) >= 5  # several lock holds, not one
     assert mon.snapshot().decode["accept_len"][-1] == 2.10
     assert mon.refresh() == 0
+
+
+def test_snapshot_says_when_the_monitor_last_refreshed(tmp_path: Path):
+    log = tmp_path / "s.log"
+    log.write_text(LINE)
+    now = [1000.0]
+    cfg = ServerConfig(name="s", model_path="/m", sglang_version="0.5.23")
+    mon = ServerMonitor(cfg, log, "0.5.23", watch=False, http=False, clock=lambda: now[0])
+    assert mon.snapshot().refreshed_at is None  # never read: the page says "no data yet"
+    mon.refresh()
+    now[0] = 1030.0
+    snap = mon.snapshot()
+    assert snap.refreshed_at == 1000.0 and snap.taken_at == 1030.0  # the age is real, not "now"
