@@ -1,10 +1,7 @@
 -- Managed processes: one row per name, the latest run's identity and outcome.
 -- spec_json is the spec the latest run was started with (or the configured
 -- spec when nothing runs), and pending_spec_json is a changed config waiting for
--- the next start.  term_at is when SIGTERM was delivered for the current stop
--- (NULL while a stop waits for the child's pid; nothing is ever SIGKILLed
--- before it is set), and pending_restart the reason of a restart that waits
--- for the stop to finish: whichever supervisor records the exit starts it.
+-- the next start.
 CREATE TABLE processes (
     name                 TEXT PRIMARY KEY,
     kind                 TEXT NOT NULL,
@@ -23,9 +20,7 @@ CREATE TABLE processes (
     tries                INTEGER NOT NULL DEFAULT 0,
     log_path             TEXT NOT NULL,
     log_start            INTEGER,
-    detail               TEXT NOT NULL DEFAULT '',
-    term_at              REAL,
-    pending_restart      TEXT
+    detail               TEXT NOT NULL DEFAULT ''
 );
 
 -- Every state transition, timestamped.
