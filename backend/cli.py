@@ -122,7 +122,7 @@ def _launch_server(s: _Session, args: argparse.Namespace, out: TextIO) -> int:
     from backend.sglang.fleet import PreflightBlocked
 
     try:
-        s.fleet.launch(args.name, actor=_actor(), source=SOURCE, launch_anyway=args.launch_anyway)
+        s.fleet.launch(args.name, actor=_actor(), source=SOURCE, launch_anyway=args.launch_anyway, wait=True)
     except PreflightBlocked as exc:
         _print_findings(exc.findings, out)
         raise CommandError(f"{args.name} was not started: preflight found errors "

@@ -84,11 +84,12 @@ class ServerFleet:
     def sync(self, workspace) -> None:
         """Follow an edited workspace file: add new servers, drop removed ones,
         take changed configs (a running server keeps its process until relaunched)."""
+        removed = []
         with self._lock:
             self.workspace = workspace
             wanted = {c.name: c for c in self._workspace_configs(workspace)}
             for name in [n for n in self._configs if n not in wanted]:
-                self._monitors.pop(name).stop()
+                removed.append(self._monitors.pop(name))
                 del self._configs[name], self._caps[name]
             for name, cfg in wanted.items():
                 if name not in self._configs:
@@ -97,6 +98,8 @@ class ServerFleet:
                     self._configs[name] = cfg
                     self._caps[name] = resolve_capabilities(cfg)
                     self._monitors[name].set_config(cfg, self._caps[name])
+        for mon in removed:  # joins its thread: outside the lock
+            mon.stop()
 
     # -- config ----------------------------------------------------------------
 
@@ -107,7 +110,8 @@ class ServerFleet:
         update_server_entry(self.workspace, cfg.name, cfg.model_dump(mode="json", exclude_unset=True))
 
     def names(self) -> list[str]:
-        return list(self._configs)
+        with self._lock:
+            return list(self._configs)
 
     def config(self, name: str) -> ServerConfig:
         return self._configs[name]
@@ -120,7 +124,9 @@ class ServerFleet:
 
     def specs(self) -> list[ProcessSpec]:
         """Supervisor specs of every server (the runtime adds them to the process specs)."""
-        return [to_process_spec(cfg, self.workspace.logs_dir, self._caps[n]) for n, cfg in self._configs.items()]
+        with self._lock:
+            items = [(cfg, self._caps[n]) for n, cfg in self._configs.items()]
+        return [to_process_spec(cfg, self.workspace.logs_dir, caps) for cfg, caps in items]
 
     def argv(self, cfg: ServerConfig) -> list[str]:
         return build_argv(cfg, resolve_capabilities(cfg))
@@ -134,7 +140,9 @@ class ServerFleet:
         return self._monitors[name].snapshot()
 
     def snapshots(self) -> list[ServerSnapshot]:
-        return [m.snapshot() for m in self._monitors.values()]
+        with self._lock:
+            monitors = list(self._monitors.values())
+        return [m.snapshot() for m in monitors]
 
     def active_alerts(self) -> list[Alert]:
         out = []
@@ -162,18 +170,19 @@ class ServerFleet:
         skipped: the stop before the launch frees it.
         """
         cfg = cfg or self._configs[name]
-        cur = self._configs.get(name)
+        running = self._running(name)
         probe = port_probe
-        if probe is None and cur is not None and self._running(name) and (cur.host, cur.port) == (cfg.host, cfg.port):
-            probe = lambda host, port: True  # noqa: E731 (held by this very server)
+        if probe is None and running and _listen_addr(self.supervisor.view(name)) == (cfg.host, cfg.port):
+            probe = lambda host, port: True  # noqa: E731 (held by this very server, stopped before the start)
         gpu_probe = self.gpu_probe
-        if gpu_probe is not None and cur is not None and self._running(name):
+        if gpu_probe is not None and running:
             # memory this very server holds is free again once it is replaced
             gpu_probe = lambda: self.gpu_probe(exclude=name)  # noqa: E731
         return run_preflight(cfg, gpu_probe=gpu_probe, port_probe=probe, version=resolve_capabilities(cfg))
 
     def launch(self, name: str, cfg: ServerConfig | None = None, *, actor: str, source: str = "dashboard",
-               launch_anyway: bool = False, findings: list[Finding] | None = None) -> LaunchResult:
+               launch_anyway: bool = False, findings: list[Finding] | None = None,
+               wait: bool = False) -> LaunchResult:
         """Preflight, then (re)start ``name`` with ``cfg``.  Does not wait for ready.
 
         Raises :class:`PreflightBlocked` when preflight has errors and
@@ -208,7 +217,8 @@ class ServerFleet:
             self.supervisor.register(spec)
             self._monitors[name].set_config(cfg, caps)
             if self._running(name):
-                self.supervisor.restart(name, actor=actor, source=source, wait=False)
+                # wait=True (a one-shot command line) stops, then starts, before returning
+                self.supervisor.restart(name, actor=actor, source=source, wait=wait)
             else:
                 self.supervisor.start(name, actor=actor, source=source)
             return LaunchResult(name, spec.argv, tuple(findings), bool(errors))
@@ -229,6 +239,23 @@ class ServerFleet:
     def close(self) -> None:
         for m in self._monitors.values():
             m.stop()
+
+
+def _listen_addr(view) -> tuple[str, int] | None:
+    """(host, port) that the run of ``view`` was launched with, from its argv."""
+    if view is None or view.spec is None:
+        return None
+    argv = list(view.spec.argv)
+    host, port = "127.0.0.1", 30000  # sglang.launch_server's defaults
+    for flag, value in zip(argv, argv[1:]):
+        if flag == "--host":
+            host = value
+        elif flag == "--port":
+            try:
+                port = int(value)
+            except ValueError:
+                return None
+    return host, port
 
 
 def findings_as_rows(findings: list[Finding]) -> list[dict[str, Any]]:

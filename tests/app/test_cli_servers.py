@@ -82,3 +82,53 @@ def test_start_is_refused_then_launch_anyway_is_audited(ws):
         actions = [(e.action, e.outcome) for e in audit.recent(store, target="kimi")]
     assert ("launch-anyway", "ok") in actions
     assert any(a == "launch" and o == "refused" for a, o in actions)
+
+
+def _wait_running(ws: Path, name: str, timeout: float = 60.0) -> dict:
+    import time
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        rc, out, _ = _run(ws, "processes", "list", "--json")
+        (row,) = [r for r in json.loads(out) if r["name"] == name]
+        if row["state"] == "RUNNING":
+            return row
+        time.sleep(0.3)
+    raise AssertionError(f"{name} stayed {row['state']}")
+
+
+@pytest.fixture
+def good_ws(ws: Path):
+    cfg = ws / "specdeck.toml"
+    cfg.write_text(cfg.read_text().replace('algorithm = "EAGLE"', 'algorithm = "EAGLE3"'))
+    return ws
+
+
+@pytest.mark.timeout(120)
+def test_restart_from_the_command_line_finishes_without_a_dashboard(good_ws):
+    rc, out, err = _run(good_ws, "processes", "start", "kimi")
+    assert rc == 0, err
+    first = _wait_running(good_ws, "kimi")
+    rc, out, err = _run(good_ws, "processes", "restart", "kimi")
+    assert rc == 0, err
+    assert "kimi: STARTING" in out  # the old run stopped and the new one started before the command returned
+    second = _wait_running(good_ws, "kimi")
+    assert second["pid"] != first["pid"]
+
+
+@pytest.mark.timeout(120)
+def test_port_edited_to_a_busy_one_is_caught_while_the_server_runs(good_ws):
+    rc, _, err = _run(good_ws, "processes", "start", "kimi")
+    assert rc == 0, err
+    _wait_running(good_ws, "kimi")
+    with socket.socket() as holder:  # someone else listens on the new port
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        busy = holder.getsockname()[1]
+        cfg = good_ws / "specdeck.toml"
+        text = cfg.read_text()
+        import re
+
+        cfg.write_text(re.sub(r"port = \d+", f"port = {busy}", text))
+        rc, out, _ = _run(good_ws, "servers", "preflight", "kimi")
+        assert rc == 1 and "port-busy" in out and str(busy) in out
