@@ -24,6 +24,7 @@ import argparse
 import getpass
 import json
 import signal
+import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -72,13 +73,25 @@ class _Session:
         self.store = Store(self.ws.store_path)
         try:
             self.sup = Supervisor(self.store, self.ws.run_dir)
-            self.fleet = ServerFleet(self.ws, self.sup, self.store, background=False)
+            self._telemetry = None
+            self.fleet = ServerFleet(self.ws, self.sup, self.store, background=False, gpu_probe=self.gpu_probe)
             # Not pruning: a dashboard of an older config may still own records;
             # the dashboard prunes when it syncs.
             self.sup.sync_specs(self.ws.process_specs() + self.fleet.specs(), prune=False)
         except BaseException:
             self.store.close()
             raise
+
+    def gpu_probe(self, exclude: str | None = None) -> list[tuple[int, int, int]] | None:
+        """GPUs and free memory for preflight, from the workspace's telemetry source
+        (as the dashboard sees them), read once per command."""
+        from backend.telemetry.attribution import free_memory_by_gpu
+        from backend.telemetry.sampler import make_workspace_sampler
+
+        if self._telemetry is None:
+            sampler = make_workspace_sampler(self.ws, None, managed=self.sup.views)
+            self._telemetry = sampler.sample_once()
+        return free_memory_by_gpu(self._telemetry, exclude)
 
     def close(self) -> None:
         self.fleet.close()
@@ -332,6 +345,9 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
     except ConfigError as exc:
         err.write(f"error: {exc}\n")
         return 2
+    except sqlite3.Error as exc:
+        err.write(f"error: the state file of the workspace could not be opened or upgraded: {exc}\n")
+        return 1
     try:
         return args.func(session, args, out)
     except (SupervisorError, CommandError) as exc:

@@ -114,22 +114,9 @@ class Runtime:
         Memory held by the managed process ``exclude`` (a server about to be
         relaunched) counts as free.
         """
-        snap = self.telemetry.latest()
-        if snap is None or not snap.gpus:
-            return None
-        held: dict[int, int] = {}
-        if exclude is not None and snap.attribution is not None:
-            for job in snap.attribution.jobs:
-                if job.name == exclude:
-                    for gpu, mem in job.mem_by_gpu:
-                        held[gpu] = held.get(gpu, 0) + (mem or 0)
-        out = []
-        for g in snap.gpus:
-            if g.lost or g.mem_total is None:
-                continue
-            used = (g.mem_used or 0) - held.get(g.index, 0)
-            out.append((g.index, g.mem_total, g.mem_total - max(0, used)))
-        return out
+        from backend.telemetry.attribution import free_memory_by_gpu
+
+        return free_memory_by_gpu(self.telemetry.latest(), exclude)
 
     def active_alerts(self) -> list:
         """Alerts for the sidebar: server alerts first, then GPU alerts."""

@@ -313,3 +313,26 @@ def attribute(
         jobs=tuple(jobs),
         by_gpu={g: tuple(v) for g, v in by_gpu.items()},
     )
+
+
+def free_memory_by_gpu(snap: Any, exclude: str | None = None) -> list[tuple[int, int, int]] | None:
+    """(index, total bytes, free bytes) per readable GPU of a telemetry snapshot.
+
+    None when there is no snapshot or no GPU (no driver).  Memory held by the
+    managed job ``exclude`` (a server about to be relaunched) counts as free.
+    """
+    if snap is None or not snap.gpus:
+        return None
+    held: dict[int, int] = {}
+    if exclude is not None and snap.attribution is not None:
+        for job in snap.attribution.jobs:
+            if job.name == exclude:
+                for gpu, mem in job.mem_by_gpu:
+                    held[gpu] = held.get(gpu, 0) + (mem or 0)
+    out = []
+    for g in snap.gpus:
+        if g.lost or g.mem_total is None:
+            continue
+        used = (g.mem_used or 0) - held.get(g.index, 0)
+        out.append((g.index, g.mem_total, g.mem_total - max(0, used)))
+    return out

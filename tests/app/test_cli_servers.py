@@ -132,3 +132,12 @@ def test_port_edited_to_a_busy_one_is_caught_while_the_server_runs(good_ws):
         cfg.write_text(re.sub(r"port = \d+", f"port = {busy}", text))
         rc, out, _ = _run(good_ws, "servers", "preflight", "kimi")
         assert rc == 1 and "port-busy" in out and str(busy) in out
+
+
+@pytest.mark.timeout(60)
+def test_command_line_preflight_sees_the_workspace_gpus(ws):
+    cfg = ws / "specdeck.toml"
+    text = cfg.read_text().replace('name = "cli"', 'name = "cli"\n\n[telemetry]\nsource = "fake"', 1)
+    cfg.write_text(text.replace("simulate = true", "simulate = true\ngpus = [0, 9]\ntp_size = 2"))
+    rc, out, _ = _run(ws, "servers", "preflight", "kimi")
+    assert "gpu-missing" in out and "[9]" in out and "8 GPU(s)" in out  # the same 8 fake GPUs the dashboard shows
