@@ -42,6 +42,10 @@ class Runtime:
         self.started_at = time.time()
         self.config_error: ConfigError | None = None  # an edit that did not validate
         self._stamp = _config_stamp(workspace)
+        self._background = background
+        self._reload_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._watcher: threading.Thread | None = None
         self._closed = False
         self.telemetry = self.fleet = self.loop = self.supervisor = None
         self.store = Store(workspace.store_path)
@@ -58,6 +62,9 @@ class Runtime:
             self._autostart()
             if background:
                 self.loop.start()
+                self._watcher = threading.Thread(target=self._watch_config, name="specdeck-config",
+                                                 daemon=True)
+                self._watcher.start()
         except BaseException:
             self.close()
             raise
@@ -72,6 +79,18 @@ class Runtime:
         and is kept in ``config_error`` for the pages to show.  Telemetry
         settings take effect at the next dashboard start.
         """
+        with self._reload_lock:
+            return self._reload()
+
+    def _watch_config(self, interval_s: float = 2.0) -> None:
+        """Background: follow config edits off the page's render path."""
+        while not self._stop.wait(interval_s):
+            try:
+                self.maybe_reload()
+            except Exception:  # keep watching; the next edit may fix it
+                log.exception("reloading %s failed", self.workspace.config_path)
+
+    def _reload(self) -> bool:
         stamp = _config_stamp(self.workspace)
         if stamp == self._stamp:
             return False
@@ -83,6 +102,7 @@ class Runtime:
             return False
         self.config_error = None
         self.workspace.config = cfg
+        self.workspace.ensure_dirs()
         self.fleet.sync(self.workspace)
         self.supervisor.sync_specs(self.all_specs())
         self._autostart()
@@ -149,6 +169,9 @@ class Runtime:
         if self._closed:
             return
         self._closed = True
+        self._stop.set()
+        if self._watcher is not None:
+            self._watcher.join(timeout=10)
         if self.loop is not None:
             self.loop.stop()
         if self.fleet is not None:
@@ -175,8 +198,8 @@ def _config_stamp(ws: Workspace) -> tuple[int, int] | None:
 def get_runtime(path: str | Path | None = None, *, background: bool = True) -> Runtime:
     """The process-wide runtime for the workspace at ``path`` (see load_workspace).
 
-    The first call loads the workspace and starts the background work; later
-    calls return the same runtime after a cheap check for config edits.
+    The first call loads the workspace and starts the background work (a
+    thread follows config edits); later calls return the same runtime.
     """
     root = resolve_root(path)
     with _lock:
@@ -185,8 +208,8 @@ def get_runtime(path: str | Path | None = None, *, background: bool = True) -> R
             rt = Runtime(load_workspace(path), background=background)
             _runtimes[rt.workspace.root] = rt
             _runtimes[root] = rt
-        else:
-            rt.maybe_reload()
+        elif not rt._background:
+            rt.maybe_reload()  # no watcher thread: follow edits here
         return rt
 
 

@@ -73,9 +73,9 @@ class ServerFleet:
         # the workspace validated every entry already
         return [ServerConfig.model_validate(e) for e in getattr(workspace.config, "server", []) or []]
 
-    def _add(self, cfg: ServerConfig) -> None:
+    def _add(self, cfg: ServerConfig, caps: Capabilities | None = None) -> None:
         self._configs[cfg.name] = cfg
-        self._caps[cfg.name] = resolve_capabilities(cfg)
+        self._caps[cfg.name] = caps or resolve_capabilities(cfg)
         mon = ServerMonitor(cfg, self.log_path(cfg.name), self._caps[cfg.name], **self._monitor_kwargs)
         self._monitors[cfg.name] = mon
         if self._background:
@@ -84,19 +84,23 @@ class ServerFleet:
     def sync(self, workspace) -> None:
         """Follow an edited workspace file: add new servers, drop removed ones,
         take changed configs (a running server keeps its process until relaunched)."""
+        wanted = {c.name: c for c in self._workspace_configs(workspace)}
+        with self._lock:
+            current = dict(self._configs)
+        # version detection may run the serving interpreter: never under the lock
+        caps = {n: resolve_capabilities(c) for n, c in wanted.items() if current.get(n) != c}
         removed = []
         with self._lock:
             self.workspace = workspace
-            wanted = {c.name: c for c in self._workspace_configs(workspace)}
             for name in [n for n in self._configs if n not in wanted]:
                 removed.append(self._monitors.pop(name))
                 del self._configs[name], self._caps[name]
             for name, cfg in wanted.items():
                 if name not in self._configs:
-                    self._add(cfg)
+                    self._add(cfg, caps.get(name))
                 elif cfg != self._configs[name]:
                     self._configs[name] = cfg
-                    self._caps[name] = resolve_capabilities(cfg)
+                    self._caps[name] = caps.get(name) or resolve_capabilities(cfg)
                     self._monitors[name].set_config(cfg, self._caps[name])
         for mon in removed:  # joins its thread: outside the lock
             mon.stop()

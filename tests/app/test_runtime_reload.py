@@ -92,3 +92,15 @@ def test_servers_follow_the_file(ws: Path):
     _touch(ws / "specdeck.toml", BASE)
     runtime_mod.get_runtime(background=False)
     assert rt.fleet.names() == [] and "s1" not in rt.supervisor.names()
+
+
+@pytest.mark.timeout(60)
+def test_dashboard_runtime_follows_edits_in_the_background(ws: Path):
+    import time
+
+    rt = runtime_mod.get_runtime()  # background: loops and the config watcher run
+    _touch(ws / "specdeck.toml", BASE + f'\n[[process]]\nname = "later"\nargv = ["{sys.executable}"]\n')
+    deadline = time.time() + 20
+    while "later" not in rt.supervisor.names() and time.time() < deadline:
+        time.sleep(0.1)
+    assert "later" in rt.supervisor.names()
