@@ -30,7 +30,7 @@ def _pages() -> list:
     return pages
 
 
-rt = runtime()
+rt = runtime(show_config_error=True)
 
 
 @st.fragment(run_every=5)

@@ -72,54 +72,66 @@ if not names:
     st.stop()
 
 st.subheader("Control")
-with st.container(border=True):
-    default = st.session_state.get("proc-selected")
-    name = st.selectbox("Process", names, index=names.index(default) if default in names else 0,
-                        key="proc-selected")
-    v = sup.view(name)
-    if v is None:  # removed from the config since the list above was read
-        st.info(f"**{name}** is no longer in the workspace config.", icon=":material/info:")
-        st.stop()
-    state = _state(v)
-    active = state in ("STARTING", "RUNNING", "STOPPING", "BACKOFF")
-    st.markdown(f"{fmt.state_badge(state, v.exit_code).markdown()} &nbsp; **{v.name}** · {_kind(v)}"
-                + (f" · pid {v.pid}" if v.pid else ""))
-    st.code(shlex.join(v.spec.argv), language="bash")
-    b1, b2, b3, _ = st.columns([1, 1, 1, 3])
-    if b1.button("Start", key="btn-start", disabled=active, icon=":material/play_arrow:"):
-        st.session_state["confirm-start"] = True
-    if b2.button("Stop", key="btn-stop", disabled=not active, icon=":material/stop:"):
-        st.session_state["confirm-stop"] = True
-    if b3.button("Restart", key="btn-restart", icon=":material/restart_alt:"):
-        st.session_state["confirm-restart"] = True
+default = st.session_state.get("proc-selected")
+name = st.selectbox("Process", names, index=names.index(default) if default in names else 0,
+                    key="proc-selected")
+v = sup.view(name)
+if v is None:  # removed from the config since the list above was read
+    st.info(f"**{name}** is no longer in the workspace config.", icon=":material/info:")
+    st.stop()
 
-    def _do(action: str) -> None:
-        try:
-            if action == "start":
-                rt.start(name, actor=actor(), source="dashboard")
-            elif action == "stop":
-                rt.stop(name, actor=actor(), source="dashboard")
-            else:
-                rt.restart(name, actor=actor(), source="dashboard")
-        except PreflightBlocked as exc:
-            st.error(f"**{name}** was not {action}ed: preflight found errors. Review them and use "
-                     "*launch anyway* on the Servers page if you are sure.")
-            for f in exc.findings:
-                if f.severity == "error":
-                    st.markdown(f"- :red[**{f.code}**] {f.found}  \n  *Fix:* {f.fix}")
-        except Exception as exc:  # refused or failed; the action is in the audit log
-            st.error(f"Could not {action} **{name}**: {exc}")
+
+def _do(proc: str, action: str) -> None:
+    try:
+        if action == "start":
+            rt.start(proc, actor=actor(), source="dashboard")
+        elif action == "stop":
+            rt.stop(proc, actor=actor(), source="dashboard")
         else:
-            st.toast(f"{action.capitalize()} requested for {name}", icon=":material/check_circle:")
+            rt.restart(proc, actor=actor(), source="dashboard")
+    except PreflightBlocked as exc:
+        st.error(f"**{proc}** was not {action}ed: preflight found errors. Review them and use "
+                 "*launch anyway* on the Servers page if you are sure.")
+        for f in exc.findings:
+            if f.severity == "error":
+                st.markdown(f"- :red[**{f.code}**] {f.found}  \n  *Fix:* {f.fix}")
+    except Exception as exc:  # refused or failed; the action is in the audit log
+        st.error(f"Could not {action} **{proc}**: {exc}")
+    else:
+        st.toast(f"{action.capitalize()} requested for {proc}", icon=":material/check_circle:")
 
-    for action, question in (
-        ("start", f"Start **{name}** with the command above?"),
-        ("stop", f"Stop **{name}**? It gets SIGTERM, then SIGKILL after "
-                 f"{v.spec.stop_grace_s:.0f} s, with everything it started."),
-        ("restart", f"Restart **{name}**? The running process is stopped first."),
-    ):
-        if confirm_box(f"confirm-{action}", question, confirm_label=f"Yes, {action}") is True:
-            _do(action)
+
+@st.fragment(run_every=REFRESH_S)
+def control(proc: str) -> None:
+    """State, command and buttons of one process, redrawn with its live state."""
+    view = sup.view(proc)
+    if view is None:
+        st.info(f"**{proc}** is no longer in the workspace config.", icon=":material/info:")
+        return
+    with st.container(border=True):
+        state = _state(view)
+        active = state in ("STARTING", "RUNNING", "STOPPING", "BACKOFF")
+        st.markdown(f"{fmt.state_badge(state, view.exit_code).markdown()} &nbsp; **{view.name}** · {_kind(view)}"
+                    + (f" · pid {view.pid}" if view.pid else ""))
+        st.code(shlex.join(view.spec.argv), language="bash")
+        b1, b2, b3, _ = st.columns([1, 1, 1, 3])
+        if b1.button("Start", key="btn-start", disabled=active, icon=":material/play_arrow:"):
+            st.session_state["confirm-start"] = True
+        if b2.button("Stop", key="btn-stop", disabled=not active, icon=":material/stop:"):
+            st.session_state["confirm-stop"] = True
+        if b3.button("Restart", key="btn-restart", icon=":material/restart_alt:"):
+            st.session_state["confirm-restart"] = True
+        for action, question in (
+            ("start", f"Start **{proc}** with the command above?"),
+            ("stop", f"Stop **{proc}**? It gets SIGTERM, then SIGKILL after "
+                     f"{view.spec.stop_grace_s:.0f} s, with everything it started."),
+            ("restart", f"Restart **{proc}**? The running process is stopped first."),
+        ):
+            if confirm_box(f"confirm-{action}", question, confirm_label=f"Yes, {action}") is True:
+                _do(proc, action)
+
+
+control(name)
 
 st.subheader(f"Log · {name}")
 st.caption(f"`{v.log_path}`")

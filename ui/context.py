@@ -12,8 +12,12 @@ from backend.workspace import ConfigError
 log = logging.getLogger("specdeck")
 
 
-def runtime() -> Runtime:
-    """The runtime, or a clear error on the page (and st.stop) when it cannot start."""
+def runtime(*, show_config_error: bool = False) -> Runtime:
+    """The runtime, or a clear error on the page (and st.stop) when it cannot start.
+
+    The frame (app.py) passes ``show_config_error`` so a broken edit of the
+    workspace file is shown once per page, above the page.
+    """
     try:
         rt = get_runtime()
     except ConfigError as exc:
@@ -29,7 +33,7 @@ def runtime() -> Runtime:
                    "is full. The full traceback is in the terminal that runs the dashboard.")
         st.stop()
         raise
-    if rt.config_error is not None:
+    if show_config_error and rt.config_error is not None:
         st.warning("**The workspace file was edited and has problems**; the dashboard keeps using the "
                    "last good config until they are fixed:", icon=":material/warning:")
         st.code(str(rt.config_error), language=None)
