@@ -143,6 +143,7 @@ class ServerMonitor:
         self._server_info: Reading | None = None
         self._last_http = 0.0
         self._refreshed_at: float | None = None
+        self._generation = 0
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -189,6 +190,7 @@ class ServerMonitor:
             self._draft_arch = _draft_arch(cfg)
             self.client = SglangClient(endpoints(cfg, self.caps).base_url, self.caps)
             self._health = self._metrics = self._server_info = None
+            self._generation += 1  # readings of the old endpoint still in flight are dropped
 
     # -- work ---------------------------------------------------------------------
 
@@ -209,7 +211,8 @@ class ServerMonitor:
 
     def _poll_http(self) -> None:
         self._last_http = self.clock()
-        client = self.client
+        with self._lock:
+            client, generation = self.client, self._generation
         health = client.health()
         metrics = server_info = None
         if health.status is not None:  # something answers on the port
@@ -218,6 +221,8 @@ class ServerMonitor:
             if health.ok:
                 server_info = client.server_info()
         with self._lock:
+            if generation != self._generation:  # the config changed while we asked
+                return
             self._health = health
             if metrics is not None:
                 self._metrics = metrics if metrics.ok or self._metrics is None else self._metrics_failed(metrics)

@@ -523,12 +523,16 @@ class Supervisor:
         paths = self._paths(rec.name)
         if rec.pid is None:
             rec = self._note_identity(rec) or rec
+            if rec.state != st:  # another supervisor moved it meanwhile (a stop, say)
+                if rec.state == S.STOPPING:
+                    self._reconcile_stopping(rec, now)
+                return
         ex = read_exit(paths, rec.run_id)
         if ex is not None:
             self._finish(rec, ex, now)
             return
         if rec.pid is not None and self._killer.is_alive(rec.pid, rec.create_time):
-            if st == S.STARTING:
+            if rec.state == S.STARTING:
                 self._check_ready(rec, self._run(rec), now)
             return
         if self._wrapper_may_still_report(rec, now):

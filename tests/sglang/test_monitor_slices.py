@@ -45,3 +45,28 @@ def test_snapshot_says_when_the_monitor_last_refreshed(tmp_path: Path):
     now[0] = 1030.0
     snap = mon.snapshot()
     assert snap.refreshed_at == 1000.0 and snap.taken_at == 1030.0  # the age is real, not "now"
+
+
+def test_health_of_the_old_endpoint_is_dropped_after_a_config_change(tmp_path: Path):
+    from backend.sglang.client import Reading
+
+    log = tmp_path / "s.log"
+    log.write_text("")
+    cfg = ServerConfig(name="s", model_path="/m", sglang_version="0.5.23", port=31001)
+    mon = ServerMonitor(cfg, log, "0.5.23", watch=False, http=True)
+
+    class SlowOldClient:
+        def health(self):
+            # the relaunch with a new port lands while this request is in flight
+            mon.set_config(cfg.model_copy(update={"port": 31002}))
+            return Reading(value=None, at=1.0, ok=True, status=200, error=None, latency_s=0.0)
+
+        def metrics(self):
+            return Reading(value=None, at=1.0, ok=True, status=200)
+
+        def server_info(self):
+            return Reading(value=None, at=1.0, ok=True, status=200)
+
+    mon.client = SlowOldClient()
+    mon._poll_http()
+    assert mon.snapshot().health is None  # not the old server's "ok"
