@@ -34,12 +34,14 @@ def spec_accept_alert(points: Iterable[tuple[float | None, float | None]], *, sp
     ready, or over every decode line of the first ``window_s`` seconds once they have passed.
 
     ``points`` are (log time, accept_len) of decode lines in log order; lines
-    without accept_len or before ``ready_ts`` are ignored.  Returns None when
+    without accept_len or not after ``ready_ts`` are ignored.  Returns None when
     speculation is off, the server is not ready, or the evidence is not in yet.
     """
     if not spec_on or ready_ts is None:
         return None
-    after = [(ts, a) for ts, a in points if ts is not None and a is not None and ts >= ready_ts]
+    # strictly after: log times have one-second resolution, and a previous run's
+    # last lines can share the second in which a quick relaunch became ready
+    after = [(ts, a) for ts, a in points if ts is not None and a is not None and ts > ready_ts]
     if not after:
         return None
     first = after[:first_lines]

@@ -46,3 +46,12 @@ def test_lines_before_ready_and_without_accept_len_are_ignored():
 def test_threshold_boundary():
     assert spec_accept_alert(pts(1.05, 1.05, 1.05), spec_on=True, ready_ts=READY, now=READY + 7) is not None
     assert spec_accept_alert(pts(1.05, 1.06, 1.05), spec_on=True, ready_ts=READY, now=READY + 7) is None
+
+
+def test_a_previous_runs_lines_in_the_ready_second_do_not_hide_the_alert():
+    ready = 1000.0
+    # the good run's last lines share the second in which the relaunch became ready
+    points = [(999.0, 2.4), (1000.0, 2.3), (1000.0, 2.5), (1001.0, 1.0), (1001.0, 1.0), (1002.0, 1.0)]
+    a = spec_accept_alert(points, spec_on=True, ready_ts=ready, now=1002.0, algorithm="EAGLE",
+                          draft_arch="LlamaForCausalLMEagle3")
+    assert a is not None and a.since == 1002.0
