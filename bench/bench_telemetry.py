@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from backend.telemetry.fake import FakeNvml  # noqa: E402
 from backend.telemetry.nvml import NvmlAdapter  # noqa: E402
@@ -48,20 +49,10 @@ def raw_pynvml_us(passes: int) -> float | None:
         pynvml.nvmlInit()
     except Exception:  # noqa: BLE001 - no driver here
         return None
+    from gpu_proof import raw_core_us  # the same calls as the GPU proof
+
     hs = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-    t0 = time.perf_counter()
-    for _ in range(passes):
-        for h in hs:
-            pynvml.nvmlDeviceGetUtilizationRates(h)
-            pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2)
-            pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)
-            pynvml.nvmlDeviceGetPowerUsage(h)
-            pynvml.nvmlDeviceGetEnforcedPowerLimit(h)
-            pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)
-            pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM)
-            pynvml.nvmlDeviceGetCurrentClocksEventReasons(h)
-            pynvml.nvmlDeviceGetComputeRunningProcesses_v3(h)
-    return (time.perf_counter() - t0) * 1e6 / passes / max(1, len(hs))
+    return raw_core_us(pynvml, hs, passes)
 
 
 def main() -> None:

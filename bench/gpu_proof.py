@@ -95,14 +95,11 @@ def plain(o: Any) -> Any:
     return o
 
 
-def raw_pynvml(passes: int) -> dict[str, Any]:
-    import pynvml
-
-    pynvml.nvmlInit()
-    hs = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+def raw_core_us(pynvml: Any, handles: list, passes: int) -> float:
+    """µs per GPU of the core fields read straight through pynvml, in a loop."""
     t0 = time.perf_counter()
     for _ in range(passes):
-        for h in hs:
+        for h in handles:
             pynvml.nvmlDeviceGetUtilizationRates(h)
             pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2)
             pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)
@@ -112,7 +109,15 @@ def raw_pynvml(passes: int) -> dict[str, Any]:
             pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM)
             pynvml.nvmlDeviceGetCurrentClocksEventReasons(h)
             pynvml.nvmlDeviceGetComputeRunningProcesses_v3(h)
-    per_gpu = (time.perf_counter() - t0) * 1e6 / passes / len(hs)
+    return (time.perf_counter() - t0) * 1e6 / passes / max(1, len(handles))
+
+
+def raw_pynvml(passes: int) -> dict[str, Any]:
+    import pynvml
+
+    pynvml.nvmlInit()
+    hs = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+    per_gpu = raw_core_us(pynvml, hs, passes)
     # each call on its own after 1 s idle (as the sampler makes them once a second)
     calls = {
         "utilization": lambda h: pynvml.nvmlDeviceGetUtilizationRates(h),
