@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path

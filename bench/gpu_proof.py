@@ -394,7 +394,7 @@ def main() -> int:
         f"raw pynvml same fields: {report.get('raw_pynvml_us_per_gpu', float('nan')):.1f} us/GPU in a loop,"
         f" {report.get('raw_pynvml_cold_us_per_gpu_total', float('nan')):.1f} us/GPU at a 1 s cadence",
         f"  by call at 1 s cadence: { {k: round(v, 1) for k, v in (report.get('raw_pynvml_cold_us_per_gpu_by_call') or {}).items()} }",
-        f"  whole raw pass by gap since the last, us/GPU median (max): "
+        "  whole raw pass by gap since the last, us/GPU median (max): "
         + ", ".join(f"{k} {v['median']:.1f} ({v['max']:.1f})" for k, v in (report.get("raw_pynvml_pass_us_per_gpu_by_gap") or {}).items()),
         f"nvidia-smi --query-gpu: {report.get('nvidia_smi_ms_per_call_median', 'n/a')} ms per call",
         f"PCIe throughput, one call: {report.get('pcie_throughput_one_call_ms', float('nan')):.1f} ms",

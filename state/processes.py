@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import threading
 import weakref
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from backend.supervisor.spec import ProcessSpec, ProcState

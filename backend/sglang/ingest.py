@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 from backend.sglang import bulkparse
 from backend.sglang.logparse import (
-    BadBatchLine, DecodeBatch, FatalEvent, Phase, PhaseEvent, PrefillBatch, _EVENT_RE,
+    DecodeBatch, FatalEvent, Phase, PhaseEvent, PrefillBatch, _EVENT_RE,
     looks_like_prefixed_line, parse_batch_lines, parse_event, parse_prefix, rank_label, _TS_RE,
 )
 from backend.sglang.version import ACCEPT_RATE_DESCRIPTIONS, Capabilities

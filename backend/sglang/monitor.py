@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from backend.sglang.alerts import Alert, spec_accept_alert
-from backend.sglang.client import Metrics, Reading, ServerInfo, SglangClient
+from backend.sglang.client import Reading, SglangClient
 from backend.sglang.config import ServerConfig
 from backend.sglang.ingest import FileWatcher, IngestStats, LogIngester, UnparsedLine
 from backend.sglang.launch import endpoints

@@ -712,7 +712,7 @@ class Handler(BaseHTTPRequestHandler):
                 return
 
     def _meta(self, req: Request, started: float) -> dict[str, Any]:
-        sim, fl, plan = self.sim, self.sim.flavor, self.sim.plan
+        fl, plan = self.sim.flavor, self.sim.plan
         if req.finish_reason == "length":
             fr: Any = {"type": "length", "length": req.generated}
         elif req.finish_reason == "stop":

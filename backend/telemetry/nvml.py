@@ -39,7 +39,6 @@ from dataclasses import replace
 from typing import Any, Callable, Sequence
 
 from backend.telemetry.model import (
-    EMPTY,
     GpuFrame,
     GpuProcess,
     GpuSample,

@@ -33,7 +33,6 @@ from backend.telemetry.model import (
     GPU_SERIES,
     HOST_SERIES,
     GpuFrame,
-    GpuSample,
     HostSample,
     NvmlState,
     NvmlStatus,

@@ -10,7 +10,6 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import pytest
 
 from backend.sglang.client import SglangClient, parse_metrics
 from backend.sglang.config import ServerConfig

@@ -1,4 +1,3 @@
-import math
 
 from ui import fmt
 from ui.charts import downsample
