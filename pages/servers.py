@@ -234,7 +234,7 @@ def launch_panel(server: str, running: bool) -> None:
     new = _form_config(fleet.config(server))
     if new is None:
         return
-    st.code(shlex.join(fleet.argv(new)), language="bash")
+    st.code(shlex.join(fleet.argv(new)), language="bash", wrap_lines=True)
     found = fleet.preflight(server, new)
     if found:
         df = pd.DataFrame(findings_as_rows(found))
