@@ -1,9 +1,10 @@
 """The dashboard's backend objects, one set per workspace per process.
 
-A :class:`Runtime` owns the state store, the supervisor and its background
-poll loop, and the other background components (telemetry sampler, server
-monitors) as they are wired in.  Pages reach it through
-``ui.context.runtime()``; nothing here imports streamlit.
+A :class:`Runtime` owns the state store, the supervisor and its poll loop,
+the telemetry sampler, the SGLang server fleet (one monitor per server) and
+a watcher that follows edits of the workspace file.  All of them run in
+background threads; pages only read their snapshots, through
+``ui.context.runtime()``.  Nothing here imports streamlit.
 """
 
 from __future__ import annotations
@@ -33,6 +34,13 @@ def current_actor() -> str:
 
 
 class Runtime:
+    """Everything the dashboard runs for one workspace.
+
+    ``background=False`` starts no threads (tests and one-shot tools drive
+    ``supervisor.poll()`` and ``maybe_reload()`` themselves).  Closing it
+    stops the threads; managed processes keep running.
+    """
+
     def __init__(self, workspace: Workspace, *, background: bool = True):
         from backend.sglang.fleet import ServerFleet
         from backend.supervisor.supervisor import Supervisor, SupervisorLoop
