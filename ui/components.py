@@ -40,13 +40,16 @@ def confirm_box(key: str, question: str, *, confirm_label: str = "Confirm",
     """
     if not st.session_state.get(key):
         return None
-    with st.container(border=True):
+    box = st.empty()
+    with box.container(border=True):
         st.warning(question, icon=":material/warning:" if danger else ":material/info:")
         c1, c2, _ = st.columns([1, 1, 4])
+        answer = None
         if c1.button(confirm_label, key=f"{key}-yes", type="primary"):
-            st.session_state[key] = False
-            return True
-        if c2.button("Cancel", key=f"{key}-no"):
-            st.session_state[key] = False
-            return False
-    return None
+            answer = True
+        elif c2.button("Cancel", key=f"{key}-no"):
+            answer = False
+    if answer is not None:  # answered: the question goes away at once
+        st.session_state[key] = False
+        box.empty()
+    return answer

@@ -139,3 +139,19 @@ def test_start_and_restart_buttons_ask_first_then_act(workspace):
 
     actions = {(e.action, e.target) for e in audit.recent(rt.store, limit=50) if e.source == "dashboard"}
     assert {("start", "oneshot"), ("restart", "ticker")} <= actions
+
+
+@pytest.mark.timeout(60)
+def test_cancel_leaves_the_process_alone(workspace):
+    rt = runtime_mod.get_runtime()
+    _wait_state(rt, "ticker", {"RUNNING"})
+    pid = rt.supervisor.view("ticker").pid
+    at = _processes_page(AppTest.from_file(str(REPO / "app.py"), default_timeout=30))
+    at.selectbox(key="proc-selected").select("ticker").run()
+    at.button(key="btn-stop").click().run()
+    at.button(key="confirm-stop-no").click().run()
+    assert not at.exception, at.exception
+    assert not any("Stop **ticker**" in w.value for w in at.warning)  # the question is gone
+    rt.supervisor.poll()
+    v = rt.supervisor.view("ticker")
+    assert v.state.value == "RUNNING" and v.pid == pid

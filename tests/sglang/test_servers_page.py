@@ -150,3 +150,16 @@ def test_run_preflight_button_checks_again(make_ws):
     assert not at.exception, at.exception
     assert at.session_state["srv-preflight-sim"][0] > first
     assert any("0 error(s)" in e.value for e in at.success)
+
+
+@pytest.mark.timeout(60)
+def test_launch_panel_cancel_closes_it_without_launching(make_ws):
+    make_ws("EAGLE3")
+    rt = runtime_mod.get_runtime()
+    at = AppTest.from_file(PAGE, default_timeout=30).run()
+    at.button(key="srv-launch").click().run()
+    assert any(b.key == "srv-launch-go" for b in at.button)
+    at.button(key="srv-launch-cancel").click().run()
+    assert not at.exception, at.exception
+    assert not any(b.key == "srv-launch-go" for b in at.button)
+    assert rt.supervisor.view("sim").state.value == "NEVER"
