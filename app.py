@@ -11,7 +11,7 @@ from pathlib import Path
 import streamlit as st
 
 from ui import fmt
-from ui.context import runtime
+from ui.context import WANTED_PAGE, mark_frame, runtime
 
 st.set_page_config(page_title="Specdeck", page_icon=":material/rocket_launch:", layout="wide")
 
@@ -65,5 +65,12 @@ with st.sidebar:
                 "`--workspace DIR`.", icon=":material/info:")
     _sidebar_status()
 
-nav = st.navigation(_pages())
+mark_frame()
+pages = _pages()
+nav = st.navigation(pages)
+wanted = st.session_state.pop(WANTED_PAGE, None)
+if wanted is not None:  # a page's URL was opened before the frame had run: open it now
+    for page in pages:
+        if page.url_path == Path(wanted).stem:
+            st.switch_page(page)
 nav.run()

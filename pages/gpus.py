@@ -13,7 +13,7 @@ import streamlit as st
 
 from ui import charts, fmt
 from ui.components import freshness, page_header
-from ui.context import runtime
+from ui.context import require_frame, runtime
 
 REFRESH_S = 2
 HISTORY_REFRESH_S = 5
@@ -36,6 +36,7 @@ THROTTLE_LABELS = {
     "hw_thermal": "thermal (hw)", "hw_power_brake": "power brake (hw)", "display_clocks": "display clocks",
 }
 
+require_frame(__file__)
 rt = runtime()
 sampler = getattr(rt, "telemetry", None)
 

@@ -12,11 +12,12 @@ from backend.runtime import PreflightBlocked
 from state import audit
 from ui import fmt
 from ui.components import confirm_box, freshness, page_header
-from ui.context import actor, runtime
+from ui.context import actor, require_frame, runtime
 
 REFRESH_S = 2
 TAIL_KEEP_CHARS = 64_000
 
+require_frame(__file__)
 rt = runtime()
 sup = rt.supervisor
 

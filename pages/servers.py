@@ -14,7 +14,7 @@ from backend.sglang.fleet import PreflightBlocked, findings_as_rows
 from backend.sglang.preflight import has_errors
 from ui import charts, fmt
 from ui.components import confirm_box, freshness, page_header
-from ui.context import actor, runtime
+from ui.context import actor, require_frame, runtime
 
 REFRESH_S = 2
 SEVERITY_ICON = {"error": "● error", "warning": "▲ warning", "info": "○ info"}
@@ -26,6 +26,7 @@ STATUS_TEXT = {
     "no-log": ":gray[○ no log yet]",
 }
 
+require_frame(__file__)
 rt = runtime()
 fleet = rt.fleet
 

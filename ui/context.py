@@ -3,13 +3,41 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import streamlit as st
+from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from backend.runtime import Runtime, current_actor, get_runtime
 from backend.workspace import ConfigError
 
 log = logging.getLogger("specdeck")
+
+FRAME_SEEN = "_specdeck_frame"
+WANTED_PAGE = "_specdeck_wanted_page"
+
+
+def mark_frame() -> None:
+    """Called by the frame (app.py) on every run, before its page runs."""
+    st.session_state[FRAME_SEEN] = True
+
+
+def require_frame(page_file: str) -> None:
+    """Send a page that Streamlit ran without the frame through it.
+
+    The first request to a page's URL on a freshly started server is run by
+    Streamlit's older ``pages/`` folder mechanism, without app.py (no sidebar,
+    no wide layout).  Such a session goes to app.py, which then opens the page
+    that was asked for.  A page run as the main script (a test of one page)
+    is left alone.
+    """
+    if st.session_state.get(FRAME_SEEN):
+        return
+    ctx = get_script_run_ctx()
+    if ctx is None or Path(ctx.main_script_path).name != "app.py":
+        return
+    st.session_state[WANTED_PAGE] = page_file
+    st.switch_page("app.py")
 
 
 def runtime(*, show_config_error: bool = False) -> Runtime:

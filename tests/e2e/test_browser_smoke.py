@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -29,9 +30,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def dashboard(tmp_path_factory):
-    home = tmp_path_factory.mktemp("e2e-home")
+@contextmanager
+def _serve(home: Path):
+    """`streamlit run app.py` on a free port with the demo workspace under ``home``."""
     port = _free_port()
     env = dict(os.environ, SPECDECK_HOME=str(home), PYTHONUNBUFFERED="1")
     env.pop("SPECDECK_WORKSPACE", None)
@@ -55,7 +56,7 @@ def dashboard(tmp_path_factory):
                 raise RuntimeError("streamlit did not become healthy: "
                                    + (home / "streamlit.log").read_text(errors="replace")[-2000:])
             time.sleep(0.5)
-        yield url, home
+        yield url
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -65,21 +66,18 @@ def dashboard(tmp_path_factory):
             proc.wait()
         log.close()
         # end the demo workspace's managed processes too
-        subprocess.run([sys.executable, "-m", "backend.cli", "--workspace", str(home / "demo"),
-                        "processes", "stop-all"], cwd=REPO, env=env, timeout=60,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if (home / "demo" / "specdeck.toml").exists():
+            subprocess.run([sys.executable, "-m", "backend.cli", "--workspace", str(home / "demo"),
+                            "processes", "stop-all"], cwd=REPO, env=env, timeout=60,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-@pytest.mark.timeout(240)
-def test_every_page_loads_without_exception(dashboard):
+@contextmanager
+def _browser():
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: scripts/test installs Debian's chromium (apt-get install chromium)")
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import sync_playwright
 
-    url, _home = dashboard
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    present = [(slug, title) for slug, title in PAGES if (REPO / "pages" / f"{slug}.py").exists()]
-    assert present, "no pages found"
     with sync_playwright() as pw:
         browser = pw.chromium.launch(
             executable_path=CHROMIUM, headless=True,
@@ -87,20 +85,53 @@ def test_every_page_loads_without_exception(dashboard):
                   "--disable-component-update", "--no-first-run"],
         )
         try:
-            page = browser.new_page(viewport={"width": 1600, "height": 1200})
-            # the frame runs first, so st.navigation (not the pages/ folder) defines the pages
-            page.goto(url, wait_until="domcontentloaded")
-            page.wait_for_selector("[data-testid='stAppViewContainer']", timeout=30_000)
-            expect(page.get_by_text("Workspace:").first).to_be_visible(timeout=30_000)
-            for slug, title in present:
-                page.locator("[data-testid='stSidebarNav'] a").filter(has_text=title).first.click()
-                page.wait_for_selector("[data-testid='stApp'][data-test-connection-state='CONNECTED']",
-                                       timeout=30_000)
-                expect(page.get_by_role("heading", name=title).first).to_be_visible(timeout=30_000)
-                page.wait_for_timeout(2500)  # let the first live fragments draw
-                page.screenshot(path=str(SHOTS / f"{slug}.png"), full_page=True)
-                expect(page.get_by_text("Workspace:").first).to_be_visible()
-                exc = page.locator("[data-testid='stException']")
-                assert exc.count() == 0, f"{slug}: exception shown: {exc.first.inner_text()[:2000]}"
+            yield browser.new_page(viewport={"width": 1600, "height": 1200})
         finally:
             browser.close()
+
+
+@pytest.fixture(scope="module")
+def dashboard(tmp_path_factory):
+    home = tmp_path_factory.mktemp("e2e-home")
+    with _serve(home) as url:
+        yield url, home
+
+
+@pytest.mark.timeout(240)
+def test_every_page_loads_without_exception(dashboard):
+    from playwright.sync_api import expect
+
+    url, _home = dashboard
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    present = [(slug, title) for slug, title in PAGES if (REPO / "pages" / f"{slug}.py").exists()]
+    assert present, "no pages found"
+    with _browser() as page:
+        # the frame runs first, so st.navigation (not the pages/ folder) defines the pages
+        page.goto(url, wait_until="domcontentloaded")
+        page.wait_for_selector("[data-testid='stAppViewContainer']", timeout=30_000)
+        expect(page.get_by_text("Workspace:").first).to_be_visible(timeout=30_000)
+        for slug, title in present:
+            page.locator("[data-testid='stSidebarNav'] a").filter(has_text=title).first.click()
+            page.wait_for_selector("[data-testid='stApp'][data-test-connection-state='CONNECTED']",
+                                   timeout=30_000)
+            expect(page.get_by_role("heading", name=title).first).to_be_visible(timeout=30_000)
+            page.wait_for_timeout(2500)  # let the first live fragments draw
+            page.screenshot(path=str(SHOTS / f"{slug}.png"), full_page=True)
+            expect(page.get_by_text("Workspace:").first).to_be_visible()
+            exc = page.locator("[data-testid='stException']")
+            assert exc.count() == 0, f"{slug}: exception shown: {exc.first.inner_text()[:2000]}"
+
+
+@pytest.mark.timeout(240)
+def test_a_page_url_opened_first_gets_the_frame(tmp_path):
+    """The first request of a fresh server straight to a page's URL still shows the frame."""
+    from playwright.sync_api import expect
+
+    with _serve(tmp_path) as url, _browser() as page:
+        page.goto(f"{url}/gpus", wait_until="domcontentloaded")
+        expect(page.get_by_role("heading", name="GPUs").first).to_be_visible(timeout=60_000)
+        expect(page.get_by_text("Workspace:").first).to_be_visible(timeout=30_000)
+        nav = page.locator("[data-testid='stSidebarNav'] a")
+        titles = [nav.nth(i).inner_text().strip().splitlines()[-1].strip() for i in range(nav.count())]
+        assert titles == ["Servers", "Processes", "GPUs"], titles  # not the pages/ folder's file names
+        assert page.locator("[data-testid='stException']").count() == 0
