@@ -206,6 +206,18 @@ def _import_pynvml() -> Any:
     return pynvml
 
 
+# core readings without special handling: (versioned call name, GpuSample field it fills)
+_SIMPLE_FIELDS = (
+    ("temp", "temp_c"),
+    ("power", "power_w"),
+    ("plimit", "power_limit_w"),
+    ("sm_clock", "sm_clock_mhz"),
+    ("mem_clock", "mem_clock_mhz"),
+    ("throttle", "throttle"),
+    ("procs", "processes"),
+)
+
+
 class NvmlAdapter:
     """Lazy, thread-safe NVML reader.
 
@@ -620,27 +632,13 @@ class NvmlAdapter:
                     na["mem_total"] = why  # type: ignore[assignment]
             else:
                 used, total = int(mem.used), int(mem.total)
-            temp, why = read("temp", h, i)
-            if temp is None:
-                na["temp_c"] = why  # type: ignore[assignment]
-            power, why = read("power", h, i)
-            if power is None:
-                na["power_w"] = why  # type: ignore[assignment]
-            plimit, why = read("plimit", h, i)
-            if plimit is None:
-                na["power_limit_w"] = why  # type: ignore[assignment]
-            sm, why = read("sm_clock", h, i)
-            if sm is None:
-                na["sm_clock_mhz"] = why  # type: ignore[assignment]
-            mclk, why = read("mem_clock", h, i)
-            if mclk is None:
-                na["mem_clock_mhz"] = why  # type: ignore[assignment]
-            mask, why = read("throttle", h, i)
-            if mask is None:
-                na["throttle"] = why  # type: ignore[assignment]
-            procs, why = read("procs", h, i)
-            if procs is None:
-                na["processes"] = why  # type: ignore[assignment]
+            got: dict[str, Any] = {}
+            for call, field in _SIMPLE_FIELDS:  # one reading each; a failure is N/A with its reason
+                got[call], why = read(call, h, i)
+                if got[call] is None:
+                    na[field] = why  # type: ignore[assignment]
+            temp, power, plimit = got["temp"], got["power"], got["plimit"]
+            sm, mclk, mask, procs = got["sm_clock"], got["mem_clock"], got["throttle"], got["procs"]
             migs: tuple[MigDevice, ...] = ()
             if self._mig.get(i):
                 migs = tuple(self._sample_mig(mh, md) for mh, md in self._mig[i])
