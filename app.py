@@ -38,14 +38,14 @@ def _sidebar_status() -> None:
     views = rt.supervisor.views()
     counts: dict[str, int] = {}
     for v in views:
-        label = fmt.state_badge(str(getattr(v.state, "value", v.state)), v.exit_code).label
+        label = fmt.state_badge(v.state.value, v.exit_code).label
         counts[label] = counts.get(label, 0) + 1
     st.markdown("**Processes**")
     if not views:
         st.caption("none configured")
     for v in views:
-        if str(getattr(v.kind, "value", v.kind)) == "server":
-            badge = fmt.state_badge(str(getattr(v.state, "value", v.state)), v.exit_code)
+        if v.kind.value == "server":
+            badge = fmt.state_badge(v.state.value, v.exit_code)
             st.markdown(f"{badge.markdown()} {v.name}")
     summary = " · ".join(f"{n} {label.lower()}" for label, n in sorted(counts.items()))
     if summary:

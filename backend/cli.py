@@ -159,7 +159,7 @@ def cmd_stop(s: _Session, args: argparse.Namespace, out: TextIO) -> int:
 def cmd_stop_all(s: _Session, args: argparse.Namespace, out: TextIO) -> int:
     failed = 0
     for v in s.sup.views():
-        if v.state.value in ("STARTING", "RUNNING", "STOPPING", "BACKOFF"):
+        if v.live:
             try:
                 _report(s.sup.stop(v.name, actor=_actor(), source=SOURCE, wait=True), out)
             except SupervisorError as exc:

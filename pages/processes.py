@@ -25,14 +25,6 @@ page_header("Processes", "Everything Specdeck runs for you: servers, regeneratio
             "benchmarks. They keep running when this tab or the dashboard closes.")
 
 
-def _state(v) -> str:
-    return str(getattr(v.state, "value", v.state))
-
-
-def _kind(v) -> str:
-    return str(getattr(v.kind, "value", v.kind))
-
-
 @st.fragment(run_every=REFRESH_S)
 def overview() -> None:
     views = sup.views()
@@ -40,8 +32,8 @@ def overview() -> None:
         st.info("No managed processes yet: add a `[[process]]` entry to "
                 f"`{rt.workspace.config_path}` and reload.", icon=":material/info:")
         return
-    states = [_state(v) for v in views]
-    failed = sum(1 for v in views if _state(v) == "FATAL" or (_state(v) == "EXITED" and v.exit_code not in (0, None)))
+    states = [v.state.value for v in views]
+    failed = sum(1 for v in views if v.state.value == "FATAL" or (v.state.value == "EXITED" and v.exit_code not in (0, None)))
     c = st.columns(4)
     c[0].metric("Running", states.count("RUNNING"))
     c[1].metric("Starting / backoff", sum(states.count(s) for s in ("STARTING", "BACKOFF", "STOPPING")))
@@ -51,8 +43,8 @@ def overview() -> None:
     for v in views:
         rows.append({
             "name": v.name,
-            "kind": _kind(v),
-            "state": fmt.state_text(_state(v), v.exit_code),
+            "kind": v.kind.value,
+            "state": fmt.state_text(v.state.value, v.exit_code),
             "uptime": fmt.duration(v.uptime_s) if v.uptime_s is not None else "",
             "pid": "" if v.pid is None else str(v.pid),
             "exit code": "" if v.exit_code is None else str(v.exit_code),
@@ -110,9 +102,9 @@ def control(proc: str) -> None:
         st.info(f"**{proc}** is no longer in the workspace config.", icon=":material/info:")
         return
     with st.container(border=True):
-        state = _state(view)
-        active = state in ("STARTING", "RUNNING", "STOPPING", "BACKOFF")
-        st.markdown(f"{fmt.state_badge(state, view.exit_code).markdown()} &nbsp; **{view.name}** · {_kind(view)}"
+        state = view.state.value
+        active = view.live
+        st.markdown(f"{fmt.state_badge(state, view.exit_code).markdown()} &nbsp; **{view.name}** · {view.kind.value}"
                     + (f" · pid {view.pid}" if view.pid else ""))
         st.code(shlex.join(view.spec.argv), language="bash")
         b1, b2, b3, _ = st.columns([1, 1, 1, 3])

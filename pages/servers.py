@@ -44,7 +44,7 @@ name = st.selectbox("Server", names, index=names.index(default) if default in na
 
 
 def _state(v) -> str:
-    return str(getattr(v.state, "value", v.state)) if v is not None else "NEVER"
+    return v.state.value if v is not None else "NEVER"
 
 
 def _when(ts: float | None) -> str:
@@ -156,7 +156,7 @@ live(name)
 
 cfg = fleet.config(name)
 view = rt.supervisor.view(name)
-active = _state(view) in ("STARTING", "RUNNING", "STOPPING", "BACKOFF")
+active = view is not None and view.live
 
 st.subheader("Config and preflight")
 left, right = st.columns([3, 2])

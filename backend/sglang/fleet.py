@@ -163,8 +163,7 @@ class ServerFleet:
 
     def _running(self, name: str) -> bool:
         v = self.supervisor.view(name)
-        return v is not None and str(getattr(v.state, "value", v.state)) in ("STARTING", "RUNNING", "STOPPING",
-                                                                              "BACKOFF")
+        return v is not None and v.live
 
     def preflight(self, name: str, cfg: ServerConfig | None = None, *,
                   port_probe: Callable | None = None) -> list[Finding]:

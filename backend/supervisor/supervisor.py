@@ -87,6 +87,11 @@ class ProcessView:
     def active(self) -> bool:
         return self.state.is_active
 
+    @property
+    def live(self) -> bool:
+        """Running, starting, stopping or waiting to restart: a Stop has something to end."""
+        return self.state.is_active or self.state == S.BACKOFF
+
 
 @dataclass
 class _Run:

@@ -41,7 +41,7 @@ def workspace(tmp_path, monkeypatch):
     rt = runtime_mod._runtimes.get(tmp_path.resolve())
     if rt is not None:
         for v in rt.supervisor.views():
-            if str(getattr(v.state, "value", v.state)) in ("STARTING", "RUNNING", "STOPPING", "BACKOFF"):
+            if v.live:
                 rt.supervisor.stop(v.name, actor="test", source="test", wait=True)
     runtime_mod.close_all()
 
