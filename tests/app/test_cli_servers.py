@@ -12,12 +12,7 @@ import pytest
 from backend.cli import main
 from backend.sim.models import make_draft_dir, make_target_dir
 from state import Store, audit
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.helpers import free_port
 
 
 @pytest.fixture
@@ -35,7 +30,7 @@ name = "cli"
 [[server]]
 name = "kimi"
 model_path = "{target}"
-port = {_free_port()}
+port = {free_port()}
 simulate = true
 sglang_version = "0.5.10"
 env = {{ SPECDECK_SIM_SPEED = "200" }}

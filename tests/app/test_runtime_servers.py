@@ -12,21 +12,14 @@ from backend import runtime as runtime_mod
 from backend.runtime import PreflightBlocked
 from backend.sim.models import make_draft_dir, make_target_dir
 from state import audit
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.helpers import free_port
 
 
 @pytest.fixture
 def ws(tmp_path: Path, monkeypatch):
     target = make_target_dir(tmp_path / "m" / "target")
     draft = make_draft_dir(tmp_path / "m" / "draft", kind="eagle3", target_hidden_size=4096)
-    port = _free_port()
+    port = free_port()
     (tmp_path / "specdeck.toml").write_text(f"""
 [workspace]
 name = "srv"

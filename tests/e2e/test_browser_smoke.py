@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from tests.helpers import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
@@ -24,16 +24,10 @@ PAGES = [("servers", "Servers"), ("processes", "Processes"), ("gpus", "GPUs")]
 pytestmark = pytest.mark.browser
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextmanager
 def _serve(home: Path):
     """`streamlit run app.py` on a free port with the demo workspace under ``home``."""
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, SPECDECK_HOME=str(home), PYTHONUNBUFFERED="1")
     env.pop("SPECDECK_WORKSPACE", None)
     log = open(home / "streamlit.log", "wb")

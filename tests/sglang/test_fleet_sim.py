@@ -8,7 +8,6 @@ the end.
 from __future__ import annotations
 
 import json
-import socket
 import time
 
 import pytest
@@ -17,16 +16,9 @@ from backend.sglang.fleet import PreflightBlocked, ServerFleet
 from backend.supervisor.supervisor import Supervisor, SupervisorLoop
 from backend.workspace import Workspace, parse_config
 from state import Store, audit
+from tests.helpers import free_port
 
 pytest.importorskip("backend.sim.server")
-
-
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def wait_for(cond, timeout: float, what: str):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import time
 from pathlib import Path
 
@@ -11,15 +10,10 @@ from streamlit.testing.v1 import AppTest
 
 from backend import runtime as runtime_mod
 from backend.sim.models import make_draft_dir, make_target_dir
+from tests.helpers import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 PAGE = str(REPO / "pages" / "servers.py")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _workspace(root: Path, algorithm: str | None) -> None:
@@ -31,7 +25,7 @@ def _workspace(root: Path, algorithm: str | None) -> None:
 [[server]]
 name = "sim"
 model_path = "{target}"
-port = {_free_port()}
+port = {free_port()}
 simulate = true
 sglang_version = "0.5.10"
 decode_log_interval = 5

@@ -18,15 +18,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from backend.sim.models import make_draft_dir, make_target_dir
+from tests.helpers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 TS = r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Sim:
