@@ -81,7 +81,7 @@ def live_figures(snap) -> None:
     running = dec["running_req"][last] if last >= 0 else None
     speed = livefigures.speed_figures(tput, running, snap.baseline_tok_s)
     delta = livefigures.accept_vs_lifetime(acc, life)
-    c = st.columns(6)
+    c = st.columns(3) + st.columns(3)  # two rows: nothing cut at 1024 px
     c[0].metric("accept_len", fmt.accept_len(acc), delta=delta.text, delta_color=LEVEL_COLOUR[delta.level],
                 delta_arrow="off",
                 help="accept len of the latest decode line of this run: (accepted draft tokens + 1) per request "
@@ -91,7 +91,7 @@ def live_figures(snap) -> None:
                 help="this run's lifetime accept_len: /server_info avg_spec_accept_length, "
                      f"{_reading_age(snap.server_info)}")
     c[2].metric("per-request tok/s", fmt.NA if speed.per_request is None else f"{speed.per_request:,.1f}",
-                delta=None if speed.ratio is None else f"{speed.ratio:.2f}× single-stream baseline",
+                delta=None if speed.ratio is None else f"{speed.ratio:.2f}× baseline",
                 delta_color=LEVEL_COLOUR[speed.level],
                 delta_arrow="off" if speed.ratio is None else ("up" if speed.ratio >= 1 else "down"),
                 help="decode speed of one request: gen throughput ÷ #running-req of the latest decode line "
@@ -107,15 +107,18 @@ def live_figures(snap) -> None:
     hit, hit_from = livefigures.prefix_cache_hit_pct(snap.latest_prefill, metrics)
     c[5].metric("KV used · cache hit", f"{fmt.pct(None if usage is None else usage * 100)} · {fmt.pct(hit)}",
                 help="KV cache token usage of the latest decode line; prefix cache hit from " + hit_from)
-    colour = LEVEL_COLOUR[speed.level]
-    line = f":{colour}[{speed.comparison}]" if speed.ratio is not None else speed.comparison
-    st.caption(f"{line} · {speed.aggregate_text}, not compared with the single-stream baseline · "
-               f"colours: {livefigures.THRESHOLDS_TEXT}")
-    if not snap.run_live:
-        st.caption("No run in progress: the figures above are blank until the next run logs its own; the "
+    if dec["ts"]:
+        colour = LEVEL_COLOUR[speed.level]
+        line = f":{colour}[{speed.comparison}]" if speed.ratio is not None else speed.comparison
+        st.caption(f"{line} · {speed.aggregate_text}, not compared with the single-stream baseline · "
+                   f"colours: {livefigures.THRESHOLDS_TEXT}")
+    elif not snap.run_live:
+        st.caption("No run in progress: the figures above stay blank until the next run logs its own; the "
                    "charts keep the previous runs.")
-    elif snap.run_started_ts is not None and not dec["ts"]:
+    elif snap.run_started_ts is not None:
         st.caption(f"New run since {_when(snap.run_started_ts)}: its figures appear with its first decode line.")
+    else:
+        st.caption("No decode line yet.")
 
 
 def live_charts(snap) -> None:
@@ -130,11 +133,12 @@ def live_charts(snap) -> None:
     per_req = [None if t is None or not r else t / r for t, r in zip(dec["gen_throughput"], dec["running_req"])]
     charts.add_series(fig2, "per request", ts, per_req, fmt=",.1f", breaks=starts)
     charts.add_baseline(fig2, snap.baseline_tok_s, "single-stream baseline")
-    fig3 = charts.figure("Aggregate throughput (tok/s, all running requests)", y_title="tok/s", height=260)
+    fig3 = charts.figure("Aggregate tok/s (all requests)", y_title="tok/s", height=260)
     charts.add_series(fig3, "aggregate tok/s", ts, dec["gen_throughput"], fmt=",.1f", breaks=starts)
-    fig4 = charts.figure("Requests", y_title="requests", height=220)
+    fig4 = charts.figure("Requests", y_title="requests", height=260)
     charts.add_series(fig4, "running", ts, dec["running_req"], fmt=".0f", breaks=starts)
     charts.add_series(fig4, "queued", ts, dec["queue_req"], fmt=".0f", breaks=starts)
+    charts.legend_below(fig4)
     for f in (fig, fig2, fig3, fig4):
         charts.mark_restarts(f, starts)
     left, right = st.columns(2)

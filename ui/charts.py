@@ -158,5 +158,13 @@ def mark_restarts(fig: go.Figure, starts: Sequence[float], label: str = "restart
     for t in starts:
         x = datetime.fromtimestamp(t)
         fig.add_vline(x=x, line_dash="dot", line_color="#9333ea", line_width=1)
-        fig.add_annotation(x=x, y=1, yref="paper", yanchor="bottom", showarrow=False,
-                           text=f"{label} {x:%H:%M:%S}", font=dict(size=10, color="#9333ea"))
+        # inside the plot, at its foot: the top is taken by the range buttons and the legend
+        fig.add_annotation(x=x, y=0, yref="paper", yanchor="bottom", xanchor="left", showarrow=False,
+                           text=f"{label} {x:%H:%M:%S}", font=dict(size=10, color="#9333ea"),
+                           bgcolor="rgba(255,255,255,0.7)")
+
+
+def legend_below(fig: go.Figure) -> None:
+    """Legend under the x axis, where a narrow chart's range buttons cannot cover it."""
+    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.6, xanchor="left", x=0),
+                      margin=dict(b=90))

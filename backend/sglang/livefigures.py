@@ -105,13 +105,12 @@ def accept_vs_lifetime(current: float | None, lifetime: float | None, *,
     """
     if current is None:
         return AcceptDelta(None, "none")
-    at_floor = f"no draft token accepted (≤ {floor:.2f})"
     if lifetime is None:
-        return AcceptDelta(at_floor, "bad") if current <= floor else AcceptDelta(None, "none")
+        return AcceptDelta(f"≤ {floor:.2f}: no gain", "bad") if current <= floor else AcceptDelta(None, "none")
     delta = current - lifetime
+    if current <= floor:  # short: it must fit a metric's delta at 1024 px
+        return AcceptDelta(f"{delta:+.2f} · no gain", "bad")
     text = f"{delta:+.2f} vs lifetime"
-    if current <= floor:
-        return AcceptDelta(f"{text} · {at_floor}", "bad")
     if abs(delta) < SAME_DELTA:
         return AcceptDelta(text, "none")
     return AcceptDelta(text, ratio_level(current / lifetime if lifetime > 0 else None))

@@ -55,13 +55,13 @@ def test_ratio_levels():
 
 # (current, lifetime) -> (delta text, level)
 ACCEPT_TABLE = [
-    (1.00, 1.00, "+0.00 vs lifetime · no draft token accepted (≤ 1.05)", "bad"),  # was green
-    (1.05, 1.00, "+0.05 vs lifetime · no draft token accepted (≤ 1.05)", "bad"),
+    (1.00, 1.00, "+0.00 · no gain", "bad"),  # was "+0.00 vs lifetime" in green
+    (1.05, 1.00, "+0.05 · no gain", "bad"),
     (2.21, 2.21, "+0.00 vs lifetime", "none"),
     (2.40, 2.20, "+0.20 vs lifetime", "good"),
     (2.10, 2.20, "-0.10 vs lifetime", "warn"),  # 0.95 of the lifetime
     (1.80, 2.20, "-0.40 vs lifetime", "bad"),  # 0.82
-    (1.00, None, "no draft token accepted (≤ 1.05)", "bad"),
+    (1.00, None, "≤ 1.05: no gain", "bad"),
     (2.00, None, None, "none"),
     (None, 2.0, None, "none"),
 ]

@@ -92,7 +92,7 @@ def test_per_request_speed_against_the_baseline_and_a_new_run_starting_empty(pag
     m = {x.label: x for x in at.metric}
     # 136.5 tok/s at 4 running requests is 34.1 per request: 0.38 of the single-stream 90.0, red
     assert m["per-request tok/s"].value == "34.1"
-    assert m["per-request tok/s"].delta == "0.38× single-stream baseline" and colour(m["per-request tok/s"]) == "red"
+    assert m["per-request tok/s"].delta == "0.38× baseline" and colour(m["per-request tok/s"]) == "red"
     assert m["aggregate tok/s"].value == "136.5" and not m["aggregate tok/s"].delta  # no baseline comparison
     # accept_len 1.00 is red whatever its delta (no lifetime reading here: no server answers)
     assert m["accept_len"].value == "1.00" and colour(m["accept_len"]) == "red"
@@ -129,6 +129,15 @@ def test_per_request_speed_against_the_baseline_and_a_new_run_starting_empty(pag
     fig = at.get("plotly_chart")[0].proto.spec
     assert '"y":[1.0,1.0,null,2.52]' in fig.replace(" ", "")
 
+    # stopped (or waiting to restart after a crash): no figures, and the page says why
+    runs["sim"] = RunInfo("r2", t2, False)
+    at.run()
+    assert not at.exception, at.exception
+    m = {x.label: x for x in at.metric}
+    assert m["accept_len"].value == "N/A" and m["lifetime accept_len"].value == "N/A"
+    assert m["per-request tok/s"].value == "N/A" and m["aggregate tok/s"].value == "N/A"
+    assert "No run in progress" in _captions(at) and "single-stream baseline 90.0" not in _captions(at)
+
 
 @pytest.mark.timeout(120)
 def test_a_single_request_at_the_baseline_is_green(page):
@@ -143,6 +152,6 @@ def test_a_single_request_at_the_baseline_is_green(page):
     assert not at.exception, at.exception
     m = {x.label: x for x in at.metric}
     assert m["per-request tok/s"].value == "192.0" and colour(m["per-request tok/s"]) == "green"
-    assert m["per-request tok/s"].delta == "2.13× single-stream baseline"
+    assert m["per-request tok/s"].delta == "2.13× baseline"
     assert ("single-stream decode (1 running request) 192.0 tok/s vs single-stream baseline 90.0 tok/s (2.13×)"
             in _captions(at))
