@@ -154,14 +154,18 @@ def add_baseline(fig: go.Figure, value: float | None, label: str) -> None:
 
 
 def mark_restarts(fig: go.Figure, starts: Sequence[float], label: str = "restart") -> None:
-    """A dotted vertical line, labelled with the time, at each run start."""
-    for t in starts:
+    """A dotted vertical line at each run start; the latest is labelled with its time, the
+    earlier ones with ↻ (their time on hover), so close restarts do not write over each other."""
+    marks = sorted(starts)
+    for i, t in enumerate(marks):
         x = datetime.fromtimestamp(t)
         fig.add_vline(x=x, line_dash="dot", line_color="#9333ea", line_width=1)
-        # inside the plot, at its foot: the top is taken by the range buttons and the legend
-        fig.add_annotation(x=x, y=0, yref="paper", yanchor="bottom", xanchor="left", showarrow=False,
-                           text=f"{label} {x:%H:%M:%S}", font=dict(size=10, color="#9333ea"),
-                           bgcolor="rgba(255,255,255,0.7)")
+        latest = i == len(marks) - 1
+        # inside the plot, at its top: above it are the range buttons, at its foot the baseline labels
+        fig.add_annotation(x=x, y=1, yref="paper", yanchor="top", xanchor="left", showarrow=False,
+                           text=f"{label} {x:%H:%M:%S}" if latest else "↻",
+                           hovertext=f"{label} at {x:%Y-%m-%d %H:%M:%S}",
+                           font=dict(size=10, color="#9333ea"), bgcolor="rgba(255,255,255,0.7)")
 
 
 def legend_below(fig: go.Figure) -> None:

@@ -107,3 +107,17 @@ def test_a_break_survives_downsampling():
     dx, dy = downsample(bt, by, max_points=500)
     assert None in dy and dx[dy.index(None)] == 4_999.5
     _assert_no_bridge(bt, by, dx, dy)
+
+
+def test_restarts_are_marked_and_only_the_latest_is_labelled_with_its_time():
+    import time
+
+    from ui.charts import figure, mark_restarts
+
+    base = time.mktime(time.strptime("2026-11-30 09:00:00", "%Y-%m-%d %H:%M:%S"))
+    fig = figure("x")
+    mark_restarts(fig, [base + 70, base + 10, base + 40])
+    assert len(fig.layout.shapes) == 3 and all(s.line.dash == "dot" for s in fig.layout.shapes)
+    texts = [a.text for a in fig.layout.annotations]
+    assert texts == ["↻", "↻", "restart 09:01:10"]
+    assert [a.hovertext for a in fig.layout.annotations][0] == "restart at 2026-11-30 09:00:10"
