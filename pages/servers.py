@@ -11,6 +11,8 @@ from pydantic import ValidationError
 
 from backend.sglang.config import ALGORITHMS, ServerConfig
 from backend.sglang.fleet import PreflightBlocked, findings_as_rows
+from backend.sglang import livefigures
+from backend.sglang.alerts import ACCEPT_FLOOR
 from backend.sglang.preflight import has_errors
 from ui import charts, fmt
 from ui.components import confirm_box, freshness, page_header
@@ -64,6 +66,94 @@ def _reading_age(r) -> str:
     return f"{'read' if r.ok else 'failed'} {fmt.age(r.age())}" + ("" if r.ok else f" ({r.error})")
 
 
+# -- live figures: one run at a time, compared like with like --------------------
+
+LEVEL_COLOUR = {"good": "green", "warn": "orange", "bad": "red", "none": "gray"}
+
+
+def live_figures(snap) -> None:
+    """Key figures of the current run; tok/s against the single-stream baseline only per request."""
+    dec = snap.run_decode if snap.run_decode is not None else snap.decode
+    acc = _latest(dec["accept_len"])
+    life = snap.lifetime_accept_len
+    last = len(dec["ts"]) - 1
+    tput = dec["gen_throughput"][last] if last >= 0 else None
+    running = dec["running_req"][last] if last >= 0 else None
+    speed = livefigures.speed_figures(tput, running, snap.baseline_tok_s)
+    delta = livefigures.accept_vs_lifetime(acc, life)
+    c = st.columns(3) + st.columns(3)  # two rows: nothing cut at 1024 px
+    c[0].metric("accept_len", fmt.accept_len(acc), delta=delta.text, delta_color=LEVEL_COLOUR[delta.level],
+                delta_arrow="off",
+                help="accept len of the latest decode line of this run: (accepted draft tokens + 1) per request "
+                     f"step; against this run's lifetime average. Red at or below {ACCEPT_FLOOR:.2f} whatever the "
+                     f"delta; otherwise by the ratio to the lifetime average ({livefigures.THRESHOLDS_TEXT}).")
+    c[1].metric("lifetime accept_len", fmt.accept_len(life),
+                help="this run's lifetime accept_len: /server_info avg_spec_accept_length, "
+                     f"{_reading_age(snap.server_info)}")
+    c[2].metric("per-request tok/s", fmt.NA if speed.per_request is None else f"{speed.per_request:,.1f}",
+                delta=None if speed.ratio is None else f"{speed.ratio:.2f}× baseline",
+                delta_color=LEVEL_COLOUR[speed.level],
+                delta_arrow="off" if speed.ratio is None else ("up" if speed.ratio >= 1 else "down"),
+                help="decode speed of one request: gen throughput ÷ #running-req of the latest decode line "
+                     "(the single-stream figure when one request runs). Only this is compared with the "
+                     f"single-stream baseline_tok_s; colour by the ratio: {livefigures.THRESHOLDS_TEXT}.")
+    c[3].metric("aggregate tok/s", fmt.NA if tput is None else f"{tput:,.1f}",
+                help="gen throughput of the latest decode line: all running requests together. Not comparable "
+                     "with the single-stream baseline; a baseline at the same concurrency is needed for that.")
+    c[4].metric("running · queued", f"{fmt.count(running)} · {fmt.count(_latest(dec['queue_req']))}",
+                help="#running-req and #queue-req of the latest decode line of this run")
+    usage = _latest(dec["token_usage"])
+    metrics = snap.metrics.value if snap.run_live and snap.metrics is not None and snap.metrics.ok else None
+    hit, hit_from = livefigures.prefix_cache_hit_pct(snap.latest_prefill, metrics)
+    c[5].metric("KV used · cache hit", f"{fmt.pct(None if usage is None else usage * 100)} · {fmt.pct(hit)}",
+                help="KV cache token usage of the latest decode line; prefix cache hit from " + hit_from)
+    if dec["ts"]:
+        colour = LEVEL_COLOUR[speed.level]
+        line = f":{colour}[{speed.comparison}]" if speed.ratio is not None else speed.comparison
+        st.caption(f"{line} · {speed.aggregate_text}, not compared with the single-stream baseline · "
+                   f"colours: {livefigures.THRESHOLDS_TEXT}")
+    elif not snap.run_live:
+        st.caption("No run in progress: the figures above stay blank until the next run logs its own; the "
+                   "charts keep the previous runs.")
+    elif snap.run_started_ts is not None:
+        st.caption(f"New run since {_when(snap.run_started_ts)}: its figures appear with its first decode line.")
+    else:
+        st.caption("No decode line yet.")
+
+
+def live_charts(snap) -> None:
+    """Every run in the series; each restart breaks the lines and is marked."""
+    dec = snap.decode
+    ts, starts = dec["ts"], snap.run_starts
+    fig = charts.figure("accept_len", y_title="tokens per step", height=260)
+    charts.add_series(fig, "accept_len", ts, dec["accept_len"], fmt=".2f", breaks=starts)
+    fig.add_hline(y=1.0, line_dash="dot", line_color="#dc2626",
+                  annotation_text="1.0 = no draft token accepted", annotation_position="bottom left")
+    fig2 = charts.figure("Per-request decode (tok/s)", y_title="tok/s per request", height=260)
+    per_req = [None if t is None or not r else t / r for t, r in zip(dec["gen_throughput"], dec["running_req"])]
+    charts.add_series(fig2, "per request", ts, per_req, fmt=",.1f", breaks=starts)
+    charts.add_baseline(fig2, snap.baseline_tok_s, "single-stream baseline")
+    fig3 = charts.figure("Aggregate tok/s (all requests)", y_title="tok/s", height=260)
+    charts.add_series(fig3, "aggregate tok/s", ts, dec["gen_throughput"], fmt=",.1f", breaks=starts)
+    fig4 = charts.figure("Requests", y_title="requests", height=260)
+    charts.add_series(fig4, "running", ts, dec["running_req"], fmt=".0f", breaks=starts)
+    charts.add_series(fig4, "queued", ts, dec["queue_req"], fmt=".0f", breaks=starts)
+    charts.legend_below(fig4)
+    for f in (fig, fig2, fig3, fig4):
+        charts.mark_restarts(f, starts)
+    left, right = st.columns(2)
+    left.plotly_chart(fig, width="stretch", key="srv-acc-chart")
+    right.plotly_chart(fig2, width="stretch", key="srv-tput-chart")
+    left, right = st.columns(2)
+    left.plotly_chart(fig3, width="stretch", key="srv-agg-chart")
+    right.plotly_chart(fig4, width="stretch", key="srv-req-chart")
+    if starts:
+        st.caption(f"{len(starts)} restart(s) in this history, marked by dotted lines: each run's line starts afresh.")
+    if snap.accept_rate_meaning != "none":
+        st.caption(f"accept rate in this log means {snap.accept_rate_description}; compare accept_len "
+                   "across versions, not accept rate.")
+
+
 # -- live status ------------------------------------------------------------------
 
 @st.fragment(run_every=REFRESH_S)
@@ -101,44 +191,9 @@ def live(server: str) -> None:
         if snap.phase_detail:
             st.caption(snap.phase_detail[:200])
 
-    dec = snap.decode
-    acc = _latest(dec["accept_len"])
-    tput = _latest(dec["gen_throughput"])
-    life = snap.lifetime_accept_len
-    c = st.columns(6)
-    c[0].metric("accept_len", fmt.accept_len(acc),
-                delta=None if acc is None or life is None else f"{acc - life:+.2f} vs life",
-                help="accept len of the latest decode line: (accepted draft tokens + 1) per request step; delta against the lifetime average")
-    c[1].metric("lifetime", fmt.accept_len(life),
-                help=f"lifetime accept_len: /server_info avg_spec_accept_length, {_reading_age(snap.server_info)}")
-    c[2].metric("tok/s", fmt.NA if tput is None else f"{tput:,.1f}",
-                delta=None if tput is None or snap.baseline_tok_s is None
-                else f"{tput - snap.baseline_tok_s:+,.1f} vs base",
-                help="gen throughput (token/s) of the latest decode line, all requests; delta against the baseline")
-    c[3].metric("running", fmt.count(_latest(dec["running_req"])))
-    c[4].metric("queued", fmt.count(_latest(dec["queue_req"])))
-    usage = _latest(dec["token_usage"])
-    c[5].metric("KV cache", fmt.pct(None if usage is None else usage * 100))
-
-    if dec["ts"]:
-        ts = dec["ts"]
-        fig = charts.figure("accept_len", y_title="tokens per step", height=260)
-        charts.add_series(fig, "accept_len", ts, dec["accept_len"], fmt=".2f")
-        fig.add_hline(y=1.0, line_dash="dot", line_color="#dc2626",
-                      annotation_text="1.0 = no draft token accepted", annotation_position="bottom left")
-        fig2 = charts.figure("Generation throughput (tok/s)", y_title="tok/s", height=260)
-        charts.add_series(fig2, "gen throughput", ts, dec["gen_throughput"], fmt=",.1f")
-        charts.add_baseline(fig2, snap.baseline_tok_s, "baseline")
-        l, r = st.columns(2)
-        l.plotly_chart(fig, width="stretch", key="srv-acc-chart")
-        r.plotly_chart(fig2, width="stretch", key="srv-tput-chart")
-        fig3 = charts.figure("Requests", y_title="requests", height=220)
-        charts.add_series(fig3, "running", ts, dec["running_req"], fmt=".0f")
-        charts.add_series(fig3, "queued", ts, dec["queue_req"], fmt=".0f")
-        st.plotly_chart(fig3, width="stretch", key="srv-req-chart")
-        if snap.accept_rate_meaning != "none":
-            st.caption(f"accept rate in this log means {snap.accept_rate_description}; compare accept_len "
-                       "across versions, not accept rate.")
+    live_figures(snap)
+    if snap.decode["ts"]:
+        live_charts(snap)
     elif snap.status == "ready":
         st.info("Ready, but no decode line yet: lines appear every `decode_log_interval` decode steps "
                 "once requests arrive.", icon=":material/info:")

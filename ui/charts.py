@@ -34,29 +34,81 @@ def colour_for(name: str) -> str:
 
 
 def downsample(xs: Sequence[float], ys: Sequence[float | None], max_points: int = MAX_POINTS):
-    """Min/max bucket downsampling so spikes survive; ``None`` gaps are kept."""
+    """Min/max bucket downsampling so spikes survive; gaps stay gaps.
+
+    Each bucket keeps its lowest and highest point.  Wherever the input has a
+    gap (a ``None``) between two kept points, the output has one too (at the
+    first missing point), so a line never bridges missing data.  The output
+    holds at most about ``max_points`` points: buckets are fewer when there
+    are many gaps to keep.
+    """
     n = len(xs)
     if n <= max_points:
         return list(xs), list(ys)
-    buckets = max(1, max_points // 2)
+    # none_before[i]: missing points among ys[:i]
+    none_before = [0] * (n + 1)
+    gaps = 0
+    for i, y in enumerate(ys):
+        missing = y is None
+        none_before[i + 1] = none_before[i] + missing
+        if missing and (i == 0 or ys[i - 1] is not None):
+            gaps += 1
+    keep_gaps = min(gaps, max_points // 2)
+    buckets = max(1, (max_points - keep_gaps) // 2)
     size = n / buckets
+    kept: list[int] = []
+    for b in range(buckets):
+        lo, hi = int(b * size), min(int((b + 1) * size), n)
+        idx = [i for i in range(lo, hi) if ys[i] is not None]
+        if not idx:
+            continue
+        imin = min(idx, key=ys.__getitem__)
+        imax = max(idx, key=ys.__getitem__)
+        kept.extend(sorted({imin, imax}))
     out_x: list[float] = []
     out_y: list[float | None] = []
-    for b in range(buckets):
-        lo, hi = int(b * size), int((b + 1) * size)
-        seg = [(xs[i], ys[i]) for i in range(lo, min(hi, n))]
-        vals = [p for p in seg if p[1] is not None]
-        if not vals:
-            if seg:
-                out_x.append(seg[0][0])
-                out_y.append(None)
-            continue
-        pmin = min(vals, key=lambda p: p[1])
-        pmax = max(vals, key=lambda p: p[1])
-        for p in sorted({pmin, pmax}, key=lambda p: p[0]):
-            out_x.append(p[0])
-            out_y.append(p[1])
+
+    def gap_in(a: int, b: int) -> None:  # a gap in ys[a:b] becomes one None
+        if none_before[b] - none_before[a] > 0:
+            first = next(j for j in range(a, b) if ys[j] is None)
+            out_x.append(xs[first])
+            out_y.append(None)
+
+    prev = 0
+    for i in kept:
+        gap_in(prev, i)
+        out_x.append(xs[i])
+        out_y.append(ys[i])
+        prev = i + 1
+    gap_in(prev, n)
     return out_x, out_y
+
+
+def with_breaks(ts: Sequence[float | None], ys: Sequence[float | None], starts: Sequence[float]):
+    """``ts``/``ys`` with a gap (``None``) at each run start that falls between two points.
+
+    A point logged strictly after a start belongs to the run that begins
+    there, so a restart never joins the previous run's last point to the new
+    run's first.
+    """
+    if not starts:
+        return list(ts), list(ys)
+    marks = sorted(starts)
+    out_t: list[float | None] = []
+    out_y: list[float | None] = []
+    k = 0
+    prev: float | None = None
+    for t, y in zip(ts, ys):
+        if t is not None:
+            while k < len(marks) and marks[k] < t:
+                if prev is not None and marks[k] >= prev:
+                    out_t.append(marks[k])
+                    out_y.append(None)
+                k += 1
+            prev = t
+        out_t.append(t)
+        out_y.append(y)
+    return out_t, out_y
 
 
 def to_local(ts: Sequence[float]) -> list[datetime]:
@@ -83,8 +135,10 @@ def figure(title: str | None = None, *, y_title: str | None = None, height: int 
 
 def add_series(fig: go.Figure, name: str, ts: Sequence[float], ys: Sequence[float | None], *,
                colour: str | None = None, mode: str = "lines", dash: str | None = None,
-               fmt: str = ".2f") -> None:
-    xs, vals = downsample(ts, ys)
+               fmt: str = ".2f", breaks: Sequence[float] = ()) -> None:
+    """One line; ``breaks`` (run starts) cut it, so runs are never joined."""
+    timed = [(t, y) for t, y in zip(ts, ys) if t is not None]  # a point without a time has no place
+    xs, vals = downsample(*with_breaks([t for t, _ in timed], [y for _, y in timed], breaks))
     fig.add_trace(go.Scatter(
         x=to_local(xs), y=vals, name=name, mode=mode, connectgaps=False,
         line=dict(color=colour or colour_for(name), dash=dash),
@@ -97,3 +151,24 @@ def add_baseline(fig: go.Figure, value: float | None, label: str) -> None:
         return
     fig.add_hline(y=value, line_dash="dash", line_color="#6b7280",
                   annotation_text=f"{label}: {value:,.1f}", annotation_position="top left")
+
+
+def mark_restarts(fig: go.Figure, starts: Sequence[float], label: str = "restart") -> None:
+    """A dotted vertical line at each run start; the latest is labelled with its time, the
+    earlier ones with ↻ (their time on hover), so close restarts do not write over each other."""
+    marks = sorted(starts)
+    for i, t in enumerate(marks):
+        x = datetime.fromtimestamp(t)
+        fig.add_vline(x=x, line_dash="dot", line_color="#9333ea", line_width=1)
+        latest = i == len(marks) - 1
+        # inside the plot, at its top: above it are the range buttons, at its foot the baseline labels
+        fig.add_annotation(x=x, y=1, yref="paper", yanchor="top", xanchor="left", showarrow=False,
+                           text=f"{label} {x:%H:%M:%S}" if latest else "↻",
+                           hovertext=f"{label} at {x:%Y-%m-%d %H:%M:%S}",
+                           font=dict(size=10, color="#9333ea"), bgcolor="rgba(255,255,255,0.7)")
+
+
+def legend_below(fig: go.Figure) -> None:
+    """Legend under the x axis, where a narrow chart's range buttons cannot cover it."""
+    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.6, xanchor="left", x=0),
+                      margin=dict(b=90))

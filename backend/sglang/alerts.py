@@ -47,17 +47,21 @@ def spec_accept_alert(points: Iterable[tuple[float | None, float | None]], *, sp
     first = after[:first_lines]
     fired_at: float | None = None
     basis = ""
+    used: list[tuple[float, float]] = []
     if len(first) >= first_lines and all(a <= floor for _, a in first):
         fired_at = first[-1][0]
         basis = f"the first {first_lines} decode lines after ready"
+        used = first
     elif now - ready_ts >= window_s:
+        # the window includes its end: a line logged at ready + window_s counts
         window = [(ts, a) for ts, a in after if ts <= ready_ts + window_s]
         if window and all(a <= floor for _, a in window):
             fired_at = ready_ts + window_s
             basis = f"the first {window_s:.0f} s after ready ({len(window)} decode line(s))"
+            used = window
     if fired_at is None:
         return None
-    worst = max(a for _, a in first)
+    worst = max(a for _, a in used)  # of the lines the alert rests on, not of later ones
     causes = []
     if algorithm == "EAGLE" and draft_arch and "Eagle3" in draft_arch:
         causes.append(f"The server runs --speculative-algorithm EAGLE with an EAGLE-3 draft ({draft_arch}): "

@@ -29,6 +29,7 @@ from backend.sglang.config import ServerConfig
 from backend.sglang.launch import build_argv, to_process_spec
 from backend.sglang.monitor import ServerMonitor, ServerSnapshot
 from backend.sglang.preflight import Finding, has_errors, run_preflight
+from backend.sglang.runs import RunInfo
 from backend.sglang.version import Capabilities, resolve_capabilities
 from backend.supervisor.spec import ProcessSpec
 
@@ -140,13 +141,21 @@ class ServerFleet:
     def monitor(self, name: str) -> ServerMonitor:
         return self._monitors[name]
 
+    def _run(self, name: str) -> RunInfo | None:
+        """The supervisor's current run of ``name`` (its figures are the only ones shown)."""
+        try:
+            return RunInfo.of(self.supervisor.view(name))
+        except Exception:  # a supervisor that cannot answer: the log alone decides
+            log.exception("could not read the supervisor's view of %s", name)
+            return None
+
     def snapshot(self, name: str) -> ServerSnapshot:
-        return self._monitors[name].snapshot()
+        return self._monitors[name].snapshot(self._run(name))
 
     def snapshots(self) -> list[ServerSnapshot]:
         with self._lock:
-            monitors = list(self._monitors.values())
-        return [m.snapshot() for m in monitors]
+            monitors = list(self._monitors.items())
+        return [m.snapshot(self._run(n)) for n, m in monitors]
 
     def active_alerts(self) -> list[Alert]:
         out = []

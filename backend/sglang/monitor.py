@@ -22,6 +22,8 @@ from backend.sglang.ingest import FileWatcher, IngestStats, LogIngester, Unparse
 from backend.sglang.launch import endpoints
 from backend.sglang.logparse import FatalEvent, Phase, PhaseEvent, rank_label
 from backend.sglang.modelinfo import ModelInfoError, read_json_config
+from backend.sglang.runs import (RunInfo, current_run_start, readings_after, readings_boundary, run_starts,
+                                 split_series)
 from backend.sglang.version import Capabilities, capabilities, resolve_capabilities
 
 log = logging.getLogger(__name__)
@@ -88,6 +90,12 @@ class ServerSnapshot:
     unparsed: tuple[UnparsedLine, ...]
     log_tail: tuple[str, ...]
     watching: bool  # watchdog events arrive; otherwise timer polling only
+    # runs: a restart (relaunch, crash and restart, stop and start) begins a new run
+    run_id: str | None = None  # the supervisor's id of the current run, when known
+    run_started_ts: float | None = None  # where the current run begins (None: one run only)
+    run_live: bool = True  # the current run's process is starting or running
+    run_starts: tuple[float, ...] = ()  # every run start within the series (chart markers and breaks)
+    run_decode: dict | None = None  # the current run's decode series (empty while it loads)
 
     @property
     def ready(self) -> bool:
@@ -95,7 +103,10 @@ class ServerSnapshot:
 
     @property
     def lifetime_accept_len(self) -> float | None:
+        """/server_info's average over the current run (None once the run has ended)."""
         si = self.server_info
+        if not self.run_live:
+            return None
         return si.value.avg_spec_accept_length if si is not None and si.ok and si.value else None
 
 
@@ -236,14 +247,41 @@ class ServerMonitor:
 
     # -- snapshot -------------------------------------------------------------------
 
-    def snapshot(self) -> ServerSnapshot:
+    def _drop_readings_before(self, t: float | None) -> None:
+        """Forget HTTP answers given before ``t`` (by the previous run's process)."""
+        if t is None:
+            return
+        kept = readings_after((self._health, self._metrics, self._server_info), t)
+        if kept != [self._health, self._metrics, self._server_info]:
+            self._health, self._metrics, self._server_info = kept
+            self._generation += 1  # and any still in flight
+
+    def snapshot(self, run: RunInfo | None = None) -> ServerSnapshot:
+        """The current state; ``run`` is what the supervisor knows of the current run.
+
+        Figures belong to one run: the latest values, ``run_decode``,
+        ``latest_*``, HTTP readings and the lifetime accept_len come from the
+        current run only, so a relaunched server shows nothing until its new
+        process logs something.  ``decode`` keeps every run for the charts,
+        which break their lines at ``run_starts``.
+        """
         now = self.clock()
         with self._lock:
             ing = self.ingester
             su = ing.startup
             cfg = self.cfg
             decode = ing.decode.as_lists()
-            spec_on = cfg.spec_enabled or ing.spec_seen
+            log_start = su.launched_ts if su.run_index else None
+            starts = run_starts(su.events, log_start)
+            start = current_run_start(log_start, run)
+            if run is not None and run.started_at is not None and (not starts or run.started_at > starts[-1] + 1):
+                starts.append(run.started_at)  # started, but its log header is not read yet
+            self._drop_readings_before(readings_boundary(log_start, run))
+            live = run is None or run.live
+            run_decode = split_series(decode, start) if live else {k: [] for k in decode}
+            first_ts = next((t for t in decode["ts"] if t is not None), None)
+            chart_starts = tuple(s for s in starts if first_ts is not None and s >= first_ts)
+            spec_on = cfg.spec_enabled or any(a is not None for a in run_decode["accept_len"])
             si = self._server_info
             if si is not None and si.ok and si.value and si.value.speculative_algorithm:
                 spec_on = True
@@ -254,22 +292,30 @@ class ServerMonitor:
             if ready_ts is None and self._health is not None and self._health.ok and su.run_index == 0 \
                     and su.phase is None:
                 ready_ts = self._health.at  # no startup lines seen (log rotated): ready since first 200
-            alert = spec_accept_alert(zip(decode["ts"], decode["accept_len"]), spec_on=spec_on,
+            alert = spec_accept_alert(zip(run_decode["ts"], run_decode["accept_len"]), spec_on=spec_on,
                                       ready_ts=ready_ts, now=now, algorithm=algorithm,
                                       draft_arch=self._draft_arch)
-            fatal = FatalInfo.of(su.fatal) if su.fatal is not None else None
+            # the supervisor started a run whose log header is not read yet: the
+            # log's startup state (phase, ready, fatal) is the previous run's
+            unlogged = run is not None and run.started_at is not None and \
+                (log_start is None or run.started_at > log_start + 1.0)
+            fatal = FatalInfo.of(su.fatal) if su.fatal is not None and not unlogged else None
             health = self._health
+            if unlogged:
+                ready_ts = alert = None
             if fatal is not None:
                 status = "failed"
             elif health is not None and health.ok:
                 status = "ready"
+            elif unlogged:
+                status = "starting"
             elif su.phase is not None and su.phase < Phase.READY:
                 status = "starting"
             elif su.phase is None:
                 status = "no-log" if not self.log_path.exists() else "starting"
             else:
                 status = "unreachable" if health is not None else "ready"
-            phase = su.phase
+            phase = None if unlogged else su.phase
             return ServerSnapshot(
                 name=cfg.name,
                 taken_at=now,
@@ -283,10 +329,10 @@ class ServerMonitor:
                 status=status,
                 phase=phase.name if phase is not None else None,
                 phase_label=phase.label if phase is not None else None,
-                phase_percent=su.percent,
-                phase_detail=su.detail,
-                progress=su.progress,
-                launched_ts=su.launched_ts,
+                phase_percent=None if unlogged else su.percent,
+                phase_detail="" if unlogged else su.detail,
+                progress=0.0 if unlogged else su.progress,
+                launched_ts=run.started_at if unlogged else su.launched_ts,
                 ready_ts=ready_ts,
                 startup_events=tuple((e.ts, e.phase.name, e.detail) for e in su.events if isinstance(e, PhaseEvent)),
                 fatal=fatal,
@@ -296,8 +342,8 @@ class ServerMonitor:
                 accept_rate_meaning=ing.accept_rate_meaning,
                 accept_rate_description=ing.accept_rate_description,
                 ranks=tuple(sorted(rank_label(r) for r in ing.ranks_seen)),
-                latest_decode=ing.last_decode.to_dict() if ing.last_decode else None,
-                latest_prefill=ing.last_prefill.to_dict() if ing.last_prefill else None,
+                latest_decode=_in_run(ing.last_decode, start, live),
+                latest_prefill=_in_run(ing.last_prefill, start, live),
                 health=health,
                 metrics=self._metrics,
                 server_info=si,
@@ -306,4 +352,18 @@ class ServerMonitor:
                 unparsed=tuple(ing.unparsed),
                 log_tail=tuple(ing.tail),
                 watching=self._watcher is not None and self._watcher.active,
+                run_id=run.run_id if run is not None else None,
+                run_started_ts=start,
+                run_live=live,
+                run_starts=chart_starts,
+                run_decode=run_decode,
             )
+
+
+def _in_run(rec, start: float | None, live: bool) -> dict | None:
+    """``rec`` as a dict when it belongs to the current run (logged after ``start``)."""
+    if rec is None or not live:
+        return None
+    if start is not None and (rec.ts is None or rec.ts <= start):
+        return None
+    return rec.to_dict()

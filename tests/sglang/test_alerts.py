@@ -55,3 +55,31 @@ def test_a_previous_runs_lines_in_the_ready_second_do_not_hide_the_alert():
     a = spec_accept_alert(points, spec_on=True, ready_ts=ready, now=1002.0, algorithm="EAGLE",
                           draft_arch="LlamaForCausalLMEagle3")
     assert a is not None and a.since == 1002.0
+
+
+# -- the 60 s window, both ends (fewer than three lines, so only the window can decide) ----------------
+
+def test_a_good_line_at_ready_plus_59_s_is_inside_the_window():
+    points = [(READY + 10, 1.0), (READY + 59, 1.6)]
+    assert spec_accept_alert(points, spec_on=True, ready_ts=READY, now=READY + 120) is None
+
+
+def test_a_good_line_at_ready_plus_60_s_is_inside_the_window():
+    points = [(READY + 10, 1.0), (READY + 60, 1.6)]
+    assert spec_accept_alert(points, spec_on=True, ready_ts=READY, now=READY + 120) is None
+
+
+def test_a_good_line_at_ready_plus_61_s_is_outside_the_window():
+    points = [(READY + 10, 1.0), (READY + 61, 1.6)]
+    a = spec_accept_alert(points, spec_on=True, ready_ts=READY, now=READY + 120)
+    assert a is not None and a.since == READY + 60
+    assert "1 decode line(s)" in a.message
+    # the highest accept_len named is that of the lines the alert rests on, not the later good one
+    assert "highest 1.00" in a.message and "1.60" not in a.message
+
+
+def test_the_window_decides_only_once_60_s_have_passed():
+    points = [(READY + 10, 1.0), (READY + 20, 1.02)]
+    assert spec_accept_alert(points, spec_on=True, ready_ts=READY, now=READY + 59.9) is None
+    a = spec_accept_alert(points, spec_on=True, ready_ts=READY, now=READY + 60)
+    assert a is not None and a.since == READY + 60 and "highest 1.02" in a.message

@@ -7,18 +7,21 @@ the end.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
+import signal
 import time
 
 import pytest
 
+import backend.sim.server  # noqa: F401  (our own simulator: a broken import fails, never skips)
 from backend.sglang.fleet import PreflightBlocked, ServerFleet
+from backend.supervisor.spec import RestartPolicy
 from backend.supervisor.supervisor import Supervisor, SupervisorLoop
 from backend.workspace import Workspace, parse_config
 from state import Store, audit
 from tests.helpers import free_port
-
-pytest.importorskip("backend.sim.server")
 
 
 def wait_for(cond, timeout: float, what: str):
@@ -113,6 +116,177 @@ num_draft_tokens = 4
         try:
             v = sup.view("sim")
             if v is not None and v.state.is_active:
+                sup.stop("sim", actor="test", source="teardown", wait=True)
+        finally:
+            loop.stop()
+            fleet.close()
+            sup.close()
+            store.close()
+
+
+def _no_old_figures(s, what: str) -> None:
+    """Nothing of a previous run stands for the current one."""
+    assert s.latest_decode is None, f"{what}: latest decode line {s.latest_decode}"
+    assert s.run_decode["accept_len"] == [] and s.run_decode["gen_throughput"] == [], \
+        f"{what}: {list(zip(s.run_decode['ts'], s.run_decode['accept_len']))}"
+    assert s.lifetime_accept_len is None, f"{what}: lifetime accept_len {s.lifetime_accept_len}"
+    assert s.alert is None, what
+
+
+@pytest.mark.timeout(300)
+def test_a_restart_starts_a_new_run_with_no_figures_of_the_old_one(tmp_path, kimi):
+    port = free_port()
+    root = tmp_path / "ws"
+    root.mkdir()
+    text = f"""
+[workspace]
+name = "t"
+
+[[server]]
+name = "sim"
+model_path = {json.dumps(str(kimi["target"]))}
+port = {port}
+tp_size = 8
+simulate = true
+sglang_version = "0.5.10"
+decode_log_interval = 5
+baseline_tok_s = 90.0
+env = {{ SPECDECK_SIM_SPEED = "50", SPECDECK_SIM_TRAFFIC = "4" }}
+
+[server.speculative]
+algorithm = "EAGLE3"
+draft_model_path = {json.dumps(str(kimi["draft"]))}
+num_steps = 3
+eagle_topk = 1
+num_draft_tokens = 4
+"""
+    (root / "specdeck.toml").write_text(text)
+    ws = Workspace(root=root, config_path=root / "specdeck.toml", config=parse_config(text, root / "specdeck.toml"))
+    ws.ensure_dirs()
+    store = Store(ws.store_path)
+    sup = Supervisor(store, ws.run_dir)
+    fleet = ServerFleet(ws, sup, store, gpu_probe=lambda: None,
+                        monitor_kwargs={"poll_interval_s": 0.2, "http_interval_s": 0.3})
+    loop = SupervisorLoop(sup, interval_s=0.2)
+    sup.sync_specs(fleet.specs())
+    loop.start()
+    try:
+        fleet.launch("sim", actor="tester")
+        old = wait_for(lambda: (s := fleet.snapshot("sim")).status == "ready" and len(s.run_decode["ts"]) >= 2
+                       and s.lifetime_accept_len is not None and s, 120, "run 1 ready and decoding")
+        assert old.latest_decode is not None and old.latest_decode["accept_len"] > 1.05
+        old_run = old.run_id
+        assert old_run == sup.view("sim").run_id
+
+        # relaunch with a slow startup (about 10 s of loading), so the window is wide enough to look into
+        cfg = fleet.config("sim")
+        slow = cfg.model_copy(update={"env": {**cfg.env, "SPECDECK_SIM_SPEED": "2"}})
+        fleet.launch("sim", slow, actor="tester")
+        seen_loading = 0
+        deadline = time.time() + 120
+        while True:
+            s = fleet.snapshot("sim")
+            if s.run_id != old_run and s.ready:
+                break
+            _no_old_figures(s, f"status={s.status} phase={s.phase} run={s.run_id}")
+            if s.run_id != old_run and s.phase in ("LAUNCHED", "INIT", "WEIGHTS", "KV_CACHE", "CUDA_GRAPH"):
+                seen_loading += 1
+            assert time.time() < deadline, "run 2 never became ready"
+            time.sleep(0.1)
+        assert seen_loading >= 3  # the new process was seen loading, several times, with nothing of run 1
+        # the charts keep run 1, and mark where run 2 began
+        assert len(s.decode["ts"]) >= 2 and s.run_starts and s.run_starts[-1] >= old.decode["ts"][-1]
+        new = wait_for(lambda: (s := fleet.snapshot("sim")) and s.run_decode["ts"] and s, 60, "run 2 decoding")
+        assert all(t > new.run_started_ts for t in new.run_decode["ts"])
+        assert new.latest_decode is not None and new.latest_decode["ts"] > new.run_started_ts
+
+        # stop, then start: the same again
+        fleet.stop("sim", actor="tester", wait=True)
+        _no_old_figures(fleet.snapshot("sim"), "stopped")
+        fleet.launch("sim", actor="tester")
+        while not (s := fleet.snapshot("sim")).ready or s.run_id == new.run_id:
+            _no_old_figures(s, f"restarting: status={s.status} phase={s.phase} run={s.run_id}")
+            assert time.time() < deadline + 60, "run 3 never became ready"
+            time.sleep(0.1)
+        assert s.run_id not in (old_run, new.run_id)
+    finally:
+        try:
+            v = sup.view("sim")
+            if v is not None and v.state.is_active:
+                sup.stop("sim", actor="test", source="teardown", wait=True)
+        finally:
+            loop.stop()
+            fleet.close()
+            sup.close()
+            store.close()
+
+
+@pytest.mark.timeout(300)
+def test_a_crash_and_backoff_restart_starts_a_new_run(tmp_path, kimi):
+    port = free_port()
+    root = tmp_path / "ws"
+    root.mkdir()
+    text = f"""
+[workspace]
+name = "t"
+
+[[server]]
+name = "sim"
+model_path = {json.dumps(str(kimi["target"]))}
+port = {port}
+tp_size = 8
+simulate = true
+sglang_version = "0.5.10"
+decode_log_interval = 5
+baseline_tok_s = 90.0
+env = {{ SPECDECK_SIM_SPEED = "4", SPECDECK_SIM_TRAFFIC = "4" }}
+
+[server.speculative]
+algorithm = "EAGLE3"
+draft_model_path = {json.dumps(str(kimi["draft"]))}
+num_steps = 3
+eagle_topk = 1
+num_draft_tokens = 4
+"""
+    (root / "specdeck.toml").write_text(text)
+    ws = Workspace(root=root, config_path=root / "specdeck.toml", config=parse_config(text, root / "specdeck.toml"))
+    ws.ensure_dirs()
+    store = Store(ws.store_path)
+    sup = Supervisor(store, ws.run_dir)
+    fleet = ServerFleet(ws, sup, store, gpu_probe=lambda: None,
+                        monitor_kwargs={"poll_interval_s": 0.2, "http_interval_s": 0.3})
+    loop = SupervisorLoop(sup, interval_s=0.2)
+    # restarted on failure after a 2 s backoff
+    sup.sync_specs([dataclasses.replace(spec, restart=RestartPolicy("on-failure", max_tries=2, backoff_s=2.0))
+                    for spec in fleet.specs()])
+    loop.start()
+    try:
+        sup.start("sim", actor="tester")
+        old = wait_for(lambda: (s := fleet.snapshot("sim")).status == "ready" and len(s.run_decode["ts"]) >= 2
+                       and sup.view("sim").state.value == "RUNNING" and s, 120, "run 1 RUNNING and decoding")
+        old_run = old.run_id
+        os.kill(sup.view("sim").pid, signal.SIGABRT)  # the server crashes
+        states = set()
+        deadline = time.time() + 120
+        while True:
+            v = sup.view("sim")
+            s = fleet.snapshot("sim")
+            if v.run_id != old_run and s.ready:
+                break
+            if v.run_id == old_run and v.state.value == "RUNNING":
+                assert time.time() < deadline, "the crash was never noticed"
+                time.sleep(0.05)
+                continue
+            states.add(v.state.value)
+            _no_old_figures(s, f"state={v.state.value} status={s.status} phase={s.phase} run={s.run_id}")
+            assert time.time() < deadline, "the restart never became ready"
+            time.sleep(0.1)
+        assert "BACKOFF" in states and "STARTING" in states, states
+        assert sup.view("sim").tries == 1
+    finally:
+        try:
+            v = sup.view("sim")
+            if v is not None and v.live:
                 sup.stop("sim", actor="test", source="teardown", wait=True)
         finally:
             loop.stop()

@@ -1,6 +1,5 @@
 
 from ui import fmt
-from ui.charts import downsample
 
 
 def test_missing_values_are_na_never_zero():
@@ -33,20 +32,3 @@ def test_state_colours_follow_one_mapping():
     assert fmt.state_badge("EXITED", 3).label == "EXITED 3"
     assert fmt.state_badge("FATAL").colour == "red"
     assert fmt.state_badge("UNKNOWN").colour == "violet"
-
-
-def test_downsample_keeps_spikes_and_gaps():
-    n = 100_000
-    xs = list(range(n))
-    ys = [1.0] * n
-    ys[54_321] = 99.0
-    ys[70_000] = -5.0
-    for i in range(80_000, 80_200):
-        ys[i] = None
-    dx, dy = downsample(xs, ys, max_points=2000)
-    assert len(dx) <= 2000
-    vals = [v for v in dy if v is not None]
-    assert max(vals) == 99.0 and min(vals) == -5.0
-    assert dx == sorted(dx)
-    # short series untouched
-    assert downsample([1, 2], [3.0, None]) == ([1, 2], [3.0, None])

@@ -1,0 +1,123 @@
+"""Chart helpers: min/max downsampling that keeps spikes and gaps, and run breaks."""
+
+from __future__ import annotations
+
+from ui.charts import downsample, with_breaks
+
+
+def _assert_no_bridge(xs, ys, dx, dy):
+    """Two output points joined by a line (adjacent, both present) have no gap between them in the input."""
+    pos = {x: i for i, x in enumerate(xs)}
+    for (x0, y0), (x1, y1) in zip(zip(dx, dy), zip(dx[1:], dy[1:])):
+        if y0 is None or y1 is None:
+            continue
+        between = ys[pos[x0]:pos[x1] + 1]
+        assert None not in between, f"the line from x={x0} to x={x1} bridges a gap"
+
+
+def _assert_every_gap_kept(xs, ys, dx, dy):
+    """Every run of missing input points that has data on both sides is a None in the output."""
+    gaps_out = [x for x, y in zip(dx, dy) if y is None]
+    i = 0
+    while i < len(ys):
+        if ys[i] is None:
+            j = i
+            while j < len(ys) and ys[j] is None:
+                j += 1
+            if 0 < i and j < len(ys):
+                assert any(xs[i] <= g < xs[j] for g in gaps_out), f"the gap at x={xs[i]}..{xs[j - 1]} is lost"
+            i = j
+        else:
+            i += 1
+
+
+def test_a_short_gap_inside_one_bucket_stays_a_gap():
+    n = 100_000  # 1,000 buckets of 100 points
+    xs = list(range(n))
+    ys = [1.0] * n
+    for i in range(50_010, 50_013):  # 3 missing points in the middle of a bucket
+        ys[i] = None
+    dx, dy = downsample(xs, ys, max_points=2000)
+    assert len(dx) <= 2000
+    assert dx == sorted(dx)
+    assert dy.count(None) == 1
+    gap_at = dx[dy.index(None)]
+    assert gap_at == 50_010  # at the first missing point
+    _assert_no_bridge(xs, ys, dx, dy)
+    _assert_every_gap_kept(xs, ys, dx, dy)
+
+
+def test_spikes_and_long_gaps_survive_together():
+    n = 100_000
+    xs = list(range(n))
+    ys = [1.0] * n
+    ys[54_321] = 99.0
+    ys[70_000] = -5.0
+    for i in range(80_000, 80_200):
+        ys[i] = None
+    ys[80_250] = 42.0  # a spike just after the gap, in the gap's bucket
+    dx, dy = downsample(xs, ys, max_points=2000)
+    assert len(dx) <= 2000
+    pairs = dict(zip(dx, dy))
+    assert pairs[54_321] == 99.0 and pairs[70_000] == -5.0 and pairs[80_250] == 42.0
+    assert dy.count(None) == 1 and dx[dy.index(None)] == 80_000
+    _assert_no_bridge(xs, ys, dx, dy)
+    _assert_every_gap_kept(xs, ys, dx, dy)
+
+
+def test_many_gaps_stay_gaps_and_the_output_stays_small():
+    n = 50_000
+    xs = list(range(n))
+    ys = [float(i % 7) if i % 10 else None for i in range(n)]  # a gap every 10 points: 5,000 gaps
+    dx, dy = downsample(xs, ys, max_points=2000)
+    assert len(dx) <= 2001
+    assert None in dy
+    _assert_no_bridge(xs, ys, dx, dy)
+
+
+def test_small_case_by_hand():
+    # 10 points, 2 gaps, max 4 points: one bucket (keeps the minimum 0 at x=6 and the maximum 9 at x=5),
+    # the gap before it (first missing x=2) and the gap after it (first missing x=7)
+    xs = list(range(10))
+    ys = [1.0, 5.0, None, 2.0, 3.0, 9.0, 0.0, None, None, 4.0]
+    assert downsample(xs, ys, max_points=4) == ([2, 5, 6, 7], [None, 9.0, 0.0, None])
+
+
+def test_short_series_are_untouched():
+    assert downsample([1, 2], [3.0, None]) == ([1, 2], [3.0, None])
+
+
+def test_breaks_at_run_starts():
+    ts = [100.0, 101.0, 105.0, 130.0, 131.0, 160.0]
+    ys = [2.2, 2.3, 2.1, 1.9, 2.0, 2.4]
+    # a restart at 110 (between 105 and 130); one at 131 (a line logged in the restart's own second is the
+    # previous run's); one at 200, after the last point (nothing to break)
+    bt, by = with_breaks(ts, ys, [110.0, 131.0, 200.0])
+    assert bt == [100.0, 101.0, 105.0, 110.0, 130.0, 131.0, 131.0, 160.0]
+    assert by == [2.2, 2.3, 2.1, None, 1.9, 2.0, None, 2.4]
+    assert with_breaks(ts, ys, []) == (ts, ys)
+    # a start before the first point breaks nothing
+    assert with_breaks(ts, ys, [50.0]) == (ts, ys)
+
+
+def test_a_break_survives_downsampling():
+    ts = [float(i) for i in range(10_000)]
+    ys = [2.0] * 5_000 + [1.0] * 5_000
+    bt, by = with_breaks(ts, ys, [4_999.5])
+    dx, dy = downsample(bt, by, max_points=500)
+    assert None in dy and dx[dy.index(None)] == 4_999.5
+    _assert_no_bridge(bt, by, dx, dy)
+
+
+def test_restarts_are_marked_and_only_the_latest_is_labelled_with_its_time():
+    import time
+
+    from ui.charts import figure, mark_restarts
+
+    base = time.mktime(time.strptime("2026-11-30 09:00:00", "%Y-%m-%d %H:%M:%S"))
+    fig = figure("x")
+    mark_restarts(fig, [base + 70, base + 10, base + 40])
+    assert len(fig.layout.shapes) == 3 and all(s.line.dash == "dot" for s in fig.layout.shapes)
+    texts = [a.text for a in fig.layout.annotations]
+    assert texts == ["↻", "↻", "restart 09:01:10"]
+    assert [a.hovertext for a in fig.layout.annotations][0] == "restart at 2026-11-30 09:00:10"
