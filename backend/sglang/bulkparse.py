@@ -53,10 +53,10 @@ AVAILABLE = pl is not None
 
 _C = r"[!-+\--9;-~]"  # printable ASCII except space, ',' and ':'
 _VALUE = _C + "+"
-_INT = r"-?[0-9]{1,18}"
-_FLOAT = r"-?[0-9]{1,20}(?:\.[0-9]{1,20})?"
+_INT = lp._TEXT["int"]  # the per-line parser's own grammar: ASCII digits, no sign, bounded length
+_FLOAT = lp._TEXT["float"]
 _BOOL = r"(?:True|False)"
-_PCT = _FLOAT + "%?"
+_PCT = lp._TEXT["pct"]
 _KEY_RE = re.compile(r"[!-+\--9;-~](?:[ !-+\--9;-~]*[!-+\--9;-~])?")
 _DS = r"[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}"
 # "[ts(.mmm)( TAGn)*] " after an optional Ray actor prefix; or dictConfig "ts(.f) LEVEL pid [file:line] "
@@ -403,8 +403,19 @@ def parse_piece(data: bytes, shapes: Shapes, event_pattern: str) -> Piece | None
     keep_dec = ["i", "ts", *_DECODE_FIELDS, "token_usage", "graph", "rank"]
     keep_pre = ["i", "ts", *_PREFILL_FIELDS, "token_usage", "rank"]
     if good.height:
-        dec = _typed(good.filter(pl.col("kind") == "Decode"), "decode").select(keep_dec)
+        dec = _typed(good.filter(pl.col("kind") == "Decode"), "decode")
         pre = _typed(good.filter(pl.col("kind") == "Prefill"), "prefill").select(keep_pre)
+        # values out of their range (accept len below 1, accept rate above 1): the reference rejects
+        # each such line with its reason
+        out = pl.lit(False)
+        for name, (low, high) in lp.LIMITS.items():
+            out = out | (pl.col(name) < low).fill_null(False) | (pl.col(name) > high).fill_null(False)
+        flagged = dec.filter(out).get_column("i")
+        if flagged.len():
+            back = pl.DataFrame({"i": flagged, "l": lines.gather(flagged)})
+            miss = pl.concat([miss, back]).sort("i")
+            dec = dec.filter(~out)
+        dec = dec.select(keep_dec)
     else:
         dec = records_frame("decode", []).rename({"line": "i"})
         pre = records_frame("prefill", []).rename({"line": "i"})

@@ -216,9 +216,11 @@ STARTUP = [
     ("[2025-11-06 01:20:01 TP0] Init torch distributed begin.", Phase.INIT, None),
     ("[2025-11-06 01:20:05 TP0] Init torch distributed ends. mem usage=0.50 GB", Phase.INIT, None),
     ("[2025-11-06 01:20:06 TP0] Load weight begin. avail mem=78.12 GB", Phase.WEIGHTS, 0.0),
-    ("Loading safetensors checkpoint shards:  45% Completed | 27/61 [00:30<00:38,  1.1it/s]", Phase.WEIGHTS, 45.0),
+    # progress counters: the share done from the counts, finer than tqdm's rounded percent
+    ("Loading safetensors checkpoint shards:  45% Completed | 27/61 [00:30<00:38,  1.1it/s]", Phase.WEIGHTS,
+     100 * 27 / 61),
     ("Loading safetensors checkpoint shards:  10% Completed | 6/61 [00:05<00:50]\rLoading safetensors checkpoint "
-     "shards:  20% Completed | 12/61 [00:10<00:40]", Phase.WEIGHTS, 20.0),
+     "shards:  20% Completed | 12/61 [00:10<00:40]", Phase.WEIGHTS, 100 * 12 / 61),
     ("[2025-11-06 01:21:06 TP0] Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=62.0 GB, "
      "mem usage=16.1 GB.", Phase.WEIGHTS, 100.0),
     ("[2026-10-30 01:21:06 TP0] Load weight end. elapsed=61.2 s, type=DeepseekV3ForCausalLM, avail mem=10.0 GB, "
@@ -232,7 +234,21 @@ STARTUP = [
     ("[2025-11-06 01:21:08 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=11.4 GB",
      Phase.CUDA_GRAPH, 0.0),
     ("Capturing batches (bs=160 avail_mem=11.2 GB):  37%|███▋      | 13/35 [00:04<00:07,  2.9it/s]",
-     Phase.CUDA_GRAPH, 37.0),
+     Phase.CUDA_GRAPH, 100 * 13 / 35),
+    # newest format (real line shapes): weights by a thread pool, graphs compiled and captured by token count
+    ("Multi-thread loading shards:  75% Completed | 3/4 [00:02<00:00,  1.30it/s]", Phase.WEIGHTS, 75.0),
+    ("Multi-thread loading shards:   0% Completed | 0/1 [00:00<?, ?it/s]Multi-thread loading shards: 100% "
+     "Completed | 1/1 [00:00<00:00,  7.38it/s]", Phase.WEIGHTS, 100.0),
+    ("  0%|          | 0/58 [00:00<?, ?it/s]Compiling num tokens (num_tokens=8192):   0%|          | 0/58 "
+     "[00:00<?, ?it/s]", Phase.CUDA_GRAPH, 0.0),
+    ("Compiling num tokens (num_tokens=7680):   3%|▎         | 2/58 [00:06<02:31,  2.71s/it]Compiling num tokens "
+     "(num_tokens=7168):   3%|▎         | 2/58 [00:06<02:31,  2.71s/it]", Phase.CUDA_GRAPH, 100 * 2 / 58),
+    ("Capturing num tokens (num_tokens=7680 avail_mem=42.29 GB):   3%|▎         | 2/58 [00:01<00:40,  1.39it/s]",
+     Phase.CUDA_GRAPH, 100 * 2 / 58),
+    ("Capturing num tokens (num_tokens=4 avail_mem=41.00 GB): 100%|██████████| 58/58 [00:20<00:00,  2.9it/s]",
+     Phase.CUDA_GRAPH, 100.0),
+    # a bar without counts: the percent it prints
+    ("Capturing num tokens (num_tokens=4 avail_mem=41.00 GB):  40%|████", Phase.CUDA_GRAPH, 40.0),
     ("[2025-11-06 01:21:30 TP0] Capture cuda graph end. Time elapsed: 22.1 s. mem usage=0.9 GB. avail mem=10.5 GB.",
      Phase.CUDA_GRAPH, 100.0),
     ("[2026-10-30 01:21:08 TP0] Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=4, "
