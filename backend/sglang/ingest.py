@@ -386,6 +386,8 @@ class LogIngester(StartupTracker):
     def _prepare_piece(self, piece: "bulkparse.Piece") -> tuple:
         """Everything of a vectorised piece that may fail, before any state changes: the lines it handed
         back read by the per-line parser, merged into its columns, and the latest records."""
+        if piece.n_lines and piece.lines.str.len_chars().max() > MAX_LINE:
+            return None  # an over-long line: cut by the per-line path
         dec, pre = piece.decode.frame, piece.prefill.frame
         others = piece.others
         bad: list[tuple[int, str, str]] = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -108,23 +109,32 @@ DECODE_CASES = [
 ]
 
 
+_SECOND_IN_TEXT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}")
+
+
+def check_record(rec, line: str, expect: dict) -> None:
+    """``rec`` holds the table's values, and the timestamp written in the line itself."""
+    expect = dict(expect)
+    extra = expect.pop("fields_extra", {})
+    ms = expect.pop("ts_ms", None)
+    for k, v in expect.items():
+        got = getattr(rec, k)
+        assert got == (pytest.approx(v) if isinstance(v, float) else v), (k, got, v)
+    for k, v in extra.items():
+        assert rec.fields[k] == (pytest.approx(v) if isinstance(v, float) else v), k
+    second = _SECOND_IN_TEXT.search(line).group(0)  # from the line's text, not from the parser
+    assert rec.ts == pytest.approx(epoch(second) + (ms or 0.0))
+    assert rec.ts_text.startswith(second)
+    for name in ("running_req", "queue_req"):
+        assert isinstance(getattr(rec, name), int)
+
+
 @pytest.mark.parametrize("line,expect", DECODE_CASES, ids=[f"decode{i}" for i in range(len(DECODE_CASES))])
 def test_decode_lines(line, expect):
     for text in (line, line + "\n"):
         rec = parse_line(text)
         assert isinstance(rec, DecodeBatch), text
-        expect = dict(expect)
-        extra = expect.pop("fields_extra", {})
-        ms = expect.pop("ts_ms", None)
-        for k, v in expect.items():
-            got = getattr(rec, k)
-            assert got == (pytest.approx(v) if isinstance(v, float) else v), (k, got, v)
-        for k, v in extra.items():
-            assert rec.fields[k] == (pytest.approx(v) if isinstance(v, float) else v), k
-        assert rec.ts is not None and rec.ts_text
-        assert rec.ts == pytest.approx(epoch(rec.ts_text[:19]) + (ms or 0.0))
-        for name in ("running_req", "queue_req"):
-            assert isinstance(getattr(rec, name), int)
+        check_record(rec, line, expect)
 
 
 PREFILL_CASES = [
@@ -174,13 +184,7 @@ PREFILL_CASES = [
 def test_prefill_lines(line, expect):
     rec = parse_line(line + "\n")
     assert isinstance(rec, PrefillBatch)
-    expect = dict(expect)
-    extra = expect.pop("fields_extra", {})
-    for k, v in expect.items():
-        got = getattr(rec, k)
-        assert got == (pytest.approx(v) if isinstance(v, float) else v), (k, got, v)
-    for k, v in extra.items():
-        assert rec.fields[k] == pytest.approx(v), k
+    check_record(rec, line, expect)
     assert "accept_len" not in rec.fields
 
 
@@ -333,18 +337,22 @@ def test_prefixed_line_detection():
     assert not looks_like_prefixed_line("1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)")
 
 
-def test_bulk_parse_matches_line_by_line_and_isolates_bad_lines():
-    from backend.sglang.logparse import parse_batch, parse_batch_lines
+def test_many_lines_at_once_give_the_table_values_and_isolate_bad_lines():
+    from backend.sglang.logparse import parse_batch_lines
 
-    lines = [c[0] for c in DECODE_CASES] + [c[0] for c in PREFILL_CASES]
-    lines = lines + lines + ["[2026-01-01 00:00:00] not a batch line"]
+    cases = DECODE_CASES + PREFILL_CASES
+    lines = [c[0] for c in cases]
+    expects = [c[1] for c in cases]
+    lines, expects = lines + lines + ["[2026-01-01 00:00:00] not a batch line"], expects + expects + [None]
     # same key sequence as DECODE_CASES[12], one value broken: only that line is bad
     broken = DECODE_CASES[12][0].replace("#running-req: 3", "#running-req: three")
     lines.insert(5, broken)
+    expects.insert(5, None)
     recs, bad = parse_batch_lines(lines)
     assert bad == [(5, "field '#running-req': 'three' is not a valid value")]
-    for i, (line, rec) in enumerate(zip(lines, recs)):
-        if i == 5 or "not a batch" in line:
+    for line, rec, expect in zip(lines, recs, expects):
+        if expect is None:
             assert rec is None
             continue
-        assert rec == parse_batch(line), line
+        assert rec.kind == ("decode" if "Decode batch" in line else "prefill")
+        check_record(rec, line, expect)
