@@ -13,7 +13,9 @@ other line back to the caller for the reference parser:
 * a batch line is accepted when the whole line matches one regular expression
   built from the *shapes* seen so far: the prefix in its bracket or dictConfig
   form, the ``Decode``/``Prefill batch`` label, and one known sequence of keys
-  with values of the key's type (integers, decimals, True/False).  Shapes are
+  with values of the key's type in the per-line parser's own grammar (ASCII
+  digits, no sign, at most 18 digits for a count, True/False); accepted rows
+  whose values are out of range (``logparse.LIMITS``) are handed back.  Shapes are
   learned from lines the reference parser read; a shape is only learned when
   the per-key extraction below cannot be misled by it (no repeated field, no
   key that ends like a known key);
