@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 from backend.sglang import bulkparse
 from backend.sglang.logparse import (
-    _EVENT_RE, DecodeBatch, Phase, PhaseEvent, PrefillBatch, line_time, looks_like_prefixed_line,
+    _EVENT_RE, DecodeBatch, FatalEvent, Phase, PhaseEvent, PrefillBatch, line_time, looks_like_prefixed_line,
     parse_batch_lines, parse_event, rank_label,
 )
 from backend.sglang.logwatch import FileWatcher  # noqa: F401 (re-exported)
@@ -67,7 +67,6 @@ def _parse_piece(body: bytes, shapes: "bulkparse.Shapes"):
         return bulkparse.parse_piece(body, shapes, _EVENT_RE.pattern)
     except Exception:  # a regex the engine refuses, an unexpected polars error: the per-line path decides
         return None
-
 
 
 DECODE_COLUMNS = ("ts", "accept_len", "accept_rate", "gen_throughput", "running_req", "queue_req",

@@ -17,7 +17,7 @@ import math
 import sys
 from collections import deque
 
-from backend.sglang.ingest import LogIngester
+from backend.sglang.ingest import MAX_LINE, LogIngester
 from backend.sglang.version import capabilities
 
 KINDS = ("decode", "prefill", "phase", "fatal")
@@ -64,10 +64,10 @@ def main(argv: list[str] | None = None) -> int:
         pass
     ing.flush()
     st = ing.stats
+    cut = f" ({st.cut_lines} cut: longer than {MAX_LINE // 1024} KiB)" if st.cut_lines else ""
     print(f"{args.logfile}: {st.lines} lines, {st.decode_lines} decode, {st.prefill_lines} prefill, "
           f"{st.http_lines} HTTP access, {st.event_lines} startup/failure events, "
-          f"{st.unparsed_lines} unparsed line(s)" + (f" ({st.cut_lines} cut: longer than 64 KiB)" if st.cut_lines else ""),
-          file=sys.stderr)
+          f"{st.unparsed_lines} unparsed line(s){cut}", file=sys.stderr)
     for u in ing.unparsed:
         print(f"{args.logfile}:{u.line_no}: unparsed: {u.reason}", file=sys.stderr)
     if ing.rate_seen:
