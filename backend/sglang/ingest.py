@@ -4,17 +4,21 @@
 reads only the bytes added since the last one (an unchanged file costs one
 ``stat``), keeps a partial last line for the next poll, and starts over when the
 file is truncated or replaced.  Memory is bounded: series are ring buffers of
-``max_points`` and the log is read in chunks.
+``max_points``, the log is read in chunks, and at most ``MAX_LINE`` of one line
+is kept (a longer line is cut, counted and skipped up to its newline).
 
 Large reads (a log opened mid-run, a file given to the CLI) go through the
 vectorised parser of :mod:`backend.sglang.bulkparse` (polars), two pieces at a
 time; small appends, pieces it refuses and every line it does not accept go
 through the per-line parser, which stays the reference: both give the same
-series, counts, unparsed lines and startup state.
+series, counts, unparsed lines and startup state.  A vectorised piece is
+prepared before any state changes; if that fails, the piece is read line by
+line, so no line whose bytes were read is ever lost.
 
-:class:`FileWatcher` turns watchdog file events on the log's directory into a
-wake-up signal; without it (or if watchdog cannot watch) polling on a timer
-gives the same result.
+Start-up state comes from :mod:`backend.sglang.startup`; :class:`FileWatcher`
+(:mod:`backend.sglang.logwatch`, re-exported here) turns watchdog file events on
+the log's directory into a wake-up signal; without it (or if watchdog cannot
+watch) polling on a timer gives the same result.
 """
 
 from __future__ import annotations
