@@ -1,16 +1,21 @@
 """Benchmark: SGLang server-log ingestion into typed records.
 
-    python bench/bench_ingest.py [--size-mb 1024] [--dir /tmp] [--keep] [--no-sglang] [--no-per-line]
+    python bench/bench_ingest.py [--size-mb 1024] [--dir /tmp] [--keep] [--no-sglang] [--no-per-line] [--seed 0]
 
 Writes a synthetic log (Decode and Prefill batch lines in every format of the
-reference, mixed with HTTP access lines and other server lines) to a temporary
-file, then prints:
+reference, mixed with HTTP access lines and other server lines; every line drawn
+fresh from a seeded generator, no repeated block) to a temporary file, then
+prints the figures below.  Each parser runs in its own process, so its peak
+resident memory (measured from after its imports) is its own; besides the
+wall-clock rate each prints the CPU time it used (all its threads), which a
+busy machine disturbs less:
 
 * plain line iteration over the file (the floor for any Python parser);
 * Specdeck's LogIngester: MB/s into typed records, with the series bounded and
   the peak resident memory -- the vectorised path (polars, what the ingester
   uses for large reads) and the per-line reference parser on the same file,
-  with a check that both give the same counts and series;
+  with a check that both give the same counts, unparsed lines, series and
+  latest records (a digest of each, compared);
 * refresh on an unchanged log (ingester poll and monitor refresh), in ms;
 * SGLang 0.5.23's own debug_utils/log_parser.py (polars) over the same file, in
   64 MB pieces, and how many lines it recognised -- when the wheel and polars can
@@ -134,28 +139,23 @@ MIX = (("access", 0.45, access_line), ("decode", 0.35, decode_line), ("prefill",
 
 
 def write_log(path: Path, size_bytes: int, seed: int = 0) -> dict[str, int]:
-    """Write ``size_bytes`` of synthetic log; return line counts per kind."""
+    """Write ``size_bytes`` of synthetic log, every line drawn fresh from a seeded generator; return line
+    counts per kind."""
     rng = random.Random(seed)
     t0 = time.mktime(time.strptime("2026-04-08 14:00:00", "%Y-%m-%d %H:%M:%S"))
     kinds = [k for k, _, _ in MIX]
     weights = [w for _, w, _ in MIX]
     makers = {k: f for k, _, f in MIX}
-    # one block of fresh lines, re-stamped with later times on every repeat
-    block_lines: list[tuple[str, str]] = []
-    for i in range(40000):
-        k = rng.choices(kinds, weights)[0]
-        block_lines.append((k, makers[k](rng, "@@TS@@")))
     counts = dict.fromkeys(kinds, 0)
     written = 0
     sec = 0
     with open(path, "w", encoding="utf-8") as fh:
         while written < size_bytes:
+            sec += 1
+            ts = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t0 + sec))
             out = []
-            for i, (k, line) in enumerate(block_lines):
-                if i % 40 == 0:
-                    sec += 1
-                    ts = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t0 + sec))
-                out.append(line.replace("@@TS@@", ts))
+            for k in rng.choices(kinds, weights, k=40):  # 40 lines per second of log time
+                out.append(makers[k](rng, ts))
                 counts[k] += 1
             text = "\n".join(out) + "\n"
             fh.write(text)
@@ -177,16 +177,6 @@ def bench_iteration(path: Path) -> float:
         for _ in fh:
             n += 1
     return size / (time.perf_counter() - t) / 1e6
-
-
-def bench_ingester(path: Path, bulk: bool = True) -> tuple[float, LogIngester, float]:
-    size = path.stat().st_size
-    ing = LogIngester(path, max_points=20000, bulk=bulk)
-    before = rss_mb()
-    t = time.perf_counter()
-    ing.poll()
-    dt = time.perf_counter() - t
-    return size / dt / 1e6, ing, rss_mb() - before
 
 
 def bench_unchanged(path: Path, ing: LogIngester) -> tuple[float, float, float]:
@@ -257,64 +247,111 @@ def bench_sglang(path: Path, mod, piece_bytes: int = 64 * 1024 * 1024) -> tuple[
     return size / dt / 1e6, rows, rss_mb() - before
 
 
+def _digest(ing: LogIngester) -> str:
+    """What both paths must agree on: counts, unparsed lines, series and the latest record."""
+    import hashlib
+    text = repr((ing.stats, list(ing.unparsed), ing.decode.as_lists(), ing.prefill.as_lists(), ing.last_decode,
+                 ing.last_prefill))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def measure(mode: str, log: Path, work: Path) -> dict:
+    """One parser over the log, in this process (run by main() in a child process of its own)."""
+    size = log.stat().st_size
+    if mode == "sglang":
+        mod = load_sglang_parser(work / "sglang")
+        base = rss_mb()
+        mbs, rows, _ = bench_sglang(log, mod)
+        return {"mbs": mbs, "rows": rows, "peak_rss_mb": rss_mb() - base}
+    ing = LogIngester(log, max_points=20000, bulk=mode == "vectorised")
+    base = rss_mb()
+    t, cpu = time.perf_counter(), time.process_time()
+    ing.poll()
+    dt, cpu = time.perf_counter() - t, time.process_time() - cpu
+    st = ing.stats
+    out = {"mbs": size / dt / 1e6, "seconds": dt, "cpu_s": cpu, "mb_per_cpu_s": size / cpu / 1e6,
+           "peak_rss_mb": rss_mb() - base, "decode": st.decode_lines,
+           "prefill": st.prefill_lines, "unparsed": st.unparsed_lines, "points": len(ing.decode),
+           "bulk_pieces": ing.bulk_pieces, "digest": _digest(ing)}
+    if mode == "vectorised":
+        out["unchanged"] = bench_unchanged(log, ing)
+    return out
+
+
+def run_child(mode: str, log: Path, work: Path) -> dict:
+    """measure() in a fresh process: its peak RSS is its own, not the high-water mark of another parser."""
+    import json
+    r = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--measure", mode, "--log", str(log),
+                        "--dir", str(work)], capture_output=True, text=True, timeout=7200)
+    if r.returncode != 0:
+        raise RuntimeError(f"{mode}: exit {r.returncode}: {r.stderr.strip()[-500:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description="SGLang log ingestion benchmark")
     ap.add_argument("--size-mb", type=float, default=1024.0)
     ap.add_argument("--dir", default=tempfile.gettempdir())
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the synthetic log")
     ap.add_argument("--no-sglang", action="store_true", help="skip SGLang's own parser")
     ap.add_argument("--no-per-line", action="store_true", help="skip the per-line reference path")
+    ap.add_argument("--measure", choices=("vectorised", "per-line", "sglang"), help=argparse.SUPPRESS)
+    ap.add_argument("--log", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.measure:
+        import json
+        print(json.dumps(measure(args.measure, Path(args.log), Path(args.dir))))
+        return 0
 
     work = Path(tempfile.mkdtemp(prefix="specdeck-bench-", dir=args.dir))
     log = work / "server.log"
     try:
         t = time.perf_counter()
-        counts = write_log(log, int(args.size_mb * 1024 * 1024))
+        counts = write_log(log, int(args.size_mb * 1024 * 1024), seed=args.seed)
         size = log.stat().st_size
         total = sum(counts.values())
-        print(f"log: {log} {size / 1e6:.0f} MB, {total:,} lines "
+        print(f"log: {log} {size / 1e6:.0f} MB, {total:,} lines (seed {args.seed}, no repeated block) "
               + ", ".join(f"{k} {v / total:.0%}" for k, v in counts.items())
               + f" (written in {time.perf_counter() - t:.1f} s)")
-        print(f"machine: {os.cpu_count()} CPU(s), Python {sys.version.split()[0]}")
+        print(f"machine: {os.cpu_count()} CPU(s), Python {sys.version.split()[0]}, "
+              f"load average {os.getloadavg()[0]:.2f}; each parser in its own process")
 
         mbs = bench_iteration(log)
         print(f"plain line iteration (for line in file):      {mbs:8.1f} MB/s")
 
-        mbs, ing, mem = bench_ingester(log)
-        st = ing.stats
-        path = "vectorised, polars" if ing.bulk_pieces else "per-line (polars missing)"
-        print(f"Specdeck LogIngester -> typed records ({path}): {mbs:8.1f} MB/s  "
-              f"({st.decode_lines:,} decode + {st.prefill_lines:,} prefill records, "
-              f"{st.unparsed_lines} unparsed, series kept {len(ing.decode)} points, peak RSS +{mem:.0f} MB)")
+        vec = run_child("vectorised", log, work)
+        path = "vectorised, polars" if vec["bulk_pieces"] else "per-line (polars missing)"
+        print(f"Specdeck LogIngester -> typed records ({path}): {vec['mbs']:8.1f} MB/s  "
+              f"[{vec['cpu_s']:.1f} s CPU, {vec['mb_per_cpu_s']:.1f} MB per CPU-second]  "
+              f"({vec['decode']:,} decode + {vec['prefill']:,} prefill records, "
+              f"{vec['unparsed']} unparsed, series kept {vec['points']} points, peak RSS +{vec['peak_rss_mb']:.0f} MB)")
         exp_dec, exp_pre = counts["decode"], counts["prefill"]
-        if (st.decode_lines, st.prefill_lines) != (exp_dec, exp_pre):
+        if (vec["decode"], vec["prefill"]) != (exp_dec, exp_pre):
             print(f"  MISMATCH: expected {exp_dec:,} decode and {exp_pre:,} prefill lines")
 
         if not args.no_per_line:
-            mbs, ref, mem = bench_ingester(log, bulk=False)
-            rs = ref.stats
-            same = (rs == st and ref.decode.as_lists() == ing.decode.as_lists()
-                    and ref.prefill.as_lists() == ing.prefill.as_lists() and ref.last_decode == ing.last_decode)
-            print(f"Specdeck LogIngester -> typed records (per-line reference): {mbs:8.1f} MB/s  "
-                  f"({rs.decode_lines:,} decode + {rs.prefill_lines:,} prefill records; "
-                  f"{'same counts and series as the vectorised path' if same else 'DIFFERS from the vectorised path'})")
-            del ref
+            ref = run_child("per-line", log, work)
+            same = ref["digest"] == vec["digest"]
+            print(f"Specdeck LogIngester -> typed records (per-line reference): {ref['mbs']:8.1f} MB/s  "
+                  f"[{ref['cpu_s']:.1f} s CPU, {ref['mb_per_cpu_s']:.1f} MB per CPU-second]  "
+                  f"({ref['decode']:,} decode + {ref['prefill']:,} prefill records, peak RSS "
+                  f"+{ref['peak_rss_mb']:.0f} MB; "
+                  f"{'same counts, series and records as the vectorised path' if same else 'DIFFERS from the vectorised path'})")
 
-        med, worst, mon_med, snap_ms = bench_unchanged(log, ing)
+        med, worst, mon_med, snap_ms = vec["unchanged"]
         print(f"refresh on unchanged log: ingester poll median {med:.3f} ms (max {worst:.3f} ms); "
-              f"monitor refresh median {mon_med:.3f} ms; snapshot with {len(ing.decode)}-point series "
+              f"monitor refresh median {mon_med:.3f} ms; snapshot with {vec['points']}-point series "
               f"{snap_ms:.1f} ms")
 
         if args.no_sglang:
             print("SGLang debug_utils/log_parser.py: skipped (--no-sglang)")
         else:
             try:
-                mod = load_sglang_parser(work / "sglang")
-                mbs, rows, mem = bench_sglang(log, mod)
-                print(f"SGLang {SGLANG_VERSION} debug_utils/log_parser.py (polars): {mbs:8.1f} MB/s  "
-                      f"({rows:,} decode rows recognised of {exp_dec:,} decode and {exp_pre:,} prefill lines; "
-                      f"fed 64 MB at a time, peak RSS +{mem:.0f} MB)")
+                sg = run_child("sglang", log, work)
+                print(f"SGLang {SGLANG_VERSION} debug_utils/log_parser.py (polars): {sg['mbs']:8.1f} MB/s  "
+                      f"({sg['rows']:,} decode rows recognised of {exp_dec:,} decode and {exp_pre:,} prefill lines; "
+                      f"fed 64 MB at a time, peak RSS +{sg['peak_rss_mb']:.0f} MB)")
             except Exception as exc:  # report and go on: the other figures stand
                 print(f"SGLang debug_utils/log_parser.py: not measured: {exc}")
     finally:

@@ -13,7 +13,9 @@ other line back to the caller for the reference parser:
 * a batch line is accepted when the whole line matches one regular expression
   built from the *shapes* seen so far: the prefix in its bracket or dictConfig
   form, the ``Decode``/``Prefill batch`` label, and one known sequence of keys
-  with values of the key's type (integers, decimals, True/False).  Shapes are
+  with values of the key's type in the per-line parser's own grammar (ASCII
+  digits, no sign, at most 18 digits for a count, True/False); accepted rows
+  whose values are out of range (``logparse.LIMITS``) are handed back.  Shapes are
   learned from lines the reference parser read; a shape is only learned when
   the per-key extraction below cannot be misled by it (no repeated field, no
   key that ends like a known key);
@@ -53,10 +55,10 @@ AVAILABLE = pl is not None
 
 _C = r"[!-+\--9;-~]"  # printable ASCII except space, ',' and ':'
 _VALUE = _C + "+"
-_INT = r"-?[0-9]{1,18}"
-_FLOAT = r"-?[0-9]{1,20}(?:\.[0-9]{1,20})?"
+_INT = lp._TEXT["int"]  # the per-line parser's own grammar: ASCII digits, no sign, bounded length
+_FLOAT = lp._TEXT["float"]
 _BOOL = r"(?:True|False)"
-_PCT = _FLOAT + "%?"
+_PCT = lp._TEXT["pct"]
 _KEY_RE = re.compile(r"[!-+\--9;-~](?:[ !-+\--9;-~]*[!-+\--9;-~])?")
 _DS = r"[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}"
 # "[ts(.mmm)( TAGn)*] " after an optional Ray actor prefix; or dictConfig "ts(.f) LEVEL pid [file:line] "
@@ -403,8 +405,19 @@ def parse_piece(data: bytes, shapes: Shapes, event_pattern: str) -> Piece | None
     keep_dec = ["i", "ts", *_DECODE_FIELDS, "token_usage", "graph", "rank"]
     keep_pre = ["i", "ts", *_PREFILL_FIELDS, "token_usage", "rank"]
     if good.height:
-        dec = _typed(good.filter(pl.col("kind") == "Decode"), "decode").select(keep_dec)
+        dec = _typed(good.filter(pl.col("kind") == "Decode"), "decode")
         pre = _typed(good.filter(pl.col("kind") == "Prefill"), "prefill").select(keep_pre)
+        # values out of their range (accept len below 1, accept rate above 1): the reference rejects
+        # each such line with its reason
+        out = pl.lit(False)
+        for name, (low, high) in lp.LIMITS.items():
+            out = out | (pl.col(name) < low).fill_null(False) | (pl.col(name) > high).fill_null(False)
+        flagged = dec.filter(out).get_column("i")
+        if flagged.len():
+            back = pl.DataFrame({"i": flagged, "l": lines.gather(flagged)})
+            miss = pl.concat([miss, back]).sort("i")
+            dec = dec.filter(~out)
+        dec = dec.select(keep_dec)
     else:
         dec = records_frame("decode", []).rename({"line": "i"})
         pre = records_frame("prefill", []).rename({"line": "i"})

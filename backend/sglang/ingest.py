@@ -4,17 +4,21 @@
 reads only the bytes added since the last one (an unchanged file costs one
 ``stat``), keeps a partial last line for the next poll, and starts over when the
 file is truncated or replaced.  Memory is bounded: series are ring buffers of
-``max_points`` and the log is read in chunks.
+``max_points``, the log is read in chunks, and at most ``MAX_LINE`` of one line
+is kept (a longer line is cut, counted and skipped up to its newline).
 
 Large reads (a log opened mid-run, a file given to the CLI) go through the
 vectorised parser of :mod:`backend.sglang.bulkparse` (polars), two pieces at a
 time; small appends, pieces it refuses and every line it does not accept go
 through the per-line parser, which stays the reference: both give the same
-series, counts, unparsed lines and startup state.
+series, counts, unparsed lines and startup state.  A vectorised piece is
+prepared before any state changes; if that fails, the piece is read line by
+line, so no line whose bytes were read is ever lost.
 
-:class:`FileWatcher` turns watchdog file events on the log's directory into a
-wake-up signal; without it (or if watchdog cannot watch) polling on a timer
-gives the same result.
+Start-up state comes from :mod:`backend.sglang.startup`; :class:`FileWatcher`
+(:mod:`backend.sglang.logwatch`, re-exported here) turns watchdog file events on
+the log's directory into a wake-up signal; without it (or if watchdog cannot
+watch) polling on a timer gives the same result.
 """
 
 from __future__ import annotations
@@ -23,15 +27,19 @@ import bisect
 import os
 import threading
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
 from typing import Any, Callable
 
 from backend.sglang import bulkparse
 from backend.sglang.logparse import (
-    DecodeBatch, FatalEvent, Phase, PhaseEvent, PrefillBatch, _EVENT_RE,
-    looks_like_prefixed_line, parse_batch_lines, parse_event, parse_prefix, rank_label, _TS_RE,
+    _EVENT_RE, DecodeBatch, FatalEvent, Phase, PhaseEvent, PrefillBatch, line_time, looks_like_prefixed_line,
+    parse_batch_lines, parse_event, rank_label,
+)
+from backend.sglang.logwatch import FileWatcher  # noqa: F401 (re-exported)
+from backend.sglang.startup import (  # noqa: F401 (re-exported)
+    FIRST_STEP_SHARE, GENERIC_FATALS, StartupState, StartupTracker, phase_progress,
 )
 from backend.sglang.version import ACCEPT_RATE_DESCRIPTIONS, Capabilities
 
@@ -39,7 +47,10 @@ CHUNK_BYTES = 8 * 1024 * 1024
 BULK_MIN_BYTES = 256 * 1024  # smaller reads (a live tail) go through the per-line parser
 PARALLEL_PIECES = 2  # pieces parsed side by side (polars releases the GIL)
 HEAD_BYTES = 256  # compared on growth to notice a file rewritten in place
-GENERIC_FATALS = ("scheduler_exception", "init_failed", "child_failed")
+# The most kept of one line: a longer line is cut (counted, shown cut in the tail, not parsed) and
+# the rest of it skipped up to the next newline, so a line without one cannot fill the memory.  A
+# line still incomplete at the end of a read is measured in bytes, a complete one in characters.
+MAX_LINE = 64 * 1024
 
 _pool = None
 _pool_lock = threading.Lock()
@@ -60,21 +71,6 @@ def _parse_piece(body: bytes, shapes: "bulkparse.Shapes"):
         return bulkparse.parse_piece(body, shapes, _EVENT_RE.pattern)
     except Exception:  # a regex the engine refuses, an unexpected polars error: the per-line path decides
         return None
-
-
-# Overall startup progress: where each phase starts and ends on a 0..1 scale.
-_PHASE_SPAN = {
-    Phase.LAUNCHED: (0.0, 0.02), Phase.INIT: (0.02, 0.08), Phase.WEIGHTS: (0.08, 0.55),
-    Phase.KV_CACHE: (0.55, 0.62), Phase.CUDA_GRAPH: (0.62, 0.9), Phase.WARMUP: (0.9, 0.98),
-    Phase.READY: (1.0, 1.0),
-}
-
-
-def phase_progress(phase: Phase, percent: float | None) -> float:
-    lo, hi = _PHASE_SPAN[phase]
-    if percent is None:
-        return lo
-    return lo + (hi - lo) * max(0.0, min(100.0, percent)) / 100.0
 
 
 DECODE_COLUMNS = ("ts", "accept_len", "accept_rate", "gen_throughput", "running_req", "queue_req",
@@ -113,6 +109,24 @@ class UnparsedLine:
     text: str
 
 
+@dataclass(frozen=True)
+class _Cut:
+    """An over-long line: its first MAX_LINE bytes and its whole length."""
+
+    head: bytes
+    size: int
+
+
+def _first_eol(data: bytes) -> int:
+    """Index of the first line end (\n or \r, the pair \r\n as its \n), -1 when there is none."""
+    n, r = data.find(b"\n"), data.find(b"\r")
+    if r < 0:
+        return n
+    if n < 0 or r < n:
+        return r + 1 if data[r + 1:r + 2] == b"\n" else r
+    return n
+
+
 @dataclass
 class IngestStats:
     bytes_read: int = 0
@@ -121,25 +135,12 @@ class IngestStats:
     prefill_lines: int = 0
     http_lines: int = 0
     event_lines: int = 0
-    unparsed_lines: int = 0
+    unparsed_lines: int = 0  # lines rejected with a reason (bad batch lines, cut lines)
+    cut_lines: int = 0  # lines longer than MAX_LINE (also counted as unparsed)
     resets: int = 0  # truncations / replacements seen
 
 
-@dataclass
-class StartupState:
-    phase: Phase | None = None  # None until the log shows any startup line
-    percent: float | None = None
-    progress: float = 0.0
-    detail: str = ""
-    launched_ts: float | None = None
-    ready_ts: float | None = None  # log time of "fired up"
-    run_index: int = 0  # launches seen in this log (server_args= lines)
-    fatal: FatalEvent | None = None  # first fatal of the current run
-    events: deque = field(default_factory=lambda: deque(maxlen=200))
-    problems: deque = field(default_factory=lambda: deque(maxlen=50))  # warnings such as batch OOM
-
-
-class LogIngester:
+class LogIngester(StartupTracker):
     """Reads a server log incrementally into series, counts and startup state.
 
     Not thread-safe by itself; :class:`backend.sglang.monitor.ServerMonitor`
@@ -172,6 +173,7 @@ class LogIngester:
         self.last_prefill: PrefillBatch | None = None
         self._offset = 0
         self._pending = b""
+        self._cutting: _Cut | None = None  # an over-long line being skipped up to its newline
         self._sig: tuple | None = None  # (ino, size, mtime_ns) at the last poll
         self._head = b""
         self._capture: FatalEvent | None = None
@@ -199,6 +201,7 @@ class LogIngester:
         self.last_decode = self.last_prefill = None
         self._offset = 0
         self._pending = b""
+        self._cutting = None
         self._head = b""
         self._capture = None
 
@@ -236,10 +239,8 @@ class LogIngester:
                         self._head = (self._head + chunk)[:HEAD_BYTES]
                     self._offset += len(chunk)
                     read += len(chunk)
-                    body = self._complete_lines(chunk)
-                    if body is None:
-                        continue
-                    inflight.append((body, self._submit(body)))
+                    for body in self._complete_lines(chunk):
+                        inflight.append((body, self._submit(body)))
                     # the next piece is read and parsed while this one is still being parsed
                     while len(inflight) > self.parallel_pieces:
                         self._apply(*inflight.popleft())
@@ -252,50 +253,105 @@ class LogIngester:
         self.stats.bytes_read += read
         return read
 
-    def _complete_lines(self, chunk: bytes) -> bytes | None:
-        """The complete lines of pending + chunk (None if there are none yet); keeps the partial rest."""
+    def _complete_lines(self, chunk: bytes) -> list:
+        """The complete lines of pending + chunk, as pieces of bytes (and :class:`_Cut` for an over-long
+        line), in file order; keeps the partial rest (at most MAX_LINE bytes of it)."""
+        out: list = []
+        if self._cutting is not None:
+            eol = _first_eol(chunk)
+            if eol < 0:
+                self._cutting = _Cut(self._cutting.head, self._cutting.size + len(chunk))
+                return out
+            cut = self._cutting
+            out.append(_Cut(cut.head, cut.size + eol - (chunk[eol:eol + 1] == b"\n" and eol > 0
+                                                        and chunk[eol - 1:eol] == b"\r")))
+            self._cutting = None
+            chunk = chunk[eol + 1:]
+            if not chunk:
+                return out
         cut = max(chunk.rfind(b"\n"), chunk.rfind(b"\r"))
         if cut < 0:
             self._pending += chunk
-            return None
-        if cut == len(chunk) - 1:
-            body = self._pending + chunk if self._pending else chunk
-            self._pending = b""
         else:
-            body = self._pending + memoryview(chunk)[:cut + 1]
-            self._pending = chunk[cut + 1:]
-        return body
+            if cut == len(chunk) - 1:
+                body = self._pending + chunk if self._pending else chunk
+                self._pending = b""
+            else:
+                body = self._pending + memoryview(chunk)[:cut + 1]
+                self._pending = chunk[cut + 1:]
+            out.append(body)
+        if len(self._pending) > MAX_LINE:
+            self._cutting = _Cut(self._pending[:MAX_LINE], len(self._pending))
+            self._pending = b""
+        return out
 
-    def _submit(self, body: bytes):
-        if not (self.bulk and not self._listeners and len(body) >= self.bulk_min_bytes):
+    def _submit(self, body):
+        if isinstance(body, _Cut) or not (self.bulk and not self._listeners and len(body) >= self.bulk_min_bytes):
             return None
         return _executor().submit(_parse_piece, body, self._shapes)
 
-    def _apply(self, body: bytes, fut) -> None:
+    def _apply(self, body, fut) -> None:
+        if isinstance(body, _Cut):
+            self._record_cut(body.head.decode("utf-8", "replace"), body.size, "bytes")
+            return
         piece = fut.result() if fut is not None else None
         if piece is not None:
-            self._feed_piece(piece)
-            return
+            try:
+                ready = self._prepare_piece(piece)
+            except Exception:  # anything the columns cannot hold: the per-line path decides, line by line
+                ready = None
+            if ready is not None:
+                self._feed_piece(piece, ready)
+                return
         self.feed_lines(body.decode("utf-8", "replace").splitlines())
 
     def _feed(self, chunk: bytes) -> None:
-        body = self._complete_lines(chunk)
-        if body is not None:
+        for body in self._complete_lines(chunk):
             self._apply(body, self._submit(body))
-            self._flush_series()
+        self._flush_series()
 
     def flush(self) -> None:
         """Treat a pending partial last line as complete (used at end of file by the CLI)."""
+        if self._cutting is not None:
+            cut, self._cutting = self._cutting, None
+            self._record_cut(cut.head.decode("utf-8", "replace"), cut.size, "bytes")
         if self._pending:
             text = self._pending.decode("utf-8", "replace")
             self._pending = b""
             self.feed_lines(text.splitlines())
+
+    def _record_cut(self, head: str, size: int, unit: str) -> None:
+        """Count an over-long line: unparsed, with its start in the tail and in the unparsed list."""
+        st = self.stats
+        st.lines += 1
+        st.unparsed_lines += 1
+        st.cut_lines += 1
+        self.unparsed.append(UnparsedLine(st.lines, f"line of {size:,} {unit} is longer than {MAX_LINE:,}: "
+                                                    f"cut and not parsed", head[:400]))
+        self.tail.append(head[:400] + f" … [cut: {size:,} {unit}]")
+        self._capture = None
 
     # -- lines ----------------------------------------------------------------
 
     def feed_lines(self, lines: list[str]) -> None:
         """Ingest complete lines (also the entry point for tests and the CLI)."""
         self._flush_series()
+        if lines and max(map(len, lines)) > MAX_LINE:
+            run: list[str] = []
+            for line in lines:
+                if len(line) > MAX_LINE:
+                    if run:
+                        self._feed_lines(run)
+                        run = []
+                    self._record_cut(line[:MAX_LINE], len(line), "characters")
+                else:
+                    run.append(line)
+            if run:
+                self._feed_lines(run)
+            return
+        self._feed_lines(lines)
+
+    def _feed_lines(self, lines: list[str]) -> None:
         st = self.stats
         base = st.lines
         st.lines += len(lines)
@@ -330,21 +386,19 @@ class LogIngester:
         if lines:
             self.tail.extend(lines[-self.tail.maxlen:])
 
-    def _feed_piece(self, piece: "bulkparse.Piece") -> None:
-        """Ingest a piece of complete lines that the vectorised parser read."""
-        self.bulk_pieces += 1
-        st = self.stats
-        base = st.lines
-        st.lines += piece.n_lines
+    def _prepare_piece(self, piece: "bulkparse.Piece") -> tuple:
+        """Everything of a vectorised piece that may fail, before any state changes: the lines it handed
+        back read by the per-line parser, merged into its columns, and the latest records."""
+        if piece.n_lines and piece.lines.str.len_chars().max() > MAX_LINE:
+            return None  # an over-long line: cut by the per-line path
         dec, pre = piece.decode.frame, piece.prefill.frame
         others = piece.others
+        bad: list[tuple[int, str, str]] = []
         if piece.fallback:
             fb = piece.fallback
-            recs, bad = parse_batch_lines([line for _, line in fb])
-            for j, reason in bad:
-                st.unparsed_lines += 1
-                self.unparsed.append(UnparsedLine(base + fb[j][0] + 1, reason, fb[j][1][:400]))
-            badset = {j for j, _ in bad}
+            recs, rejected = parse_batch_lines([line for _, line in fb])
+            bad = [(fb[j][0], reason, fb[j][1]) for j, reason in rejected]
+            badset = {j for j, _ in rejected}
             more_dec = [(fb[j][0], r) for j, r in enumerate(recs) if r is not None and r.kind == "decode"]
             more_pre = [(fb[j][0], r) for j, r in enumerate(recs) if r is not None and r.kind == "prefill"]
             if more_dec:
@@ -354,7 +408,24 @@ class LogIngester:
             rest = [fb[j] for j, r in enumerate(recs) if r is None and j not in badset]
             if rest:
                 others = sorted(others + rest)
-        self._add_columns(bulkparse.BatchColumns("decode", dec), bulkparse.BatchColumns("prefill", pre), piece)
+        last_dec = piece.record(dec.get_column("line")[-1]) if dec.height else None
+        last_pre = piece.record(pre.get_column("line")[-1]) if pre.height else None
+        ranks = {self._rank_tuple(lab) for cols in (dec, pre) if cols.height
+                 for lab in cols.get_column("rank").unique().to_list()}
+        return (bulkparse.BatchColumns("decode", dec), bulkparse.BatchColumns("prefill", pre), others, bad,
+                last_dec, last_pre, ranks)
+
+    def _feed_piece(self, piece: "bulkparse.Piece", ready: tuple) -> None:
+        """Ingest a piece of complete lines that the vectorised parser read (see :meth:`_prepare_piece`)."""
+        dec, pre, others, bad, last_dec, last_pre, ranks = ready
+        self.bulk_pieces += 1
+        st = self.stats
+        base = st.lines
+        st.lines += piece.n_lines
+        for i, reason, line in bad:
+            st.unparsed_lines += 1
+            self.unparsed.append(UnparsedLine(base + i + 1, reason, line[:400]))
+        self._add_columns(dec, pre, last_dec, last_pre, ranks)
         st.http_lines += piece.http_skipped
         skipped = piece.prefixed_skipped
         prev = -1
@@ -379,10 +450,8 @@ class LogIngester:
             st.http_lines += 1
             if "model_info HTTP" in line and self.startup.phase is not None \
                     and self.startup.phase < Phase.WARMUP:
-                tm = _TS_RE.search(line, 0, 60)
-                ts = parse_prefix(line[:tm.end() + 1])[0] if tm else None
-                self._on_phase(PhaseEvent(ts, tm.group(0) if tm else "", Phase.WARMUP,
-                                          "HTTP server answering; warmup request"))
+                ts, ts_text = line_time(line)
+                self._on_phase(PhaseEvent(ts, ts_text, Phase.WARMUP, "HTTP server answering; warmup request"))
             return None
         if self._capture is not None:
             if self._capture_left > 0 and line.strip() and not looks_like_prefixed_line(line):
@@ -400,7 +469,8 @@ class LogIngester:
             self._on_fatal(ev)
         return ev
 
-    def _add_columns(self, dec: "bulkparse.BatchColumns", pre: "bulkparse.BatchColumns", piece) -> None:
+    def _add_columns(self, dec: "bulkparse.BatchColumns", pre: "bulkparse.BatchColumns", last_dec, last_pre,
+                     ranks: set) -> None:
         """Series, counts and latest records from typed columns (only the last max_points rows are kept)."""
         st = self.stats
         keep = self.max_points
@@ -414,12 +484,11 @@ class LogIngester:
             pending.append(frame)
             while len(pending) > 1 and sum(f.height for f in pending[1:]) >= keep:
                 pending.pop(0)
-            last = piece.record(frame.get_column("line")[-1])
             if cols.kind == "decode":
-                self.last_decode = last
+                self.last_decode = last_dec
             else:
-                self.last_prefill = last
-            self.ranks_seen.update(self._rank_tuple(lab) for lab in cols.ranks())
+                self.last_prefill = last_pre
+        self.ranks_seen.update(ranks)
         if not self.spec_seen and dec.any_not_null("accept_len"):
             self.spec_seen = True
         if not self.rate_seen and dec.any_not_null("accept_rate"):
@@ -468,64 +537,6 @@ class LogIngester:
             d["rank"].extend([rank_label(r.ranks) if r.ranks else "" for r in tail])
         self.ranks_seen.update({r.ranks for r in decs} | {r.ranks for r in pres})
 
-    def _on_phase(self, ev: PhaseEvent) -> None:
-        su = self.startup
-        if ev.new_run:
-            if su.phase == Phase.LAUNCHED and su.ready_ts is None and su.fatal is None and su.run_index:
-                # server_args= right after the supervisor's start marker: the same run
-                su.events.append(ev)
-                if su.launched_ts is None:
-                    su.launched_ts = ev.ts
-                return
-            su.run_index += 1
-            su.phase = Phase.LAUNCHED
-            su.percent = None
-            su.progress = 0.0
-            su.launched_ts = ev.ts
-            su.ready_ts = None
-            su.fatal = None
-            su.detail = ev.detail
-            su.events.append(ev)
-            self._capture = None
-            return
-        if su.phase is None:
-            su.phase = Phase.LAUNCHED
-        if ev.phase < su.phase:
-            return  # e.g. a draft's graph capture line after warmup began
-        if ev.phase > su.phase:
-            su.events.append(ev)
-        su.phase = ev.phase
-        su.percent = ev.percent
-        su.detail = ev.detail
-        su.progress = max(su.progress, phase_progress(ev.phase, ev.percent))
-        if ev.phase == Phase.READY and su.ready_ts is None:
-            su.ready_ts = ev.ts
-
-    def _on_fatal(self, ev: FatalEvent) -> None:
-        su = self.startup
-        if ev.severity == "fatal":
-            if su.fatal is None:
-                su.fatal = ev
-            self._capture = ev
-            self._capture_left = 80
-        else:
-            su.problems.append(ev)
-
-    def _capture_more(self, line: str) -> None:
-        fe = self._capture
-        assert fe is not None
-        self._capture_left -= 1
-        text = line.rstrip()
-        fe.context.append(text)
-        inner = parse_event(line)
-        if isinstance(inner, FatalEvent) and fe.code in GENERIC_FATALS and inner.code not in GENERIC_FATALS:
-            fe.code, fe.title = inner.code, inner.title
-            fe.hint = inner.hint
-        if text.startswith("Possible solutions"):
-            fe.hint = text
-        elif fe.hint and fe.hint.startswith("Possible solutions") and text[:2].rstrip(".").isdigit():
-            fe.hint += "\n" + text.strip()
-
     # -- views -------------------------------------------------------------------
 
     def add_listener(self, cb: Callable[[Any], None]) -> None:
@@ -542,53 +553,3 @@ class LogIngester:
     @property
     def accept_rate_description(self) -> str:
         return ACCEPT_RATE_DESCRIPTIONS[self.accept_rate_meaning]
-
-
-class FileWatcher:
-    """Sets ``event`` whenever watchdog reports a change to ``path``.
-
-    Watches the file's directory (so a file created later, or replaced, is still
-    seen).  ``start()`` returns False when watching is impossible (missing
-    directory, no inotify); callers then rely on their polling timer.
-    """
-
-    def __init__(self, path: str | Path, event: threading.Event):
-        self.path = Path(path).resolve()
-        self.event = event
-        self._observer = None
-
-    def start(self) -> bool:
-        try:
-            from watchdog.events import FileSystemEventHandler
-            from watchdog.observers import Observer
-        except ImportError:
-            return False
-        target = str(self.path)
-        wake = self.event
-
-        class _Handler(FileSystemEventHandler):
-            def on_any_event(self, ev):  # noqa: N802 (watchdog's name)
-                if ev.src_path == target or getattr(ev, "dest_path", None) == target:
-                    wake.set()
-
-        if not self.path.parent.is_dir():
-            return False
-        try:
-            obs = Observer()
-            obs.schedule(_Handler(), str(self.path.parent), recursive=False)
-            obs.daemon = True
-            obs.start()
-        except Exception:
-            return False
-        self._observer = obs
-        return True
-
-    @property
-    def active(self) -> bool:
-        return self._observer is not None and self._observer.is_alive()
-
-    def stop(self) -> None:
-        obs, self._observer = self._observer, None
-        if obs is not None:
-            obs.stop()
-            obs.join(timeout=5)

@@ -2,9 +2,11 @@
 
     python -m backend.sglang.parselog LOGFILE [--kinds decode,prefill,phase,fatal] [--version 0.5.4]
 
-Prints one JSON object per parsed record on stdout and a summary (with the
-count of unparsed batch lines and where they are) on stderr.  Exit status 0,
-or 2 when the file cannot be read.
+Prints one JSON object per parsed record on stdout and a summary on stderr:
+the counts, then every rejected line as ``FILE:LINE: unparsed: REASON`` (a batch
+line whose label or values are not what SGLang prints, a timestamp that cannot
+be read, a line longer than 64 KiB).  Bad lines never stop the run: exit status
+0 whatever the content, 2 only when the file cannot be read.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ import argparse
 import json
 import math
 import sys
+from collections import deque
 
-from backend.sglang.ingest import LogIngester
+from backend.sglang.ingest import MAX_LINE, LogIngester
 from backend.sglang.version import capabilities
 
 KINDS = ("decode", "prefill", "phase", "fatal")
@@ -47,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.logfile}: cannot read: {exc.strerror or exc}", file=sys.stderr)
         return 2
     ing = LogIngester(args.logfile, caps=capabilities(args.version) if args.version else None, max_points=1)
+    ing.unparsed = deque()  # every rejected line, not only the latest ones the dashboard keeps
     out = sys.stdout
     dumps = json.dumps
 
@@ -60,9 +64,10 @@ def main(argv: list[str] | None = None) -> int:
         pass
     ing.flush()
     st = ing.stats
+    cut = f" ({st.cut_lines} cut: longer than {MAX_LINE // 1024} KiB)" if st.cut_lines else ""
     print(f"{args.logfile}: {st.lines} lines, {st.decode_lines} decode, {st.prefill_lines} prefill, "
           f"{st.http_lines} HTTP access, {st.event_lines} startup/failure events, "
-          f"{st.unparsed_lines} unparsed batch line(s)", file=sys.stderr)
+          f"{st.unparsed_lines} unparsed line(s){cut}", file=sys.stderr)
     for u in ing.unparsed:
         print(f"{args.logfile}:{u.line_no}: unparsed: {u.reason}", file=sys.stderr)
     if ing.rate_seen:

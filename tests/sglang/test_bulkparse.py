@@ -43,11 +43,15 @@ def _shuffle_values(body: str, rng: random.Random) -> str:
             continue
         if v in ("True", "False"):
             v = rng.choice(("True", "False"))
+        elif k == "accept len":  # at least 1 (it counts the bonus token)
+            v = f"{rng.choice(('', '0', '00'))}{rng.randrange(1, 9)}.{rng.randrange(10 ** 6):0{rng.randrange(1, 7)}d}"
+        elif k == "accept rate":  # between 0 and 1
+            v = rng.choice(("1.00", "1", f"0.{rng.randrange(10 ** 6):0{rng.randrange(1, 7)}d}"))
         elif v.replace(".", "", 1).isdigit() and "." in v:
             v = f"{rng.choice(('', '0', '00'))}{rng.randrange(10 ** rng.randrange(1, 7))}.{rng.randrange(10 ** 6):0{rng.randrange(1, 7)}d}"
         elif v.isdigit():
             v = str(rng.choice((0, 1, rng.randrange(10 ** 6), rng.randrange(10 ** 17), 10 ** 18 - 1)))
-            if rng.random() < 0.1:
+            if rng.random() < 0.1 and len(v) < 18:  # a leading zero, still at most 18 digits
                 v = "0" + v
         elif v.endswith("%"):
             v = f"{rng.random() * 100:.2f}%"

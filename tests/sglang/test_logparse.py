@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -108,23 +109,32 @@ DECODE_CASES = [
 ]
 
 
+_SECOND_IN_TEXT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}")
+
+
+def check_record(rec, line: str, expect: dict) -> None:
+    """``rec`` holds the table's values, and the timestamp written in the line itself."""
+    expect = dict(expect)
+    extra = expect.pop("fields_extra", {})
+    ms = expect.pop("ts_ms", None)
+    for k, v in expect.items():
+        got = getattr(rec, k)
+        assert got == (pytest.approx(v) if isinstance(v, float) else v), (k, got, v)
+    for k, v in extra.items():
+        assert rec.fields[k] == (pytest.approx(v) if isinstance(v, float) else v), k
+    second = _SECOND_IN_TEXT.search(line).group(0)  # from the line's text, not from the parser
+    assert rec.ts == pytest.approx(epoch(second) + (ms or 0.0))
+    assert rec.ts_text.startswith(second)
+    for name in ("running_req", "queue_req"):
+        assert isinstance(getattr(rec, name), int)
+
+
 @pytest.mark.parametrize("line,expect", DECODE_CASES, ids=[f"decode{i}" for i in range(len(DECODE_CASES))])
 def test_decode_lines(line, expect):
     for text in (line, line + "\n"):
         rec = parse_line(text)
         assert isinstance(rec, DecodeBatch), text
-        expect = dict(expect)
-        extra = expect.pop("fields_extra", {})
-        ms = expect.pop("ts_ms", None)
-        for k, v in expect.items():
-            got = getattr(rec, k)
-            assert got == (pytest.approx(v) if isinstance(v, float) else v), (k, got, v)
-        for k, v in extra.items():
-            assert rec.fields[k] == (pytest.approx(v) if isinstance(v, float) else v), k
-        assert rec.ts is not None and rec.ts_text
-        assert rec.ts == pytest.approx(epoch(rec.ts_text[:19]) + (ms or 0.0))
-        for name in ("running_req", "queue_req"):
-            assert isinstance(getattr(rec, name), int)
+        check_record(rec, line, expect)
 
 
 PREFILL_CASES = [
@@ -174,13 +184,7 @@ PREFILL_CASES = [
 def test_prefill_lines(line, expect):
     rec = parse_line(line + "\n")
     assert isinstance(rec, PrefillBatch)
-    expect = dict(expect)
-    extra = expect.pop("fields_extra", {})
-    for k, v in expect.items():
-        got = getattr(rec, k)
-        assert got == (pytest.approx(v) if isinstance(v, float) else v), (k, got, v)
-    for k, v in extra.items():
-        assert rec.fields[k] == pytest.approx(v), k
+    check_record(rec, line, expect)
     assert "accept_len" not in rec.fields
 
 
@@ -216,9 +220,11 @@ STARTUP = [
     ("[2025-11-06 01:20:01 TP0] Init torch distributed begin.", Phase.INIT, None),
     ("[2025-11-06 01:20:05 TP0] Init torch distributed ends. mem usage=0.50 GB", Phase.INIT, None),
     ("[2025-11-06 01:20:06 TP0] Load weight begin. avail mem=78.12 GB", Phase.WEIGHTS, 0.0),
-    ("Loading safetensors checkpoint shards:  45% Completed | 27/61 [00:30<00:38,  1.1it/s]", Phase.WEIGHTS, 45.0),
+    # progress counters: the share done from the counts, finer than tqdm's rounded percent
+    ("Loading safetensors checkpoint shards:  45% Completed | 27/61 [00:30<00:38,  1.1it/s]", Phase.WEIGHTS,
+     100 * 27 / 61),
     ("Loading safetensors checkpoint shards:  10% Completed | 6/61 [00:05<00:50]\rLoading safetensors checkpoint "
-     "shards:  20% Completed | 12/61 [00:10<00:40]", Phase.WEIGHTS, 20.0),
+     "shards:  20% Completed | 12/61 [00:10<00:40]", Phase.WEIGHTS, 100 * 12 / 61),
     ("[2025-11-06 01:21:06 TP0] Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=62.0 GB, "
      "mem usage=16.1 GB.", Phase.WEIGHTS, 100.0),
     ("[2026-10-30 01:21:06 TP0] Load weight end. elapsed=61.2 s, type=DeepseekV3ForCausalLM, avail mem=10.0 GB, "
@@ -232,7 +238,21 @@ STARTUP = [
     ("[2025-11-06 01:21:08 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=11.4 GB",
      Phase.CUDA_GRAPH, 0.0),
     ("Capturing batches (bs=160 avail_mem=11.2 GB):  37%|███▋      | 13/35 [00:04<00:07,  2.9it/s]",
-     Phase.CUDA_GRAPH, 37.0),
+     Phase.CUDA_GRAPH, 100 * 13 / 35),
+    # newest format (real line shapes): weights by a thread pool, graphs compiled and captured by token count
+    ("Multi-thread loading shards:  75% Completed | 3/4 [00:02<00:00,  1.30it/s]", Phase.WEIGHTS, 75.0),
+    ("Multi-thread loading shards:   0% Completed | 0/1 [00:00<?, ?it/s]Multi-thread loading shards: 100% "
+     "Completed | 1/1 [00:00<00:00,  7.38it/s]", Phase.WEIGHTS, 100.0),
+    ("  0%|          | 0/58 [00:00<?, ?it/s]Compiling num tokens (num_tokens=8192):   0%|          | 0/58 "
+     "[00:00<?, ?it/s]", Phase.CUDA_GRAPH, 0.0),
+    ("Compiling num tokens (num_tokens=7680):   3%|▎         | 2/58 [00:06<02:31,  2.71s/it]Compiling num tokens "
+     "(num_tokens=7168):   3%|▎         | 2/58 [00:06<02:31,  2.71s/it]", Phase.CUDA_GRAPH, 100 * 2 / 58),
+    ("Capturing num tokens (num_tokens=7680 avail_mem=42.29 GB):   3%|▎         | 2/58 [00:01<00:40,  1.39it/s]",
+     Phase.CUDA_GRAPH, 100 * 2 / 58),
+    ("Capturing num tokens (num_tokens=4 avail_mem=41.00 GB): 100%|██████████| 58/58 [00:20<00:00,  2.9it/s]",
+     Phase.CUDA_GRAPH, 100.0),
+    # a bar without counts: the percent it prints
+    ("Capturing num tokens (num_tokens=4 avail_mem=41.00 GB):  40%|████", Phase.CUDA_GRAPH, 40.0),
     ("[2025-11-06 01:21:30 TP0] Capture cuda graph end. Time elapsed: 22.1 s. mem usage=0.9 GB. avail mem=10.5 GB.",
      Phase.CUDA_GRAPH, 100.0),
     ("[2026-10-30 01:21:08 TP0] Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=4, "
@@ -317,18 +337,22 @@ def test_prefixed_line_detection():
     assert not looks_like_prefixed_line("1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)")
 
 
-def test_bulk_parse_matches_line_by_line_and_isolates_bad_lines():
-    from backend.sglang.logparse import parse_batch, parse_batch_lines
+def test_many_lines_at_once_give_the_table_values_and_isolate_bad_lines():
+    from backend.sglang.logparse import parse_batch_lines
 
-    lines = [c[0] for c in DECODE_CASES] + [c[0] for c in PREFILL_CASES]
-    lines = lines + lines + ["[2026-01-01 00:00:00] not a batch line"]
+    cases = DECODE_CASES + PREFILL_CASES
+    lines = [c[0] for c in cases]
+    expects = [c[1] for c in cases]
+    lines, expects = lines + lines + ["[2026-01-01 00:00:00] not a batch line"], expects + expects + [None]
     # same key sequence as DECODE_CASES[12], one value broken: only that line is bad
     broken = DECODE_CASES[12][0].replace("#running-req: 3", "#running-req: three")
     lines.insert(5, broken)
+    expects.insert(5, None)
     recs, bad = parse_batch_lines(lines)
     assert bad == [(5, "field '#running-req': 'three' is not a valid value")]
-    for i, (line, rec) in enumerate(zip(lines, recs)):
-        if i == 5 or "not a batch" in line:
+    for line, rec, expect in zip(lines, recs, expects):
+        if expect is None:
             assert rec is None
             continue
-        assert rec == parse_batch(line), line
+        assert rec.kind == ("decode" if "Decode batch" in line else "prefill")
+        check_record(rec, line, expect)

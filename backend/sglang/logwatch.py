@@ -1,0 +1,56 @@
+"""Wake-ups when a log file changes (watchdog), for the monitor's refresh loop."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+
+class FileWatcher:
+    """Sets ``event`` whenever watchdog reports a change to ``path``.
+
+    Watches the file's directory (so a file created later, or replaced, is still
+    seen).  ``start()`` returns False when watching is impossible (missing
+    directory, no inotify); callers then rely on their polling timer.
+    """
+
+    def __init__(self, path: str | Path, event: threading.Event):
+        self.path = Path(path).resolve()
+        self.event = event
+        self._observer = None
+
+    def start(self) -> bool:
+        try:
+            from watchdog.events import FileSystemEventHandler
+            from watchdog.observers import Observer
+        except ImportError:
+            return False
+        target = str(self.path)
+        wake = self.event
+
+        class _Handler(FileSystemEventHandler):
+            def on_any_event(self, ev):  # noqa: N802 (watchdog's name)
+                if ev.src_path == target or getattr(ev, "dest_path", None) == target:
+                    wake.set()
+
+        if not self.path.parent.is_dir():
+            return False
+        try:
+            obs = Observer()
+            obs.schedule(_Handler(), str(self.path.parent), recursive=False)
+            obs.daemon = True
+            obs.start()
+        except Exception:
+            return False
+        self._observer = obs
+        return True
+
+    @property
+    def active(self) -> bool:
+        return self._observer is not None and self._observer.is_alive()
+
+    def stop(self) -> None:
+        obs, self._observer = self._observer, None
+        if obs is not None:
+            obs.stop()
+            obs.join(timeout=5)
