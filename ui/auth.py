@@ -14,7 +14,7 @@ import os
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-from backend.auth import IDLE_S, ABSOLUTE_S, Access, Caller, LoginRefused
+from backend.auth import ABSOLUTE_S, IDLE_S, Access, Caller, LoginRefused, is_loopback
 
 log = logging.getLogger("specdeck")
 
@@ -93,6 +93,10 @@ def _warn_once(rt, acc: Access) -> None:
     log.warning("Specdeck listens on %s, reachable from the network: control actions need a signed-in user "
                 "(%d configured in %s)%s", listen or "all interfaces", n, rt.auth.users.path,
                 "" if n else "; the dashboard is read-only until one is added")
+    hosts = [h for h in (st.get_option("server.allowedHosts") or []) if h != "*"]
+    if hosts and all(is_loopback(h) for h in hosts):
+        log.warning("server.allowedHosts lists only %s: browsers that reach the dashboard by another name or "
+                    "address are refused until it lists that too (--server.allowedHosts NAME)", ", ".join(hosts))
 
 
 def login_page(rt) -> None:
@@ -100,8 +104,8 @@ def login_page(rt) -> None:
     st.title("Sign in")
     acc = access(rt)
     c = caller()
-    st.caption("Starting, stopping and relaunching need a signed-in user when the dashboard is reachable "
-               f"from the network ({c.describe()}). Viewing needs no sign-in.")
+    st.caption("Starting, stopping and relaunching need a signed-in user while the dashboard is reachable "
+               "from the network; viewing does not.")
     left, _ = st.columns([2, 3])
     with left:
         if acc.mode == "signed-in":
