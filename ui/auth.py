@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
@@ -159,10 +160,10 @@ def frame_gate(rt, pages: list) -> list:
         st.error(f"Nobody can sign in: {acc.users_error}", icon=":material/error:")
     with st.sidebar:
         if acc.mode == "signed-in":
-            left = max(0, int(acc.session.ends_at(rt.auth.sessions.idle_s, rt.auth.sessions.absolute_s)
-                              - rt.auth.sessions.clock()))
-            st.caption(f"Signed in as **{acc.actor}** from {acc.client} · session ends in "
-                       f"{left // 60} min without activity")
+            sessions = rt.auth.sessions
+            last = time.strftime("%H:%M", time.localtime(acc.session.started_at + sessions.absolute_s))
+            st.caption(f"Signed in as **{acc.actor}** from {acc.client} · signed out after "
+                       f"{sessions.idle_s / 60:g} min without activity, at {last} at the latest")
             if st.button("Sign out", key="specdeck-logout", icon=":material/logout:"):
                 rt.auth.logout(caller())
                 st.session_state.pop(TOKEN_KEY, None)

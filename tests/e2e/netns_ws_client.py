@@ -12,7 +12,8 @@ pretending to be local would, and walks through:
 2. the sign-in page: a wrong password, then USER and PASSWORD;
 3. the Processes page signed in: presses Stop, prints ``READY`` and waits
    for a line on standard input (the test removes USER meanwhile);
-4. presses "Yes, stop" in the confirmation that is still open.
+4. presses "Yes, stop" in the confirmation that is still open;
+5. opens every page again (the dashboard is read-only now: USER was the only one).
 
 One JSON object per step goes to standard output.
 """
@@ -123,6 +124,10 @@ def main(argv: list[str]) -> int:
         print("READY", flush=True)
         sys.stdin.readline()
         _report("confirmed-after-removal", s.run([{"id": pressed["buttons"]["Yes, stop"]["id"]}]))
+        for title in ("Servers", "Processes", "GPUs"):
+            s.page_hash = s.pages[title]
+            _report(f"read-only {title}", s.run())
+        print(json.dumps({"step": "pages", "pages": sorted(s.pages)}), flush=True)
     return 0
 
 

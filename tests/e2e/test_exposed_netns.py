@@ -220,7 +220,10 @@ def test_raw_websocket_client_claiming_localhost_cannot_control(netns, tmp_path)
             proc.stdin.write("go\n")
             proc.stdin.flush()
             last = json.loads(_next_line(q, proc, deadline))
-            assert proc.wait(timeout=60) == 0
+            while (line := q.get(timeout=max(0.1, deadline - time.time()))) is not None:
+                step = json.loads(line)
+                steps[step["step"]] = step
+            assert proc.wait(timeout=60) == 0, proc.stderr.read()[-3000:]
         finally:
             if proc.poll() is None:
                 proc.terminate()
@@ -239,7 +242,11 @@ def test_raw_websocket_client_claiming_localhost_cannot_control(netns, tmp_path)
         # alice was the only user: the dashboard is read-only now, and the runtime refuses
         assert refused and "Read-only" in refused[0], last["alerts"]
         assert any(a.startswith("Signed out: the user was removed") for a in last["alerts"])
-        assert not any(s["exceptions"] for s in [*steps.values(), last])
+        for title in ("Servers", "Processes", "GPUs"):  # read-only now, and every page says why
+            banner = [a for a in steps[f"read-only {title}"]["alerts"] if a.startswith("Read-only")]
+            assert banner and "no user is configured" in banner[0] and f"connected from {ns_ip}" in banner[0]
+        assert steps["pages"]["pages"] == ["GPUs", "Processes", "Servers"]  # no sign-in page: nobody to be
+        assert not any(s.get("exceptions") for s in [*steps.values(), last])
         assert _ticker_state(ws) == "RUNNING"
         got = [(e.action, e.outcome, e.actor, e.client) for e in _audit(ws) if e.source == "dashboard"]
         assert got == [("login", "refused", "alice", ns_ip), ("login", "ok", "alice", ns_ip),
