@@ -98,6 +98,8 @@ class LoginThrottle:
     """``MAX_FAILURES`` failed sign-ins within ``FAILURE_WINDOW_S`` from one client,
     or for one user name, refuse further tries for ``LOCKOUT_S`` after the last failure."""
 
+    SWEEP_AT = 1000
+
     def __init__(self, *, clock: Callable[[], float] = time.time, max_failures: int = MAX_FAILURES,
                  window_s: float = FAILURE_WINDOW_S, lockout_s: float = LOCKOUT_S):
         self.clock = clock
@@ -127,9 +129,17 @@ class LoginThrottle:
                     wait = max(wait, times[-1] + self.lockout_s - now)
         return max(0.0, wait)
 
+    def __len__(self) -> int:
+        """How many clients and names have failures on record."""
+        with self._lock:
+            return len(self._failures)
+
     def failed(self, *keys: str) -> None:
         now = self.clock()
         with self._lock:
+            if len(self._failures) >= self.SWEEP_AT:  # many names tried once: forget the stale ones
+                for key in list(self._failures):
+                    self._recent(key, now)
             for key in keys:
                 self._recent(key, now)
                 self._failures.setdefault(key, []).append(now)

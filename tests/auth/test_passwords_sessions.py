@@ -101,3 +101,13 @@ def test_throttle_forgets_failures_older_than_the_window(clock):
         t.failed("user:alice")
         clock.advance(100)  # 5 failures spread over 400 s: never 5 within 300 s
     assert t.wait_s("user:alice") == 0
+
+
+def test_throttle_forgets_stale_names_instead_of_growing_without_bound(clock):
+    t = LoginThrottle(clock=clock)
+    for i in range(1000):
+        t.failed(f"user:guess{i}")
+    assert len(t) == 1000
+    clock.advance(600)  # past the window and the lockout
+    t.failed("user:one-more")
+    assert len(t) == 1
