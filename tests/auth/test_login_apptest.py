@@ -210,3 +210,34 @@ def test_loopback_controls_without_sign_in_as_local(workspace, listen):
     _wait_state(rt, "ticker", {"EXITED", "FATAL"})
     stop = [e for e in audit.recent(rt.store, limit=10) if e.action == "stop"][0]
     assert (stop.actor, stop.client) == ("local", "127.0.0.1")
+
+
+@pytest.mark.timeout(120)
+def test_servers_page_locks_launch_and_stop_with_the_reason(tmp_path, monkeypatch, listen):
+    from backend.sim.models import make_target_dir
+    from tests.helpers import free_port
+
+    target = make_target_dir(tmp_path / "m" / "target")
+    (tmp_path / "specdeck.toml").write_text(f"""
+[workspace]
+name = "srvlock"
+
+[telemetry]
+source = "fake"
+
+[[server]]
+name = "sim"
+model_path = "{target}"
+port = {free_port()}
+simulate = true
+""")
+    monkeypatch.setenv("SPECDECK_WORKSPACE", str(tmp_path))
+    listen("0.0.0.0", "10.213.0.2")
+    try:
+        at = _goto(_app(), "pages/servers.py")
+        b = _buttons(at)
+        for label in ("Start…", "Stop"):
+            assert b[label].disabled and "Read-only" in b[label].help, label
+        assert not b["Run preflight"].disabled  # reading stays open
+    finally:
+        runtime_mod.close_all()
