@@ -1,10 +1,26 @@
 """Sign-in for control actions: users (``users.toml``), Argon2id hashes, sessions, and
-the decision whether a request may start, stop or relaunch (see ``access``)."""
+the decision whether a request may start, stop or relaunch (see ``access``).
 
-from backend.auth.access import Access, Authority, Caller, LoginRefused, NotAuthorised, is_loopback
-from backend.auth.sessions import ABSOLUTE_S, IDLE_S, LoginThrottle, Session, SessionStore
-from backend.auth.users import USERS_FILE, User, UsersError, UserStore
+Names are imported on first use, so registering the ``users`` command does not
+load the hashing library into every command-line run.
+"""
 
-__all__ = ["ABSOLUTE_S", "IDLE_S", "USERS_FILE", "Access", "Authority", "Caller", "LoginRefused",
-           "LoginThrottle", "NotAuthorised", "Session", "SessionStore", "User", "UserStore", "UsersError",
-           "is_loopback"]
+from importlib import import_module
+
+_EXPORTS = {
+    "Access": "access", "Authority": "access", "Caller": "access", "LoginRefused": "access",
+    "NotAuthorised": "access", "is_loopback": "access",
+    "ABSOLUTE_S": "sessions", "IDLE_S": "sessions", "LoginThrottle": "sessions", "Session": "sessions",
+    "SessionStore": "sessions",
+    "USERS_FILE": "users", "User": "users", "UsersError": "users", "UserStore": "users",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value

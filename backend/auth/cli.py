@@ -20,8 +20,7 @@ import json
 import sys
 from typing import Callable, TextIO
 
-from backend.auth.passwords import password_problem
-from backend.auth.users import USERS_FILE, UsersError, UserStore
+# backend.auth.users (tomlkit, argon2) is imported when a users command runs, not when it is registered
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -43,6 +42,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def _read_password(args, stdin: TextIO, ask: Callable[[str], str]) -> str:
+    from backend.auth.passwords import password_problem
+    from backend.auth.users import UsersError
+
     if args.password_stdin:
         line = stdin.readline()
         if not line:
@@ -59,6 +61,8 @@ def _read_password(args, stdin: TextIO, ask: Callable[[str], str]) -> str:
 def run(root, args: argparse.Namespace, out: TextIO, err: TextIO, *, stdin: TextIO | None = None,
         ask: Callable[[str], str] = getpass.getpass) -> int:
     """The ``users`` command against the workspace folder ``root``; returns the exit status."""
+    from backend.auth.users import USERS_FILE, UsersError, UserStore
+
     store = UserStore(root / USERS_FILE)
     try:
         if args.action == "list":
