@@ -11,6 +11,7 @@ from pathlib import Path
 import streamlit as st
 
 from ui import fmt
+from ui.auth import frame_gate
 from ui.context import WANTED_PAGE, mark_frame, runtime
 
 st.set_page_config(page_title="Specdeck", page_icon=":material/rocket_launch:", layout="wide")
@@ -67,6 +68,7 @@ with st.sidebar:
 
 mark_frame()
 pages = _pages()
+pages += frame_gate(rt, pages)  # the login gate: banner, account box, sign-in page
 nav = st.navigation(pages)
 wanted = st.session_state.pop(WANTED_PAGE, None)
 if wanted is not None:  # a page's URL was opened before the frame had run: open it now

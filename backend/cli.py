@@ -9,6 +9,7 @@
     python -m backend.cli [--workspace DIR] servers list
     python -m backend.cli [--workspace DIR] servers preflight NAME [--json]
     python -m backend.cli [--workspace DIR] supervise [--interval S]
+    python -m backend.cli [--workspace DIR] users add|passwd|remove|list [NAME]
     python -m backend.cli init DIR
 
 The workspace is the ``--workspace`` folder, else ``$SPECDECK_WORKSPACE``,
@@ -324,6 +325,10 @@ def build_parser() -> argparse.ArgumentParser:
     a = sub.add_parser("supervise", help="run the reconcile loop in the foreground until Ctrl-C")
     a.add_argument("--interval", type=float, default=1.0, metavar="S", help="seconds between polls (default 1)")
     a.set_defaults(func=cmd_supervise)
+
+    from backend.auth.cli import add_parser as add_users_parser
+
+    add_users_parser(sub)  # users add|passwd|remove|list (backend/auth/cli.py)
 
     a = sub.add_parser("init", help="create a workspace (with the demo config) in DIR")
     a.add_argument("dir")

@@ -16,12 +16,13 @@ import threading
 import time
 from pathlib import Path
 
+from backend.auth import USERS_FILE, Authority, Caller, NotAuthorised, UserStore
 from backend.supervisor.spec import ProcessSpec
 from backend.workspace import ConfigError, Workspace, load_workspace, parse_config, resolve_root
 from backend.sglang.fleet import PreflightBlocked
-from state import Store
+from state import Store, audit
 
-__all__ = ["PreflightBlocked", "Runtime", "close_all", "current_actor", "get_runtime"]
+__all__ = ["NotAuthorised", "PreflightBlocked", "Runtime", "close_all", "current_actor", "get_runtime"]
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,9 @@ class Runtime:
         self._closed = False
         self.telemetry = self.fleet = self.loop = self.supervisor = None
         self.store = Store(workspace.store_path)
+        # who may control: users.toml of the workspace, sessions in this process
+        self.auth = Authority(UserStore(workspace.root / USERS_FILE), audit=self._audit_auth,
+                              workspace_root=str(workspace.root))
         try:
             self.supervisor = Supervisor(self.store, workspace.run_dir)
             # GPU + host telemetry: one background sampler per workspace per process
@@ -154,21 +158,52 @@ class Runtime:
             out.extend(snap.alerts)
         return out
 
-    # -- control (preflight for servers, audit for everything) ------------
+    # -- control (authorisation, preflight for servers, audit for everything) --
 
-    def start(self, name: str, *, actor: str, source: str, force: bool = False):
+    def authorise(self, actor: str | Caller, action: str, name: str, source: str) -> tuple[str, str]:
+        """(name the audit records, client address) of a request allowed to act.
+
+        A :class:`Caller` (every dashboard request) is checked by ``self.auth``:
+        refused, it raises :class:`NotAuthorised` and the refusal is audited.  A
+        plain name is code on this host (the command line, autostart, tests),
+        trusted as that name, from ``local``.
+        """
+        if isinstance(actor, Caller):
+            acc = self.auth.authorise(actor, action, name, source)
+            return acc.actor, acc.client
+        return actor, audit.LOCAL
+
+    def start(self, name: str, *, actor: str | Caller, source: str, force: bool = False):
         """Start a process; a server goes through preflight first."""
-        if name in self.fleet.names():
-            return self.fleet.launch(name, actor=actor, source=source, launch_anyway=force)
-        return self.supervisor.start(name, actor=actor, source=source)
+        who, client = self.authorise(actor, "start", name, source)
+        with audit.acting_from(client):
+            if name in self.fleet.names():
+                return self.fleet.launch(name, actor=who, source=source, launch_anyway=force)
+            return self.supervisor.start(name, actor=who, source=source)
 
-    def restart(self, name: str, *, actor: str, source: str, force: bool = False):
-        if name in self.fleet.names():
-            return self.fleet.launch(name, actor=actor, source=source, launch_anyway=force)
-        return self.supervisor.restart(name, actor=actor, source=source, wait=False)
+    def restart(self, name: str, *, actor: str | Caller, source: str, force: bool = False):
+        who, client = self.authorise(actor, "restart", name, source)
+        with audit.acting_from(client):
+            if name in self.fleet.names():
+                return self.fleet.launch(name, actor=who, source=source, launch_anyway=force)
+            return self.supervisor.restart(name, actor=who, source=source, wait=False)
 
-    def stop(self, name: str, *, actor: str, source: str):
-        return self.supervisor.stop(name, actor=actor, source=source, wait=False)
+    def launch(self, name: str, cfg=None, *, actor: str | Caller, source: str, launch_anyway: bool = False,
+               findings=None):
+        """(Re)launch a server with ``cfg`` (an edit is written back to the workspace file)."""
+        who, client = self.authorise(actor, "launch", name, source)
+        with audit.acting_from(client):
+            return self.fleet.launch(name, cfg, actor=who, source=source, launch_anyway=launch_anyway,
+                                     findings=findings)
+
+    def stop(self, name: str, *, actor: str | Caller, source: str):
+        who, client = self.authorise(actor, "stop", name, source)
+        with audit.acting_from(client):
+            return self.supervisor.stop(name, actor=who, source=source, wait=False)
+
+    def _audit_auth(self, actor: str, source: str, action: str, target: str, detail: str, outcome: str,
+                    client: str) -> None:
+        audit.record(self.store, actor, source, action, target, detail, outcome, client=client)
 
     # -- lifecycle ---------------------------------------------------------
 

@@ -11,6 +11,7 @@ import streamlit as st
 from backend.runtime import PreflightBlocked
 from state import audit
 from ui import fmt
+from ui.auth import control_lock
 from ui.components import confirm_box, freshness, page_header
 from ui.context import actor, require_frame, runtime
 
@@ -108,11 +109,15 @@ def control(proc: str) -> None:
                     + (f" · pid {view.pid}" if view.pid else ""))
         st.code(shlex.join(view.spec.argv), language="bash")
         b1, b2, b3, _ = st.columns([1, 1, 1, 3])
-        if b1.button("Start", key="btn-start", disabled=active, icon=":material/play_arrow:"):
+        lock = control_lock(rt)
+        if b1.button("Start", key="btn-start", disabled=active or bool(lock), help=lock or None,
+                     icon=":material/play_arrow:"):
             st.session_state["confirm-start"] = True
-        if b2.button("Stop", key="btn-stop", disabled=not active, icon=":material/stop:"):
+        if b2.button("Stop", key="btn-stop", disabled=not active or bool(lock), help=lock or None,
+                     icon=":material/stop:"):
             st.session_state["confirm-stop"] = True
-        if b3.button("Restart", key="btn-restart", icon=":material/restart_alt:"):
+        if b3.button("Restart", key="btn-restart", disabled=bool(lock), help=lock or None,
+                     icon=":material/restart_alt:"):
             st.session_state["confirm-restart"] = True
         for action, question in (
             ("start", f"Start **{proc}** with the command above?"),
@@ -169,7 +174,7 @@ with c2:
     entries = audit.recent(rt.store, limit=200)
     adf = pd.DataFrame([{
         "at": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.at)),
-        "actor": e.actor, "source": e.source, "action": e.action, "target": e.target,
+        "actor": e.actor, "client": e.client, "source": e.source, "action": e.action, "target": e.target,
         "outcome": e.outcome, "detail": e.detail,
     } for e in entries])
     if adf.empty:

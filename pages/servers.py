@@ -15,6 +15,7 @@ from backend.sglang import livefigures
 from backend.sglang.alerts import ACCEPT_FLOOR
 from backend.sglang.preflight import has_errors
 from ui import charts, fmt
+from ui.auth import control_lock
 from ui.components import confirm_box, freshness, page_header
 from ui.context import actor, require_frame, runtime
 
@@ -302,9 +303,11 @@ def launch_panel(server: str, running: bool) -> None:
         st.error("Preflight found errors. The server would start, but the errors above say how it will misbehave.")
         anyway = st.checkbox("Launch anyway (recorded in the audit log with these errors)", key="srv-anyway")
     label = "Stop and relaunch" if running else "Start"
-    if st.button(label, type="primary", disabled=blocked and not anyway, key="srv-launch-go"):
+    lock = control_lock(rt)
+    if st.button(label, type="primary", disabled=(blocked and not anyway) or bool(lock), help=lock or None,
+                 key="srv-launch-go"):
         try:
-            fleet.launch(server, new, actor=actor(), source="dashboard", launch_anyway=anyway, findings=found)
+            rt.launch(server, new, actor=actor(), source="dashboard", launch_anyway=anyway, findings=found)
         except PreflightBlocked:
             st.error("Refused: preflight errors (recorded in the audit log).")
             return
@@ -319,18 +322,21 @@ def launch_panel(server: str, running: bool) -> None:
 
 st.subheader("Control")
 b1, b2, _ = st.columns([1, 1, 4])
-if b1.button("Relaunch…" if active else "Start…", key="srv-launch", icon=":material/rocket_launch:"):
+lock = control_lock(rt)
+if b1.button("Relaunch…" if active else "Start…", key="srv-launch", disabled=bool(lock), help=lock or None,
+             icon=":material/rocket_launch:"):
     st.session_state["srv-launch-open"] = True
 if st.session_state.get("srv-launch-open"):
     with st.container(border=True):
         launch_panel(name, active)
-if b2.button("Stop", key="srv-stop", disabled=not active, icon=":material/stop:"):
+if b2.button("Stop", key="srv-stop", disabled=not active or bool(lock), help=lock or None,
+             icon=":material/stop:"):
     st.session_state["srv-confirm-stop"] = True
 if confirm_box("srv-confirm-stop", f"Stop **{name}**? Requests in flight fail; it gets SIGTERM, then SIGKILL "
                f"after {view.spec.stop_grace_s:.0f} s." if view else f"Stop **{name}**?",
                confirm_label="Yes, stop") is True:
     try:
-        fleet.stop(name, actor=actor(), source="dashboard")
+        rt.stop(name, actor=actor(), source="dashboard")
         st.toast(f"Stop requested for {name}", icon=":material/check_circle:")
     except Exception as exc:
         st.error(f"Could not stop **{name}**: {exc}")

@@ -8,7 +8,8 @@ from pathlib import Path
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-from backend.runtime import Runtime, current_actor, get_runtime
+from backend.auth import Caller
+from backend.runtime import Runtime, get_runtime
 from backend.workspace import ConfigError
 
 log = logging.getLogger("specdeck")
@@ -68,11 +69,9 @@ def runtime(*, show_config_error: bool = False) -> Runtime:
     return rt
 
 
-def actor() -> str:
-    user = getattr(st, "user", None)
-    name = None
-    try:
-        name = user.get("email") if user is not None and user.get("is_logged_in") else None
-    except Exception:
-        name = None
-    return name or current_actor()
+def actor() -> Caller:
+    """Who asks, for the runtime's control methods: they decide whether this session may act
+    and whom the audit names (the signed-in user, or ``local`` on loopback)."""
+    from ui.auth import caller
+
+    return caller()

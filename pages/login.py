@@ -1,0 +1,9 @@
+"""Sign in: the form that unlocks control actions when the dashboard is reachable from the network."""
+
+from __future__ import annotations
+
+from ui.auth import login_page
+from ui.context import require_frame, runtime
+
+require_frame(__file__)
+login_page(runtime())

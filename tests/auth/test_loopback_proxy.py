@@ -1,0 +1,89 @@
+"""On loopback, what makes a session local: the TCP peer and forwarding headers, never Host.
+
+A real `streamlit run` on 127.0.0.1; raw websocket sessions from this host
+with and without the headers a reverse proxy adds.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from websockets.sync.client import connect
+
+from tests.e2e.netns_ws_client import Session
+from tests.helpers import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+BANNER = "Sign in to start, stop or relaunch"
+
+
+@pytest.fixture(scope="module")
+def dashboard(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("loopback")
+    ws = tmp / "ws"
+    ws.mkdir()
+    (ws / "specdeck.toml").write_text('[workspace]\nname = "loopback"\n\n[telemetry]\nsource = "fake"\n')
+    r = subprocess.run([sys.executable, "-m", "backend.cli", "--workspace", str(ws), "users", "add", "alice",
+                        "--password-stdin"], cwd=REPO, input="alice-password-1\n", capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    port = free_port()
+    env = dict(os.environ, SPECDECK_WORKSPACE=str(ws), SPECDECK_HOME=str(tmp / "home"))
+    env.pop("FORWARDED_ALLOW_IPS", None)
+    log = open(tmp / "streamlit.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+                             "--server.headless", "true", "--global.developmentMode", "false"],
+                            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.time() + 90
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as resp:
+                    if resp.read().strip() == b"ok":
+                        break
+            except OSError:
+                pass
+            assert proc.poll() is None and time.time() < deadline, (tmp / "streamlit.log").read_text()[-2000:]
+            time.sleep(0.3)
+        yield port
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+
+
+def _first_run_alerts(port: int, headers: dict[str, str]) -> list[str]:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+    with connect(f"ws://localhost:{port}/_stcore/stream", sock=sock, subprotocols=["streamlit"],
+                 additional_headers=headers, open_timeout=60, max_size=None) as ws:
+        return Session(ws).run()["alerts"]
+
+
+@pytest.mark.timeout(240)
+def test_a_direct_loopback_session_is_local(dashboard):
+    assert not any(BANNER in a for a in _first_run_alerts(dashboard, {}))
+
+
+@pytest.mark.timeout(240)
+def test_a_forwarded_client_is_not_local(dashboard):
+    # uvicorn trusts X-Forwarded-For from a loopback peer: the session's peer is the forwarded client
+    alerts = _first_run_alerts(dashboard, {"X-Forwarded-For": "203.0.113.9"})
+    assert any(BANNER in a and "connected from 203.0.113.9" in a for a in alerts), alerts
+
+
+@pytest.mark.timeout(240)
+def test_any_forwarding_header_means_a_proxy_stands_between(dashboard):
+    alerts = _first_run_alerts(dashboard, {"X-Real-IP": "203.0.113.9"})
+    assert any(BANNER in a and "connected from 127.0.0.1 through a proxy" in a for a in alerts), alerts
