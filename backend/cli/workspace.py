@@ -6,17 +6,15 @@ import argparse
 from pathlib import Path
 from typing import TextIO
 
-from backend.workspace import load_workspace
+from backend.workspace import CONFIG_NAME, load_workspace
 
 
 def cmd_init(args: argparse.Namespace, out: TextIO) -> int:
-    from backend.demo import write_demo_workspace
-
     root = Path(args.dir).expanduser().resolve()
-    cfg = root / "specdeck.toml"
+    cfg = root / CONFIG_NAME
     existed = cfg.exists()
-    write_demo_workspace(root)
-    load_workspace(root)  # validates it and creates logs/, run/, outputs/
+    # Writes the demo config when there is none, validates it, creates logs/, run/, outputs/.
+    load_workspace(root, create_demo=True)
     out.write(f"{cfg}: {'already there, left as it was' if existed else 'written'}\n")
     return 0
 
