@@ -58,7 +58,7 @@ class Runtime:
         self.telemetry = self.fleet = self.loop = self.supervisor = None
         self.store = Store(workspace.store_path)
         try:
-            self.supervisor = Supervisor(self.store, workspace.run_dir)
+            self.supervisor = Supervisor(self.store, workspace.run_dir, default_cwd=workspace.root)
             # GPU + host telemetry: one background sampler per workspace per process
             self.telemetry = make_workspace_sampler(workspace, self.store, managed=self.supervisor.views)
             if background:

@@ -22,7 +22,9 @@ that adds its subcommands to the top-level subparsers; :data:`DOMAINS` lists
 them in the order ``--help`` shows them.  A subcommand sets ``func`` to a
 ``(session, args, out) -> exit status`` callable (or, with ``session=False``,
 to ``(args, out)``, for commands that need no workspace) and may set
-``check`` to an ``(args) -> message or None`` usage check.
+``check`` to an ``(args) -> message or None`` usage check.  A reading
+command sets ``acts=False``: its session observes but never starts, signals
+or restarts anything.
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
     try:
         if not getattr(args, "session", True):
             return args.func(args, out)
-        session = Session(args.workspace)
+        session = Session(args.workspace, act=getattr(args, "acts", True))
     except ConfigError as exc:
         err.write(f"error: {exc}\n")
         return 2

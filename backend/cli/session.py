@@ -54,13 +54,15 @@ def print_findings(findings, out: TextIO) -> None:
 class Session:
     """The workspace, its store, a supervisor and the server fleet, closed together."""
 
-    def __init__(self, workspace: str | None):
+    def __init__(self, workspace: str | None, *, act: bool = True):
+        """``act=False`` for reading commands: they observe and record what
+        happened, but never start, signal or restart a process."""
         from backend.sglang.fleet import ServerFleet
 
         self.ws = load_workspace(workspace)
         self.store = Store(self.ws.store_path)
         try:
-            self.sup = Supervisor(self.store, self.ws.run_dir)
+            self.sup = Supervisor(self.store, self.ws.run_dir, default_cwd=self.ws.root, act=act)
             self._telemetry = None
             self.fleet = ServerFleet(self.ws, self.sup, self.store, background=False, gpu_probe=self.gpu_probe)
             # Not pruning: a dashboard of an older config may still own records;

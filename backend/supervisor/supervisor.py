@@ -128,9 +128,19 @@ class Supervisor:
         prober: Prober | None = None,
         sleep: Callable[[float], None] = time.sleep,
         stop_timeout_s: float = 10.0,
+        default_cwd: str | os.PathLike[str] | None = None,
+        act: bool = True,
     ):
+        """``default_cwd``: where a spec without ``cwd`` runs (default: the
+        workspace folder, ``run_dir``'s parent).  ``act=False`` makes a
+        supervisor that only observes: its polls record what happened
+        (identities, exits, readiness) but start, signal and restart
+        nothing, and its control actions are refused; reading commands use it.
+        """
         self.store = store
         self.run_dir = Path(run_dir)
+        self.default_cwd = str(Path(default_cwd) if default_cwd is not None else self.run_dir.parent)
+        self._act = act
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._clock = clock
         self._sleep = sleep
@@ -240,6 +250,8 @@ class Supervisor:
         raise exc(message)
 
     def _get_for(self, actor: str, source: str, action: str, name: str) -> ProcessRecord:
+        if not self._act:
+            raise ActionRefused(f"{action} {name}: this supervisor only reads (act=False)")
         self._refresh()
         rec = self._records.get(name)
         if rec is None:
@@ -255,6 +267,7 @@ class Supervisor:
             if rec.state not in machine.STARTABLE:
                 pid = f" (pid {rec.pid})" if rec.pid else ""
                 self._refuse(actor, source, "start", name, f"{name} is already {rec.state.value}{pid}; stop it first")
+            self._check_launchable(rec, actor, source, "start")
             new = self._spawn(rec, tries=0, reason=f"started by {actor} via {source}")
             ok = new is not None and new.state == S.STARTING
             self._audit(actor, source, "start", name, new.detail if new else "state changed meanwhile",
@@ -308,47 +321,67 @@ class Supervisor:
     def restart(self, name: str, actor: str = "cli", source: str = "cli", wait: bool = True) -> ProcessView:
         """Stop (if running) and start again.
 
-        With ``wait=False`` the request is kept in the state store with the
-        stop, and whichever supervisor records the exit (this one's
-        ``poll()``, the dashboard's, a command-line call) starts it again.
+        The restart is recorded in the state store with the stop, before any
+        signal is sent, and whichever supervisor records the exit (this
+        one's, the dashboard's, any command-line call that acts) starts it
+        again: a caller that dies half-way never leaves it stopped for good.
+        With ``wait``, returns once the new run has started (or raises).  A
+        program that cannot start (see :func:`launch_problem`) is refused
+        before anything is stopped.
         """
         reason = f"restarted by {actor} via {source}"
         with self._lock:
             rec = self._get_for(actor, source, "restart", name)
+            self._check_launchable(rec, actor, source, "restart")
             if rec.state in machine.STARTABLE:
-                new = self._spawn(rec, tries=0, reason=reason)
-                ok = new is not None and new.state == S.STARTING
-                self._audit(actor, source, "restart", name, new.detail if new else "", "ok" if ok else "error")
-                if not ok:
-                    raise SupervisorError(f"could not start {name}: {new.detail if new else 'state changed'}")
-                return self._view(new, self._clock())
-            if rec.state == S.STOPPING and not wait:
+                return self._restart_now(rec, actor, source, reason)
+            if rec.state in (S.STARTING, S.RUNNING):
+                self._reconcile(rec, self._clock())  # it may have ended since the last poll
+                rec = self._records.get(name, rec)
+            if rec.state in machine.STARTABLE:  # it ended just now
+                return self._restart_now(rec, actor, source, reason)
+            if rec.state == S.STOPPING:
                 new = self._put(self._repo.update(name, expect_run_id=rec.run_id,
                                                   expect_fields={"state": S.STOPPING}, pending_restart=reason))
                 if new is None:
                     self._audit(actor, source, "restart", name, "state changed meanwhile", "error")
                     raise SupervisorError(f"{name} changed state meanwhile; try again")
                 self._audit(actor, source, "restart", name, "already stopping; starts once stopped", "ok")
-                return self._view(new, self._clock())
-            self._audit(actor, source, "restart", name, "stopping, then starting", "ok")
+            else:
+                self._audit(actor, source, "restart", name, "stopping, then starting", "ok")
+                self._begin_stop(rec, actor, source, restart_reason=reason)
+            old_run = rec.run_id
             if not wait:
-                self._reconcile(rec, self._clock())
-                rec = self._records.get(name, rec)
-                if rec.state in (S.STARTING, S.RUNNING):
-                    self._begin_stop(rec, actor, source, restart_reason=reason)
-                elif rec.state in machine.STARTABLE:  # it ended just now
-                    self._spawn(rec, tries=0, reason=reason)
                 return self._view(self._records.get(name, rec), self._clock())
-        self.stop(name, actor=actor, source=source, wait=True)
+        self._wait_stopped(name)
         with self._lock:
             self._refresh()
             rec = self._records[name]
-            if rec.state not in machine.STARTABLE:
-                raise SupervisorError(f"{name} did not stop (state {rec.state.value}); not started again")
-            new = self._spawn(rec, tries=0, reason=reason)
-            if new is None or new.state != S.STARTING:
-                raise SupervisorError(f"could not start {name}: {new.detail if new else 'state changed'}")
-            return self._view(new, self._clock())
+            if rec.run_id != old_run and rec.state in (S.STARTING, S.RUNNING):
+                return self._view(rec, self._clock())
+            if rec.state == S.STOPPING:
+                raise SupervisorError(f"{name} has not stopped yet (state STOPPING); "
+                                      "it starts again once it has stopped")
+            raise SupervisorError(f"{name} did not start again (state {rec.state.value}: {rec.detail})")
+
+    def _restart_now(self, rec: ProcessRecord, actor: str, source: str, reason: str) -> ProcessView:
+        new = self._spawn(rec, tries=0, reason=reason)
+        ok = new is not None and new.state == S.STARTING
+        self._audit(actor, source, "restart", rec.name, new.detail if new else "state changed meanwhile",
+                    "ok" if ok else "error")
+        if not ok:
+            raise SupervisorError(f"could not start {rec.name}: {new.detail if new else 'state changed meanwhile'}")
+        return self._view(new, self._clock())
+
+    def _launch_problem(self, spec: ProcessSpec) -> str | None:
+        return self._spawner.check(spec.argv, spec.cwd or self.default_cwd, dict(spec.env))
+
+    def _check_launchable(self, rec: ProcessRecord, actor: str, source: str, action: str) -> None:
+        """Refuse (audited) a start whose cwd or program does not exist, before any state changes."""
+        problem = self._launch_problem(rec.effective_spec)
+        if problem:
+            left = "" if action == "start" else "; it was left as it is"
+            self._refuse(actor, source, action, rec.name, f"{rec.name} cannot start: {problem}{left}")
 
     # -- spawning and stopping ----------------------------------------------
 
@@ -366,9 +399,12 @@ class Supervisor:
         if new is None:
             self._refresh()
             return None
+        problem = self._launch_problem(spec)
+        if problem:  # a restart whose program or folder went away meanwhile
+            return self._move(new, S.FATAL, at=self._clock(), detail=f"cannot start: {problem}")
         paths = self._paths(rec.name)
         launch = Launch(
-            name=spec.name, run_id=run_id, argv=spec.argv, cwd=spec.cwd or os.getcwd(),
+            name=spec.name, run_id=run_id, argv=spec.argv, cwd=spec.cwd or self.default_cwd,
             env=dict(spec.env), log_path=spec.log_path, paths=paths, stop_grace_s=spec.stop_grace_s,
         )
         try:
@@ -511,7 +547,7 @@ class Supervisor:
     def _reconcile(self, rec: ProcessRecord, now: float) -> None:
         st = rec.state
         if st == S.BACKOFF:
-            if machine.backoff_due(rec.state_since, rec.tries, rec.effective_spec.restart, now):
+            if self._act and machine.backoff_due(rec.state_since, rec.tries, rec.effective_spec.restart, now):
                 self._spawn(rec, tries=rec.tries + 1,
                             reason=f"restart {rec.tries + 1} of {rec.effective_spec.restart.max_tries}")
             return
@@ -578,6 +614,8 @@ class Supervisor:
         run = self._run(rec)
         ex = read_exit(paths, rec.run_id)
         if ex is None and rec.pid is not None and self._killer.is_alive(rec.pid, rec.create_time):
+            if not self._act:
+                return  # signals are for a supervisor that acts
             root = Ident(rec.pid, rec.create_time)
             if rec.term_at is None:
                 self._deliver_term(rec, run, root, now)
@@ -592,7 +630,8 @@ class Supervisor:
         # is left of its process group; descendants that left the group and
         # were sent SIGTERM by this supervisor are followed up here.
         if run.stop_targets and self._killer.alive(run.stop_targets):
-            self._escalate(rec, run, now)
+            if self._act:
+                self._escalate(rec, run, now)
             return
         if ex is not None:
             self._finish(rec, ex, now)
@@ -603,6 +642,8 @@ class Supervisor:
         if ex is not None:
             self._finish(rec, ex, now)
             return
+        if rec.pending_restart and not self._act:
+            return  # leave the restart request to a supervisor that acts
         new = self._move(rec, S.EXITED, at=now,
                          detail="stopped; its wrapper was gone, so the exit code was not recorded")
         if new is not None and rec.pending_restart:
@@ -658,6 +699,8 @@ class Supervisor:
             parts.append(f"ended {ex.leftovers} leftover process{'es' if ex.leftovers != 1 else ''} of its group"
                          + (f" ({ex.leftovers_killed} after SIGKILL)" if ex.leftovers_killed else ""))
         restart_reason = rec.pending_restart if rec.state == S.STOPPING else None
+        if restart_reason and not self._act:
+            return  # recording the exit would drop the restart request; an acting supervisor does both
         new = self._move(rec, decision.state, at=now, detail="; ".join(parts),
                          exit_code=ex.exit_code, ended_at=ex.ended_at)
         self._runs.pop(rec.name, None)
