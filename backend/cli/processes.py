@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
-from typing import TextIO
+from typing import Callable, TextIO
 
 from backend.cli.session import SOURCE, CommandError, Session, actor, duration, print_findings, report
 from backend.supervisor.logtail import LogTailer, read_last
@@ -82,6 +83,29 @@ def cmd_restart(s: Session, args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+FOLLOW_INTERVAL_S = 0.25
+FOLLOW_MAX_BYTES = 256 * 1024  # the most one read prints; a writer faster than that is skipped ahead
+
+
+def follow(path: str, offset: int, out: TextIO, *, should_stop: Callable[[], bool] = lambda: False,
+           interval_s: float = FOLLOW_INTERVAL_S, max_bytes: int = FOLLOW_MAX_BYTES) -> None:
+    """Print what is appended to ``path`` from ``offset`` on until ``should_stop()``
+    (or Ctrl-C).  When more than ``max_bytes`` arrived since the last read, it
+    jumps to the newest lines and says how much it skipped, so a fast writer
+    never leaves it further and further behind."""
+    tailer = LogTailer(path, offset, max_bytes=max_bytes, skip_ahead=True)
+    while not should_stop():
+        c = tailer.read()
+        if c.reset:
+            out.write(f"----- {path} was {'rotated' if c.rotated else 'truncated'} -----\n")
+        if c.skipped:
+            out.write(f"----- skipped {c.skipped:,} bytes of {path} to keep up -----\n")
+        if c.text:
+            out.write(c.text)
+            out.flush()
+        time.sleep(interval_s)
+
+
 def cmd_log(s: Session, args: argparse.Namespace, out: TextIO) -> int:
     v = s.sup.view(args.name)
     if v is None:
@@ -93,18 +117,14 @@ def cmd_log(s: Session, args: argparse.Namespace, out: TextIO) -> int:
     out.flush()
     if not args.follow:
         return 0
-    tailer = LogTailer(v.log_path, chunk.offset)
+    # On stderr, so the printed log stays clean: from here on every appended line is shown.
+    sys.stderr.write(f"following {v.log_path} from byte {chunk.offset:,} (Ctrl-C to stop)\n")
+    sys.stderr.flush()
     try:
-        while True:
-            c = tailer.read()
-            if c.reset:
-                out.write(f"----- {v.log_path} was {'rotated' if c.rotated else 'truncated'} -----\n")
-            if c.text:
-                out.write(c.text)
-                out.flush()
-            time.sleep(0.5)
+        follow(v.log_path, chunk.offset, out)
     except KeyboardInterrupt:
-        return 0
+        pass
+    return 0
 
 
 def _check_log(args: argparse.Namespace) -> str | None:
