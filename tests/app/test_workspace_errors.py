@@ -202,7 +202,6 @@ num_steps = 0
 
 
 def test_server_errors_name_the_entry_and_line():
-    pytest.importorskip("backend.sglang.config")  # the server schema lives with the SGLang adapter
     assert problems(SERVERS) == [
         "ws/specdeck.toml:11: server[1].name: 'shared' is already the name of process[0] (line 2); "
         "every process and server needs its own name",
