@@ -279,3 +279,25 @@ def test_dashboard_start_shows_the_error_not_a_traceback(tmp_path: Path, monkeyp
         assert f"{tmp_path / 'specdeck.toml'}:2: not UTF-8 text: byte 0xff at column 9 (save the file as UTF-8)" in codes
     finally:
         runtime_mod.close_all()
+
+
+def test_dashboard_shows_the_banner_after_a_non_utf8_edit(tmp_path: Path, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    (tmp_path / "specdeck.toml").write_text(GOOD)
+    monkeypatch.setenv("SPECDECK_WORKSPACE", str(tmp_path))
+    app = str(Path(__file__).resolve().parents[2] / "app.py")
+    try:
+        at = AppTest.from_file(app, default_timeout=60)
+        at.run()
+        assert not at.exception and not at.warning
+        _rewrite(tmp_path / "specdeck.toml", GOOD.encode() + b"# caf\xe9\n")
+        assert runtime_mod.get_runtime().maybe_reload() is False  # what the config watcher does every 2 s
+        at = AppTest.from_file(app, default_timeout=60)  # the next page a user opens
+        at.run()
+        assert not at.exception
+        assert any("The workspace file was edited and has problems" in w.value for w in at.warning)
+        assert (f"{tmp_path / 'specdeck.toml'}:10: not UTF-8 text: byte 0xe9 at column 6 (save the file as UTF-8)"
+                in [c.value for c in at.code])
+    finally:
+        runtime_mod.close_all()
