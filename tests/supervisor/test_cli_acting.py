@@ -130,16 +130,21 @@ def test_restart_killed_half_way_is_finished_by_the_next_supervisor(tmp_path, cl
     """A lost SSH session: the CLI gets SIGHUP, SIGTERM or SIGKILL while `processes restart` waits
     for the old run to end.  The request is in the store, so the next supervisor that acts (here
     `supervise`, as the dashboard's loop would) starts the process again, every time."""
-    # The child takes a while to end after SIGTERM, which keeps the CLI inside the restart.
-    slow_stop = ("import signal, sys, time\n"
-                 "signal.signal(signal.SIGTERM, lambda *a: (time.sleep(2.5), sys.exit(0)))\n"
+    # After SIGTERM the child ends only once the test creates release-<pid> in its folder (the
+    # workspace: it has no cwd), which keeps the CLI inside the restart until it is killed.
+    slow_stop = ("import os, signal, sys, time\n"
+                 "def on_term(*_):\n"
+                 "    while not os.path.exists(f'release-{os.getpid()}'):\n"
+                 "        time.sleep(0.02)\n"
+                 "    sys.exit(0)\n"
+                 "signal.signal(signal.SIGTERM, on_term)\n"
                  "print('sleeper up', flush=True)\n"
                  "time.sleep(300)\n")
     ws = write_ws(tmp_path / "ws", textwrap.dedent(f"""
         [[process]]
         name = "slow"
         argv = [{json.dumps(PY)}, "-c", {json.dumps(slow_stop)}]
-        stop_grace_s = 10
+        stop_grace_s = 120
     """))
     cleanup.append(ws)
     w = str(ws)
@@ -156,6 +161,7 @@ def test_restart_killed_half_way_is_finished_by_the_next_supervisor(tmp_path, cl
         assert cli.returncode == -sig
         rec = _record(ws, "slow")
         assert rec.state.value == "STOPPING" and rec.pending_restart, (sig, rec.state, rec.detail)
+        (ws / f"release-{pid}").touch()
         # Reading does not finish it, not even once the old run has ended ...
         wait_for(lambda: gone(pid), timeout_s=30)
         assert listed(w)["slow"]["state"] == "STOPPING"
@@ -168,5 +174,6 @@ def test_restart_killed_half_way_is_finished_by_the_next_supervisor(tmp_path, cl
             sup.wait(timeout=30)
         assert new_pid != pid
         pid = new_pid
+    (ws / f"release-{pid}").touch()  # lets the teardown's stop end the last run at once
     log = (ws / "logs" / "slow.log").read_text()
     assert log.count("starting at") == 7  # the first start and one per killed restart
