@@ -127,7 +127,7 @@ class WorkspaceConfig(_Model):
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     process: list[ProcessConfig] = Field(default_factory=list)
     # SGLang server entries; validated by backend.sglang.config.ServerConfig
-    # when that module is present (see _validate_servers).
+    # (see _validate_servers).
     server: list[dict[str, Any]] = Field(default_factory=list)
 
 
@@ -322,10 +322,8 @@ def _unique_process_names(cfg: WorkspaceConfig, text: str, path: Path | str) -> 
 
 
 def _validate_servers(cfg: WorkspaceConfig, text: str, path: Path | str) -> list[str]:
-    try:
-        from backend.sglang.config import ServerConfig
-    except ImportError:
-        return []
+    from backend.sglang.config import ServerConfig  # a broken import is an error, never a skipped check
+
     problems: list[str] = []
     names: dict[str, tuple] = {p.name: ("process", i, "name") for i, p in enumerate(cfg.process)}
     for i, entry in enumerate(cfg.server):
