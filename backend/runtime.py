@@ -18,7 +18,7 @@ from pathlib import Path
 
 from backend.auth import USERS_FILE, Authority, Caller, NotAuthorised, UserStore
 from backend.supervisor.spec import ProcessSpec
-from backend.workspace import ConfigError, Workspace, load_workspace, parse_config, resolve_root
+from backend.workspace import ConfigError, Workspace, load_workspace, parse_config, read_config_text, resolve_root
 from backend.sglang.fleet import PreflightBlocked
 from state import Store, audit
 
@@ -62,7 +62,7 @@ class Runtime:
         self.auth = Authority(UserStore(workspace.root / USERS_FILE), audit=self._audit_auth,
                               workspace_root=str(workspace.root))
         try:
-            self.supervisor = Supervisor(self.store, workspace.run_dir)
+            self.supervisor = Supervisor(self.store, workspace.run_dir, default_cwd=workspace.root)
             # GPU + host telemetry: one background sampler per workspace per process
             self.telemetry = make_workspace_sampler(workspace, self.store, managed=self.supervisor.views)
             if background:
@@ -107,15 +107,17 @@ class Runtime:
         if stamp == self._stamp:
             return False
         self._stamp = stamp
+        ws = self.workspace
         try:
-            cfg = parse_config(self.workspace.config_path.read_text(encoding="utf-8"), self.workspace.config_path)
-        except (ConfigError, OSError) as exc:
-            self.config_error = exc if isinstance(exc, ConfigError) else ConfigError([str(exc)])
+            cfg = parse_config(read_config_text(ws.config_path), ws.config_path)
+            # The new folders must exist before the edit is taken up.
+            Workspace(root=ws.root, config_path=ws.config_path, config=cfg).ensure_dirs()
+        except ConfigError as exc:
+            self.config_error = exc
             return False
         self.config_error = None
-        self.workspace.config = cfg
-        self.workspace.ensure_dirs()
-        self.fleet.sync(self.workspace)
+        ws.config = cfg
+        self.fleet.sync(ws)
         self.supervisor.sync_specs(self.all_specs())
         self._autostart()
         return True

@@ -18,6 +18,7 @@ Every mistake in the config file is reported as ``file:line: key: reason``.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import tomllib
@@ -43,15 +44,24 @@ class ConfigError(ValueError):
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # nan and inf are never a duration or a count: "Input should be a finite number".
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+
+# Upper bounds of the durations in the file: generous for a slow model load,
+# small enough that no value parks a process or a probe for good.
+MAX_PROBE_INTERVAL_S = 3600.0  # readiness.interval_s: at most an hour between probes
+MAX_PROBE_TIMEOUT_S = 7 * 86400.0  # readiness.timeout_s: a week
+MAX_BACKOFF_S = 3600.0  # restart.backoff_s: the first wait, at most an hour
+MAX_BACKOFF_MAX_S = 86400.0  # restart.backoff_max_s: the longest wait, a day
 
 
 class ReadinessConfig(_Model):
     kind: Literal["none", "http", "log"] = "none"
     url: str | None = None
     pattern: str | None = None
-    interval_s: float = Field(1.0, gt=0)
-    timeout_s: float = Field(900.0, gt=0)
+    interval_s: float = Field(1.0, gt=0, le=MAX_PROBE_INTERVAL_S)
+    timeout_s: float = Field(900.0, gt=0, le=MAX_PROBE_TIMEOUT_S)
 
     @model_validator(mode="after")
     def _check(self) -> "ReadinessConfig":
@@ -70,8 +80,8 @@ class ReadinessConfig(_Model):
 class RestartConfig(_Model):
     mode: Literal["never", "on-failure"] = "never"
     max_tries: int = Field(3, ge=0, le=100)
-    backoff_s: float = Field(1.0, ge=0)
-    backoff_max_s: float = Field(60.0, ge=0)
+    backoff_s: float = Field(1.0, ge=0, le=MAX_BACKOFF_S)
+    backoff_max_s: float = Field(60.0, ge=0, le=MAX_BACKOFF_MAX_S)
 
 
 class ProcessConfig(_Model):
@@ -117,17 +127,8 @@ class WorkspaceConfig(_Model):
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     process: list[ProcessConfig] = Field(default_factory=list)
     # SGLang server entries; validated by backend.sglang.config.ServerConfig
-    # when that module is present (see _validate_servers).
+    # (see _validate_servers).
     server: list[dict[str, Any]] = Field(default_factory=list)
-
-    @model_validator(mode="after")
-    def _unique(self) -> "WorkspaceConfig":
-        seen: set[str] = set()
-        for p in self.process:
-            if p.name in seen:
-                raise ValueError(f"process name {p.name!r} is used twice")
-            seen.add(p.name)
-        return self
 
 
 @dataclass
@@ -165,8 +166,26 @@ class Workspace:
         return self.logs_dir / f"{name}.log"
 
     def ensure_dirs(self) -> None:
-        for d in (self.logs_dir, self.run_dir, self.outputs_dir):
-            d.mkdir(parents=True, exist_ok=True)
+        """Create logs/, run/ and the outputs folder; a folder that cannot be
+        made is a ConfigError naming it (and, for outputs_dir, the line)."""
+        for d, what in ((self.logs_dir, "logs"), (self.run_dir, "run"), (self.outputs_dir, "outputs")):
+            try:
+                d.mkdir(parents=True, exist_ok=True)
+                if not d.is_dir():
+                    raise NotADirectoryError(errno.ENOTDIR, "not a folder")
+            except OSError as exc:
+                reason = _os_reason(exc)
+                if what != "outputs":
+                    raise ConfigError([f"{d}: cannot create the workspace's {what} folder: {reason}"]) from None
+                line, key = None, "workspace.outputs_dir (not set, so the default 'outputs')"
+                if "outputs_dir" in self.config.workspace.model_fields_set:
+                    key = "workspace.outputs_dir"
+                    try:
+                        line = _locate(self.config_path.read_text(encoding="utf-8"), ("workspace", "outputs_dir"))
+                    except (OSError, ValueError):
+                        pass
+                where = f"{self.config_path}:{line}" if line else str(self.config_path)
+                raise ConfigError([f"{where}: {key}: cannot create {d}: {reason}"]) from None
 
     def process_specs(self) -> list[ProcessSpec]:
         """Specs of the [[process]] entries (servers add theirs elsewhere)."""
@@ -222,16 +241,53 @@ def load_workspace(path: str | Path | None = None, *, create_demo: bool | None =
         create_demo = not explicit
     root = resolve_root(path)
     cfg_path = root / CONFIG_NAME
-    if not cfg_path.exists():
+    try:
+        if root.exists() and not root.is_dir():
+            raise ConfigError([f"{root}: is a file, not a workspace folder; "
+                               f"pass the folder that holds {CONFIG_NAME}"])
+        missing = not cfg_path.exists() and not cfg_path.is_symlink()
+    except OSError as exc:
+        raise ConfigError([f"{cfg_path}: cannot look at it: {_os_reason(exc)}"]) from None
+    if missing:
         if not create_demo:
             raise ConfigError([f"{cfg_path}: no workspace config here; run `python -m backend.cli init {root}`"])
         from backend.demo import write_demo_workspace
 
-        write_demo_workspace(root)
-    cfg = parse_config(cfg_path.read_text(encoding="utf-8"), cfg_path)
+        try:
+            write_demo_workspace(root)
+        except OSError as exc:
+            raise ConfigError([f"{cfg_path}: cannot write the demo workspace: {_os_reason(exc)}"]) from None
+    cfg = parse_config(read_config_text(cfg_path), cfg_path)
     ws = Workspace(root=root, config_path=cfg_path, config=cfg)
     ws.ensure_dirs()
     return ws
+
+
+def _os_reason(exc: OSError) -> str:
+    if isinstance(exc, FileExistsError):
+        return "a file of that name is in the way"
+    return exc.strerror or str(exc)
+
+
+def read_config_text(path: Path) -> str:
+    """The config file's text; a folder, an unreadable file or bytes that are
+    not UTF-8 are a ConfigError (``file[:line]: reason``)."""
+    try:
+        data = Path(path).read_bytes()
+    except IsADirectoryError:
+        raise ConfigError([f"{path}: is a folder, not a config file; "
+                           f"the workspace config is a TOML file named {CONFIG_NAME}"]) from None
+    except FileNotFoundError:
+        raise ConfigError([f"{path}: the config file is gone"]) from None
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot read it: {_os_reason(exc)}"]) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ConfigError([f"{path}:{line}: not UTF-8 text: byte 0x{data[exc.start]:02x} at column {column} "
+                           "(save the file as UTF-8)"]) from None
 
 
 def parse_config(text: str, path: Path | str = CONFIG_NAME) -> WorkspaceConfig:
@@ -246,19 +302,30 @@ def parse_config(text: str, path: Path | str = CONFIG_NAME) -> WorkspaceConfig:
         cfg = WorkspaceConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError([_describe(err, text, path) for err in exc.errors()]) from None
-    problems = _validate_servers(cfg, text, path)
+    problems = _unique_process_names(cfg, text, path) + _validate_servers(cfg, text, path)
     if problems:
         raise ConfigError(problems)
     return cfg
 
 
-def _validate_servers(cfg: WorkspaceConfig, text: str, path: Path | str) -> list[str]:
-    try:
-        from backend.sglang.config import ServerConfig
-    except ImportError:
-        return []
+def _unique_process_names(cfg: WorkspaceConfig, text: str, path: Path | str) -> list[str]:
     problems: list[str] = []
-    names: set[str] = {p.name for p in cfg.process}
+    first: dict[str, int] = {}
+    for i, p in enumerate(cfg.process):
+        if p.name in first:
+            j = first[p.name]
+            problems.append(f"{path}:{_locate(text, ('process', i, 'name'))}: process[{i}].name: {p.name!r} is used "
+                            f"twice (first by process[{j}] at line {_locate(text, ('process', j, 'name'))})")
+        else:
+            first[p.name] = i
+    return problems
+
+
+def _validate_servers(cfg: WorkspaceConfig, text: str, path: Path | str) -> list[str]:
+    from backend.sglang.config import ServerConfig  # a broken import is an error, never a skipped check
+
+    problems: list[str] = []
+    names: dict[str, tuple] = {p.name: ("process", i, "name") for i, p in enumerate(cfg.process)}
     for i, entry in enumerate(cfg.server):
         try:
             sc = ServerConfig.model_validate(entry)
@@ -269,9 +336,12 @@ def _validate_servers(cfg: WorkspaceConfig, text: str, path: Path | str) -> list
                 problems.append(_describe(err, text, path))
             continue
         if sc.name in names:
+            other = names[sc.name]
             problems.append(f"{path}:{_locate(text, ('server', i, 'name'))}: server[{i}].name: "
-                            f"{sc.name!r} is already the name of another process or server")
-        names.add(sc.name)
+                            f"{sc.name!r} is already the name of {other[0]}[{other[1]}] "
+                            f"(line {_locate(text, other)}); every process and server needs its own name")
+        else:
+            names[sc.name] = ("server", i, "name")
     return problems
 
 
@@ -321,6 +391,17 @@ def _locate(text: str, loc: tuple) -> int | None:
                 continue
             return start + 1 if hits else None
         if isinstance(part, str):
+            # A dotted key (readiness.timeout_s = 0) names several parts at once.
+            keys: list[str] = []
+            for p in parts[i:]:
+                if not isinstance(p, str):
+                    break
+                keys.append(p)
+            for k in range(len(keys), 1, -1):
+                dotted_re = re.compile(r"^\s*" + r"\s*\.\s*".join(re.escape(p) for p in keys[:k]) + r"\s*=")
+                hit = next((n for n in range(start, end) if dotted_re.match(lines[n])), None)
+                if hit is not None:
+                    return hit + 1
             key_re = re.compile(r"^\s*" + re.escape(part) + r"\s*=")
             sub_re = re.compile(r"^\s*\[\s*" + re.escape((table + "." if table else "") + part) + r"\s*\]")
             for n in range(start, end):

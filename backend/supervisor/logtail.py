@@ -135,9 +135,25 @@ def read_tail(
         return TailChunk(text, start + end, st.st_ino, truncated, rotated, skipped + head)
 
 
-def read_last(path: str | os.PathLike[str], n: int, *, max_bytes: int = 4 * 1024 * 1024) -> TailChunk:
-    """The last ``n`` complete lines of ``path`` (reading backwards from the
-    end, at most ``max_bytes``), with the offset and inode to tail from."""
+CUT_KEEP = 4096  # bytes shown of a line longer than read_last's max_bytes
+_SCAN_LIMIT = 64 * 1024 * 1024  # how far back read_last looks for the start of a long line
+
+
+def cut_marker(length: int, shown: int) -> str:
+    return f" [... cut: this line has {length:,} bytes; its first {shown:,} are shown]"
+
+
+def read_last(path: str | os.PathLike[str], n: int, *, max_bytes: int = 4 * 1024 * 1024,
+              scan_limit: int = _SCAN_LIMIT) -> TailChunk:
+    """The last ``n`` complete lines of ``path``, with the offset and inode to tail from.
+
+    At most ``max_bytes`` of line text are read, newest line first.  A line
+    longer than ``max_bytes`` does not hide the lines before it: it is shown
+    as its first :data:`CUT_KEEP` bytes and a marker, and the walk goes on
+    (its start is looked for up to ``scan_limit`` bytes back).  An
+    unfinished last line is left for the next tail, unless it alone is
+    longer than ``max_bytes``; then it is shown cut like a long line.
+    """
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
     try:
@@ -146,30 +162,104 @@ def read_last(path: str | os.PathLike[str], n: int, *, max_bytes: int = 4 * 1024
         return TailChunk("", 0, None, missing=True)
     with f:
         st = os.fstat(f.fileno())
-        size = st.st_size
-        # Drop an unfinished last line; it will come with the next tail.
-        end = size
+        size = end = st.st_size
         if size:
             f.seek(size - 1)
             if f.read(1) != b"\n":
                 end = _last_newline_end(f, size, max_bytes)
+                if end == 0 and size > max_bytes:
+                    end = size  # one unfinished line longer than the budget: show it, cut
         if n == 0 or end == 0:
             return TailChunk("", end, st.st_ino)
-        buf = b""
-        pos = end
-        while pos > 0 and buf.count(b"\n") <= n and end - pos < max_bytes:
-            step = min(_BLOCK, pos, max_bytes - (end - pos))
-            pos -= step
-            f.seek(pos)
-            buf = f.read(step) + buf
-        lines = buf.split(b"\n")[:-1]  # buf ends with a newline
-        if pos > 0:
-            f.seek(pos - 1)
-            if f.read(1) != b"\n":
-                lines = lines[1:]  # began inside a line
-        keep = lines[-n:]
+        f.seek(end - 1)
+        back = _Backwards(f)
+        out: list[bytes] = []
+        budget = max_bytes
+        for start, body_end, whole in _last_spans(back, end, f.read(1) == b"\n", n, scan_limit):  # newest first
+            length = body_end - start
+            if length > max_bytes or not whole:
+                if whole:
+                    head = back.read(start, start + CUT_KEEP)
+                    head = head[:_utf8_cut(head)]
+                    out.append(head + cut_marker(length, len(head)).encode())
+                else:
+                    out.append(f"[... cut: a line longer than {scan_limit:,} bytes; its end is shown] ".encode()
+                               + _tail_piece(f, body_end))
+                continue
+            if length > budget:
+                break
+            budget -= length
+            out.append(back.read(start, body_end))
+        keep = list(reversed(out))
         text = b"\n".join(keep).decode("utf-8", errors="replace") + "\n" if keep else ""
         return TailChunk(text, end, st.st_ino)
+
+
+def _tail_piece(f, end: int) -> bytes:
+    start = max(0, end - CUT_KEEP)
+    f.seek(start)
+    data = f.read(end - start)
+    # never begin inside a character
+    i = 0
+    while i < min(3, len(data)) and (data[i] & 0xC0) == 0x80:
+        i += 1
+    return data[i:]
+
+
+class _Backwards:
+    """Finds newlines going backwards through a file, reading each block once."""
+
+    def __init__(self, f):
+        self.f = f
+        self.lo = 0
+        self.buf = b""  # the file's bytes from self.lo
+
+    def rfind_newline(self, hi: int, floor: int) -> int:
+        """Position of the last newline in [floor, hi), or -1."""
+        if not self.lo <= hi <= self.lo + len(self.buf):
+            self.lo, self.buf = hi, b""
+        top = hi - self.lo
+        while True:
+            i = self.buf.rfind(b"\n", max(0, floor - self.lo), top)
+            if i >= 0:
+                return self.lo + i
+            if self.lo <= floor:
+                return -1
+            step = min(_BLOCK, self.lo - floor)
+            self.f.seek(self.lo - step)
+            block = self.f.read(step)
+            if len(self.buf) > 4 * _BLOCK:
+                # What was searched holds no newline: keep only the new block.
+                self.buf, top = block, len(block)
+            else:
+                self.buf = block + self.buf[:top]
+                top = len(self.buf)
+            self.lo -= step
+
+    def read(self, start: int, stop: int) -> bytes:
+        if self.lo <= start and stop <= self.lo + len(self.buf):
+            return self.buf[start - self.lo : stop - self.lo]
+        self.f.seek(start)
+        return self.f.read(stop - start)
+
+
+def _last_spans(back: _Backwards, end: int, ends_with_newline: bool, n: int,
+                scan_limit: int) -> list[tuple[int, int, bool]]:
+    """(start, end of text, start_found) of the last ``n`` lines ending at
+    ``end``, newest first (the text excludes the newline).  The start of a
+    line more than ``scan_limit`` bytes long is not looked for further back."""
+    spans: list[tuple[int, int, bool]] = []
+    stop = end - 1 if ends_with_newline else end  # only the newest line may lack its newline
+    while len(spans) < n and stop >= 0:
+        floor = max(0, stop - scan_limit)
+        nl = back.rfind_newline(stop, floor)
+        if nl >= 0:
+            spans.append((nl + 1, stop, True))
+            stop = nl
+        else:
+            spans.append((floor, stop, floor == 0))
+            break
+    return spans
 
 
 def _last_newline_end(f, size: int, max_bytes: int) -> int:

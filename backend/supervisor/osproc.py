@@ -28,6 +28,7 @@ from typing import Iterable, Protocol
 
 import psutil
 
+from backend.supervisor.prestart import launch_problem
 from backend.supervisor.runfiles import RunPaths, write_json_atomic
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -65,6 +66,7 @@ class Ident:
 class Spawner(Protocol):
     def spawn(self, launch: Launch) -> SpawnHandle: ...
     def reap(self) -> None: ...
+    def check(self, argv: tuple[str, ...], cwd: str, env: dict[str, str]) -> str | None: ...
 
 
 class Killer(Protocol):
@@ -123,6 +125,10 @@ class WrapperSpawner:
         except psutil.Error:
             ct = None
         return SpawnHandle(proc.pid, ct)
+
+    def check(self, argv: tuple[str, ...], cwd: str, env: dict[str, str]) -> str | None:
+        """Why the wrapper's exec of ``argv`` in ``cwd`` would fail, or None (see prestart)."""
+        return launch_problem(argv, cwd, env)
 
     def reap(self) -> None:
         """Collect wrappers of ours that have ended (no zombies while we live)."""

@@ -1,5 +1,8 @@
 """The supervisor: one API over managed processes for the dashboard and the CLI.
 
+Stopping (SIGTERM, grace, SIGKILL) lives in :mod:`backend.supervisor.stopping`
+and the background tick in :mod:`backend.supervisor.loop`.
+
 All durable state lives in the state store (``state.processes``) and in the
 files the wrappers leave in the run dir, so any number of supervisors (the
 dashboard, a command-line call) can work on one workspace, and a new
@@ -19,11 +22,9 @@ from __future__ import annotations
 import logging
 import os
 import re
-import signal
 import threading
 import time
 import uuid
-from concurrent.futures import Future
 from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,9 +34,10 @@ import psutil
 
 from backend.supervisor import machine
 from backend.supervisor.logtail import TailChunk, LogTailer, read_last, read_tail
-from backend.supervisor.osproc import HttpProber, Ident, Killer, Launch, OsKiller, Prober, Spawner, WrapperSpawner
+from backend.supervisor.osproc import HttpProber, Killer, Launch, OsKiller, Prober, Spawner, WrapperSpawner
 from backend.supervisor.runfiles import ExitRecord, RunPaths, read_exit, read_identity
 from backend.supervisor.spec import Kind, ProcessSpec, ProcState
+from backend.supervisor.stopping import IDENTITY_WAIT_S, RunProgress, StopMixin, SupervisorError
 from state import audit
 from state.processes import ProcessRecord, ProcessRepo, StateEvent
 from state.store import Store
@@ -43,13 +45,8 @@ from state.store import Store
 log = logging.getLogger(__name__)
 
 S = ProcState
-_IDENTITY_WAIT_S = 10.0  # how long a fresh run may take to report its child's pid
 _LOG_PROBE_READ = 1024 * 1024  # bytes of log a readiness pattern scans per poll
 _SYNC_PROBE_S = 0.5  # one-shot polls: how long due HTTP probes may take, all together
-
-
-class SupervisorError(Exception):
-    """A control action that cannot be done; ``str(e)`` is for the user."""
 
 
 class UnknownProcess(SupervisorError):
@@ -93,21 +90,7 @@ class ProcessView:
         return self.state.is_active or self.state == S.BACKOFF
 
 
-@dataclass
-class _Run:
-    """In-memory progress of one run (probes, stop escalation)."""
-
-    run_id: str | None
-    probe_future: "Future[bool] | None" = None
-    last_probe_at: float | None = None
-    tailer: LogTailer | None = None
-    pattern: re.Pattern[str] | None = None
-    overdue_noted: bool = False
-    stop_targets: list[Ident] | None = None
-    kill_sent: bool = False
-
-
-class Supervisor:
+class Supervisor(StopMixin):
     """Start, stop, restart and watch the processes of one workspace.
 
     >>> sup = Supervisor(store, workspace.run_dir)
@@ -128,9 +111,19 @@ class Supervisor:
         prober: Prober | None = None,
         sleep: Callable[[float], None] = time.sleep,
         stop_timeout_s: float = 10.0,
+        default_cwd: str | os.PathLike[str] | None = None,
+        act: bool = True,
     ):
+        """``default_cwd``: where a spec without ``cwd`` runs (default: the
+        workspace folder, ``run_dir``'s parent).  ``act=False`` makes a
+        supervisor that only observes: its polls record what happened
+        (identities, exits, readiness) but start, signal and restart
+        nothing, and its control actions are refused; reading commands use it.
+        """
         self.store = store
         self.run_dir = Path(run_dir)
+        self.default_cwd = str(Path(default_cwd) if default_cwd is not None else self.run_dir.parent)
+        self._act = act
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._clock = clock
         self._sleep = sleep
@@ -142,7 +135,7 @@ class Supervisor:
         self._lock = threading.RLock()
         self._records: dict[str, ProcessRecord] = {}
         self._version: tuple[int, int] | None = None
-        self._runs: dict[str, _Run] = {}
+        self._runs: dict[str, RunProgress] = {}
         self._sync_probes = False  # set for the duration of a poll(sync_probes=True)
         self._closed = False
         self.adopt()
@@ -173,10 +166,10 @@ class Supervisor:
     def _paths(self, name: str) -> RunPaths:
         return RunPaths.for_name(self.run_dir, name)
 
-    def _run(self, rec: ProcessRecord) -> _Run:
+    def _run(self, rec: ProcessRecord) -> RunProgress:
         run = self._runs.get(rec.name)
         if run is None or run.run_id != rec.run_id:
-            run = self._runs[rec.name] = _Run(rec.run_id)
+            run = self._runs[rec.name] = RunProgress(rec.run_id)
         return run
 
     # -- config ------------------------------------------------------------
@@ -240,6 +233,8 @@ class Supervisor:
         raise exc(message)
 
     def _get_for(self, actor: str, source: str, action: str, name: str) -> ProcessRecord:
+        if not self._act:
+            raise ActionRefused(f"{action} {name}: this supervisor only reads (act=False)")
         self._refresh()
         rec = self._records.get(name)
         if rec is None:
@@ -255,6 +250,7 @@ class Supervisor:
             if rec.state not in machine.STARTABLE:
                 pid = f" (pid {rec.pid})" if rec.pid else ""
                 self._refuse(actor, source, "start", name, f"{name} is already {rec.state.value}{pid}; stop it first")
+            self._check_launchable(rec, actor, source, "start")
             new = self._spawn(rec, tries=0, reason=f"started by {actor} via {source}")
             ok = new is not None and new.state == S.STARTING
             self._audit(actor, source, "start", name, new.detail if new else "state changed meanwhile",
@@ -308,47 +304,67 @@ class Supervisor:
     def restart(self, name: str, actor: str = "cli", source: str = "cli", wait: bool = True) -> ProcessView:
         """Stop (if running) and start again.
 
-        With ``wait=False`` the request is kept in the state store with the
-        stop, and whichever supervisor records the exit (this one's
-        ``poll()``, the dashboard's, a command-line call) starts it again.
+        The restart is recorded in the state store with the stop, before any
+        signal is sent, and whichever supervisor records the exit (this
+        one's, the dashboard's, any command-line call that acts) starts it
+        again: a caller that dies half-way never leaves it stopped for good.
+        With ``wait``, returns once the new run has started (or raises).  A
+        program that cannot start (see :func:`launch_problem`) is refused
+        before anything is stopped.
         """
         reason = f"restarted by {actor} via {source}"
         with self._lock:
             rec = self._get_for(actor, source, "restart", name)
+            self._check_launchable(rec, actor, source, "restart")
             if rec.state in machine.STARTABLE:
-                new = self._spawn(rec, tries=0, reason=reason)
-                ok = new is not None and new.state == S.STARTING
-                self._audit(actor, source, "restart", name, new.detail if new else "", "ok" if ok else "error")
-                if not ok:
-                    raise SupervisorError(f"could not start {name}: {new.detail if new else 'state changed'}")
-                return self._view(new, self._clock())
-            if rec.state == S.STOPPING and not wait:
+                return self._restart_now(rec, actor, source, reason)
+            if rec.state in (S.STARTING, S.RUNNING):
+                self._reconcile(rec, self._clock())  # it may have ended since the last poll
+                rec = self._records.get(name, rec)
+            if rec.state in machine.STARTABLE:  # it ended just now
+                return self._restart_now(rec, actor, source, reason)
+            if rec.state == S.STOPPING:
                 new = self._put(self._repo.update(name, expect_run_id=rec.run_id,
                                                   expect_fields={"state": S.STOPPING}, pending_restart=reason))
                 if new is None:
                     self._audit(actor, source, "restart", name, "state changed meanwhile", "error")
                     raise SupervisorError(f"{name} changed state meanwhile; try again")
                 self._audit(actor, source, "restart", name, "already stopping; starts once stopped", "ok")
-                return self._view(new, self._clock())
-            self._audit(actor, source, "restart", name, "stopping, then starting", "ok")
+            else:
+                self._audit(actor, source, "restart", name, "stopping, then starting", "ok")
+                self._begin_stop(rec, actor, source, restart_reason=reason)
+            old_run = rec.run_id
             if not wait:
-                self._reconcile(rec, self._clock())
-                rec = self._records.get(name, rec)
-                if rec.state in (S.STARTING, S.RUNNING):
-                    self._begin_stop(rec, actor, source, restart_reason=reason)
-                elif rec.state in machine.STARTABLE:  # it ended just now
-                    self._spawn(rec, tries=0, reason=reason)
                 return self._view(self._records.get(name, rec), self._clock())
-        self.stop(name, actor=actor, source=source, wait=True)
+        self._wait_stopped(name)
         with self._lock:
             self._refresh()
             rec = self._records[name]
-            if rec.state not in machine.STARTABLE:
-                raise SupervisorError(f"{name} did not stop (state {rec.state.value}); not started again")
-            new = self._spawn(rec, tries=0, reason=reason)
-            if new is None or new.state != S.STARTING:
-                raise SupervisorError(f"could not start {name}: {new.detail if new else 'state changed'}")
-            return self._view(new, self._clock())
+            if rec.run_id != old_run and rec.state in (S.STARTING, S.RUNNING):
+                return self._view(rec, self._clock())
+            if rec.state == S.STOPPING:
+                raise SupervisorError(f"{name} has not stopped yet (state STOPPING); "
+                                      "it starts again once it has stopped")
+            raise SupervisorError(f"{name} did not start again (state {rec.state.value}: {rec.detail})")
+
+    def _restart_now(self, rec: ProcessRecord, actor: str, source: str, reason: str) -> ProcessView:
+        new = self._spawn(rec, tries=0, reason=reason)
+        ok = new is not None and new.state == S.STARTING
+        self._audit(actor, source, "restart", rec.name, new.detail if new else "state changed meanwhile",
+                    "ok" if ok else "error")
+        if not ok:
+            raise SupervisorError(f"could not start {rec.name}: {new.detail if new else 'state changed meanwhile'}")
+        return self._view(new, self._clock())
+
+    def _launch_problem(self, spec: ProcessSpec) -> str | None:
+        return self._spawner.check(spec.argv, spec.cwd or self.default_cwd, dict(spec.env))
+
+    def _check_launchable(self, rec: ProcessRecord, actor: str, source: str, action: str) -> None:
+        """Refuse (audited) a start whose cwd or program does not exist, before any state changes."""
+        problem = self._launch_problem(rec.effective_spec)
+        if problem:
+            left = "" if action == "start" else "; it was left as it is"
+            self._refuse(actor, source, action, rec.name, f"{rec.name} cannot start: {problem}{left}")
 
     # -- spawning and stopping ----------------------------------------------
 
@@ -366,9 +382,12 @@ class Supervisor:
         if new is None:
             self._refresh()
             return None
+        problem = self._launch_problem(spec)
+        if problem:  # a restart whose program or folder went away meanwhile
+            return self._move(new, S.FATAL, at=self._clock(), detail=f"cannot start: {problem}")
         paths = self._paths(rec.name)
         launch = Launch(
-            name=spec.name, run_id=run_id, argv=spec.argv, cwd=spec.cwd or os.getcwd(),
+            name=spec.name, run_id=run_id, argv=spec.argv, cwd=spec.cwd or self.default_cwd,
             env=dict(spec.env), log_path=spec.log_path, paths=paths, stop_grace_s=spec.stop_grace_s,
         )
         try:
@@ -391,63 +410,6 @@ class Supervisor:
             wrapper_pid=ident.wrapper_pid, wrapper_create_time=ident.wrapper_create_time,
             log_start=ident.log_offset,
         ))
-
-    def _begin_stop(self, rec: ProcessRecord, actor: str, source: str, restart_reason: str | None = None) -> None:
-        """Record STOPPING and, when the child is known and alive, SIGTERM it.
-
-        Never waits: without a pid yet, the stop is recorded with ``term_at``
-        unset and ``poll()`` delivers SIGTERM once the identity appears.
-        """
-        name = rec.name
-        if rec.pid is None:
-            rec = self._note_identity(rec) or rec
-        root_alive = rec.pid is not None and self._killer.is_alive(rec.pid, rec.create_time)
-        now = self._clock()
-        # Only a verified live root has its tree and group collected.
-        targets = self._killer.collect(Ident(rec.pid, rec.create_time)) if root_alive else []
-        grace = f"SIGKILL after {rec.spec.stop_grace_s:g} s"
-        if root_alive:
-            detail = f"SIGTERM by {actor} via {source}; {grace}"
-        elif rec.pid is None:
-            detail = f"stop by {actor} via {source}; SIGTERM once its child has reported its pid, then {grace}"
-        else:
-            detail = f"stop by {actor} via {source}; its child had already ended"
-        if restart_reason:
-            detail += "; then started again"
-        new = self._move(rec, S.STOPPING, at=now, detail=detail,
-                         term_at=now if root_alive else None, pending_restart=restart_reason)
-        if new is None:
-            self._audit(actor, source, "stop", name, "state changed meanwhile", "error")
-            raise SupervisorError(f"{name} changed state meanwhile; try again")
-        run = self._run(new)
-        if not root_alive:
-            self._audit(actor, source, "stop", name, detail, "ok")
-            return
-        run.stop_targets = targets
-        sent = self._killer.signal(targets, signal.SIGTERM, pgid=rec.pid)
-        self._audit(actor, source, "stop", name,
-                    f"SIGTERM to process group {rec.pid} ({sent} process{'es' if sent != 1 else ''})", "ok")
-
-    def _wait_stopped(self, name: str) -> None:
-        while True:
-            with self._lock:
-                self._refresh()
-                rec = self._records.get(name)
-                if rec is None or rec.state != S.STOPPING:
-                    return
-                now = self._clock()
-                self._reconcile(rec, now)
-                rec = self._records.get(name)
-                if rec is None or rec.state != S.STOPPING:
-                    return
-                if rec.term_at is not None:
-                    limit = rec.term_at + rec.spec.stop_grace_s + self._stop_timeout_s
-                else:  # still waiting for the child's pid
-                    limit = rec.state_since + _IDENTITY_WAIT_S + rec.spec.stop_grace_s + self._stop_timeout_s
-                if now > limit:
-                    log.warning("%s: still stopping %.0f s after the stop", name, now - rec.state_since)
-                    return
-            self._sleep(0.02)
 
     # -- the periodic tick ---------------------------------------------------
 
@@ -511,7 +473,7 @@ class Supervisor:
     def _reconcile(self, rec: ProcessRecord, now: float) -> None:
         st = rec.state
         if st == S.BACKOFF:
-            if machine.backoff_due(rec.state_since, rec.tries, rec.effective_spec.restart, now):
+            if self._act and machine.backoff_due(rec.state_since, rec.tries, rec.effective_spec.restart, now):
                 self._spawn(rec, tries=rec.tries + 1,
                             reason=f"restart {rec.tries + 1} of {rec.effective_spec.restart.max_tries}")
             return
@@ -561,87 +523,7 @@ class Supervisor:
             return True
         # Reserved by another supervisor that is spawning it right now?
         return (rec.pid is None and rec.wrapper_pid is None and rec.started_at is not None
-                and now - rec.started_at < _IDENTITY_WAIT_S)
-
-    def _reconcile_stopping(self, rec: ProcessRecord, now: float) -> None:
-        """Carry a stop forward, whoever asked for it.
-
-        The exit record is read before anything is signalled.  SIGTERM and
-        the group scan only ever go to a root verified alive by pid *and*
-        create time; a pid that now leads some other group gets nothing.
-        SIGKILL only follows a delivered SIGTERM (``term_at``) by the grace
-        period, and only to processes verified the same way.
-        """
-        paths = self._paths(rec.name)
-        if rec.pid is None:
-            rec = self._note_identity(rec) or rec
-        run = self._run(rec)
-        ex = read_exit(paths, rec.run_id)
-        if ex is None and rec.pid is not None and self._killer.is_alive(rec.pid, rec.create_time):
-            root = Ident(rec.pid, rec.create_time)
-            if rec.term_at is None:
-                self._deliver_term(rec, run, root, now)
-                return
-            if run.stop_targets is None:
-                # SIGTERM came from another supervisor (or before a restart of
-                # this one); the root is ours and alive, so its group is too.
-                run.stop_targets = self._killer.collect(root)
-            self._escalate(rec, run, now)
-            return
-        # The child has ended (or is not known yet).  Its wrapper ends what
-        # is left of its process group; descendants that left the group and
-        # were sent SIGTERM by this supervisor are followed up here.
-        if run.stop_targets and self._killer.alive(run.stop_targets):
-            self._escalate(rec, run, now)
-            return
-        if ex is not None:
-            self._finish(rec, ex, now)
-            return
-        if self._wrapper_may_still_report(rec, now):
-            return
-        ex = read_exit(paths, rec.run_id)
-        if ex is not None:
-            self._finish(rec, ex, now)
-            return
-        new = self._move(rec, S.EXITED, at=now,
-                         detail="stopped; its wrapper was gone, so the exit code was not recorded")
-        if new is not None and rec.pending_restart:
-            self._spawn(new, tries=0, reason=rec.pending_restart)
-
-    def _deliver_term(self, rec: ProcessRecord, run: _Run, root: Ident, now: float) -> None:
-        """SIGTERM for a stop recorded before the child's pid was known
-        (claimed in the store first, so only one supervisor sends it)."""
-        claimed = self._put(self._repo.update(
-            rec.name, expect_run_id=rec.run_id, expect_fields={"state": S.STOPPING, "term_at": None},
-            term_at=now, detail=f"SIGTERM; SIGKILL after {rec.spec.stop_grace_s:g} s",
-        ))
-        if claimed is None:
-            self._version = None  # someone else moved first; reload next time
-            return
-        run.stop_targets = self._killer.collect(root)
-        self._killer.signal(run.stop_targets, signal.SIGTERM, pgid=rec.pid)
-
-    def _escalate(self, rec: ProcessRecord, run: _Run, now: float) -> None:
-        """SIGKILL what is still alive of the stop targets once the grace
-        period after SIGTERM is over."""
-        if run.kill_sent or rec.term_at is None or not run.stop_targets:
-            return
-        if not machine.stop_overdue(rec.term_at, rec.spec.stop_grace_s, now):
-            return
-        alive = self._killer.alive(run.stop_targets)
-        if not alive:
-            return
-        more = {t.pid: t for t in alive}
-        for t in alive:  # each is verified alive, so its own tree and group are safe to scan
-            for c in self._killer.collect(t):
-                more.setdefault(c.pid, c)
-        run.stop_targets = list(more.values())
-        n = self._killer.signal(run.stop_targets, signal.SIGKILL, pgid=rec.pid)
-        run.kill_sent = True
-        self._put(self._repo.update(
-            rec.name, expect_run_id=rec.run_id,
-            detail=f"SIGKILL to {n} process{'es' if n != 1 else ''} after the {rec.spec.stop_grace_s:g} s grace period",
-        ))
+                and now - rec.started_at < IDENTITY_WAIT_S)
 
     @staticmethod
     def _pid_reused(rec: ProcessRecord) -> bool:
@@ -658,13 +540,15 @@ class Supervisor:
             parts.append(f"ended {ex.leftovers} leftover process{'es' if ex.leftovers != 1 else ''} of its group"
                          + (f" ({ex.leftovers_killed} after SIGKILL)" if ex.leftovers_killed else ""))
         restart_reason = rec.pending_restart if rec.state == S.STOPPING else None
+        if restart_reason and not self._act:
+            return  # recording the exit would drop the restart request; an acting supervisor does both
         new = self._move(rec, decision.state, at=now, detail="; ".join(parts),
                          exit_code=ex.exit_code, ended_at=ex.ended_at)
         self._runs.pop(rec.name, None)
         if new is not None and restart_reason and new.state in machine.STARTABLE:
             self._spawn(new, tries=0, reason=restart_reason)
 
-    def _check_ready(self, rec: ProcessRecord, run: _Run, now: float) -> None:
+    def _check_ready(self, rec: ProcessRecord, run: RunProgress, now: float) -> None:
         probe = rec.spec.readiness
         ready_detail = None
         if probe.kind == "none":
@@ -776,50 +660,6 @@ class Supervisor:
         self._prober.close()
 
 
-class SupervisorLoop:
-    """Runs ``supervisor.poll()`` every ``interval_s`` on a background thread,
-    so the dashboard never polls on its render path.
+from backend.supervisor.loop import SupervisorLoop  # noqa: E402  (re-exported: callers import it from here)
 
-    >>> loop = SupervisorLoop(sup, interval_s=1.0); loop.start(); ...; loop.stop()
-    """
-
-    def __init__(self, supervisor: Supervisor, interval_s: float = 1.0):
-        self.supervisor = supervisor
-        self.interval_s = interval_s
-        self.polls = 0
-        self.last_poll_at: float | None = None
-        self.last_error: str | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def start(self) -> None:
-        with self._lock:
-            if self.running:
-                return
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._loop, name="specdeck-supervisor", daemon=True)
-            self._thread.start()
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        with self._lock:
-            thread, self._thread = self._thread, None
-        self._stop.set()
-        if thread is not None:
-            thread.join(timeout_s)
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.supervisor.poll()
-                self.last_error = None
-            except Exception as exc:  # keep polling; the next tick may succeed
-                self.last_error = f"{type(exc).__name__}: {exc}"
-                log.exception("supervisor poll failed")
-            self.polls += 1
-            self.last_poll_at = time.time()
-            self._stop.wait(self.interval_s)
+__all__ = ["ActionRefused", "ProcessView", "Supervisor", "SupervisorError", "SupervisorLoop", "UnknownProcess"]

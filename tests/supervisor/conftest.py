@@ -112,6 +112,31 @@ class Env:
 
 
 @pytest.fixture
+def env(tmp_path):
+    """A supervisor on a fake clock, spawner/killer and prober:
+    (sup, clock, fos, prober, store, make, tmp_path); ``make()`` builds another on the same fakes."""
+    from tests.supervisor.fakes import FakeClock, FakeOS, FakeProber
+
+    store = Store(tmp_path / "state.db")
+    clock = FakeClock()
+    fos = FakeOS(clock)
+    prober = FakeProber()
+    made: list[Supervisor] = []
+
+    def make(**kw) -> Supervisor:
+        sup = Supervisor(store, tmp_path / "run", clock=clock, spawner=fos, killer=fos, prober=prober,
+                         sleep=clock.sleep, **kw)
+        made.append(sup)
+        return sup
+
+    sup = make()
+    yield sup, clock, fos, prober, store, make, tmp_path
+    for s in made:
+        s.close()
+    store.close()
+
+
+@pytest.fixture
 def real(tmp_path):
     env = Env(tmp_path)
     yield env

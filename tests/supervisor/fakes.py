@@ -7,6 +7,7 @@ from concurrent.futures import Future
 
 from backend.supervisor.osproc import Ident, Launch, SpawnHandle
 from backend.supervisor.runfiles import ExitRecord, Identity, write_exit, write_identity
+from backend.supervisor.spec import Kind, ProcessSpec
 
 
 class FakeClock:
@@ -22,6 +23,12 @@ class FakeClock:
     sleep = advance
 
 
+def fake_spec(tmp_path, name="p", **kw) -> ProcessSpec:
+    """A spec of the program ``prog`` (only ever 'run' by FakeOS)."""
+    kw.setdefault("stop_grace_s", 5.0)
+    return ProcessSpec(name=name, kind=Kind.OTHER, argv=("prog", "--flag"), log_path=str(tmp_path / f"{name}.log"), **kw)
+
+
 class FakeOS:
     """Spawner and killer in one: 'processes' are pids in a dict.
 
@@ -34,6 +41,7 @@ class FakeOS:
         self.next_pid = 5000
         self.alive_procs: dict[int, float] = {}  # pid -> create time
         self.launches: list[Launch] = []
+        self.missing: dict[str, str] = {}  # argv[0] -> the problem check() reports
         self.by_name: dict[str, tuple[Launch, int]] = {}
         self.signals: list[tuple[int, int]] = []  # (pid, sig)
         self.ignore_term: set[int] = set()
@@ -57,6 +65,10 @@ class FakeOS:
 
     def reap(self) -> None:
         pass
+
+    def check(self, argv, cwd, env) -> str | None:
+        """A launch problem per program name (``missing``), as the real spawner's check reports it."""
+        return self.missing.get(argv[0])
 
     def exit(self, name: str, code: int) -> None:
         launch, child = self.by_name[name]

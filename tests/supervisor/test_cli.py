@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -121,11 +120,14 @@ def test_supervise_and_log_follow_until_interrupted(ws):
         assert "supervising" in sup.stdout.readline()
         assert run("-w", str(ws), "processes", "start", "sleeper")[0] == 0
         follow = subprocess.Popen([PY, "-m", "backend.cli", "-w", str(ws), "processes", "log", "sleeper", "-n", "0",
-                                   "--follow"], cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
+                                   "--follow"], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True)
         # The foreground loop reports the transition it made.
         wait_for(lambda: "sleeper: RUNNING" in sup.stdout.readline(), timeout_s=20)
         log = ws / "logs" / "sleeper.log"
-        time.sleep(0.6)
+        # Handshake: the follower says where it follows from once its start offset is fixed;
+        # whatever is appended after that line must reach its output.
+        assert follow.stderr.readline().startswith(f"following {log} from byte ")
         with open(log, "a") as f:
             f.write("appended by the test\n")
         wait_for(lambda: "appended by the test" in follow.stdout.readline(), timeout_s=20)
@@ -137,6 +139,8 @@ def test_supervise_and_log_follow_until_interrupted(ws):
         for p in (follow, sup):
             if p is not None:
                 p.stdout.close()
+                if p.stderr is not None:
+                    p.stderr.close()
     assert rcs == [0, 0]
 
 

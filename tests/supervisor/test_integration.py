@@ -15,7 +15,7 @@ import pytest
 
 from backend.supervisor.runfiles import read_json
 from backend.supervisor.spec import ProcState as S, ReadinessProbe, RestartPolicy
-from backend.supervisor.supervisor import ActionRefused
+from backend.supervisor.supervisor import ActionRefused, SupervisorError
 from state import audit
 from tests.supervisor.conftest import PY, gone, wait_for
 
@@ -235,11 +235,26 @@ def test_record_with_reused_pid_is_not_adopted(real):
 
 
 @pytest.mark.timeout(60)
-def test_missing_program_fails_cleanly(real):
+def test_missing_program_is_refused_before_starting(real):
     sup = real.supervisor()
     spec = real.spec("ghost", "")
     from dataclasses import replace
     sup.sync_specs([replace(spec, argv=(str(real.root / "no-such-program"),))])
+    with pytest.raises(SupervisorError) as ei:
+        sup.start("ghost")
+    assert str(ei.value) == f"ghost cannot start: the program (argv[0]) {real.root / 'no-such-program'} does not exist"
+    assert _state(sup, "ghost") == S.NEVER  # never STARTING
+    assert not os.path.exists(sup.view("ghost").log_path)
+
+
+def test_program_the_kernel_cannot_exec_fails_cleanly(real):
+    sup = real.supervisor()
+    bogus = real.root / "not-a-program"
+    bogus.write_bytes(b"\x00\x01\x02 not an executable format\n")
+    bogus.chmod(0o755)
+    spec = real.spec("ghost", "")
+    from dataclasses import replace
+    sup.sync_specs([replace(spec, argv=(str(bogus),))])
     sup.start("ghost")
     wait_for(lambda: _state(sup, "ghost") == S.EXITED, poll=sup.poll)
     v = sup.view("ghost")

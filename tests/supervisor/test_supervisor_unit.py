@@ -12,29 +12,10 @@ from backend.supervisor.supervisor import ActionRefused, Supervisor, UnknownProc
 from state import audit
 from state.processes import ProcessRepo
 from state.store import Store
-from tests.supervisor.fakes import FakeClock, FakeOS, FakeProber
+from tests.supervisor.fakes import FakeClock, FakeOS, FakeProber, fake_spec as spec
 
 
-@pytest.fixture
-def env(tmp_path):
-    store = Store(tmp_path / "state.db")
-    clock = FakeClock()
-    fos = FakeOS(clock)
-    prober = FakeProber()
-
-    def make() -> Supervisor:
-        return Supervisor(store, tmp_path / "run", clock=clock, spawner=fos, killer=fos, prober=prober,
-                          sleep=clock.sleep)
-
-    sup = make()
-    yield sup, clock, fos, prober, store, make, tmp_path
-    sup.close()
-    store.close()
-
-
-def spec(tmp_path, name="p", **kw) -> ProcessSpec:
-    kw.setdefault("stop_grace_s", 5.0)
-    return ProcessSpec(name=name, kind=Kind.OTHER, argv=("prog", "--flag"), log_path=str(tmp_path / f"{name}.log"), **kw)
+# ``env`` (a supervisor on fakes) comes from conftest.py.
 
 
 def states(sup, name):

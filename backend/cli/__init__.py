@@ -1,0 +1,89 @@
+"""Specdeck's command line: the dashboard's process operations without a browser.
+
+    python -m backend.cli [--workspace DIR] processes list [--json]
+    python -m backend.cli [--workspace DIR] processes start NAME [--launch-anyway]
+    python -m backend.cli [--workspace DIR] processes stop NAME [--no-wait]
+    python -m backend.cli [--workspace DIR] processes stop-all
+    python -m backend.cli [--workspace DIR] processes restart NAME [--launch-anyway]
+    python -m backend.cli [--workspace DIR] processes log NAME [-n N] [--follow]
+    python -m backend.cli [--workspace DIR] servers list
+    python -m backend.cli [--workspace DIR] servers preflight NAME [--json]
+    python -m backend.cli [--workspace DIR] supervise [--interval S]
+    python -m backend.cli [--workspace DIR] users add|passwd|remove|list [NAME]
+    python -m backend.cli init DIR
+
+The workspace is the ``--workspace`` folder, else ``$SPECDECK_WORKSPACE``,
+else the demo workspace.  Every start/stop/restart is written to the audit
+log with the user's name and source ``cli``.  Starting a server runs its
+preflight first; errors refuse the start unless ``--launch-anyway`` (audited).  Exit status: 0 done,
+1 refused or failed, 2 bad usage or workspace config.
+
+Each domain is one module of this package with a ``register(sub)`` function
+that adds its subcommands to the top-level subparsers; :data:`DOMAINS` lists
+them in the order ``--help`` shows them.  A subcommand sets ``func`` to a
+``(session, args, out) -> exit status`` callable (or, with ``session=False``,
+to ``(args, out)``, for commands that need no workspace) and may set
+``check`` to an ``(args) -> message or None`` usage check.  A reading
+command sets ``acts=False``: its session observes but never starts, signals
+or restarts anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sqlite3
+import sys
+from typing import TextIO
+
+from backend.cli.session import CommandError, Session
+from backend.supervisor.supervisor import SupervisorError
+from backend.workspace import ConfigError
+
+__all__ = ["DOMAINS", "CommandError", "build_parser", "main"]
+
+DOMAINS = (
+    "backend.cli.processes",
+    "backend.cli.servers",
+    "backend.cli.supervise",
+    "backend.cli.users",
+    "backend.cli.workspace",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m backend.cli", description="Specdeck without the browser.")
+    p.add_argument("--workspace", "-w", metavar="DIR",
+                   help="workspace folder (default: $SPECDECK_WORKSPACE, else the demo workspace)")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in DOMAINS:
+        importlib.import_module(module).register(sub)
+    return p
+
+
+def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    err = err or sys.stderr
+    args = build_parser().parse_args(argv)
+    check = getattr(args, "check", None)
+    problem = check(args) if check is not None else None
+    if problem:
+        err.write(f"error: {problem}\n")
+        return 2
+    try:
+        if not getattr(args, "session", True):
+            return args.func(args, out)
+        session = Session(args.workspace, act=getattr(args, "acts", True))
+    except ConfigError as exc:
+        err.write(f"error: {exc}\n")
+        return 2
+    except sqlite3.Error as exc:
+        err.write(f"error: the state file of the workspace could not be opened or upgraded: {exc}\n")
+        return 1
+    try:
+        return args.func(session, args, out)
+    except (SupervisorError, CommandError) as exc:
+        err.write(f"error: {exc}\n")
+        return 1
+    finally:
+        session.close()

@@ -1,0 +1,89 @@
+"""What every command of the CLI shares: the workspace session, the actor,
+errors to report, and small formatting helpers."""
+
+from __future__ import annotations
+
+import getpass
+from typing import TextIO
+
+from backend.supervisor.machine import describe_exit
+from backend.supervisor.supervisor import Supervisor
+from backend.workspace import load_workspace
+from state import Store
+
+SOURCE = "cli"
+
+
+class CommandError(Exception):
+    """A failure to report to the user (exit status 1)."""
+
+
+def actor() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # no passwd entry in some containers
+        return "unknown"
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def report(v, out: TextIO) -> None:
+    pid = f" pid {v.pid}" if v.pid else ""
+    code = f" ({describe_exit(v.exit_code)})" if v.state.value in ("EXITED", "FATAL") and v.exit_code is not None else ""
+    out.write(f"{v.name}: {v.state.value}{pid}{code}\n")
+
+
+def print_findings(findings, out: TextIO) -> None:
+    for f in findings:
+        out.write(f"{f.severity.upper():8} {f.code}: {f.found}\n")
+        if f.fix:
+            out.write(f"{'':8} fix: {f.fix}\n")
+
+
+class Session:
+    """The workspace, its store, a supervisor and the server fleet, closed together."""
+
+    def __init__(self, workspace: str | None, *, act: bool = True):
+        """``act=False`` for reading commands: they observe and record what
+        happened, but never start, signal or restart a process."""
+        from backend.sglang.fleet import ServerFleet
+
+        self.ws = load_workspace(workspace)
+        self.store = Store(self.ws.store_path)
+        try:
+            self.sup = Supervisor(self.store, self.ws.run_dir, default_cwd=self.ws.root, act=act)
+            self._telemetry = None
+            self.fleet = ServerFleet(self.ws, self.sup, self.store, background=False, gpu_probe=self.gpu_probe)
+            # Not pruning: a dashboard of an older config may still own records;
+            # the dashboard prunes when it syncs.
+            self.sup.sync_specs(self.ws.process_specs() + self.fleet.specs(), prune=False)
+        except BaseException:
+            self.store.close()
+            raise
+
+    def gpu_probe(self, exclude: str | None = None) -> list[tuple[int, int, int]] | None:
+        """GPUs and free memory for preflight, from the workspace's telemetry source
+        (as the dashboard sees them), read once per command."""
+        from backend.telemetry.attribution import free_memory_by_gpu
+        from backend.telemetry.sampler import make_workspace_sampler
+
+        if self._telemetry is None:
+            sampler = make_workspace_sampler(self.ws, None, managed=self.sup.views)
+            self._telemetry = sampler.sample_once()
+        return free_memory_by_gpu(self._telemetry, exclude)
+
+    def close(self) -> None:
+        self.fleet.close()
+        self.sup.close()
+        self.store.close()

@@ -1,0 +1,48 @@
+"""``supervise``: the reconcile loop in the foreground."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import time
+from typing import TextIO
+
+from backend.cli.session import Session
+
+
+def cmd_supervise(s: Session, args: argparse.Namespace, out: TextIO) -> int:
+    stop = False
+
+    def _on_term(signum, frame):  # noqa: ARG001
+        nonlocal stop
+        stop = True
+
+    previous = signal.signal(signal.SIGTERM, _on_term)
+    out.write(f"supervising {s.ws.root} every {args.interval:g} s (Ctrl-C to stop; processes keep running)\n")
+    out.flush()
+    seen: dict[str, tuple[str, int | None]] = {}
+    try:
+        while not stop:
+            s.sup.poll()
+            for v in s.sup.views():
+                key = (v.state.value, v.pid)
+                if seen.get(v.name) != key:
+                    seen[v.name] = key
+                    out.write(time.strftime("%H:%M:%S ") + f"{v.name}: {v.state.value}"
+                              + (f" pid {v.pid}" if v.pid else "") + (f" - {v.detail}" if v.detail else "") + "\n")
+                    out.flush()
+            deadline = time.monotonic() + args.interval
+            while not stop and time.monotonic() < deadline:
+                time.sleep(min(0.1, args.interval))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    out.write("supervise: stopped\n")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    a = sub.add_parser("supervise", help="run the reconcile loop in the foreground until Ctrl-C")
+    a.add_argument("--interval", type=float, default=1.0, metavar="S", help="seconds between polls (default 1)")
+    a.set_defaults(func=cmd_supervise)

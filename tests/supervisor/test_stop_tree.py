@@ -1,0 +1,42 @@
+"""Stop ends the whole tree, including what the process starts during its grace period."""
+
+from __future__ import annotations
+
+import pytest
+
+from backend.supervisor.spec import ProcState as S
+from tests.supervisor.conftest import gone, wait_for
+
+# On SIGTERM the root does not end: it starts a child in a session of its own (so neither the
+# root's process group nor the first scan of its tree holds it), which ignores SIGTERM too.
+LATE_SPAWNER = r"""
+import os, signal, subprocess, sys, time
+def on_term(*_):
+    p = subprocess.Popen([sys.executable, "-c",
+                          "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)"],
+                         start_new_session=True)
+    with open("late.pid.tmp", "w") as f:
+        f.write(str(p.pid))
+    os.replace("late.pid.tmp", "late.pid")
+signal.signal(signal.SIGTERM, on_term)
+print("tree up", flush=True)
+while True:
+    time.sleep(1)
+"""
+
+
+@pytest.mark.timeout(90)
+def test_child_started_during_the_grace_period_is_killed_too(real):
+    sup = real.supervisor()
+    sup.sync_specs([real.spec("tree", LATE_SPAWNER, stop_grace_s=3.0)])
+    sup.start("tree")
+    wait_for(lambda: "tree up" in open(real.logs / "tree.log").read(), poll=sup.poll, timeout_s=30)
+    root = wait_for(lambda: sup.view("tree").pid, poll=sup.poll)
+    v = sup.stop("tree", wait=True)
+    late_file = real.root / "late.pid"
+    assert late_file.exists(), "the root never got SIGTERM"
+    late = int(late_file.read_text())
+    real.extra_pids.append((late, None))  # ended at teardown if the stop missed it
+    assert v.state == S.EXITED and gone(root)
+    # SIGKILL went to a fresh scan of the tree, which found the late child.
+    wait_for(lambda: gone(late), timeout_s=10)
