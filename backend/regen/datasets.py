@@ -8,7 +8,7 @@ Files
     ``.jsonl``, ``.ndjson`` and ``.json`` are JSON lines: one record per line, read as bytes line by
     line (blank lines are not rows).  A line longer than :data:`MAX_LINE_BYTES` is skipped without
     ever being held in memory.  ``.parquet`` / ``.pq`` files are read in record batches of
-    :data:`PARQUET_BATCH_ROWS` rows (one row group's pages at a time, never the whole file); the
+    :data:`PARQUET_BATCH_ROWS` rows, pages read as they are decoded (never the whole file); the
     columns ``id``, ``conversations`` (a list of structs with ``role``/``content`` or
     ``from``/``value``), ``messages``, ``prompt`` and ``text`` are understood, other columns are
     kept in the record.  A Parquet null is an absent key.
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 
 MAX_LINE_BYTES = 8 * 1024 * 1024  # a JSONL line over this is skipped unread
 PARQUET_BATCH_ROWS = 256
+PARQUET_READ_BUFFER = 1024 * 1024
 RAW_PREVIEW_CHARS = 2000  # how much of an unreadable or oversized line a Skipped keeps
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
@@ -261,7 +262,9 @@ def _parquet_objects(path: Path) -> Iterator[tuple[int, Any, str | None]]:
     import pyarrow.parquet as pq
 
     try:
-        pf = pq.ParquetFile(path)
+        # pre_buffer=False + a read buffer: pages are read as they are decoded.  With Arrow's
+        # default pre-buffering, iter_batches holds every row group it will read (the whole file).
+        pf = pq.ParquetFile(path, pre_buffer=False, buffer_size=PARQUET_READ_BUFFER)
     except FileNotFoundError:
         raise DatasetError(f"{path}: cannot open: no such file") from None
     except (OSError, pa.ArrowException) as exc:
@@ -269,7 +272,7 @@ def _parquet_objects(path: Path) -> Iterator[tuple[int, Any, str | None]]:
     n = 0
     with pf:
         try:
-            for batch in pf.iter_batches(batch_size=PARQUET_BATCH_ROWS):
+            for batch in pf.iter_batches(batch_size=PARQUET_BATCH_ROWS, use_threads=False):
                 for rec in batch.to_pylist():
                     n += 1
                     yield n, _clean(rec), None
