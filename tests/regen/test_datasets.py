@@ -129,7 +129,7 @@ def test_a_line_over_8_mib_is_skipped_and_counted(tmp_path):
     assert [r.id for r in rows_of(items)] == ["a", "b"]
     [s] = skipped_of(items)
     assert s.line == 2
-    assert s.reason == f"big.jsonl:2: line is {len(big) + 1:,} bytes, over the 8 MiB limit for one row (not read)"
+    assert s.reason == f"big.jsonl:2: line is {len(big) + 1:,} bytes, over the limit of 8 MiB for one row (not read)"
     assert len(s.record) <= 2000 and s.record.startswith('{"prompt": "xxx')
 
 
