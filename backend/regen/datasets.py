@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 MAX_LINE_BYTES = 8 * 1024 * 1024  # a JSONL line over this is skipped unread
 PARQUET_BATCH_ROWS = 256
 PARQUET_READ_BUFFER = 1024 * 1024
-RAW_PREVIEW_CHARS = 2000  # how much of an unreadable or oversized line a Skipped keeps
+RAW_PREVIEW_CHARS = 2000  # how much of an oversized line a Skipped keeps (others keep the whole text)
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -355,18 +355,19 @@ def _json_array_objects(path: Path) -> Iterator[tuple[int, Any, str | None]]:
 
 
 def _decode(raw: bytes) -> tuple[Any, str | None]:
-    """(object, None) for valid UTF-8 JSON, else (raw text, the problem)."""
+    """(object, None) for valid UTF-8 JSON, else (the whole raw text, the problem) so that the
+    skipped file keeps the row as it was, to be fixed and fed again."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return raw.decode("utf-8", "replace")[:RAW_PREVIEW_CHARS], (
+        return raw.decode("utf-8", "replace"), (
             f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})")
     try:
         return json.loads(text), None
     except json.JSONDecodeError as exc:
-        return text[:RAW_PREVIEW_CHARS], f"not valid JSON: {exc.msg} (column {exc.colno})"
+        return text, f"not valid JSON: {exc.msg} (column {exc.colno})"
     except (ValueError, RecursionError) as exc:
-        return text[:RAW_PREVIEW_CHARS], f"not valid JSON: {exc}"
+        return text, f"not valid JSON: {exc}"
 
 
 # -- Parquet -------------------------------------------------------------------------------------

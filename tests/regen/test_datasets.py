@@ -122,6 +122,14 @@ def test_bad_rows_are_skipped_with_a_reason_naming_line_and_field(tmp_path):
     assert count_rows(f, dataset="bad") == RowCounts(rows=2, skipped=8)
 
 
+def test_a_bad_line_keeps_its_whole_text_for_the_skipped_file(tmp_path):
+    line = '{"prompt": "' + "z" * 5000 + '", oops}'
+    f = write_lines(tmp_path / "long-bad.jsonl", [line, b'{"prompt": "\xff' + b"q" * 3000 + b'"}'])
+    first, second = read_rows(f, dataset="d")
+    assert first.record == line
+    assert second.record == '{"prompt": "\ufffd' + "q" * 3000 + '"}'
+
+
 def test_a_line_over_8_mib_is_skipped_and_counted(tmp_path):
     big = '{"prompt": "' + "x" * (9 * 1024 * 1024) + '"}'
     f = write_lines(tmp_path / "big.jsonl", ['{"id": "a", "prompt": "before"}', big, '{"id": "b", "prompt": "after"}'])
