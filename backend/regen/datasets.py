@@ -154,16 +154,17 @@ def _read(path: Path, *, dataset: str, first_turn_only: bool, max_prompt_chars: 
     suffix = path.suffix.lower()
     if suffix == ".json" and _is_json_array(path):
         source: Iterator[tuple[int, Any, str | None]] = _json_array_objects(path)
-        where = f"{path.name} item {{}}"
+        where, unit = f"{path.name} item {{}}", "item"
     elif suffix in JSONL_SUFFIXES:
         source = _jsonl_objects(path)
-        where = f"{path.name}:{{}}"
+        where, unit = f"{path.name}:{{}}", "line"
     elif suffix in PARQUET_SUFFIXES:
         source = _parquet_objects(path)
-        where = f"{path.name} row {{}}"
+        where, unit = f"{path.name} row {{}}", "row"
     else:
         raise DatasetError(f"{path}: unknown input type {path.suffix or '(no suffix)'!r}; "
                            f"use JSON lines ({', '.join(JSONL_SUFFIXES)}) or Parquet ({', '.join(PARQUET_SUFFIXES)})")
+    label = f"{dataset} {unit}"  # one string per file, shared by every id it gives
     taken = 0
     for line, obj, problem in source:
         at = where.format(line)
@@ -183,11 +184,10 @@ def _read(path: Path, *, dataset: str, first_turn_only: bool, max_prompt_chars: 
             continue
         first = seen.get(row.id)
         if first is not None:
-            first_where = f"{first[0]} line {first[1]}" if first[1] is not None else first[0]
-            yield Skipped(dataset, line, f"{at}: id: duplicate id {row.id!r} (first in {first_where})",
+            yield Skipped(dataset, line, f"{at}: id: duplicate id {row.id!r} (first in {first[0]} {first[1]})",
                           obj, row.id)
             continue
-        seen[row.id] = (dataset, line)
+        seen[row.id] = (label, line)
         yield row
         taken += 1
         if limit is not None and taken >= limit:
