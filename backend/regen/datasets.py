@@ -95,7 +95,7 @@ class RowCounts:
 
 def read_rows(path: Path, *, dataset: str, first_turn_only: bool = False,
               max_prompt_chars: int | None = None, limit: int | None = None) -> Iterator[Row | Skipped]:
-    """Every row of ``path`` (JSONL or Parquet by suffix) as a Row or a Skipped, streamed."""
+    """Every row of ``path`` (JSON lines, a JSON array or Parquet, by suffix) as a Row or a Skipped, streamed."""
     return _read(Path(path), dataset=dataset, first_turn_only=first_turn_only,
                  max_prompt_chars=max_prompt_chars, limit=limit, seen={})
 
