@@ -207,6 +207,7 @@ class SamplerCost:
     median_ms: float | None = None  # median over the last few minutes of samples
     nvml_per_gpu_us: float | None = None  # GPU pass / GPU count: median over the same window
     nvml_per_gpu_us_p90: float | None = None
+    nvml_per_gpu_us_mean: float | None = None  # mean over the window: counts the passes that read the process list
     cpu_share: float | None = None  # sampler thread CPU time / wall time, 0..1
     slow_last_ms: float | None = None
 

@@ -417,6 +417,7 @@ class Sampler:
             median_ms=ms[len(ms) // 2] if ms else None,
             nvml_per_gpu_us=us[len(us) // 2] if us else None,
             nvml_per_gpu_us_p90=us[int(0.9 * (len(us) - 1))] if us else None,
+            nvml_per_gpu_us_mean=sum(us) / len(us) if us else None,
             cpu_share=share,
             slow_last_ms=self._slow_ms,
         )
