@@ -478,7 +478,8 @@ class Sampler:
         procs = [p for g in frame.gpus for p in (g.processes or ())]
         key = frozenset((p.gpu_index, p.pid) for p in procs)
         mono = time.monotonic()
-        if self._attr is not None and key == self._attr_key and mono - self._attr_at < self._attr_interval_s:
+        fresh = frame.procs_read  # a new process list (memory figures too): join it again
+        if self._attr is not None and not fresh and key == self._attr_key and mono - self._attr_at < self._attr_interval_s:
             return self._attr
         managed: list[Any] = []
         if self._managed is not None:
