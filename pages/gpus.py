@@ -37,6 +37,9 @@ GPU_PALETTE = (
     "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd",
 )
 HOST_COLOURS = {"CPU %": "#1f77b4", "memory %": "#ff7f0e"}
+# Eight GPU names beside the title overlap it at 1024 px: the legend goes under the chart.
+LEGEND_BELOW = dict(legend=dict(orientation="h", yanchor="top", y=-0.12, xanchor="left", x=0),
+                    margin=dict(l=10, r=10, t=40, b=10))
 
 
 def gpu_colour(index: int, count: int) -> str:
@@ -270,14 +273,14 @@ def _host(snap) -> None:
     _metric(c[2], "Load (1 m)", h, "load_1m", _num(h.load_1m, "", 2))
     _metric(c[3], "Network in", h, "net_rx_bps", _mb_s(h.net_rx_bps))
     _metric(c[4], "Network out", h, "net_tx_bps", _mb_s(h.net_tx_bps))
-    if h.disks:
-        st.dataframe(pd.DataFrame([{
+    if h.disks:  # a plain table: long volume paths wrap instead of pushing columns out of sight
+        st.table(pd.DataFrame([{
             "volume": d.path,
-            "used": fmt.gib(d.used),
-            "free": fmt.gib(d.free),
-            "size": fmt.gib(d.total),
             "used %": fmt.pct(d.percent) if d.percent is not None else f"{NA} ({d.na})",
-        } for d in h.disks]), hide_index=True, width="stretch")
+            "free": fmt.gib(d.free),
+            "used": fmt.gib(d.used),
+            "size": fmt.gib(d.total),
+        } for d in h.disks]).set_index("volume"))
 
 
 @st.fragment(run_every=REFRESH_S)
@@ -357,21 +360,19 @@ def slow_readings() -> None:
                "throughput " + (f"every {fmt.duration(pcie_every)} and " if pcie_every else "")
                + "on demand, since each read holds the driver about 20 ms per counter per GPU.")
     snap = sampler.latest()
-    c = st.columns([1, 3])
-    clicked = c[0].button("Read PCIe throughput now", key="gpu-pcie-read", icon=":material/speed:",
-                          disabled=snap is None or not snap.gpus,
-                          help="Asks the sampler's slow thread to read PCIe TX/RX of every GPU in the gap "
-                               "after its next pass; this page does not wait for it.")
+    clicked = st.button("Read PCIe throughput now", key="gpu-pcie-read", icon=":material/speed:",
+                        disabled=snap is None or not snap.gpus,
+                        help="Asks the sampler's slow thread to read PCIe TX/RX of every GPU in the gap "
+                             "after its next pass; this page does not wait for it.")
     if clicked:
         sampler.request_slow(pcie=True)
     now = time.time()
     asked = getattr(sampler, "pcie_requested_at", None)
-    with c[1]:
-        if asked is not None:
-            note = "" if getattr(sampler, "running", True) else \
-                " The sampler is not running, so it will be read once the sampler starts."
-            st.caption(f":material/hourglass_top: PCIe read requested {fmt.age(now - asked)}; the slow thread "
-                       f"reads it after the next core pass and the figures below show when.{note}")
+    if asked is not None:
+        note = "" if getattr(sampler, "running", True) else \
+            " The sampler is not running, so it will be read once the sampler starts."
+        st.caption(f":material/hourglass_top: PCIe read requested {fmt.age(now - asked)}; the slow thread "
+                   f"reads it after the next core pass and the figures below show when.{note}")
     if snap is None:
         st.caption("Waiting for the first telemetry sample.")
         freshness(None, slow_every, "slow readings updated")
@@ -392,7 +393,7 @@ slow_readings()
 # -- history -----------------------------------------------------------------
 
 st.subheader("History")
-hc = st.columns([2, 3])
+hc = st.columns([3, 2])  # room for all five range buttons at 1024 px
 rng = hc[0].segmented_control("Time range", list(RANGES), default="15 m", key="gpu-hist-range")
 field_label = hc[1].selectbox("GPU metric", list(FIELDS), key="gpu-hist-field")
 
@@ -411,7 +412,8 @@ def history(range_label: str, label: str) -> None:
         return
     gpus = [g.index for g in snap.gpus]
     if gpus:
-        fig = charts.figure(label, height=320, range_buttons=False)
+        fig = charts.figure(label, height=360, range_buttons=False)
+        fig.update_layout(**LEGEND_BELOW)
         points = 0
         for i in gpus:
             s = sampler.history(i, field, since)
@@ -426,7 +428,8 @@ def history(range_label: str, label: str) -> None:
             st.caption(f"No GPU history in the last {range_label or '15 m'} yet.")
     else:
         st.caption("No GPU history: no GPUs are reported.")
-    fig = charts.figure("Host CPU and memory (%)", height=260, range_buttons=False)
+    fig = charts.figure("Host CPU and memory (%)", height=280, range_buttons=False)
+    fig.update_layout(**LEGEND_BELOW)
     any_host = False
     for f, name in (("cpu_percent", "CPU %"), ("mem_percent", "memory %")):
         s = sampler.history(None, f, since)
