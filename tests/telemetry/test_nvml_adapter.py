@@ -427,3 +427,32 @@ def test_samples_are_whole_records_equal_to_ones_built_field_by_field():
         2619.0,
     )
     assert g1.power_w is None and g1.na == {"power_w": "not supported on this GPU"}
+
+
+def _view(name, kind, pid, argv=(), env=None):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(name=name, kind=kind, pid=pid, spec=SimpleNamespace(argv=tuple(argv), env=env or {}))
+
+
+def _holders_by_gpu(fake):
+    a = NvmlAdapter(fake, source="fake")
+    return {g.index: [p.pid for p in g.processes] for g in a.sample().gpus if g.processes}
+
+
+def test_the_fake_places_demo_servers_by_tensor_parallelism_and_visible_devices():
+    launch = ["python", "-m", "sglang.launch_server", "--model-path", "m"]
+    managed = [
+        _view("small", "server", 101, launch),  # TP 1: one GPU
+        _view("big", "server", 102, launch + ["--tp-size", "4"]),  # the next four
+        _view("pinned", "server", 103, launch + ["--tp=2"], {"CUDA_VISIBLE_DEVICES": "6,7"}),
+        _view("run-a", "training", 104),  # training runs: one GPU each from GPU 3
+        ("bench", "benchmark", 105),  # holds no GPU
+    ]
+    fake = FakeNvml(follow=lambda: managed)
+    assert _holders_by_gpu(fake) == {0: [101], 1: [102], 2: [102], 3: [102, 104], 4: [102], 6: [103], 7: [103]}
+
+
+def test_the_fake_places_a_plain_server_tuple_on_one_gpu():
+    fake = FakeNvml(gpus=2, follow=lambda: [("main", "server", 7, "RUNNING")])
+    assert _holders_by_gpu(fake) == {0: [7]}
