@@ -155,6 +155,8 @@ def _key_figures(snap) -> None:
                 (f"{cost.median_ms:.1f} ms" if cost.median_ms is not None else NA),
                 delta="per GPU per sample" if per_gpu is not None else None, delta_color="off", delta_arrow="off",
                 help=("Median time of the sampler's GPU pass per GPU (NVML calls and turning them into readings)"
+                      + (f"; mean {cost.nvml_per_gpu_us_mean:,.0f} µs, counting the passes that also read the"
+                         " GPU process list" if cost.nvml_per_gpu_us_mean is not None else "")
                       + (f"; {cost.median_ms:.2f} ms per whole sample" if cost.median_ms is not None else "")
                       + (f"; sampler CPU {share * 100:.2f}% of one core" if share is not None else "")))
 

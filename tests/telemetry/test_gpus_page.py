@@ -337,6 +337,7 @@ def test_hottest_gpu_is_named_and_host_memory_shows_its_total(tmp_path, monkeypa
     assert mem.value == "12.0 GiB" and mem.proto.delta == "of 64.0 GiB"
     (cost,) = _metrics(at, "Sampler cost")
     assert cost.value.endswith(" µs") and cost.proto.delta == "per GPU per sample"
+    assert "mean " in cost.proto.help and "process list" in cost.proto.help
 
 
 def test_each_gpu_history_line_has_its_own_colour(tmp_path, monkeypatch, close_runtimes):
