@@ -30,6 +30,26 @@ FIELDS = {
     "SM clock (MHz)": ("sm_clock_mhz", ".0f", 1.0),
     "Memory controller busy (%)": ("util_mem", ".0f", 1.0),
 }
+# One colour per GPU, the same on every chart and never shared by two GPUs of
+# one machine: 16 distinct colours, then evenly spread hues for larger hosts.
+GPU_PALETTE = (
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+    "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd",
+)
+HOST_COLOURS = {"CPU %": "#1f77b4", "memory %": "#ff7f0e"}
+# Eight GPU names beside the title overlap it at 1024 px: the legend goes under the chart.
+LEGEND_BELOW = dict(legend=dict(orientation="h", yanchor="top", y=-0.12, xanchor="left", x=0),
+                    margin=dict(l=10, r=10, t=40, b=10))
+
+
+def gpu_colour(index: int, count: int) -> str:
+    """GPU ``index``'s line colour on a host of ``count`` GPUs."""
+    if count <= len(GPU_PALETTE):
+        return GPU_PALETTE[index % len(GPU_PALETTE)]
+    hue = round(360 * index / count)
+    return f"hsl({hue}, 65%, 45%)"
+
+
 THROTTLE_LABELS = {
     "idle": "idle", "app_clocks": "application clocks", "sw_power_cap": "power cap",
     "hw_slowdown": "hardware slowdown", "sync_boost": "sync boost", "sw_thermal": "thermal (sw)",
@@ -62,9 +82,12 @@ def _why(obj, field: str) -> str | None:
     return f"N/A: {why}" if why else None
 
 
-def _metric(col, label: str, obj, field: str, value: str, help_text: str | None = None) -> None:
+def _metric(col, label: str, obj, field: str, value: str, help_text: str | None = None,
+            delta: str | None = None) -> None:
+    """A metric; ``delta`` is a plain grey note under the value (such as the total)."""
     missing = getattr(obj, field, None) is None
-    col.metric(label, NA if missing else value, help=(_why(obj, field) or "N/A: no reading") if missing else help_text)
+    col.metric(label, NA if missing else value, help=(_why(obj, field) or "N/A: no reading") if missing else help_text,
+               delta=None if missing else delta, delta_color="off", delta_arrow="off")
 
 
 def _mb_s(bps: float | None) -> str:
@@ -106,7 +129,7 @@ def _key_figures(snap) -> None:
     power = [g.power_w for g in alive if g.power_w is not None]
     limit = [g.power_limit_w for g in alive if g.power_w is not None and g.power_limit_w is not None]
     temps = [g.temp_c for g in alive if g.temp_c is not None]
-    c = st.columns(6)
+    c = st.columns(3) + st.columns(3)  # two rows of three: every figure whole at 1024 px
     lost = len(gpus) - len(alive)
     counted = bool(gpus) or snap.state.ok
     c[0].metric("GPUs", f"{len(gpus)}" if counted else NA, delta=f"-{lost} lost" if lost else None,
@@ -120,13 +143,20 @@ def _key_figures(snap) -> None:
     c[3].metric("Total power", f"{sum(power):,.0f} W" if power else NA,
                 delta=f"of {sum(limit):,.0f} W" if power and limit else None, delta_color="off", delta_arrow="off",
                 help=None if power else "N/A: no GPU reported power")
-    c[4].metric("Hottest GPU", f"{max(temps):.0f} °C" if temps else NA,
-                help=None if temps else "N/A: no GPU reported temperature")
+    hot = max((g for g in alive if g.temp_c is not None), key=lambda g: g.temp_c, default=None)
+    c[4].metric("Hottest GPU", f"{hot.temp_c:.0f} °C" if hot else NA,
+                delta=f"GPU {hot.index}" if hot else None, delta_color="off", delta_arrow="off",
+                help=f"GPU {hot.index} ({hot.name or 'name N/A'}) is the hottest" if hot
+                else "N/A: no GPU reported temperature")
     cost = snap.cost
     share = cost.cpu_share
-    c[5].metric("Sampler cost", f"{cost.nvml_per_gpu_us:,.0f} µs/GPU" if cost.nvml_per_gpu_us is not None else
+    per_gpu = cost.nvml_per_gpu_us
+    c[5].metric("Sampler cost", f"{per_gpu:,.0f} µs" if per_gpu is not None else
                 (f"{cost.median_ms:.1f} ms" if cost.median_ms is not None else NA),
-                help=("Median NVML time per GPU per sample"
+                delta="per GPU per sample" if per_gpu is not None else None, delta_color="off", delta_arrow="off",
+                help=("Median time of the sampler's GPU pass per GPU (NVML calls and turning them into readings)"
+                      + (f"; mean {cost.nvml_per_gpu_us_mean:,.0f} µs, counting the passes that also read the"
+                         " GPU process list" if cost.nvml_per_gpu_us_mean is not None else "")
                       + (f"; {cost.median_ms:.2f} ms per whole sample" if cost.median_ms is not None else "")
                       + (f"; sampler CPU {share * 100:.2f}% of one core" if share is not None else "")))
 
@@ -199,6 +229,11 @@ def _tiles(snap) -> None:
 def _processes(snap) -> None:
     attr = snap.attribution
     st.subheader("Who holds the GPUs")
+    read = [g.processes_t for g in snap.gpus if g.processes_t is not None and not g.lost]
+    every = getattr(getattr(sampler, "adapter", None), "procs_interval_s", None)
+    if read:
+        st.caption(f"GPU process list read {fmt.age(snap.t - min(read))}"
+                   + (f" (read every {every:g} s; the other readings every {snap.interval_s:g} s)" if every else ""))
     if attr is None or not attr.holders:
         st.caption("No processes on any GPU." if snap.gpus else "No GPUs to report on.")
         return
@@ -213,12 +248,14 @@ def _processes(snap) -> None:
             "kind": h.kind or "",
             "user": h.user or ("" if h.job else NA),
             "command": h.command or ("" if h.job else f"{NA} ({h.na})" if h.na else NA),
-            "GPU memory (GiB)": round(h.used_memory / GIB, 1) if h.used_memory is not None else None,
+            # N/A where NVML cannot tell (no permission, some container setups), never 0
+            "GPU memory": fmt.gib(h.used_memory),
         })
     df = pd.DataFrame(rows)
     st.dataframe(df, hide_index=True, width="stretch",
                  column_config={"pid": st.column_config.NumberColumn(format="%d"),
-                                "GPU memory (GiB)": st.column_config.NumberColumn(format="%.1f")})
+                                "GPU memory": st.column_config.TextColumn(
+                                    help="Memory this process holds on this GPU; N/A where NVML cannot read it")})
     st.download_button("Download GPU processes (CSV)", df.to_csv(index=False), "gpu_processes.csv",
                        mime="text/csv", key="gpu-proc-csv")
 
@@ -229,22 +266,23 @@ def _host(snap) -> None:
     if h is None:
         st.caption(f"Host telemetry: {NA} (the last host reading failed; see the dashboard log)")
         return
-    c = st.columns(5)
+    c = st.columns(3) + st.columns(2)  # two rows: every figure whole at 1024 px
     _metric(c[0], "CPU", h, "cpu_percent", fmt.pct(h.cpu_percent),
             help_text=f"{h.cpu_count} cores" if h.cpu_count else None)
     _metric(c[1], "Memory", h, "mem_used", fmt.gib(h.mem_used),
-            help_text=f"{fmt.pct(h.mem_percent)} of {fmt.gib(h.mem_total)}")
+            help_text=f"{fmt.pct(h.mem_percent)} of {fmt.gib(h.mem_total)} in use",
+            delta=f"of {fmt.gib(h.mem_total)}" if h.mem_total else None)
     _metric(c[2], "Load (1 m)", h, "load_1m", _num(h.load_1m, "", 2))
     _metric(c[3], "Network in", h, "net_rx_bps", _mb_s(h.net_rx_bps))
     _metric(c[4], "Network out", h, "net_tx_bps", _mb_s(h.net_tx_bps))
-    if h.disks:
-        st.dataframe(pd.DataFrame([{
+    if h.disks:  # a plain table: long volume paths wrap instead of pushing columns out of sight
+        st.table(pd.DataFrame([{
             "volume": d.path,
-            "used": fmt.gib(d.used),
-            "free": fmt.gib(d.free),
-            "size": fmt.gib(d.total),
             "used %": fmt.pct(d.percent) if d.percent is not None else f"{NA} ({d.na})",
-        } for d in h.disks]), hide_index=True, width="stretch")
+            "free": fmt.gib(d.free),
+            "used": fmt.gib(d.used),
+            "size": fmt.gib(d.total),
+        } for d in h.disks]).set_index("volume"))
 
 
 @st.fragment(run_every=REFRESH_S)
@@ -324,21 +362,19 @@ def slow_readings() -> None:
                "throughput " + (f"every {fmt.duration(pcie_every)} and " if pcie_every else "")
                + "on demand, since each read holds the driver about 20 ms per counter per GPU.")
     snap = sampler.latest()
-    c = st.columns([1, 3])
-    clicked = c[0].button("Read PCIe throughput now", key="gpu-pcie-read", icon=":material/speed:",
-                          disabled=snap is None or not snap.gpus,
-                          help="Asks the sampler's slow thread to read PCIe TX/RX of every GPU in the gap "
-                               "after its next pass; this page does not wait for it.")
+    clicked = st.button("Read PCIe throughput now", key="gpu-pcie-read", icon=":material/speed:",
+                        disabled=snap is None or not snap.gpus,
+                        help="Asks the sampler's slow thread to read PCIe TX/RX of every GPU in the gap "
+                             "after its next pass; this page does not wait for it.")
     if clicked:
         sampler.request_slow(pcie=True)
     now = time.time()
     asked = getattr(sampler, "pcie_requested_at", None)
-    with c[1]:
-        if asked is not None:
-            note = "" if getattr(sampler, "running", True) else \
-                " The sampler is not running, so it will be read once the sampler starts."
-            st.caption(f":material/hourglass_top: PCIe read requested {fmt.age(now - asked)}; the slow thread "
-                       f"reads it after the next core pass and the figures below show when.{note}")
+    if asked is not None:
+        note = "" if getattr(sampler, "running", True) else \
+            " The sampler is not running, so it will be read once the sampler starts."
+        st.caption(f":material/hourglass_top: PCIe read requested {fmt.age(now - asked)}; the slow thread "
+                   f"reads it after the next core pass and the figures below show when.{note}")
     if snap is None:
         st.caption("Waiting for the first telemetry sample.")
         freshness(None, slow_every, "slow readings updated")
@@ -359,7 +395,7 @@ slow_readings()
 # -- history -----------------------------------------------------------------
 
 st.subheader("History")
-hc = st.columns([2, 3])
+hc = st.columns([3, 2])  # room for all five range buttons at 1024 px
 rng = hc[0].segmented_control("Time range", list(RANGES), default="15 m", key="gpu-hist-range")
 field_label = hc[1].selectbox("GPU metric", list(FIELDS), key="gpu-hist-field")
 
@@ -378,7 +414,8 @@ def history(range_label: str, label: str) -> None:
         return
     gpus = [g.index for g in snap.gpus]
     if gpus:
-        fig = charts.figure(label, height=320, range_buttons=False)
+        fig = charts.figure(label, height=360, range_buttons=False)
+        fig.update_layout(**LEGEND_BELOW)
         points = 0
         for i in gpus:
             s = sampler.history(i, field, since)
@@ -386,21 +423,22 @@ def history(range_label: str, label: str) -> None:
             points += len(s.t)
             if s.t:
                 newest.append(s.t[-1])
-            charts.add_series(fig, f"GPU {i}", s.t, ys, fmt=fmt_spec)
+            charts.add_series(fig, f"GPU {i}", s.t, ys, fmt=fmt_spec, colour=gpu_colour(i, len(gpus)))
         if points:
             st.plotly_chart(fig, width="stretch", key="gpu-hist-chart")
         else:
             st.caption(f"No GPU history in the last {range_label or '15 m'} yet.")
     else:
         st.caption("No GPU history: no GPUs are reported.")
-    fig = charts.figure("Host CPU and memory (%)", height=260, range_buttons=False)
+    fig = charts.figure("Host CPU and memory (%)", height=280, range_buttons=False)
+    fig.update_layout(**LEGEND_BELOW)
     any_host = False
     for f, name in (("cpu_percent", "CPU %"), ("mem_percent", "memory %")):
         s = sampler.history(None, f, since)
         any_host = any_host or bool(s.t)
         if s.t:
             newest.append(s.t[-1])
-        charts.add_series(fig, name, s.t, s.value, fmt=".0f")
+        charts.add_series(fig, name, s.t, s.value, fmt=".0f", colour=HOST_COLOURS[name])
     if any_host:
         st.plotly_chart(fig, width="stretch", key="host-hist-chart")
     else:

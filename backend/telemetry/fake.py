@@ -12,6 +12,9 @@ every failure the adapter handles:
 * ``fail(function, gpu=None, code=ERR_NOT_SUPPORTED)`` per function (and GPU)
 * ``lose(gpu)`` / ``recover(gpu)`` for a GPU that fell off the bus
 * ``mig={gpu: instances}`` for MIG mode with GPU/compute instances
+* ``follow=callable``: the managed processes of a demo placed on GPUs as
+  their tensor parallelism or CUDA_VISIBLE_DEVICES says (servers from GPU 0,
+  training runs one GPU each from GPU 3)
 * slow fields: volatile ECC counts (``set_ecc``), energy since "driver load"
   (integrated at a plausible mean power), NVLink link states (``nvlink_links``,
   ``set_nvlink_down``) and PCIe TX/RX throughput; each can be made
@@ -235,8 +238,11 @@ class FakeNvml:
         return procs
 
     def _followed(self) -> dict[int, list[tuple[int, int | None]]]:
-        """Place the managed processes of the demo on GPUs (servers on all,
-        each training run on one GPU counting from 3)."""
+        """Place the managed processes of the demo on GPUs as they would sit
+        on a real machine: a process whose spec sets CUDA_VISIBLE_DEVICES
+        on those GPUs; otherwise a server on as many GPUs as its tensor
+        parallelism (``--tp-size``, 1 when absent) from GPU 0 on, and each
+        training run on one GPU counting from 3."""
         now = time.monotonic()
         cached = getattr(self, "_follow_cache", None)
         if cached is not None and now - cached[0] < 1.0:
@@ -248,16 +254,21 @@ class FakeNvml:
         except Exception:  # noqa: BLE001 - a failing provider just means no followed processes
             return out
         train_slot = 3
+        server_slot = 0
         for m in managed:
             name, kind, pid = _managed_fields(m)
-            if pid is None:
+            if pid is None or kind not in _FOLLOW_MEM or not self._n:
                 continue
+            visible, tp = _placement(m)
             if kind == "server":
-                for g in range(self._n):
-                    out.setdefault(g, []).append((pid, _FOLLOW_MEM["server"]))
-            elif kind == "training":
-                out.setdefault(train_slot % self._n, []).append((pid, _FOLLOW_MEM["training"]))
-                train_slot += 1
+                gpus = visible[:tp] if visible else [(server_slot + k) % self._n for k in range(min(tp, self._n))]
+                server_slot += 0 if visible else tp
+            else:
+                gpus = visible[:1] if visible else [train_slot % self._n]
+                train_slot += 0 if visible else 1
+            for g in gpus:
+                if 0 <= g < self._n:
+                    out.setdefault(g, []).append((pid, _FOLLOW_MEM[kind]))
         return out
 
     def _util(self, gpu: int, t: float) -> float:
@@ -484,6 +495,29 @@ class FakeNvml:
         if h.mig is None:
             raise NVMLError(_n.ERR_INVALID_ARGUMENT)
         return 0
+
+
+_TP_FLAGS = ("--tp-size", "--tp", "--tensor-parallel-size")
+
+
+def _placement(m: Any) -> tuple[list[int], int]:
+    """(GPUs from CUDA_VISIBLE_DEVICES or [], tensor parallelism) of a managed
+    process, read from its spec's environment and argv where it has them."""
+    spec = getattr(m, "spec", None)
+    env = getattr(spec, "env", None) or {}
+    argv = list(getattr(spec, "argv", None) or ())
+    visible = []
+    for part in str(env.get("CUDA_VISIBLE_DEVICES", "")).split(","):
+        if part.strip().isdigit():
+            visible.append(int(part))
+    tp = 1
+    for k, arg in enumerate(argv):
+        flag, eq, val = arg.partition("=")
+        if flag in _TP_FLAGS:
+            val = val if eq else (argv[k + 1] if k + 1 < len(argv) else "")
+            if val.isdigit() and int(val) > 0:
+                tp = int(val)
+    return visible, tp
 
 
 def _managed_fields(m: Any) -> tuple[str, str, int | None]:

@@ -116,6 +116,7 @@ class GpuSample:
     mem_clock_mhz: float | None = None
     throttle: tuple[str, ...] | None = None  # decoded reason names; () when none
     processes: tuple[GpuProcess, ...] | None = None
+    processes_t: float | None = None  # when the process list was read (it is read every few seconds)
     mig_enabled: bool | None = None
     mig_devices: tuple[MigDevice, ...] = ()
     slow: SlowFields | None = None
@@ -129,6 +130,23 @@ class GpuSample:
 
     def why(self, name: str) -> str | None:
         return self.na.get(name)
+
+
+_new = object.__new__
+_set = object.__setattr__
+
+
+def gpu_sample(fields: dict) -> GpuSample:
+    """A :class:`GpuSample` from a dict holding every one of its fields.
+
+    The same frozen record as ``GpuSample(**fields)``, without the generated
+    ``__init__``'s one ``object.__setattr__`` per field: that was a third of
+    the sampler's per-GPU Python work, which a CPU woken once a second pays
+    several times over.  The dict becomes the record's own (do not reuse it).
+    """
+    s = _new(GpuSample)
+    _set(s, "__dict__", fields)
+    return s
 
 
 @dataclass(frozen=True)
@@ -165,6 +183,7 @@ class GpuFrame:
     state: NvmlState
     gpus: tuple[GpuSample, ...]
     nvml_s: float  # wall time the pass took
+    procs_read: bool = False  # the process list was read in this pass
 
 
 # Numeric fields kept in history (ring buffer and downsampled store), in order.
@@ -188,6 +207,7 @@ class SamplerCost:
     median_ms: float | None = None  # median over the last few minutes of samples
     nvml_per_gpu_us: float | None = None  # GPU pass / GPU count: median over the same window
     nvml_per_gpu_us_p90: float | None = None
+    nvml_per_gpu_us_mean: float | None = None  # mean over the window: counts the passes that read the process list
     cpu_share: float | None = None  # sampler thread CPU time / wall time, 0..1
     slow_last_ms: float | None = None
 

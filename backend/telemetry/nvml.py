@@ -15,9 +15,11 @@ Rules:
   reason kept in the sample's ``na`` mapping; never 0.
 * Struct versions that differ between the driver and the bindings are
   handled: each versioned call has an ordered list of candidates (memory info
-  v2 -> v1, process info v3 -> v2 -> unversioned, clock event reasons ->
-  throttle reasons, temperature -> temperatureV); the first that works is
-  remembered.
+  v2 -> v1 when v2 is asked for, process info v3 -> v2 -> unversioned, clock
+  event reasons -> throttle reasons, temperature -> temperatureV); the first
+  that works is remembered, and the pass then calls it directly.
+* The GPU process list is read every ``procs_interval_s`` (5 s), not every
+  pass; samples in between carry the last list with the time it was read.
 * A field that is NotSupported or NoPermission, or that no candidate can
   read, is remembered per GPU: it stays N/A with its reason and is asked
   again only every ``reprobe_s`` (or on :meth:`NvmlAdapter.refresh_static`),
@@ -28,6 +30,9 @@ Rules:
   mode and instances) are read once and cached.
 * Slow fields (ECC, energy, NVLink, PCIe throughput) are never read in the
   core pass; :meth:`NvmlAdapter.read_slow` reads them on its own cadence.
+
+Static and slow readings live in ``nvml_static.py``, codes and the call
+table in ``nvml_codes.py``.
 """
 
 from __future__ import annotations
@@ -35,8 +40,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from dataclasses import replace
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 from backend.telemetry.model import (
     GpuFrame,
@@ -48,156 +52,32 @@ from backend.telemetry.model import (
     NvmlStatus,
     SlowFields,
     frozen_map,
+    gpu_sample,
 )
 
-# NVML return codes (stable ABI values).
-ERR_UNINITIALIZED = 1
-ERR_INVALID_ARGUMENT = 2
-ERR_NOT_SUPPORTED = 3
-ERR_NO_PERMISSION = 4
-ERR_NOT_FOUND = 6
-ERR_DRIVER_NOT_LOADED = 9
-ERR_TIMEOUT = 10
-ERR_LIBRARY_NOT_FOUND = 12
-ERR_FUNCTION_NOT_FOUND = 13
-ERR_GPU_IS_LOST = 15
-ERR_RESET_REQUIRED = 16
-ERR_LIB_RM_VERSION_MISMATCH = 18
-ERR_NO_DATA = 21
-ERR_ARGUMENT_VERSION_MISMATCH = 25
-ERR_GPU_NOT_FOUND = 28
-ERR_UNKNOWN = 999
-
-LOST_CODES = frozenset({ERR_GPU_IS_LOST, ERR_UNKNOWN, ERR_RESET_REQUIRED, ERR_GPU_NOT_FOUND})
-VERSION_CODES = frozenset({ERR_FUNCTION_NOT_FOUND, ERR_ARGUMENT_VERSION_MISMATCH})
-
-_REASONS = {
-    ERR_NOT_SUPPORTED: "not supported on this GPU",
-    ERR_NO_PERMISSION: "needs more permissions (run as root or relax the driver's restrictions)",
-    ERR_FUNCTION_NOT_FOUND: "not available in this driver / nvidia-ml-py pairing",
-    ERR_ARGUMENT_VERSION_MISMATCH: "struct version differs between the driver and nvidia-ml-py",
-    ERR_GPU_IS_LOST: "GPU is lost (fell off the bus); a reset or reboot is needed",
-    ERR_UNKNOWN: "NVML reported an unknown error; the GPU may be lost",
-    ERR_RESET_REQUIRED: "GPU needs a reset",
-    ERR_GPU_NOT_FOUND: "GPU not found",
-    ERR_TIMEOUT: "NVML timed out",
-    ERR_NO_DATA: "no data yet",
-    ERR_UNINITIALIZED: "NVML is not initialised",
-}
-
-NVML_TEMPERATURE_GPU = 0
-NVML_CLOCK_SM = 1
-NVML_CLOCK_MEM = 2
-NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
-NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
-NVML_VOLATILE_ECC = 0
-NVML_PCIE_UTIL_TX_BYTES = 0
-NVML_PCIE_UTIL_RX_BYTES = 1
-NVML_NVLINK_MAX_LINKS = 18  # H100 / H200; a link past the last raises InvalidArgument
-NVML_MEMORY_V2 = 0x02000028  # nvmlMemory_v2 = sizeof(c_nvmlMemory_v2_t) | 2 << 24
-NVML_DEVICE_MIG_ENABLE = 1
-_NO_INSTANCE = 0xFFFFFFFF
-
-# Failures that do not change while the driver runs: the field is N/A with its
-# reason and the call is not repeated every pass, only every ``reprobe_s``.
-STICKY_CODES = frozenset({ERR_NOT_SUPPORTED, ERR_NO_PERMISSION})
-
-# The core pass: key -> candidates (function name, arguments after the handle,
-# keyword arguments), best first.  ``None`` as the memory version is replaced
-# by the bindings' ``nvmlMemory_v2`` when the library is loaded.
-CORE_CALLS: dict[str, tuple[tuple[str, tuple[Any, ...], dict[str, Any]], ...]] = {
-    "util": (("nvmlDeviceGetUtilizationRates", (), {}),),
-    "memory": (
-        ("nvmlDeviceGetMemoryInfo", (), {"version": None}),
-        ("nvmlDeviceGetMemoryInfo", (), {}),
-    ),
-    "temp": (
-        ("nvmlDeviceGetTemperature", (NVML_TEMPERATURE_GPU,), {}),
-        ("nvmlDeviceGetTemperatureV", (NVML_TEMPERATURE_GPU,), {}),
-    ),
-    "power": (("nvmlDeviceGetPowerUsage", (), {}),),
-    "plimit": (
-        ("nvmlDeviceGetEnforcedPowerLimit", (), {}),
-        ("nvmlDeviceGetPowerManagementLimit", (), {}),
-    ),
-    "sm_clock": (("nvmlDeviceGetClockInfo", (NVML_CLOCK_SM,), {}),),
-    "mem_clock": (("nvmlDeviceGetClockInfo", (NVML_CLOCK_MEM,), {}),),
-    "throttle": (
-        ("nvmlDeviceGetCurrentClocksEventReasons", (), {}),
-        ("nvmlDeviceGetCurrentClocksThrottleReasons", (), {}),
-    ),
-    "procs": (
-        ("nvmlDeviceGetComputeRunningProcesses_v3", (), {}),
-        ("nvmlDeviceGetComputeRunningProcesses_v2", (), {}),
-        ("nvmlDeviceGetComputeRunningProcesses", (), {}),
-    ),
-}
-
-# Clock event ("throttle") reasons: bit -> stable short name.
-THROTTLE_BITS: tuple[tuple[int, str], ...] = (
-    (0x001, "idle"),
-    (0x002, "app_clocks"),
-    (0x004, "sw_power_cap"),
-    (0x008, "hw_slowdown"),
-    (0x010, "sync_boost"),
-    (0x020, "sw_thermal"),
-    (0x040, "hw_thermal"),
-    (0x080, "hw_power_brake"),
-    (0x100, "display_clocks"),
-)
-THROTTLE_LABELS = {
-    "idle": "idle",
-    "app_clocks": "application clocks setting",
-    "sw_power_cap": "power cap",
-    "hw_slowdown": "hardware slowdown",
-    "sync_boost": "sync boost",
-    "sw_thermal": "thermal (software)",
-    "hw_thermal": "thermal (hardware)",
-    "hw_power_brake": "power brake (hardware)",
-    "display_clocks": "display clocks",
-}
-THERMAL_REASONS = frozenset({"sw_thermal", "hw_thermal"})
-POWER_REASONS = frozenset({"sw_power_cap", "hw_power_brake"})
+from backend.telemetry.nvml_codes import *  # noqa: F403 - codes and constants, re-exported
+from backend.telemetry.nvml_codes import _NO_INSTANCE, _REASONS, _Lost, _text
+from backend.telemetry.nvml_static import SlowReads, StaticReads
 
 
-def decode_throttle(mask: int) -> tuple[str, ...]:
-    """Decode a clock-event bit mask into names; unknown bits become ``bit_0x...``."""
-    names = [name for bit, name in THROTTLE_BITS if mask & bit]
-    rest = mask & ~sum(bit for bit, _ in THROTTLE_BITS)
-    b = 1
-    while rest:
-        if rest & b:
-            names.append(f"bit_{b:#x}")
-            rest &= ~b
-        b <<= 1
-    return tuple(names)
+_NOT_READ = object()  # the process list was not read in this pass
 
 
-def error_code(err: BaseException) -> int | None:
-    v = getattr(err, "value", None)
-    return v if isinstance(v, int) else None
+class _FastCalls(NamedTuple):
+    keys: tuple[str, ...]
+    calls: tuple[Callable[[Any], Any], ...]
+    na: dict[str, str]  # fields of the calls left out, with why
+    skipped: dict[str, None]  # calls left out (remembered as unsupported)
+    until: float  # monotonic time the first left-out call is due to be probed again
 
 
-def reason_for(err: BaseException) -> str:
-    code = error_code(err)
-    if code in _REASONS:
-        return _REASONS[code]  # type: ignore[index]
-    text = str(err) or type(err).__name__
-    return f"NVML error: {text}"
-
-
-def _text(v: Any) -> str | None:
-    if v is None:
-        return None
-    if isinstance(v, bytes):
-        return v.decode("utf-8", "replace").rstrip("\x00")
-    return str(v)
-
-
-class _Lost(Exception):
-    def __init__(self, reason: str):
-        super().__init__(reason)
-        self.reason = reason
+def _bind(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[Any], Any]:
+    """``fn`` with its arguments after the handle bound: ``call(handle)``."""
+    if not args and not kwargs:
+        return fn
+    if not kwargs:
+        return lambda h: fn(h, *args)
+    return lambda h: fn(h, *args, **kwargs)
 
 
 def _import_pynvml() -> Any:
@@ -206,24 +86,22 @@ def _import_pynvml() -> Any:
     return pynvml
 
 
-# core readings without special handling: (versioned call name, GpuSample field it fills)
-_SIMPLE_FIELDS = (
-    ("temp", "temp_c"),
-    ("power", "power_w"),
-    ("plimit", "power_limit_w"),
-    ("sm_clock", "sm_clock_mhz"),
-    ("mem_clock", "mem_clock_mhz"),
-    ("throttle", "throttle"),
-    ("procs", "processes"),
-)
-
-
-class NvmlAdapter:
+class NvmlAdapter(StaticReads, SlowReads):
     """Lazy, thread-safe NVML reader.
 
     ``lib`` is the NVML library object (``pynvml`` module or a fake); when
     ``None`` the adapter imports ``pynvml`` on first use.  ``source`` is a
     label shown on the page ("nvml" or "fake").
+
+    ``procs_interval_s``: the GPU process list is read every this many
+    seconds (of ``clock``), not every pass: it is the dearest core call
+    (about 110 µs per GPU with a process on it, against about 150 µs for
+    all the other core fields together on an H200).  Between reads each
+    sample carries the last list and ``processes_t``, when it was read;
+    :meth:`want_processes` asks for a read in the next pass.
+    ``memory_v2``: read memory through ``nvmlMemory_v2`` (used without the
+    driver's reserved memory) instead of v1 (used including it), about
+    40 µs more per GPU.
     """
 
     def __init__(
@@ -234,6 +112,8 @@ class NvmlAdapter:
         retry_init_s: float = 60.0,
         reprobe_s: float = 300.0,
         time_calls: bool = False,
+        procs_interval_s: float = 5.0,
+        memory_v2: bool = False,
         clock: Callable[[], float] = time.time,
     ):
         self._lib = lib
@@ -261,6 +141,16 @@ class NvmlAdapter:
         # per-call timings (µs per GPU), kept only when asked for (bench/gpu_proof.py)
         self._times: dict[str, deque[float]] | None = {} if time_calls else None
         self._calls_us = 0.0  # µs spent in timed NVML calls during the current pass
+        self.procs_interval_s = procs_interval_s
+        self._memory_v2 = memory_v2
+        self._procs_at: float | None = None  # clock time of the last process-list pass
+        self._procs_due = True
+        # gpu -> (processes or None, clock time read, why N/A)
+        self._procs_cache: dict[int, tuple[tuple[GpuProcess, ...] | None, float, str | None]] = {}
+        # the chosen candidate of each core call: (key, function, args, kwargs); None = rebuild
+        self._plan: list[tuple[str, Callable[..., Any] | None, tuple[Any, ...], dict[str, Any]]] | None = None
+        # (gpu, with processes) -> the pass's direct calls for that GPU; see _fast_calls
+        self._fast: dict[tuple[int, bool], _FastCalls | None] = {}
 
     # -- state ---------------------------------------------------------
 
@@ -394,7 +284,10 @@ class NvmlAdapter:
         the bindings is kept as ``None`` and skipped."""
         v2 = getattr(lib, "nvmlMemory_v2", NVML_MEMORY_V2)
         calls = {}
+        labels = {}
         for key, cands in CORE_CALLS.items():
+            if key == "memory" and not self._memory_v2:
+                cands = tuple(c for c in cands if "version" not in c[2])
             calls[key] = [
                 (
                     getattr(lib, name, None),
@@ -402,12 +295,26 @@ class NvmlAdapter:
                     args,
                     {k: (v2 if (k == "version" and v is None) else v) for k, v in kwargs.items()},
                 )
-                for name, args, kwargs in cands
+                for name, args, kwargs, _label in cands
             ]
+            labels[key] = [c[3] for c in cands]
         self._calls = calls
+        self._labels = labels
         self._skip = {}
+        self._plan = None
+        self._fast = {}
 
-    def _versioned(self, key: str, h: Any, gpu: int | None = None) -> tuple[Any, str | None]:
+    def _build_plan(self) -> list[tuple[str, Callable[..., Any] | None, tuple[Any, ...], dict[str, Any]]]:
+        """The candidate each core call has settled on, for the pass's direct calls."""
+        plan = []
+        for key in CORE_CALLS:
+            cands = self._calls.get(key) or [(None, key, (), {})]
+            fn, _name, args, kwargs = cands[min(self._choice.get(key, 0), len(cands) - 1)]
+            plan.append((key, fn, args, kwargs))
+        self._plan = plan
+        return plan
+
+    def _versioned(self, key: str, h: Any, gpu: int | None = None, failed: BaseException | None = None) -> tuple[Any, str | None]:
         """Call the first candidate of ``key`` that this driver and these bindings both support.
 
         A candidate that is missing from the bindings, not found in the
@@ -415,7 +322,9 @@ class NvmlAdapter:
         works is remembered.  For a GPU's core pass (``gpu`` given) a field
         that is NotSupported / NoPermission, or that no candidate can read,
         is remembered too: it stays N/A with its reason and is asked again
-        only every ``reprobe_s``, not every pass.
+        only every ``reprobe_s``, not every pass.  ``failed``: the error the
+        current candidate just raised in the pass's direct call (it is handled
+        as if raised here, without calling NVML again).
         """
         if gpu is not None and self._skip:
             skip = self._skip.get((gpu, key))
@@ -423,10 +332,11 @@ class NvmlAdapter:
                 if time.monotonic() < skip[0]:
                     return None, skip[1]
                 del self._skip[(gpu, key)]
+                self._fast = {}
         times = self._times
         t0 = time.perf_counter() if times is not None else 0.0
         try:
-            value, why, sticky = self._call_candidates(key, h)
+            value, why, sticky = self._call_candidates(key, h, failed)
         finally:
             if times is not None:
                 dt = (time.perf_counter() - t0) * 1e6
@@ -437,9 +347,10 @@ class NvmlAdapter:
                 dq.append(dt)
         if sticky and gpu is not None:
             self._skip[(gpu, key)] = (time.monotonic() + self._reprobe_s, why or "N/A")
+            self._fast = {}
         return value, why
 
-    def _call_candidates(self, key: str, h: Any) -> tuple[Any, str | None, bool]:
+    def _call_candidates(self, key: str, h: Any, failed: BaseException | None = None) -> tuple[Any, str | None, bool]:
         cands = self._calls.get(key)
         if cands is None:  # library not resolved (should not happen once initialised)
             self._resolve_calls(self._lib)
@@ -452,6 +363,9 @@ class NvmlAdapter:
                 last_reason = f"{name} is not in this nvidia-ml-py"
                 continue
             try:
+                if failed is not None:
+                    err, failed = failed, None
+                    raise err
                 value = fn(h, *args, **kwargs)
             except self._err_cls as e:  # type: ignore[misc]
                 code = error_code(e)
@@ -461,7 +375,7 @@ class NvmlAdapter:
                     last_reason = reason_for(e)
                     continue
                 if i != start:
-                    self._choice[key] = i
+                    self._set_choice(key, i)
                 return None, reason_for(e), code in STICKY_CODES
             except self._mismatch_cls as e:  # type: ignore[misc]
                 last_reason = f"{_REASONS[ERR_FUNCTION_NOT_FOUND]} ({e})"
@@ -470,9 +384,14 @@ class NvmlAdapter:
                 last_reason = f"{name}: {e}"
                 continue
             if i != start:
-                self._choice[key] = i
+                self._set_choice(key, i)
             return value, None, False
         return None, last_reason, True
+
+    def _set_choice(self, key: str, i: int) -> None:
+        self._choice[key] = i
+        self._plan = None
+        self._fast = {}
 
     def set_call_timing(self, on: bool) -> None:
         """Keep per-call timings (two clock reads per NVML call) or stop and drop them."""
@@ -495,90 +414,25 @@ class NvmlAdapter:
 
     def chosen(self) -> dict[str, str]:
         """Which candidate each versioned call settled on (for diagnostics)."""
-        names = {
-            "memory": ["memory v2", "memory v1"],
-            "procs": ["processes v3", "processes v2", "processes"],
-            "throttle": ["clock event reasons", "clock throttle reasons"],
-            "temp": ["temperature", "temperatureV"],
-            "plimit": ["enforced power limit", "power management limit"],
-        }
-        return {k: names[k][v] for k, v in self._choice.items() if k in names}
-
-    # -- static --------------------------------------------------------
-
-    def _read_static(self, i: int, h: Any) -> GpuStatic:
-        if h is None:
-            return GpuStatic(i, None, None, None, None, None)
-        lib = self._lib
-        vals: dict[str, Any] = {}
-        for key, fn in (
-            ("uuid", lib.nvmlDeviceGetUUID),
-            ("name", lib.nvmlDeviceGetName),
-            ("pci", lib.nvmlDeviceGetPciInfo),
-        ):
-            try:
-                vals[key], _ = self._try(fn, h)
-            except _Lost:
-                vals[key] = None
-        mem = None
-        try:
-            m, _ = self._memory(h)
-            mem = int(m.total) if m is not None else None
-        except _Lost:
-            pass
-        mig = None
-        try:
-            mode, _ = self._try(getattr(lib, "nvmlDeviceGetMigMode"), h)
-            if mode is not None:
-                cur = mode[0] if isinstance(mode, (list, tuple)) else mode
-                mig = cur == NVML_DEVICE_MIG_ENABLE
-        except (_Lost, AttributeError):
-            pass
-        pci = vals.get("pci")
-        bus = _text(getattr(pci, "busId", None)) if pci is not None else None
-        return GpuStatic(i, _text(vals.get("uuid")), _text(vals.get("name")), bus, mem, mig)
-
-    def _read_mig(self, i: int, h: Any) -> list[tuple[Any, MigDevice]]:
-        lib = self._lib
-        out: list[tuple[Any, MigDevice]] = []
-        try:
-            n, _ = self._try(lib.nvmlDeviceGetMaxMigDeviceCount, h)
-            for k in range(int(n or 0)):
-                try:
-                    mh = lib.nvmlDeviceGetMigDeviceHandleByIndex(h, k)
-                except self._err_cls:  # type: ignore[misc]
-                    continue  # NotFound: slot unused
-                uuid, _ = self._try(lib.nvmlDeviceGetUUID, mh)
-                name, _ = self._try(lib.nvmlDeviceGetName, mh)
-                gi, _ = self._try(lib.nvmlDeviceGetGpuInstanceId, mh)
-                ci, _ = self._try(lib.nvmlDeviceGetComputeInstanceId, mh)
-                out.append((mh, MigDevice(i, k, _text(uuid), _text(name), gi, ci, None, None)))
-        except _Lost:
-            return []
-        return out
-
-    def refresh_static(self) -> None:
-        """Re-read MIG layout (it changes only when an admin reconfigures)."""
-        if not self._ensure_init():
-            return
-        with self._lock:
-            self._skip = {}  # fields remembered as unsupported are asked again too
-            for i, h in enumerate(self._handles):
-                st = self._read_static(i, h)
-                if st.uuid is not None or self._static[i].uuid is None:
-                    self._static[i] = st
-                self._mig[i] = self._read_mig(i, h) if st.mig_enabled else []
+        labels = getattr(self, "_labels", {})
+        return {k: labels[k][v] for k, v in self._choice.items() if k in labels and v < len(labels[k])}
 
     # -- core pass -----------------------------------------------------
 
     def _memory(self, h: Any, gpu: int | None = None) -> tuple[Any, str | None]:
         return self._versioned("memory", h, gpu)
 
+    def want_processes(self) -> None:
+        """Read the GPU process list in the next pass (it is otherwise read
+        every ``procs_interval_s``)."""
+        self._procs_due = True
+
     def sample(self) -> GpuFrame:
         """Read the core fields of every GPU in one pass.
 
         ``GpuFrame.nvml_s`` is the wall time of the whole pass: the NVML calls
-        and turning their answers into samples, nothing else.
+        and turning their answers into samples, nothing else.  The process
+        list is part of the pass only every ``procs_interval_s``.
         """
         with self._pass_lock:
             t0 = time.perf_counter()
@@ -587,12 +441,17 @@ class NvmlAdapter:
                 return GpuFrame(now, self._state, (), time.perf_counter() - t0)
             n = len(self._handles)
             self._calls_us = 0.0
-            gpus = tuple([self._sample_gpu(i, now) for i in range(n)])
+            last = self._procs_at
+            procs = self._procs_due or last is None or not 0 <= now - last < self.procs_interval_s
+            if procs:
+                self._procs_due = False
+                self._procs_at = now
+            gpus = tuple([self._sample_gpu(i, now, procs) for i in range(n)])
             spent = time.perf_counter() - t0
             if self._times is not None and n:
                 self._time_note("pass", spent * 1e6 / n)
                 self._time_note("rest", max(0.0, spent * 1e6 - self._calls_us) / n)
-            return GpuFrame(now, self._state, gpus, spent)
+            return GpuFrame(now, self._state, gpus, spent, procs_read=procs)
 
     def _time_note(self, key: str, us: float) -> None:
         times = self._times
@@ -603,7 +462,7 @@ class NvmlAdapter:
             dq = times[key] = deque(maxlen=4096)
         dq.append(us)
 
-    def _sample_gpu(self, i: int, now: float) -> GpuSample:
+    def _sample_gpu(self, i: int, now: float, read_procs: bool) -> GpuSample:
         st = self._static[i]
         h = self._handles[i]
         lib = self._lib
@@ -611,66 +470,155 @@ class NvmlAdapter:
             try:
                 h = lib.nvmlDeviceGetHandleByIndex(i)
             except self._err_cls as e:  # type: ignore[misc]
+                self._procs_cache.pop(i, None)
                 return self._lost_sample(i, now, reason_for(e))
             self._handles[i] = h
             st = self._static[i] = self._read_static(i, h)
+        cached = self._procs_cache.get(i)
+        procs_now = read_procs or cached is None
+        fast = None if self._times is not None else self._fast_calls(i, procs_now)
+        got: dict[str, Any] | None = None
+        values: list[Any] = []
         na: dict[str, str] = {}
-        read = self._versioned
         try:
-            util, why = read("util", h, i)
-            if util is None:
-                na["util_gpu"] = na["util_mem"] = why  # type: ignore[assignment]
-                ug = um = None
+            if fast is None:
+                got, na = self._careful_pass(i, h, procs_now)
             else:
-                ug, um = float(util.gpu), float(util.memory)
-            mem, why = read("memory", h, i)
-            if mem is None:
-                na["mem_used"] = why  # type: ignore[assignment]
-                used = None
-                total = st.memory_total
-                if total is None:
-                    na["mem_total"] = why  # type: ignore[assignment]
-            else:
-                used, total = int(mem.used), int(mem.total)
-            got: dict[str, Any] = {}
-            for call, field in _SIMPLE_FIELDS:  # one reading each; a failure is N/A with its reason
-                got[call], why = read(call, h, i)
-                if got[call] is None:
-                    na[field] = why  # type: ignore[assignment]
-            temp, power, plimit = got["temp"], got["power"], got["plimit"]
-            sm, mclk, mask, procs = got["sm_clock"], got["mem_clock"], got["throttle"], got["procs"]
+                try:  # the chosen candidates, called directly: the common case, nearly a raw pass
+                    for call in fast.calls:
+                        values.append(call(h))
+                except Exception as e:  # noqa: BLE001 - the careful path sorts it out (or re-raises)
+                    got, na = self._finish_carefully(i, h, fast, values, e)
+                else:
+                    if fast.skipped:  # some calls left out: go by name
+                        got = dict(fast.skipped)
+                        got.update(zip(fast.keys, values))
+                        na = dict(fast.na)
             migs: tuple[MigDevice, ...] = ()
             if self._mig.get(i):
                 migs = tuple(self._sample_mig(mh, md) for mh, md in self._mig[i])
         except _Lost as lost:
+            self._procs_cache.pop(i, None)
             return self._lost_sample(i, now, lost.reason)
-        return GpuSample(
-            index=i,
-            t=now,
-            uuid=st.uuid,
-            name=st.name,
-            bus_id=st.bus_id,
-            util_gpu=ug,
-            util_mem=um,
-            mem_used=used,
-            mem_total=total,
-            temp_c=float(temp) if temp is not None else None,
-            power_w=power / 1000.0 if power is not None else None,
-            power_limit_w=plimit / 1000.0 if plimit is not None else None,
-            sm_clock_mhz=float(sm) if sm is not None else None,
-            mem_clock_mhz=float(mclk) if mclk is not None else None,
-            throttle=decode_throttle(int(mask)) if mask is not None else None,
-            processes=self._processes(i, procs) if procs is not None else None,
-            mig_enabled=st.mig_enabled,
-            mig_devices=migs,
-            slow=self._slow.get(i),
-            na=frozen_map(na),
-        )
+        if got is None:  # every call made, in CORE_CALLS order
+            util, mem, temp, power, plimit, sm, mclk, mask = values[:8]
+            raw = values[8] if procs_now else _NOT_READ
+        else:
+            util, mem, temp, power, plimit = got["util"], got["memory"], got["temp"], got["power"], got["plimit"]
+            sm, mclk, mask = got["sm_clock"], got["mem_clock"], got["throttle"]
+            raw = got.get("procs", _NOT_READ)
+        if mem is None:
+            used = None
+            total = st.memory_total
+            if total is None:
+                na["mem_total"] = na["mem_used"]
+        else:
+            used, total = int(mem.used), int(mem.total)
+        if raw is not _NOT_READ:
+            procs = self._processes(i, raw) if raw is not None else None
+            procs_t = now
+            self._procs_cache[i] = (procs, now, na.get("processes"))
+        else:
+            procs, procs_t, why = cached  # type: ignore[misc]
+            if procs is None:
+                na["processes"] = why or "N/A"
+        return gpu_sample({
+            "index": i,
+            "t": now,
+            "uuid": st.uuid,
+            "name": st.name,
+            "bus_id": st.bus_id,
+            "lost": False,
+            "util_gpu": float(util.gpu) if util is not None else None,
+            "util_mem": float(util.memory) if util is not None else None,
+            "mem_used": used,
+            "mem_total": total,
+            "temp_c": float(temp) if temp is not None else None,
+            "power_w": power / 1000.0 if power is not None else None,
+            "power_limit_w": plimit / 1000.0 if plimit is not None else None,
+            "sm_clock_mhz": float(sm) if sm is not None else None,
+            "mem_clock_mhz": float(mclk) if mclk is not None else None,
+            "throttle": decode_throttle(int(mask)) if mask is not None else None,
+            "processes": procs,
+            "processes_t": procs_t,
+            "mig_enabled": st.mig_enabled,
+            "mig_devices": migs,
+            "slow": self._slow.get(i),
+            "na": na,
+        })
+
+    def _careful_pass(self, i: int, h: Any, procs: bool) -> tuple[dict[str, Any], dict[str, str]]:
+        """Every core call of GPU ``i`` through the candidate lists, each failure
+        N/A with its reason (lost GPUs raise ``_Lost``)."""
+        na: dict[str, str] = {}
+        got: dict[str, Any] = {}
+        for key in CORE_CALLS:
+            if key == "procs" and not procs:
+                continue
+            value, why = self._versioned(key, h, i)
+            got[key] = value
+            if value is None:
+                for f in CORE_FIELDS[key]:
+                    na[f] = why or "N/A"
+        return got, na
+
+    def _finish_carefully(
+        self, i: int, h: Any, fast: "_FastCalls", values: list[Any], err: BaseException
+    ) -> tuple[dict[str, Any], dict[str, str]]:
+        """The direct calls got ``values`` and then the next one raised ``err``:
+        that call is sorted out by its candidate list (without calling it
+        again), and the rest go through theirs."""
+        got: dict[str, Any] = dict(fast.skipped)
+        na = dict(fast.na)
+        done = len(values)
+        got.update(zip(fast.keys[:done], values))
+        for j in range(done, len(fast.keys)):
+            key = fast.keys[j]
+            value, why = self._versioned(key, h, i, failed=err if j == done else None)
+            got[key] = value
+            if value is None:
+                for f in CORE_FIELDS[key]:
+                    na[f] = why or "N/A"
+        return got, na
+
+    def _fast_calls(self, i: int, procs: bool) -> "_FastCalls | None":
+        """GPU ``i``'s direct calls: the chosen candidate of each core call,
+        bound to its arguments; fields remembered as unsupported are left out
+        (N/A with their reason) until their re-probe time.  ``None`` when a
+        chosen candidate is missing from the bindings.  A candidate that
+        fails sends the pass to the careful path, which settles on the next
+        one and rebuilds these calls."""
+        mono = time.monotonic()
+        entry = self._fast.get((i, procs))
+        if entry is not None and mono < entry.until:
+            return entry
+        plan = self._plan if self._plan is not None else self._build_plan()
+        keys, calls, na, skipped = [], [], {}, {}
+        until = float("inf")
+        for key, fn, args, kwargs in plan:
+            if key == "procs" and not procs:
+                continue
+            skip = self._skip.get((i, key))
+            if skip is not None and mono < skip[0]:
+                skipped[key] = None
+                for f in CORE_FIELDS[key]:
+                    na[f] = skip[1]
+                until = min(until, skip[0])
+                continue
+            if fn is None:
+                return None
+            keys.append(key)
+            calls.append(_bind(fn, args, kwargs))
+        entry = _FastCalls(tuple(keys), tuple(calls), na, skipped, until)
+        self._fast[(i, procs)] = entry
+        return entry
 
     def _processes(self, i: int, procs: Sequence[Any]) -> tuple[GpuProcess, ...]:
         out = []
         for p in procs:
             used = getattr(p, "usedGpuMemory", None)
+            if used == NVML_VALUE_NOT_AVAILABLE_ULL:  # older bindings pass "not available" through
+                used = None
             gi = getattr(p, "gpuInstanceId", None)
             ci = getattr(p, "computeInstanceId", None)
             out.append(
@@ -714,116 +662,6 @@ class NvmlAdapter:
             mig_enabled=st.mig_enabled,
             na=frozen_map({f: reason for f in fields}),
         )
-
-    # -- slow fields ---------------------------------------------------
-
-    def read_pcie(self, i: int) -> SlowFields | None:
-        """Read PCIe TX/RX throughput of one GPU (two calls of ~20 ms each on
-        an H200) and fold it into that GPU's slow fields."""
-        if not self._ensure_init() or not 0 <= i < len(self._handles) or self._handles[i] is None:
-            return None
-        lib, h = self._lib, self._handles[i]
-        now = self._clock()
-        try:
-            tx, why_tx = self._try(lib.nvmlDeviceGetPcieThroughput, h, NVML_PCIE_UTIL_TX_BYTES)
-            rx, why_rx = self._try(lib.nvmlDeviceGetPcieThroughput, h, NVML_PCIE_UTIL_RX_BYTES)
-        except _Lost as lost:
-            tx = rx = None
-            why_tx = why_rx = lost.reason
-        pna = {}
-        if tx is None:
-            pna["pcie_tx_bps"] = why_tx or "N/A"
-        if rx is None:
-            pna["pcie_rx_bps"] = why_rx or "N/A"
-        entry = (now, tx * 1024.0 if tx is not None else None, rx * 1024.0 if rx is not None else None, pna)
-        self._pcie[i] = entry  # NVML reports KB/s
-        old = self._slow.get(i)
-        if old is None:
-            return None
-        na = {k: v for k, v in old.na.items() if not k.startswith("pcie_")}
-        na.update(pna)
-        new = replace(old, pcie_tx_bps=entry[1], pcie_rx_bps=entry[2], pcie_t=now, na=frozen_map(na))
-        self._slow = {**self._slow, i: new}
-        return new
-
-    def read_slow(self, *, pcie: bool = False) -> dict[int, SlowFields]:
-        """Read ECC, energy and NVLink (and PCIe throughput when ``pcie``).
-
-        PCIe throughput blocks about 20 ms per call on an H200, so callers
-        ask for it rarely and never from the 1 s path.
-        """
-        if not self._ensure_init():
-            return {}
-        lib = self._lib
-        out: dict[int, SlowFields] = {}
-        for i, h in enumerate(list(self._handles)):
-            if h is None:
-                continue
-            now = self._clock()
-            na: dict[str, str] = {}
-            try:
-                unc, why = self._try(lib.nvmlDeviceGetTotalEccErrors, h, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC)
-                if unc is None:
-                    na["ecc_uncorrected_volatile"] = why  # type: ignore[assignment]
-                cor, why = self._try(lib.nvmlDeviceGetTotalEccErrors, h, NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_VOLATILE_ECC)
-                if cor is None:
-                    na["ecc_corrected_volatile"] = why  # type: ignore[assignment]
-                energy, why = self._try(lib.nvmlDeviceGetTotalEnergyConsumption, h)
-                if energy is None:
-                    na["energy_j"] = why  # type: ignore[assignment]
-                active = total = 0
-                link_why = None
-                for link in range(NVML_NVLINK_MAX_LINKS):
-                    try:
-                        on = lib.nvmlDeviceGetNvLinkState(h, link)
-                    except self._err_cls as e:  # type: ignore[misc]
-                        code = error_code(e)
-                        if code in LOST_CODES:
-                            raise _Lost(reason_for(e)) from None
-                        if link == 0:
-                            link_why = reason_for(e)
-                        break
-                    total += 1
-                    active += 1 if on else 0
-                if link_why is not None:
-                    na["nvlink_active"] = na["nvlink_total"] = link_why
-                if pcie:
-                    tx, why_tx = self._try(lib.nvmlDeviceGetPcieThroughput, h, NVML_PCIE_UTIL_TX_BYTES)
-                    rx, why_rx = self._try(lib.nvmlDeviceGetPcieThroughput, h, NVML_PCIE_UTIL_RX_BYTES)
-                    pna = {}
-                    if tx is None:
-                        pna["pcie_tx_bps"] = why_tx or "N/A"
-                    if rx is None:
-                        pna["pcie_rx_bps"] = why_rx or "N/A"
-                    self._pcie[i] = (
-                        now,
-                        tx * 1024.0 if tx is not None else None,  # NVML reports KB/s
-                        rx * 1024.0 if rx is not None else None,
-                        pna,
-                    )
-            except _Lost as lost:
-                out[i] = SlowFields(now, na=frozen_map({"all": lost.reason}))
-                continue
-            p = self._pcie.get(i)
-            if p is None:
-                na["pcie_tx_bps"] = na["pcie_rx_bps"] = "PCIe throughput not read yet (read on demand)"
-            else:
-                na.update(p[3])
-            out[i] = SlowFields(
-                t=now,
-                ecc_uncorrected_volatile=int(unc) if unc is not None else None,
-                ecc_corrected_volatile=int(cor) if cor is not None else None,
-                energy_j=energy / 1000.0 if energy is not None else None,
-                nvlink_active=None if link_why else active,
-                nvlink_total=None if link_why else total,
-                pcie_tx_bps=p[1] if p else None,
-                pcie_rx_bps=p[2] if p else None,
-                pcie_t=p[0] if p else None,
-                na=frozen_map(na),
-            )
-        self._slow = {**self._slow, **out}
-        return out
-
 
 def open_adapter(mode: str = "auto", *, demo: bool = False, fake_kwargs: dict[str, Any] | None = None) -> NvmlAdapter:
     """Pick the GPU source.

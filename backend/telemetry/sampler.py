@@ -417,6 +417,7 @@ class Sampler:
             median_ms=ms[len(ms) // 2] if ms else None,
             nvml_per_gpu_us=us[len(us) // 2] if us else None,
             nvml_per_gpu_us_p90=us[int(0.9 * (len(us) - 1))] if us else None,
+            nvml_per_gpu_us_mean=sum(us) / len(us) if us else None,
             cpu_share=share,
             slow_last_ms=self._slow_ms,
         )
@@ -477,7 +478,8 @@ class Sampler:
         procs = [p for g in frame.gpus for p in (g.processes or ())]
         key = frozenset((p.gpu_index, p.pid) for p in procs)
         mono = time.monotonic()
-        if self._attr is not None and key == self._attr_key and mono - self._attr_at < self._attr_interval_s:
+        fresh = frame.procs_read  # a new process list (memory figures too): join it again
+        if self._attr is not None and not fresh and key == self._attr_key and mono - self._attr_at < self._attr_interval_s:
             return self._attr
         managed: list[Any] = []
         if self._managed is not None:

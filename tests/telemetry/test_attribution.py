@@ -150,3 +150,29 @@ def test_format_gpus_and_coerce():
 def test_describe_pid_never_raises_for_a_missing_pid():
     user, cmd, why = describe_pid(2**22 + 12345)
     assert user is None and cmd is None and why
+
+
+def test_two_processes_of_one_job_on_one_gpu_count_together():
+    from backend.telemetry.model import GpuProcess
+
+    # server 10 with a scheduler (11) and a worker (12) on GPU 0; only the worker on GPU 1
+    parents = {11: 10, 12: 10}
+    procs = [GpuProcess(0, 11, 2 * GIB), GpuProcess(0, 12, 59 * GIB), GpuProcess(1, 12, 61 * GIB)]
+    attr = attribute(procs, [("main", "server", 10)], parents=parents)
+    (job,) = attr.jobs
+    assert job.mem_by_gpu == ((0, 61 * GIB), (1, 61 * GIB))
+    assert job.summary == "server main holds GPUs 0-1, 61.0 GiB each"
+    assert job.pids == (11, 12)
+
+
+def test_a_job_process_whose_memory_nvml_cannot_read_makes_that_gpu_na_not_a_smaller_number():
+    from backend.telemetry.model import GpuProcess
+
+    procs = [GpuProcess(0, 11, 2 * GIB), GpuProcess(0, 12, None), GpuProcess(1, 12, 61 * GIB)]
+    attr = attribute(procs, [("main", "server", 10)], parents={11: 10, 12: 10})
+    (job,) = attr.jobs
+    assert job.mem_by_gpu == ((0, None), (1, 61 * GIB))
+    assert job.summary == "server main holds GPUs 0-1, memory N/A"
+    # the unreadable one listed alone is N/A too, whatever order NVML gives
+    attr = attribute(list(reversed(procs)), [("main", "server", 10)], parents={11: 10, 12: 10})
+    assert dict(attr.jobs[0].mem_by_gpu)[0] is None

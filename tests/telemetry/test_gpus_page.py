@@ -46,6 +46,7 @@ def test_eight_fake_gpus_with_a_missing_field_shown_as_na_with_reason(tmp_path, 
     fake = rt.telemetry.adapter._lib
     fake.fail("power", gpu=3)
     fake.set_processes(0, [(os.getpid(), 61 * GIB)])
+    rt.telemetry.adapter.want_processes()  # the process list is otherwise read every 5 s
     rt.telemetry.sample_once()
 
     at = AppTest.from_file(PAGE, default_timeout=60).run()
@@ -158,7 +159,8 @@ def test_slow_readings_per_gpu_and_the_pcie_button_asks_the_slow_thread(tmp_path
     assert "energy **N/A**" in en.value and "energy: not supported" in en.proto.help
     assert "uncorrected **:red[2]**" in _line_for(lines, 6).value
     assert "NVLink **16/18 active**" in _line_for(lines, 7).value
-    assert any(c.startswith("slow readings updated just now") for c in _captions(at))
+    fresh = [c for c in _captions(at) if c.startswith("slow readings updated ")]
+    assert len(fresh) == 1 and "stale" not in fresh[0], _captions(at)  # "just now" or a few s on a busy machine
     assert not any("PCIe read requested" in c for c in _captions(at))
 
     button = at.button(key="gpu-pcie-read")
@@ -278,3 +280,88 @@ def test_old_data_turns_every_live_block_amber(tmp_path, monkeypatch, close_runt
         stale = [c for c in caps if what in c]
         assert len(stale) == 1 and stale[0].startswith(":orange[⚠") and "stale" in stale[0], (what, caps)
         assert "2 m 0" in stale[0]  # the age comes from the readings' own time
+
+
+# -- issue findings: memory NVML cannot read, sums per job, named figures, colours --
+
+
+def test_process_memory_nvml_cannot_read_is_na_and_one_jobs_processes_on_a_gpu_are_summed(
+        tmp_path, monkeypatch, close_runtimes):
+    rt = _quiet_runtime(tmp_path, monkeypatch)
+    sampler = rt.telemetry
+    fake = sampler.adapter._lib
+    me, parent = os.getpid(), os.getppid()  # a real tree: this process is a child of the "server"
+    sampler._managed = lambda: [("main", "server", parent, "RUNNING")]
+    fake.set_processes(0, [(parent, 2 * GIB), (me, 59 * GIB)])  # two processes of one job on GPU 0
+    fake.set_processes(1, [(me, None)])  # NVML cannot read this one's memory
+    sampler.sample_once()
+
+    at = AppTest.from_file(PAGE, default_timeout=60).run()
+    assert not at.exception, at.exception
+    summaries = [m.value for m in at.markdown if "server main holds" in m.value]
+    assert len(summaries) == 1 and summaries[0].endswith("server main holds GPUs 0-1, memory N/A")
+    df = at.dataframe[0].value
+    rows = {(r["GPU"], r["pid"]): r["GPU memory"] for _, r in df.iterrows()}
+    assert rows == {(0, parent): "2.0 GiB", (0, me): "59.0 GiB", (1, me): "N/A"}
+    assert any(c.startswith("GPU process list read just now (read every 5 s") for c in _captions(at)), _captions(at)
+
+    fake.set_processes(1, [(me, 61 * GIB)])
+    sampler.adapter.want_processes()
+    sampler.sample_once()
+    at = at.run()
+    summaries = [m.value for m in at.markdown if "server main holds" in m.value]
+    assert summaries[0].endswith("server main holds GPUs 0-1, 61.0 GiB each")  # 2 + 59 on GPU 0
+
+
+def test_hottest_gpu_is_named_and_host_memory_shows_its_total(tmp_path, monkeypatch, close_runtimes):
+    import time
+
+    from backend.telemetry.model import HostSample
+
+    rt = _quiet_runtime(tmp_path, monkeypatch)
+    sampler = rt.telemetry
+    fake = sampler.adapter._lib
+    for g in range(8):
+        fake.set_util(g, 0.0)
+    fake.set_util(5, 100.0)  # the fake's temperature: 31 + 0.38 x util + index mod 3 -> GPU 5 at 71 °C
+    monkeypatch.setattr(sampler.host, "sample", lambda: HostSample(
+        t=time.time(), cpu_percent=7.0, cpu_count=16, load_1m=0.5, mem_used=12 * GIB, mem_total=64 * GIB,
+        mem_percent=18.75))
+    sampler.sample_once()
+
+    at = AppTest.from_file(PAGE, default_timeout=60).run()
+    assert not at.exception, at.exception
+    (hot,) = _metrics(at, "Hottest GPU")
+    assert hot.value == "71 °C" and hot.proto.delta == "GPU 5"
+    (mem,) = _metrics(at, "Memory")
+    assert mem.value == "12.0 GiB" and mem.proto.delta == "of 64.0 GiB"
+    (cost,) = _metrics(at, "Sampler cost")
+    assert cost.value.endswith(" µs") and cost.proto.delta == "per GPU per sample"
+    assert "mean " in cost.proto.help and "process list" in cost.proto.help
+
+
+def test_each_gpu_history_line_has_its_own_colour(tmp_path, monkeypatch, close_runtimes):
+    import json
+
+    rt = _quiet_runtime(tmp_path, monkeypatch)
+    for _ in range(3):
+        rt.telemetry.sample_once()
+
+    at = AppTest.from_file(PAGE, default_timeout=60).run()
+    assert not at.exception, at.exception
+    charts = [c for c in at.get("plotly_chart") if "Utilisation" in c.proto.spec]
+    assert len(charts) == 1
+    traces = json.loads(charts[0].proto.spec)["data"]
+    colours = {t["name"]: t["line"]["color"] for t in traces}
+    assert list(colours) == [f"GPU {i}" for i in range(8)]
+    assert len(set(colours.values())) == 8, colours
+    assert colours["GPU 0"] == "#1f77b4" and colours["GPU 7"] == "#7f7f7f"  # the page's fixed palette, per index
+
+
+def test_gpu_colours_stay_distinct_on_large_hosts():
+    src = Path(PAGE).read_text(encoding="utf-8")
+    ns: dict = {}
+    exec(src[src.index("GPU_PALETTE = ("):src.index("THROTTLE_LABELS = {")], ns)  # the palette alone, not the page
+    for count in (1, 2, 8, 16, 24, 64):
+        colours = [ns["gpu_colour"](i, count) for i in range(count)]
+        assert len(set(colours)) == count, count

@@ -163,11 +163,12 @@ def test_gpu_lost_before_start_up_then_found():
 
 
 def test_struct_version_fallbacks_are_taken_and_remembered():
-    fake, a = adapter(
+    fake = FakeNvml(
         missing={"memory_v2", "procs_v3", "event_reasons", "temperature"},
         version_mismatch={"procs_v2"},
         processes={1: [(77, 2 * GIB)]},
     )
+    a = NvmlAdapter(fake, source="fake", memory_v2=True)
     fake.set_throttle(1, 0x4 | 0x40)
     g1 = a.sample().gpus[1]
     assert g1.mem_used is not None and g1.na == {}
@@ -181,16 +182,33 @@ def test_struct_version_fallbacks_are_taken_and_remembered():
         "temp": "temperatureV",
     }
     before = fake.calls["nvmlDeviceGetComputeRunningProcesses_v3"]
+    a.want_processes()
     a.sample()
     assert fake.calls["nvmlDeviceGetComputeRunningProcesses_v3"] == before  # not retried
+    assert fake.calls["nvmlDeviceGetComputeRunningProcesses"] == 2 * 8
 
 
-def test_memory_v2_excludes_reserved_and_v1_includes_it():
+MIB = 1024**2
+
+
+def test_memory_v1_by_default_includes_reserved_and_v2_on_request_excludes_it():
+    # the fake: 596 MiB in use by the driver's context on an empty GPU, 530 MiB reserved
     fake, a = adapter()
-    used_v2 = a.sample().gpus[0].mem_used
-    fake2, a2 = adapter(missing={"memory_v2"})
-    used_v1 = a2.sample().gpus[0].mem_used
-    assert used_v1 - used_v2 == 530 * 1024**2
+    g0 = a.sample().gpus[0]
+    assert g0.mem_used == (596 + 530) * MIB
+    assert fake.calls["nvmlDeviceGetMemoryInfo"] == 8 + 8  # static total at start-up, then one v1 read per GPU
+    fake2 = FakeNvml()
+    a2 = NvmlAdapter(fake2, source="fake", memory_v2=True)
+    assert a2.sample().gpus[0].mem_used == 596 * MIB
+
+
+def test_memory_v1_reads_never_ask_for_the_v2_struct():
+    fake = FakeNvml(missing={"memory_v2"})  # a driver without v2: v1 must not even try it
+    a = NvmlAdapter(fake, source="fake")
+    for _ in range(3):
+        g = a.sample().gpus[0]
+    assert g.mem_used == (596 + 530) * MIB and "mem_used" not in g.na
+    assert a.chosen() == {}  # nothing fell back: v1 was the first choice
 
 
 def test_mig_devices_listed_under_their_parent():
@@ -295,3 +313,146 @@ def test_call_timings_per_field_and_for_the_whole_pass():
     a.sample()
     assert a.call_times() == {}
     assert NvmlAdapter(FakeNvml(gpus=1), source="fake").call_times() == {}
+
+
+class Clock:
+    def __init__(self, t: float = 1_700_000_000.0):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_process_list_is_read_every_few_seconds_and_carries_its_time():
+    clock = Clock()
+    fake = FakeNvml(gpus=2, clock=clock, processes={0: [(4242, 61 * GIB)]})
+    a = NvmlAdapter(fake, source="fake", clock=clock, procs_interval_s=5.0)
+    t_read = clock.t
+    seen = []
+    for _ in range(7):  # seven passes one second apart: t0 .. t0+6
+        frame = a.sample()
+        seen.append((frame.procs_read, frame.gpus[0].processes_t))
+        if clock.t == t_read + 1:
+            fake.set_processes(0, [(4242, 61 * GIB), (4343, 2 * GIB)])  # a second process arrives
+        clock.t += 1
+    assert [r for r, _ in seen] == [True, False, False, False, False, True, False]
+    assert [t for _, t in seen] == [t_read] * 5 + [t_read + 5] * 2
+    assert fake.calls["nvmlDeviceGetComputeRunningProcesses_v3"] == 2 * 2  # two reads of two GPUs
+    assert fake.calls["nvmlDeviceGetUtilizationRates"] == 7 * 2  # every other field every pass
+    assert [p.pid for p in frame.gpus[0].processes] == [4242, 4343]
+    assert frame.gpus[1].processes == () and frame.gpus[1].processes_t == t_read + 5
+
+
+def test_want_processes_reads_the_list_in_the_next_pass_only():
+    clock = Clock()
+    fake = FakeNvml(gpus=1, clock=clock)
+    a = NvmlAdapter(fake, source="fake", clock=clock)
+    assert a.sample().gpus[0].processes == ()
+    fake.set_processes(0, [(99, GIB)])
+    clock.t += 1
+    assert a.sample().gpus[0].processes == ()  # not due yet: the last list, read a second ago
+    a.want_processes()
+    g = a.sample().gpus[0]
+    assert [p.pid for p in g.processes] == [99] and g.processes_t == clock.t
+    a.sample()
+    assert fake.calls["nvmlDeviceGetComputeRunningProcesses_v3"] == 2
+
+
+def test_a_failed_process_read_stays_na_with_its_reason_until_the_next_read():
+    clock = Clock()
+    fake = FakeNvml(gpus=1, clock=clock)
+    fake.fail("nvmlDeviceGetComputeRunningProcesses_v3", gpu=0, code=nvml_mod.ERR_TIMEOUT)
+    a = NvmlAdapter(fake, source="fake", clock=clock)
+    g = a.sample().gpus[0]
+    assert g.processes is None and g.na["processes"] == "NVML timed out"
+    clock.t += 1
+    g = a.sample().gpus[0]
+    assert g.processes is None and g.na["processes"] == "NVML timed out"  # carried, not turned into "none"
+    assert g.power_w is not None and "power_w" not in g.na
+
+
+def test_a_gpu_lost_and_back_reads_its_process_list_at_once():
+    clock = Clock()
+    fake = FakeNvml(gpus=2, clock=clock)
+    a = NvmlAdapter(fake, source="fake", clock=clock)
+    a.sample()
+    fake.lose(1)
+    clock.t += 1
+    assert a.sample().gpus[1].processes is None
+    fake.recover(1)
+    fake.set_processes(1, [(31, 3 * GIB)])
+    clock.t += 1
+    g1 = a.sample().gpus[1]
+    assert [p.pid for p in g1.processes] == [31] and g1.processes_t == clock.t
+
+
+@pytest.mark.parametrize("unreadable", [None, 2**64 - 1])
+def test_process_memory_nvml_cannot_read_is_none_not_zero(unreadable):
+    fake = FakeNvml(gpus=1)
+    a = NvmlAdapter(fake, source="fake")
+    real_list = fake._proc_list
+
+    def with_unreadable(h):
+        procs = real_list(h)
+        procs[0].usedGpuMemory = unreadable
+        return procs
+
+    fake._proc_list = with_unreadable
+    fake.set_processes(0, [(4242, 5 * GIB), (4343, 7 * GIB)])
+    (first, second) = a.sample().gpus[0].processes
+    assert (first.pid, first.used_memory) == (4242, None)
+    assert (second.pid, second.used_memory) == (4343, 7 * GIB)
+
+
+def test_samples_are_whole_records_equal_to_ones_built_field_by_field():
+    from dataclasses import fields
+
+    from backend.telemetry.model import GpuSample
+    from backend.telemetry.nvml_codes import CORE_CALLS
+
+    # the pass unpacks its direct calls in this order
+    assert list(CORE_CALLS) == ["util", "memory", "temp", "power", "plimit", "sm_clock", "mem_clock", "throttle", "procs"]
+    fake, a = adapter(gpus=2, processes={0: [(4242, 61 * GIB)]})
+    fake.fail("power", gpu=1)
+    for g in a.sample().gpus:
+        assert set(vars(g)) == {f.name for f in fields(GpuSample)}
+        assert g == GpuSample(**vars(g)) and hash(g.index) == g.index
+        with pytest.raises(AttributeError):
+            g.power_w = 1.0  # still frozen
+    g0, g1 = a.sample().gpus
+    assert (g0.util_gpu, g0.temp_c, g0.power_limit_w, g0.mem_clock_mhz) == (
+        float(fake.nvmlDeviceGetUtilizationRates(fake.nvmlDeviceGetHandleByIndex(0)).gpu),
+        float(fake.nvmlDeviceGetTemperature(fake.nvmlDeviceGetHandleByIndex(0), 0)),
+        700.0,
+        2619.0,
+    )
+    assert g1.power_w is None and g1.na == {"power_w": "not supported on this GPU"}
+
+
+def _view(name, kind, pid, argv=(), env=None):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(name=name, kind=kind, pid=pid, spec=SimpleNamespace(argv=tuple(argv), env=env or {}))
+
+
+def _holders_by_gpu(fake):
+    a = NvmlAdapter(fake, source="fake")
+    return {g.index: [p.pid for p in g.processes] for g in a.sample().gpus if g.processes}
+
+
+def test_the_fake_places_demo_servers_by_tensor_parallelism_and_visible_devices():
+    launch = ["python", "-m", "sglang.launch_server", "--model-path", "m"]
+    managed = [
+        _view("small", "server", 101, launch),  # TP 1: one GPU
+        _view("big", "server", 102, launch + ["--tp-size", "4"]),  # the next four
+        _view("pinned", "server", 103, launch + ["--tp=2"], {"CUDA_VISIBLE_DEVICES": "6,7"}),
+        _view("run-a", "training", 104),  # training runs: one GPU each from GPU 3
+        ("bench", "benchmark", 105),  # holds no GPU
+    ]
+    fake = FakeNvml(follow=lambda: managed)
+    assert _holders_by_gpu(fake) == {0: [101], 1: [102], 2: [102], 3: [102, 104], 4: [102], 6: [103], 7: [103]}
+
+
+def test_the_fake_places_a_plain_server_tuple_on_one_gpu():
+    fake = FakeNvml(gpus=2, follow=lambda: [("main", "server", 7, "RUNNING")])
+    assert _holders_by_gpu(fake) == {0: [7]}

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from backend.telemetry.fake import FakeNvml
-from backend.telemetry.model import NvmlStatus
+from backend.telemetry.model import GpuFrame, GpuSample, NvmlState, NvmlStatus
 from backend.telemetry.nvml import NvmlAdapter
 from backend.telemetry.sampler import Sampler
 from state.store import Store
@@ -253,14 +253,44 @@ def test_history_across_a_dashboard_restart_keeps_the_gap(store):
     assert series.t[4:] == (now, now + 1, now + 2)
 
 
-def test_pass_costs_are_the_window_behind_the_gpu_pass_figure():
-    clock = Clock()
-    fake, s = make(clock)
-    for _ in range(7):
+class FixedPasses:
+    """An adapter whose GPU passes take the given times (µs per GPU), in order."""
+
+    def __init__(self, per_gpu_us, gpus: int = 4):
+        self.times = list(per_gpu_us)
+        self.gpus = gpus
+
+    def state(self):
+        return NvmlState(NvmlStatus.OK, "fixed passes", source="fake")
+
+    def gpu_count(self):
+        return self.gpus
+
+    def sample(self):
+        us = self.times.pop(0)
+        gpus = tuple(GpuSample(index=i, t=0.0, uuid=None, name=None, bus_id=None) for i in range(self.gpus))
+        return GpuFrame(0.0, self.state(), gpus, us * self.gpus / 1e6)
+
+
+def test_pass_cost_figures_are_the_median_p90_and_mean_of_the_window():
+    passes = [120, 95, 310, 101, 99, 150, 97]  # µs per GPU; sorted: 95 97 99 101 120 150 310
+    s = Sampler(FixedPasses(passes), clock=Clock())
+    for _ in passes:
         s.sample_once()
-        clock.t += 1
-    xs = s.pass_costs()
-    assert len(xs) == 7 and all(x > 0 for x in xs)
+    assert s.pass_costs() == pytest.approx(passes)
     cost = s.cost()
-    assert cost.nvml_per_gpu_us == sorted(xs)[3]
-    assert cost.nvml_per_gpu_us_p90 == sorted(xs)[int(0.9 * 6)]
+    assert cost.nvml_per_gpu_us == pytest.approx(101)  # the middle one of seven
+    assert cost.nvml_per_gpu_us_p90 == pytest.approx(150)  # the sixth of seven (rank 0.9 * 6 = 5.4, rounded down)
+    assert cost.nvml_per_gpu_us_mean == pytest.approx(972 / 7)
+    assert cost.samples == 7
+
+
+def test_pass_cost_window_is_the_last_300_passes():
+    passes = [1000.0] * 10 + [50.0] * 300  # the ten slow first passes fall out of the window
+    s = Sampler(FixedPasses(passes, gpus=1), clock=Clock())
+    for _ in passes:
+        s.sample_once()
+    cost = s.cost()
+    assert len(s.pass_costs()) == 300
+    assert cost.nvml_per_gpu_us == pytest.approx(50) and cost.nvml_per_gpu_us_p90 == pytest.approx(50)
+    assert cost.samples == 310
