@@ -187,40 +187,72 @@ if findings:
         st.dataframe(df, hide_index=True, width="stretch")
 
 
-def _form_config(base: ServerConfig) -> ServerConfig | None:
+def _put(data: dict, set_fields: set[str], key: str, value, current) -> None:
+    """Put a form value into ``data`` when the user changed it or the file already sets it,
+    so an untouched default is never written into the workspace file."""
+    if value != current or key in set_fields:
+        data[key] = value
+
+
+def _form_config(base: ServerConfig, server: str) -> ServerConfig | None:
     """The relaunch form; returns the edited config, or None when it does not validate."""
-    spec = base.speculative
+    spec, graph = base.speculative, base.cuda_graph
+    k = f"srv-f-{server}-"
     c1, c2, c3 = st.columns(3)
     algo_opts = ["(off)", *ALGORITHMS]
-    algo = c1.selectbox("speculative algorithm", algo_opts,
+    algo = c1.selectbox("speculative algorithm", algo_opts, key=k + "algo",
                         index=algo_opts.index(spec.algorithm) if spec.algorithm else 0)
-    draft = c2.text_input("draft model path", spec.draft_model_path or "")
-    port = c3.number_input("port", 1, 65535, base.port)
+    draft = c2.text_input("draft model path", spec.draft_model_path or "", key=k + "draft")
+    port = c3.number_input("port", 1, 65535, base.port, key=k + "port")
     c4, c5, c6 = st.columns(3)
-    steps = c4.number_input("num steps (0 = auto)", 0, 64, spec.num_steps or 0)
-    topk = c5.number_input("eagle topk (0 = auto)", 0, 64, spec.eagle_topk or 0)
-    dtok = c6.number_input("draft tokens (0 = auto)", 0, 1024, spec.num_draft_tokens or 0)
+    steps = c4.number_input("num steps (0 = auto)", 0, 64, spec.num_steps or 0, key=k + "steps")
+    topk = c5.number_input("eagle topk (0 = auto)", 0, 64, spec.eagle_topk or 0, key=k + "topk")
+    dtok = c6.number_input("draft tokens (0 = auto)", 0, 1024, spec.num_draft_tokens or 0, key=k + "dtok")
     c7, c8, c9 = st.columns(3)
-    tp = c7.number_input("tp size", 1, 64, base.tp_size)
-    gpus = c8.text_input("GPUs (CUDA_VISIBLE_DEVICES)", ",".join(map(str, base.gpus)) if base.gpus else "")
-    mem = c9.number_input("mem fraction static (0 = auto)", 0.0, 0.99, base.mem_fraction_static or 0.0, 0.01)
+    tp = c7.number_input("tp size", 1, 64, base.tp_size, key=k + "tp")
+    gpus = c8.text_input("GPUs (CUDA_VISIBLE_DEVICES)", ",".join(map(str, base.gpus)) if base.gpus else "",
+                         key=k + "gpus", help="comma-separated GPU indices, e.g. 0,1; empty leaves it unset")
+    mem = c9.number_input("mem fraction static (0 = auto)", 0.0, 0.99, base.mem_fraction_static or 0.0, 0.01,
+                          key=k + "mem")
     c10, c11 = st.columns(2)
-    no_graph = c10.checkbox("disable CUDA graph", base.cuda_graph.disable)
-    max_bs = c11.number_input("CUDA graph max batch size (0 = auto)", 0, 4096, base.cuda_graph.max_bs or 0)
-    extra = st.text_input("extra arguments", shlex.join(base.extra_args))
-    data = base.model_dump(mode="json", exclude_unset=True)
-    data.update(port=int(port), tp_size=int(tp), mem_fraction_static=float(mem) or None,
-                gpus=[int(g) for g in gpus.replace(" ", "").split(",") if g] if gpus.strip() else None,
-                cuda_graph={"disable": bool(no_graph), "max_bs": int(max_bs) or None})
-    data["speculative"] = {"algorithm": None if algo == "(off)" else algo, "draft_model_path": draft or None,
-                           "num_steps": int(steps) or None, "eagle_topk": int(topk) or None,
-                           "num_draft_tokens": int(dtok) or None}
+    no_graph = c10.checkbox("disable CUDA graph", graph.disable, key=k + "nograph")
+    max_bs = c11.number_input("CUDA graph max batch size (0 = auto)", 0, 4096, graph.max_bs or 0, key=k + "maxbs")
+    extra = st.text_input("extra arguments", shlex.join(base.extra_args), key=k + "extra")
     try:
-        data["extra_args"] = shlex.split(extra)
+        gpu_list = [int(g) for g in gpus.replace(" ", "").split(",") if g] if gpus.strip() else None
+    except ValueError:
+        st.error(f"The config is not valid:\n- gpus: {gpus!r} is not a list of GPU indices like 0,1")
+        return None
+    try:
+        extra_args = shlex.split(extra)
+    except ValueError as exc:
+        st.error(f"The config is not valid:\n- extra arguments: {exc}")
+        return None
+
+    data = base.model_dump(mode="json", exclude_unset=True)
+    top = base.model_fields_set
+    _put(data, top, "port", int(port), base.port)
+    _put(data, top, "tp_size", int(tp), base.tp_size)
+    _put(data, top, "gpus", gpu_list, base.gpus)
+    _put(data, top, "mem_fraction_static", float(mem) or None, base.mem_fraction_static)
+    _put(data, top, "extra_args", extra_args, base.extra_args)
+    sp: dict = dict(data.get("speculative", {}))
+    _put(sp, spec.model_fields_set, "algorithm", None if algo == "(off)" else algo, spec.algorithm)
+    _put(sp, spec.model_fields_set, "draft_model_path", draft.strip() or None, spec.draft_model_path)
+    _put(sp, spec.model_fields_set, "num_steps", int(steps) or None, spec.num_steps)
+    _put(sp, spec.model_fields_set, "eagle_topk", int(topk) or None, spec.eagle_topk)
+    _put(sp, spec.model_fields_set, "num_draft_tokens", int(dtok) or None, spec.num_draft_tokens)
+    if sp:
+        data["speculative"] = sp
+    cg: dict = dict(data.get("cuda_graph", {}))
+    _put(cg, graph.model_fields_set, "disable", bool(no_graph), graph.disable)
+    _put(cg, graph.model_fields_set, "max_bs", int(max_bs) or None, graph.max_bs)
+    if cg:
+        data["cuda_graph"] = cg
+    try:
         return ServerConfig.model_validate(data)
-    except (ValidationError, ValueError) as exc:
-        msgs = [f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()] if isinstance(
-            exc, ValidationError) else [str(exc)]
+    except ValidationError as exc:
+        msgs = [f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg']}" for e in exc.errors()]
         st.error("The config is not valid:\n" + "\n".join(f"- {m}" for m in msgs))
         return None
 
@@ -232,7 +264,7 @@ def launch_panel(server: str, running: bool) -> None:
     if close.button("Cancel", key="srv-launch-cancel"):
         st.session_state["srv-launch-open"] = False
         st.rerun()
-    new = _form_config(fleet.config(server))
+    new = _form_config(fleet.config(server), server)
     if new is None:
         return
     st.code(shlex.join(fleet.argv(new)), language="bash", wrap_lines=True)
