@@ -13,18 +13,12 @@ from backend.sglang.config import ALGORITHMS, ServerConfig
 from backend.sglang.fleet import PreflightBlocked, findings_as_rows
 from backend.sglang.preflight import has_errors
 from ui import charts, fmt
-from ui.components import confirm_box, freshness, page_header
+from backend.logview import newest_line_age
+from ui.components import confirm_box, findings_list, freshness, log_block, page_header
 from ui.context import actor, require_frame, runtime
 
 REFRESH_S = 2
 SEVERITY_ICON = {"error": "● error", "warning": "▲ warning", "info": "○ info"}
-STATUS_TEXT = {
-    "ready": ":green[● ready]",
-    "starting": ":orange[◐ starting]",
-    "failed": ":red[✕ failed]",
-    "unreachable": ":red[✕ not answering]",
-    "no-log": ":gray[○ no log yet]",
-}
 
 require_frame(__file__)
 rt = runtime()
@@ -41,10 +35,6 @@ if not names:
 
 default = st.session_state.get("srv-selected")
 name = st.selectbox("Server", names, index=names.index(default) if default in names else 0, key="srv-selected")
-
-
-def _state(v) -> str:
-    return v.state.value if v is not None else "NEVER"
 
 
 def _when(ts: float | None) -> str:
@@ -70,7 +60,6 @@ def _reading_age(r) -> str:
 def live(server: str) -> None:
     snap = fleet.snapshot(server)
     view = rt.supervisor.view(server)
-    state = _state(view)
 
     if snap.alert is not None:
         a = snap.alert
@@ -86,9 +75,9 @@ def live(server: str) -> None:
             st.markdown("**What the log suggests:**")
             st.code(f.hint, language=None)
 
-    badge = fmt.state_badge(state, view.exit_code if view else None)
+    badge = fmt.server_badge(view, snap.status, health_at=snap.health.at if snap.health is not None else None)
     st.markdown(
-        f"{badge.markdown()} &nbsp; {STATUS_TEXT.get(snap.status, snap.status)} &nbsp; · sglang {snap.version}"
+        f"{badge.markdown()} &nbsp; · sglang {snap.version}"
         + (" (assumed)" if snap.version_assumed else "")
         + f" · speculation: {snap.algorithm or 'off'}"
         + (f" · pid {view.pid}" if view is not None and view.pid else ""))
@@ -175,16 +164,12 @@ with right:
         f"Preflight: {errs} error(s), {warns} warning(s)" + (" — a launch needs 'launch anyway'" if errs else ""))
     st.caption(f"checked {fmt.age(time.time() - at)}")
 # errors and warnings in full: their words are the point
-for f in findings:
-    if f.severity in ("error", "warning"):
-        (st.error if f.severity == "error" else st.warning)(
-            f"**{f.code}**: {f.found}\n\n**Fix:** {f.fix}",
-            icon=":material/error:" if f.severity == "error" else ":material/warning:")
+findings_list(findings, info=False)
 if findings:
     with st.expander(f"All findings ({len(findings)})", expanded=not (errs or warns)):
         df = pd.DataFrame(findings_as_rows(findings))
         df["severity"] = df["severity"].map(SEVERITY_ICON)
-        st.dataframe(df, hide_index=True, width="stretch")
+        st.table(df, hide_index=True)  # a table wraps long text; a data grid cuts it
 
 
 def _put(data: dict, set_fields: set[str], key: str, value, current) -> None:
@@ -270,9 +255,9 @@ def launch_panel(server: str, running: bool) -> None:
     st.code(shlex.join(fleet.argv(new)), language="bash", wrap_lines=True)
     found = fleet.preflight(server, new)
     if found:
-        df = pd.DataFrame(findings_as_rows(found))
-        df["severity"] = df["severity"].map(SEVERITY_ICON)
-        st.dataframe(df, hide_index=True, width="stretch")
+        findings_list(found)
+    else:
+        st.success("Preflight: no findings.")
     blocked = has_errors(found)
     anyway = False
     if blocked:
@@ -320,8 +305,8 @@ st.subheader("Log")
 @st.fragment(run_every=REFRESH_S)
 def log_view(server: str) -> None:
     snap = fleet.snapshot(server)
-    st.caption(f"`{snap.log_path}` · last {len(snap.log_tail)} lines")
-    st.code("\n".join(snap.log_tail[-200:]) or "(log is empty)", language=None, height=320)
+    st.caption(f"`{snap.log_path}`")
+    log_block(list(snap.log_tail), newest_age_s=newest_line_age(snap.log_path), toggle_key="srv-log-probes")
     if snap.unparsed:
         with st.expander(f"{snap.stats.unparsed_lines} batch line(s) could not be read"):
             st.dataframe(pd.DataFrame([{"line": u.line_no, "reason": u.reason, "text": u.text}

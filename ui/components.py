@@ -53,3 +53,44 @@ def confirm_box(key: str, question: str, *, confirm_label: str = "Confirm",
         st.session_state[key] = False
         box.empty()
     return answer
+
+
+def log_block(lines: list[str], *, newest_age_s: float | None, toggle_key: str, latest: int = 15,
+              earlier: int = 200) -> None:
+    """A log tail with the newest lines where the eye lands.
+
+    The last ``latest`` lines show in full (no scrolling, newest at the bottom),
+    under a caption saying how old the newest line is; up to ``earlier`` lines
+    before them sit in an expander.  The dashboard's own successful /health,
+    /metrics and /server_info requests are hidden unless the toggle is on.
+    """
+    from backend.logview import filter_probe_lines
+
+    show = st.toggle("Show the dashboard's own /health, /metrics and /server_info requests",
+                     key=toggle_key)
+    view = filter_probe_lines(lines, show_probes=show)
+    shown = view.lines
+    age_text = "no line yet" if newest_age_s is None else f"newest line written {fmt.age(newest_age_s)}"
+    hidden = f" · {fmt.count(view.hidden)} probe request line(s) hidden" if view.hidden else ""
+    st.caption(f"Latest {min(latest, len(shown))} of {fmt.count(len(shown))} lines · {age_text}{hidden}")
+    st.code("\n".join(shown[-latest:]) or "(log is empty)", language=None, wrap_lines=True)
+    before = shown[:-latest][-earlier:]
+    if before:
+        with st.expander(f"Earlier lines ({fmt.count(len(before))})"):
+            st.code("\n".join(before), language=None, height=320)
+
+
+def findings_list(findings, *, info: bool = True) -> None:
+    """Preflight findings in full: errors and warnings as callouts, info as a list.
+
+    Their words are the point, so nothing is cut to fit a table cell.
+    """
+    for f in findings:
+        if f.severity in ("error", "warning"):
+            (st.error if f.severity == "error" else st.warning)(
+                f"**{f.code}**: {f.found}\n\n**Fix:** {f.fix}",
+                icon=":material/error:" if f.severity == "error" else ":material/warning:")
+    notes = [f for f in findings if f.severity not in ("error", "warning")]
+    if info and notes:
+        st.markdown("\n".join(f"- ○ **{f.code}**: {f.found}" + (f" *Fix:* {f.fix}" if f.fix else "")
+                              for f in notes))
