@@ -49,7 +49,6 @@ def overview() -> None:
             "state": fmt.state_text(v.state.value, v.exit_code, stopped=fmt.stopped_by_user(v.detail)),
             "uptime": fmt.duration(v.uptime_s) if v.uptime_s is not None else "",
             "pid": "" if v.pid is None else str(v.pid),
-            "exit code": "" if v.exit_code is None else str(v.exit_code),
             "readiness": v.readiness + (" ✓" if v.ready else "") if v.readiness != "none" else "none",
             "restarts": v.tries,
             "since": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(v.state_since)) if v.state_since else "",

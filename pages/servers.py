@@ -280,13 +280,13 @@ def launch_panel(server: str, running: bool) -> None:
 
 
 st.subheader("Control")
-b1, b2, _ = st.columns([1, 1, 4])
-if b1.button("Relaunch…" if active else "Start…", key="srv-launch", icon=":material/rocket_launch:"):
+row = st.container(horizontal=True)  # buttons as wide as their labels
+if row.button("Relaunch…" if active else "Start…", key="srv-launch", icon=":material/rocket_launch:"):
     st.session_state["srv-launch-open"] = True
 if st.session_state.get("srv-launch-open"):
     with st.container(border=True):
         launch_panel(name, active)
-if b2.button("Stop", key="srv-stop", disabled=not active, icon=":material/stop:"):
+if row.button("Stop", key="srv-stop", disabled=not active, icon=":material/stop:"):
     st.session_state["srv-confirm-stop"] = True
 if confirm_box("srv-confirm-stop", f"Stop **{name}**? Requests in flight fail; it gets SIGTERM, then SIGKILL "
                f"after {view.spec.stop_grace_s:.0f} s." if view else f"Stop **{name}**?",

@@ -9,7 +9,35 @@ import streamlit as st
 from ui import fmt
 
 
+# Streamlit cuts a metric's label, value and delta and a button's label with an
+# ellipsis when its column is narrow ("St…", "accept_…" at 1024 px).  Every page
+# lets them wrap instead, lets a row of narrow columns wrap onto a second line,
+# and on narrow screens draws metric values a little smaller and trims the wide
+# side margins, so nothing a user reads is cut (tests/e2e/test_widths.py checks it).
+NO_CUT_CSS = """<style>
+[data-testid="stMetricLabel"], [data-testid="stMetricLabel"] *,
+[data-testid="stMetricValue"], [data-testid="stMetricValue"] *,
+[data-testid="stMetricDelta"], [data-testid="stMetricDelta"] *,
+[data-testid="stMain"] button, [data-testid="stMain"] button * {
+  white-space: normal !important; overflow: visible !important; text-overflow: clip !important;
+  overflow-wrap: break-word;
+}
+@media (max-width: 1500px) {
+  [data-testid="stMetricValue"] { font-size: 1.6rem !important; }
+  [data-testid="stMainBlockContainer"] { padding-left: 2rem !important; padding-right: 2rem !important; }
+}
+/* a long token (a URL, a path) breaks inside a table cell rather than push columns out of sight */
+[data-testid="stTable"] td, [data-testid="stTable"] th, [data-testid="stTable"] td * {
+  white-space: normal !important; word-break: break-word;
+}
+/* a row of columns too narrow for its metrics wraps onto a second line */
+[data-testid="stMain"] [data-testid="stHorizontalBlock"] { flex-wrap: wrap; row-gap: 0.75rem; }
+[data-testid="stMain"] [data-testid="stColumn"] { min-width: min(7.5rem, 100%); }
+</style>"""
+
+
 def page_header(title: str, purpose: str) -> None:
+    st.html(NO_CUT_CSS)
     st.title(title)
     st.caption(purpose)
 
@@ -43,11 +71,11 @@ def confirm_box(key: str, question: str, *, confirm_label: str = "Confirm",
     box = st.empty()
     with box.container(border=True):
         st.warning(question, icon=":material/warning:" if danger else ":material/info:")
-        c1, c2, _ = st.columns([1, 1, 4])
+        row = st.container(horizontal=True)
         answer = None
-        if c1.button(confirm_label, key=f"{key}-yes", type="primary"):
+        if row.button(confirm_label, key=f"{key}-yes", type="primary"):
             answer = True
-        elif c2.button("Cancel", key=f"{key}-no"):
+        elif row.button("Cancel", key=f"{key}-no"):
             answer = False
     if answer is not None:  # answered: the question goes away at once
         st.session_state[key] = False
