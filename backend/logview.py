@@ -4,8 +4,9 @@ the newest line is.
 A server's log holds one access line per HTTP request; the dashboard's monitor asks
 ``/health``, ``/metrics`` and ``/server_info`` (or ``/get_server_info``) every few
 seconds, so on a quiet server most lines are its own probes (1,565 of 4,394 in one
-real log).  :func:`filter_probe_lines` drops those that succeeded (2xx), and only
-those; a failed probe stays visible::
+real log), and while it starts every probe answers 503.  :func:`filter_probe_lines`
+drops those lines, whatever their status, and only those (the status line above the
+log says whether the probes succeed)::
 
     [2025-01-01 10:00:00] INFO:     127.0.0.1:51234 - "GET /health HTTP/1.1" 200 OK
 """
@@ -21,11 +22,11 @@ from pathlib import Path
 # the paths backend.sglang.client polls; a user's own requests (/generate, /v1/...) stay
 PROBE_PATHS = ("/health", "/metrics", "/server_info", "/get_server_info")
 _PROBE_RE = re.compile(
-    r'"(?:GET|HEAD) (?:' + "|".join(re.escape(p) for p in PROBE_PATHS) + r')(?:\?[^" ]*)? HTTP/\d(?:\.\d)?" 2\d\d\b')
+    r'"(?:GET|HEAD) (?:' + "|".join(re.escape(p) for p in PROBE_PATHS) + r')(?:\?[^" ]*)? HTTP/\d(?:\.\d)?"')
 
 
 def is_probe_line(line: str) -> bool:
-    """True for an access-log line of one of the dashboard's own probe requests that succeeded."""
+    """True for an access-log line of one of the dashboard's own probe requests."""
     return _PROBE_RE.search(line) is not None
 
 

@@ -167,7 +167,7 @@ def history_and_audit(proc: str) -> None:
     if hdf.empty:
         st.caption("No transitions yet.")
     else:
-        with st.container(height=300):
+        with st.container(height=300 if len(hdf) > 6 else "content"):
             st.table(hdf, hide_index=True)
     st.subheader("Audit log")
     entries = audit.recent(rt.store, limit=200)
@@ -179,7 +179,7 @@ def history_and_audit(proc: str) -> None:
     if adf.empty:
         st.caption("No control actions yet.")
     else:
-        with st.container(height=300):
+        with st.container(height=300 if len(adf) > 6 else "content"):
             st.table(adf, hide_index=True)
         st.download_button("Download audit log (CSV)", adf.to_csv(index=False), "audit.csv",
                            mime="text/csv")

@@ -183,12 +183,12 @@ def _form_config(base: ServerConfig, server: str) -> ServerConfig | None:
     """The relaunch form; returns the edited config, or None when it does not validate."""
     spec, graph = base.speculative, base.cuda_graph
     k = f"srv-f-{server}-"
-    c1, c2, c3 = st.columns(3)
+    c1, c3 = st.columns(2)
     algo_opts = ["(off)", *ALGORITHMS]
     algo = c1.selectbox("speculative algorithm", algo_opts, key=k + "algo",
                         index=algo_opts.index(spec.algorithm) if spec.algorithm else 0)
-    draft = c2.text_input("draft model path", spec.draft_model_path or "", key=k + "draft")
     port = c3.number_input("port", 1, 65535, base.port, key=k + "port")
+    draft = st.text_input("draft model path", spec.draft_model_path or "", key=k + "draft")  # full width: paths are long
     c4, c5, c6 = st.columns(3)
     steps = c4.number_input("num steps (0 = auto)", 0, 64, spec.num_steps or 0, key=k + "steps")
     topk = c5.number_input("eagle topk (0 = auto)", 0, 64, spec.eagle_topk or 0, key=k + "topk")
@@ -242,6 +242,29 @@ def _form_config(base: ServerConfig, server: str) -> ServerConfig | None:
         return None
 
 
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in d.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[prefix + key] = value
+    return out
+
+
+def _changes(old: ServerConfig, new: ServerConfig) -> list[str]:
+    """``speculative.num_steps 3 → 4`` for each field the form changed."""
+    a, b = _flat(old.model_dump(mode="json")), _flat(new.model_dump(mode="json"))
+    def show(v) -> str:
+        if v is None:
+            return "auto"
+        if isinstance(v, list):
+            return (shlex.join(v) if all(isinstance(x, str) for x in v) else ",".join(map(str, v))) or "none"
+        return str(v)
+
+    return [f"`{key}` {show(a.get(key))} → {show(b.get(key))}" for key in b if a.get(key) != b.get(key)]
+
+
 def launch_panel(server: str, running: bool) -> None:
     """Edit, preflight and confirm a (re)launch, in its own container."""
     head, close = st.columns([6, 1])
@@ -252,6 +275,8 @@ def launch_panel(server: str, running: bool) -> None:
     new = _form_config(fleet.config(server), server)
     if new is None:
         return
+    changes = _changes(fleet.config(server), new)
+    st.markdown("**Changes:** " + ("; ".join(changes) if changes else "none (relaunch as it is)"))
     st.code(shlex.join(fleet.argv(new)), language="bash", wrap_lines=True)
     found = fleet.preflight(server, new)
     if found:

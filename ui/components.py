@@ -89,8 +89,8 @@ def log_block(lines: list[str], *, newest_age_s: float | None, toggle_key: str, 
 
     The last ``latest`` lines show in full (no scrolling, newest at the bottom),
     under a caption saying how old the newest line is; up to ``earlier`` lines
-    before them sit in an expander.  The dashboard's own successful /health,
-    /metrics and /server_info requests are hidden unless the toggle is on.
+    before them sit in an expander.  The dashboard's own /health, /metrics and
+    /server_info requests are hidden unless the toggle is on.
     """
     from backend.logview import filter_probe_lines
 

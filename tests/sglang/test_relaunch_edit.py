@@ -271,3 +271,18 @@ def test_a_form_value_that_is_not_valid_is_shown_and_nothing_is_written(ws):
     at.number_input(key=K + "tp").set_value(2).run()  # two-way TP on one GPU
     assert any("tp_size 2 needs at least 2 GPUs" in e.value for e in at.error)
     assert _text(root) == before
+
+
+@pytest.mark.timeout(120)
+def test_the_panel_lists_what_the_edit_changes_before_the_relaunch(ws):
+    root, _draft = ws(_with_tables)
+    at = AppTest.from_file(PAGE, default_timeout=30).run()
+    at.button(key="srv-launch").click().run()
+    assert any(m.value == "**Changes:** none (relaunch as it is)" for m in at.markdown)
+    at.number_input(key=K + "steps").set_value(4).run()
+    at.checkbox(key=K + "nograph").check().run()
+    at.text_input(key=K + "extra").input("--chunked-prefill-size 4096").run()
+    assert not at.exception, at.exception
+    changes = next(m.value for m in at.markdown if m.value.startswith("**Changes:**"))
+    assert changes == ("**Changes:** `speculative.num_steps` 3 → 4; `cuda_graph.disable` False → True; "
+                       "`extra_args` none → --chunked-prefill-size 4096")

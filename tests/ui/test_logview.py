@@ -12,7 +12,7 @@ LINES = [
     ('[2025-06-01 10:00:00] INFO:     127.0.0.1:51236 - "GET /metrics HTTP/1.1" 200 OK', True),
     ('[2025-06-01 10:00:01] INFO:     127.0.0.1:51238 - "GET /server_info HTTP/1.1" 200 OK', True),
     ('[2025-06-01 10:00:01] INFO:     10.0.0.7:40000 - "GET /get_server_info HTTP/1.1" 200 OK', True),
-    ('INFO:     127.0.0.1:51240 - "GET /health HTTP/1.1" 503 Service Unavailable', False),  # a failure stays
+    ('INFO:     127.0.0.1:51240 - "GET /health HTTP/1.1" 503 Service Unavailable', True),  # while starting
     ('[2025-06-01 10:00:02] INFO:     127.0.0.1:51242 - "POST /generate HTTP/1.1" 200 OK', False),
     ('[2025-06-01 10:00:02] INFO:     127.0.0.1:51244 - "GET /health_generate HTTP/1.1" 200 OK', False),
     ('[2025-06-01 10:00:02] INFO:     127.0.0.1:51246 - "POST /v1/chat/completions HTTP/1.1" 200 OK', False),
@@ -31,7 +31,7 @@ def test_probe_lines_are_recognised_by_hand_table():
 def test_filter_hides_the_probes_by_default_and_shows_them_on_request():
     lines = [line for line, _ in LINES]
     view = filter_probe_lines(lines)
-    assert view.hidden == 4
+    assert view.hidden == 5
     assert view.lines == [line for line, probe in LINES if not probe]  # order kept
     everything = filter_probe_lines(lines, show_probes=True)
     assert everything.lines == lines and everything.hidden == 0
