@@ -210,3 +210,18 @@ def test_cancel_leaves_the_process_alone(workspace):
     rt.supervisor.poll()
     v = rt.supervisor.view("ticker")
     assert v.state.value == "RUNNING" and v.pid == pid
+
+
+@pytest.mark.timeout(90)
+def test_sidebar_counts_say_what_they_count(workspace):
+    rt = runtime_mod.get_runtime()
+    _wait_state(rt, "ticker", {"RUNNING"})
+    rt.supervisor.start("access", actor="test", source="test")
+    _wait_state(rt, "access", {"EXITED"})
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=30).run()  # the frame draws the sidebar
+    assert not at.exception, at.exception
+    side = [m.value for m in at.sidebar.markdown]
+    assert "**Servers** (0)" in side  # this workspace has no [[server]]
+    assert "**Managed processes** (3, servers included)" in side
+    captions = [c.value for c in at.sidebar.caption]
+    assert "1 finished (exit 0) · 1 not started · 1 running" in captions
