@@ -37,20 +37,21 @@ rt = runtime(show_config_error=True)
 @st.fragment(run_every=5)
 def _sidebar_status() -> None:
     views = rt.supervisor.views()
+    servers = [v for v in views if v.kind.value == "server"]
+    st.markdown(f"**Servers** ({len(servers)})")
+    if not servers:
+        st.caption("none configured")
+    for v in servers:
+        st.markdown(f"{fmt.view_badge(v).markdown()} {v.name}")
     counts: dict[str, int] = {}
     for v in views:
-        label = fmt.state_badge(v.state.value, v.exit_code).label
+        label = fmt.view_badge(v).label.lower()
         counts[label] = counts.get(label, 0) + 1
-    st.markdown("**Processes**")
-    if not views:
+    st.markdown(f"**Managed processes** ({len(views)}, servers included)")
+    if counts:
+        st.caption(" · ".join(f"{n} {label}" for label, n in sorted(counts.items())))
+    else:
         st.caption("none configured")
-    for v in views:
-        if v.kind.value == "server":
-            badge = fmt.state_badge(v.state.value, v.exit_code)
-            st.markdown(f"{badge.markdown()} {v.name}")
-    summary = " · ".join(f"{n} {label.lower()}" for label, n in sorted(counts.items()))
-    if summary:
-        st.caption(summary)
     alerts = getattr(rt, "active_alerts", None)
     for alert in (alerts() if callable(alerts) else []):
         level = getattr(alert, "severity", "warning")

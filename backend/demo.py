@@ -2,7 +2,7 @@
 
 ``write_demo_workspace(root)`` writes a config that works on any machine:
 a long-running worker, a short batch job that exits, the fake 8-GPU source,
-and (when the SGLang simulator is present) a simulated server.
+and a simulated 70B server at tensor parallelism 8 that holds those 8 GPUs.
 
 The programs are plain command-line entries so the supervisor runs them like
 any other process::
@@ -23,6 +23,9 @@ from pathlib import Path
 from backend.regen.demo_data import demo_catalog_text
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# the demo server: Llama-3.1-70B's shape, over all eight GPUs of the fake telemetry source
+DEMO_TP = 8
+DEMO_TARGET = {"hidden_size": 8192, "num_hidden_layers": 80}
 
 
 def _toml_str(s: str) -> str:
@@ -71,21 +74,30 @@ stop_grace_s = 5
 
 
 def _demo_server_text(root: Path) -> str:
-    """A simulated Llama-3.1-8B server with its EAGLE-3 draft (small fake model files)."""
+    """A simulated Llama-3.1-70B server at tensor parallelism 8 with its EAGLE-3 draft.
+
+    It holds all eight (fake) GPUs, as the telemetry's demo attribution shows it:
+    the config, the launch command and the GPU page tell one story.
+    """
     from backend.sim.models import make_draft_dir, make_target_dir
 
-    target = make_target_dir(root / "models" / "Llama-3.1-8B-Instruct")
-    draft = make_draft_dir(root / "models" / "Llama-3.1-8B-Instruct-EAGLE3", kind="eagle3",
-                           target_hidden_size=4096)
+    target = make_target_dir(root / "models" / "Llama-3.1-70B-Instruct", hidden_size=DEMO_TARGET["hidden_size"],
+                             num_hidden_layers=DEMO_TARGET["num_hidden_layers"], vocab_size=128256)
+    draft = make_draft_dir(root / "models" / "Llama-3.1-70B-Instruct-EAGLE3", kind="eagle3",
+                           target_hidden_size=DEMO_TARGET["hidden_size"], vocab_size=128256)
+    gpus = ", ".join(str(g) for g in range(DEMO_TP))
     return f"""
 # A simulated SGLang server: the same flags, endpoints and log lines as
 # `python -m sglang.launch_server`, served by backend.sim on any machine.
+# A 70B target split over all eight GPUs (tensor parallelism 8).
 [[server]]
-name = "demo-llama-eagle3"
+name = "demo-llama70b-eagle3"
 model_path = {_toml_str(str(target))}
-served_model_name = "llama-3.1-8b"
+served_model_name = "llama-3.1-70b"
 host = "127.0.0.1"
 port = {_demo_port()}
+tp_size = {DEMO_TP}
+gpus = [{gpus}]
 simulate = true
 autostart = true
 sglang_version = "0.5.23"

@@ -440,9 +440,11 @@ def update_server_entry(ws: Workspace, name: str, values: dict[str, Any]) -> Non
     """Write ``values`` into the ``[[server]]`` entry called ``name``, in place.
 
     Keys whose value changed are rewritten, new keys are added, keys set to
-    ``None`` are removed; every other line, comments included, stays as it
-    was (tomlkit).  The new text is validated before it atomically replaces
-    the file, so a bad edit never loses what was written.
+    ``None`` are removed; a sub-table the entry lacks (``[server.cuda_graph]``)
+    is added only when it gets at least one real value.  Every other line,
+    comments included, stays as it was (tomlkit).  The new text is validated
+    before it atomically replaces the file, so a bad edit never loses what
+    was written.
     """
     import tomlkit
 
@@ -463,11 +465,32 @@ def update_server_entry(ws: Workspace, name: str, values: dict[str, Any]) -> Non
 
 
 def _merge_table(table: Any, values: dict[str, Any]) -> None:
+    """Merge ``values`` into the tomlkit ``table``; ``None`` removes a key and never reaches tomlkit."""
+    import tomlkit
+
     for key, value in values.items():
         if value is None:
             if key in table:
                 del table[key]
         elif isinstance(value, dict) and isinstance(table.get(key), dict):
             _merge_table(table[key], value)
+        elif isinstance(value, dict):
+            real = _without_none(value)
+            if real:  # a missing optional table is created only to hold real values
+                sub = tomlkit.table()
+                for k, v in real.items():
+                    sub.add(k, v)
+                sub.add(tomlkit.nl())
+                table[key] = sub
         elif key not in table or table[key] != value:
             table[key] = value
+
+
+def _without_none(value: Any) -> Any:
+    """``value`` with every ``None`` (and every table left empty by that) dropped."""
+    if isinstance(value, dict):
+        out = {k: _without_none(v) for k, v in value.items() if v is not None}
+        return {k: v for k, v in out.items() if not (isinstance(v, dict) and not v)}
+    if isinstance(value, list):
+        return [_without_none(v) for v in value if v is not None]
+    return value

@@ -8,11 +8,12 @@ import time
 import pandas as pd
 import streamlit as st
 
+from backend.logview import newest_line_age
 from backend.runtime import PreflightBlocked
 from state import audit
 from ui import fmt
 from ui.auth import control_lock
-from ui.components import confirm_box, freshness, page_header
+from ui.components import confirm_box, freshness, log_block, page_header
 from ui.context import actor, require_frame, runtime
 
 REFRESH_S = 2
@@ -34,27 +35,27 @@ def overview() -> None:
                 f"`{rt.workspace.config_path}` and reload.", icon=":material/info:")
         return
     states = [v.state.value for v in views]
-    failed = sum(1 for v in views if v.state.value == "FATAL" or (v.state.value == "EXITED" and v.exit_code not in (0, None)))
+    failed = sum(1 for v in views if fmt.view_badge(v).colour == "red")
     c = st.columns(4)
-    c[0].metric("Running", states.count("RUNNING"))
-    c[1].metric("Starting / backoff", sum(states.count(s) for s in ("STARTING", "BACKOFF", "STOPPING")))
-    c[2].metric("Failed", failed)
-    c[3].metric("Managed", len(views))
+    c[0].metric("Running", states.count("RUNNING"), help="processes in RUNNING: their readiness check passed")
+    c[1].metric("In transition", sum(states.count(s) for s in ("STARTING", "BACKOFF", "STOPPING")),
+                help="STARTING, BACKOFF (waiting to restart) or STOPPING")
+    c[2].metric("Failed", failed, help="FATAL, or EXITED with a non-zero code without a stop being asked for")
+    c[3].metric("Managed", len(views), help="every process in the workspace file, servers included")
     rows = []
     for v in views:
         rows.append({
             "name": v.name,
             "kind": v.kind.value,
-            "state": fmt.state_text(v.state.value, v.exit_code),
+            "state": fmt.state_text(v.state.value, v.exit_code, stopped=fmt.stopped_by_user(v.detail)),
             "uptime": fmt.duration(v.uptime_s) if v.uptime_s is not None else "",
             "pid": "" if v.pid is None else str(v.pid),
-            "exit code": "" if v.exit_code is None else str(v.exit_code),
             "readiness": v.readiness + (" ✓" if v.ready else "") if v.readiness != "none" else "none",
             "restarts": v.tries,
             "since": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(v.state_since)) if v.state_since else "",
             "detail": v.detail or "",
         })
-    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    st.table(pd.DataFrame(rows), hide_index=True)  # wraps long details instead of cutting them
     freshness(rt.loop.last_poll_at, REFRESH_S, "states checked")
 
 
@@ -93,6 +94,7 @@ def _do(proc: str, action: str) -> None:
         st.error(f"Could not {action} **{proc}**: {exc}")
     else:
         st.toast(f"{action.capitalize()} requested for {proc}", icon=":material/check_circle:")
+        st.rerun(scope="app")  # the state history and audit log below show the action at once
 
 
 @st.fragment(run_every=REFRESH_S)
@@ -105,19 +107,19 @@ def control(proc: str) -> None:
     with st.container(border=True):
         state = view.state.value
         active = view.live
-        st.markdown(f"{fmt.state_badge(state, view.exit_code).markdown()} &nbsp; **{view.name}** · {view.kind.value}"
-                    + (f" · pid {view.pid}" if view.pid else ""))
-        st.code(shlex.join(view.spec.argv), language="bash")
-        b1, b2, b3, _ = st.columns([1, 1, 1, 3])
+        st.markdown(f"{fmt.view_badge(view).markdown()} &nbsp; **{view.name}** · {view.kind.value}"
+                    + (f" · pid {view.pid}" if view.pid else "") + (f" · {view.detail}" if view.detail else ""))
+        st.code(shlex.join(view.spec.argv), language="bash", wrap_lines=True)
+        row = st.container(horizontal=True)  # each button as wide as its label: never "St…"
         lock = control_lock(rt)
-        if b1.button("Start", key="btn-start", disabled=active or bool(lock), help=lock or None,
-                     icon=":material/play_arrow:"):
+        if row.button("Start", key="btn-start", disabled=active or bool(lock), help=lock or None,
+                      icon=":material/play_arrow:"):
             st.session_state["confirm-start"] = True
-        if b2.button("Stop", key="btn-stop", disabled=not active or bool(lock), help=lock or None,
-                     icon=":material/stop:"):
+        if row.button("Stop", key="btn-stop", disabled=not active or bool(lock), help=lock or None,
+                      icon=":material/stop:"):
             st.session_state["confirm-stop"] = True
-        if b3.button("Restart", key="btn-restart", disabled=bool(lock), help=lock or None,
-                     icon=":material/restart_alt:"):
+        if row.button("Restart", key="btn-restart", disabled=bool(lock), help=lock or None,
+                      icon=":material/restart_alt:"):
             st.session_state["confirm-restart"] = True
         for action, question in (
             ("start", f"Start **{proc}** with the command above?"),
@@ -150,26 +152,28 @@ def log_tail(proc: str) -> None:
             buf = {"text": (buf["text"] + chunk.text)[-TAIL_KEEP_CHARS:], "offset": chunk.offset,
                    "inode": chunk.inode}
     st.session_state[key] = buf
-    st.code(buf["text"] or "(log is empty)", language=None, height=360)
-    freshness(time.time(), REFRESH_S, "log read")
+    log_block(buf["text"].splitlines(), newest_age_s=newest_line_age(v.log_path), toggle_key="proc-log-probes")
 
 
 log_tail(name)
 
-c1, c2 = st.columns(2)
-with c1:
+
+
+@st.fragment(run_every=REFRESH_S)
+def history_and_audit(proc: str) -> None:
+    """Redrawn with the live parts, so an action shows here without a reload."""
     st.subheader("State history")
-    hist = sup.history(name)
+    hist = sup.history(proc)
     hdf = pd.DataFrame([{
         "at": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.at)),
-        "from": e.from_state or "", "to": e.to_state, "pid": e.pid,
-        "exit code": e.exit_code, "detail": e.detail,
+        "from": e.from_state or "", "to": e.to_state, "pid": "" if e.pid is None else str(e.pid),
+        "exit code": "" if e.exit_code is None else str(e.exit_code), "detail": e.detail or "",
     } for e in reversed(hist)])
     if hdf.empty:
         st.caption("No transitions yet.")
     else:
-        st.dataframe(hdf, hide_index=True, width="stretch", height=280)
-with c2:
+        with st.container(height=300 if len(hdf) > 6 else "content"):
+            st.table(hdf, hide_index=True)
     st.subheader("Audit log")
     entries = audit.recent(rt.store, limit=200)
     adf = pd.DataFrame([{
@@ -180,6 +184,10 @@ with c2:
     if adf.empty:
         st.caption("No control actions yet.")
     else:
-        st.dataframe(adf, hide_index=True, width="stretch", height=280)
+        with st.container(height=300 if len(adf) > 6 else "content"):
+            st.table(adf, hide_index=True)
         st.download_button("Download audit log (CSV)", adf.to_csv(index=False), "audit.csv",
                            mime="text/csv")
+
+
+history_and_audit(name)

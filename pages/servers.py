@@ -15,19 +15,13 @@ from backend.sglang import livefigures
 from backend.sglang.alerts import ACCEPT_FLOOR
 from backend.sglang.preflight import has_errors
 from ui import charts, fmt
+from backend.logview import newest_line_age
 from ui.auth import control_lock
-from ui.components import confirm_box, freshness, page_header
+from ui.components import confirm_box, findings_list, freshness, log_block, page_header
 from ui.context import actor, require_frame, runtime
 
 REFRESH_S = 2
 SEVERITY_ICON = {"error": "● error", "warning": "▲ warning", "info": "○ info"}
-STATUS_TEXT = {
-    "ready": ":green[● ready]",
-    "starting": ":orange[◐ starting]",
-    "failed": ":red[✕ failed]",
-    "unreachable": ":red[✕ not answering]",
-    "no-log": ":gray[○ no log yet]",
-}
 
 require_frame(__file__)
 rt = runtime()
@@ -44,10 +38,6 @@ if not names:
 
 default = st.session_state.get("srv-selected")
 name = st.selectbox("Server", names, index=names.index(default) if default in names else 0, key="srv-selected")
-
-
-def _state(v) -> str:
-    return v.state.value if v is not None else "NEVER"
 
 
 def _when(ts: float | None) -> str:
@@ -161,7 +151,6 @@ def live_charts(snap) -> None:
 def live(server: str) -> None:
     snap = fleet.snapshot(server)
     view = rt.supervisor.view(server)
-    state = _state(view)
 
     if snap.alert is not None:
         a = snap.alert
@@ -177,9 +166,9 @@ def live(server: str) -> None:
             st.markdown("**What the log suggests:**")
             st.code(f.hint, language=None)
 
-    badge = fmt.state_badge(state, view.exit_code if view else None)
+    badge = fmt.server_badge(view, snap.status, health_at=snap.health.at if snap.health is not None else None)
     st.markdown(
-        f"{badge.markdown()} &nbsp; {STATUS_TEXT.get(snap.status, snap.status)} &nbsp; · sglang {snap.version}"
+        f"{badge.markdown()} &nbsp; · sglang {snap.version}"
         + (" (assumed)" if snap.version_assumed else "")
         + f" · speculation: {snap.algorithm or 'off'}"
         + (f" · pid {view.pid}" if view is not None and view.pid else ""))
@@ -231,54 +220,105 @@ with right:
         f"Preflight: {errs} error(s), {warns} warning(s)" + (" — a launch needs 'launch anyway'" if errs else ""))
     st.caption(f"checked {fmt.age(time.time() - at)}")
 # errors and warnings in full: their words are the point
-for f in findings:
-    if f.severity in ("error", "warning"):
-        (st.error if f.severity == "error" else st.warning)(
-            f"**{f.code}**: {f.found}\n\n**Fix:** {f.fix}",
-            icon=":material/error:" if f.severity == "error" else ":material/warning:")
+findings_list(findings, info=False)
 if findings:
     with st.expander(f"All findings ({len(findings)})", expanded=not (errs or warns)):
         df = pd.DataFrame(findings_as_rows(findings))
         df["severity"] = df["severity"].map(SEVERITY_ICON)
-        st.dataframe(df, hide_index=True, width="stretch")
+        st.table(df, hide_index=True)  # a table wraps long text; a data grid cuts it
 
 
-def _form_config(base: ServerConfig) -> ServerConfig | None:
+def _put(data: dict, set_fields: set[str], key: str, value, current) -> None:
+    """Put a form value into ``data`` when the user changed it or the file already sets it,
+    so an untouched default is never written into the workspace file."""
+    if value != current or key in set_fields:
+        data[key] = value
+
+
+def _form_config(base: ServerConfig, server: str) -> ServerConfig | None:
     """The relaunch form; returns the edited config, or None when it does not validate."""
-    spec = base.speculative
-    c1, c2, c3 = st.columns(3)
+    spec, graph = base.speculative, base.cuda_graph
+    k = f"srv-f-{server}-"
+    c1, c3 = st.columns(2)
     algo_opts = ["(off)", *ALGORITHMS]
-    algo = c1.selectbox("speculative algorithm", algo_opts,
+    algo = c1.selectbox("speculative algorithm", algo_opts, key=k + "algo",
                         index=algo_opts.index(spec.algorithm) if spec.algorithm else 0)
-    draft = c2.text_input("draft model path", spec.draft_model_path or "")
-    port = c3.number_input("port", 1, 65535, base.port)
+    port = c3.number_input("port", 1, 65535, base.port, key=k + "port")
+    draft = st.text_input("draft model path", spec.draft_model_path or "", key=k + "draft")  # full width: paths are long
     c4, c5, c6 = st.columns(3)
-    steps = c4.number_input("num steps (0 = auto)", 0, 64, spec.num_steps or 0)
-    topk = c5.number_input("eagle topk (0 = auto)", 0, 64, spec.eagle_topk or 0)
-    dtok = c6.number_input("draft tokens (0 = auto)", 0, 1024, spec.num_draft_tokens or 0)
+    steps = c4.number_input("num steps (0 = auto)", 0, 64, spec.num_steps or 0, key=k + "steps")
+    topk = c5.number_input("eagle topk (0 = auto)", 0, 64, spec.eagle_topk or 0, key=k + "topk")
+    dtok = c6.number_input("draft tokens (0 = auto)", 0, 1024, spec.num_draft_tokens or 0, key=k + "dtok")
     c7, c8, c9 = st.columns(3)
-    tp = c7.number_input("tp size", 1, 64, base.tp_size)
-    gpus = c8.text_input("GPUs (CUDA_VISIBLE_DEVICES)", ",".join(map(str, base.gpus)) if base.gpus else "")
-    mem = c9.number_input("mem fraction static (0 = auto)", 0.0, 0.99, base.mem_fraction_static or 0.0, 0.01)
+    tp = c7.number_input("tp size", 1, 64, base.tp_size, key=k + "tp")
+    gpus = c8.text_input("GPUs (CUDA_VISIBLE_DEVICES)", ",".join(map(str, base.gpus)) if base.gpus else "",
+                         key=k + "gpus", help="comma-separated GPU indices, e.g. 0,1; empty leaves it unset")
+    mem = c9.number_input("mem fraction static (0 = auto)", 0.0, 0.99, base.mem_fraction_static or 0.0, 0.01,
+                          key=k + "mem")
     c10, c11 = st.columns(2)
-    no_graph = c10.checkbox("disable CUDA graph", base.cuda_graph.disable)
-    max_bs = c11.number_input("CUDA graph max batch size (0 = auto)", 0, 4096, base.cuda_graph.max_bs or 0)
-    extra = st.text_input("extra arguments", shlex.join(base.extra_args))
-    data = base.model_dump(mode="json", exclude_unset=True)
-    data.update(port=int(port), tp_size=int(tp), mem_fraction_static=float(mem) or None,
-                gpus=[int(g) for g in gpus.replace(" ", "").split(",") if g] if gpus.strip() else None,
-                cuda_graph={"disable": bool(no_graph), "max_bs": int(max_bs) or None})
-    data["speculative"] = {"algorithm": None if algo == "(off)" else algo, "draft_model_path": draft or None,
-                           "num_steps": int(steps) or None, "eagle_topk": int(topk) or None,
-                           "num_draft_tokens": int(dtok) or None}
+    no_graph = c10.checkbox("disable CUDA graph", graph.disable, key=k + "nograph")
+    max_bs = c11.number_input("CUDA graph max batch size (0 = auto)", 0, 4096, graph.max_bs or 0, key=k + "maxbs")
+    extra = st.text_input("extra arguments", shlex.join(base.extra_args), key=k + "extra")
     try:
-        data["extra_args"] = shlex.split(extra)
+        gpu_list = [int(g) for g in gpus.replace(" ", "").split(",") if g] if gpus.strip() else None
+    except ValueError:
+        st.error(f"The config is not valid:\n- gpus: {gpus!r} is not a list of GPU indices like 0,1")
+        return None
+    try:
+        extra_args = shlex.split(extra)
+    except ValueError as exc:
+        st.error(f"The config is not valid:\n- extra arguments: {exc}")
+        return None
+
+    data = base.model_dump(mode="json", exclude_unset=True)
+    top = base.model_fields_set
+    _put(data, top, "port", int(port), base.port)
+    _put(data, top, "tp_size", int(tp), base.tp_size)
+    _put(data, top, "gpus", gpu_list, base.gpus)
+    _put(data, top, "mem_fraction_static", float(mem) or None, base.mem_fraction_static)
+    _put(data, top, "extra_args", extra_args, base.extra_args)
+    sp: dict = dict(data.get("speculative", {}))
+    _put(sp, spec.model_fields_set, "algorithm", None if algo == "(off)" else algo, spec.algorithm)
+    _put(sp, spec.model_fields_set, "draft_model_path", draft.strip() or None, spec.draft_model_path)
+    _put(sp, spec.model_fields_set, "num_steps", int(steps) or None, spec.num_steps)
+    _put(sp, spec.model_fields_set, "eagle_topk", int(topk) or None, spec.eagle_topk)
+    _put(sp, spec.model_fields_set, "num_draft_tokens", int(dtok) or None, spec.num_draft_tokens)
+    if sp:
+        data["speculative"] = sp
+    cg: dict = dict(data.get("cuda_graph", {}))
+    _put(cg, graph.model_fields_set, "disable", bool(no_graph), graph.disable)
+    _put(cg, graph.model_fields_set, "max_bs", int(max_bs) or None, graph.max_bs)
+    if cg:
+        data["cuda_graph"] = cg
+    try:
         return ServerConfig.model_validate(data)
-    except (ValidationError, ValueError) as exc:
-        msgs = [f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()] if isinstance(
-            exc, ValidationError) else [str(exc)]
+    except ValidationError as exc:
+        msgs = [f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg']}" for e in exc.errors()]
         st.error("The config is not valid:\n" + "\n".join(f"- {m}" for m in msgs))
         return None
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in d.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[prefix + key] = value
+    return out
+
+
+def _changes(old: ServerConfig, new: ServerConfig) -> list[str]:
+    """``speculative.num_steps 3 → 4`` for each field the form changed."""
+    a, b = _flat(old.model_dump(mode="json")), _flat(new.model_dump(mode="json"))
+    def show(v) -> str:
+        if v is None:
+            return "auto"
+        if isinstance(v, list):
+            return (shlex.join(v) if all(isinstance(x, str) for x in v) else ",".join(map(str, v))) or "none"
+        return str(v)
+
+    return [f"`{key}` {show(a.get(key))} → {show(b.get(key))}" for key in b if a.get(key) != b.get(key)]
 
 
 def launch_panel(server: str, running: bool) -> None:
@@ -288,15 +328,17 @@ def launch_panel(server: str, running: bool) -> None:
     if close.button("Cancel", key="srv-launch-cancel"):
         st.session_state["srv-launch-open"] = False
         st.rerun()
-    new = _form_config(fleet.config(server))
+    new = _form_config(fleet.config(server), server)
     if new is None:
         return
+    changes = _changes(fleet.config(server), new)
+    st.markdown("**Changes:** " + ("; ".join(changes) if changes else "none (relaunch as it is)"))
     st.code(shlex.join(fleet.argv(new)), language="bash", wrap_lines=True)
     found = fleet.preflight(server, new)
     if found:
-        df = pd.DataFrame(findings_as_rows(found))
-        df["severity"] = df["severity"].map(SEVERITY_ICON)
-        st.dataframe(df, hide_index=True, width="stretch")
+        findings_list(found)
+    else:
+        st.success("Preflight: no findings.")
     blocked = has_errors(found)
     anyway = False
     if blocked:
@@ -321,16 +363,16 @@ def launch_panel(server: str, running: bool) -> None:
 
 
 st.subheader("Control")
-b1, b2, _ = st.columns([1, 1, 4])
+row = st.container(horizontal=True)  # buttons as wide as their labels
 lock = control_lock(rt)
-if b1.button("Relaunch…" if active else "Start…", key="srv-launch", disabled=bool(lock), help=lock or None,
-             icon=":material/rocket_launch:"):
+if row.button("Relaunch…" if active else "Start…", key="srv-launch", disabled=bool(lock), help=lock or None,
+              icon=":material/rocket_launch:"):
     st.session_state["srv-launch-open"] = True
 if st.session_state.get("srv-launch-open"):
     with st.container(border=True):
         launch_panel(name, active)
-if b2.button("Stop", key="srv-stop", disabled=not active or bool(lock), help=lock or None,
-             icon=":material/stop:"):
+if row.button("Stop", key="srv-stop", disabled=not active or bool(lock), help=lock or None,
+              icon=":material/stop:"):
     st.session_state["srv-confirm-stop"] = True
 if confirm_box("srv-confirm-stop", f"Stop **{name}**? Requests in flight fail; it gets SIGTERM, then SIGKILL "
                f"after {view.spec.stop_grace_s:.0f} s." if view else f"Stop **{name}**?",
@@ -349,8 +391,8 @@ st.subheader("Log")
 @st.fragment(run_every=REFRESH_S)
 def log_view(server: str) -> None:
     snap = fleet.snapshot(server)
-    st.caption(f"`{snap.log_path}` · last {len(snap.log_tail)} lines")
-    st.code("\n".join(snap.log_tail[-200:]) or "(log is empty)", language=None, height=320)
+    st.caption(f"`{snap.log_path}`")
+    log_block(list(snap.log_tail), newest_age_s=newest_line_age(snap.log_path), toggle_key="srv-log-probes")
     if snap.unparsed:
         with st.expander(f"{snap.stats.unparsed_lines} batch line(s) could not be read"):
             st.dataframe(pd.DataFrame([{"line": u.line_no, "reason": u.reason, "text": u.text}

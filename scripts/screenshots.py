@@ -1,16 +1,22 @@
 """Save screenshots of the dashboard's pages (for the README and release notes).
 
-    .venv/bin/python scripts/screenshots.py --out docs [--workspace DIR] [--wait 12] [--page processes ...]
+    .venv/bin/python scripts/screenshots.py --out docs/screenshots [--width 1024] [--workspace DIR]
+        [--wait 12] [--page processes ...] [--relaunch]
 
 Starts `streamlit run app.py` on a free 127.0.0.1 port (the demo workspace in a
 temporary home unless --workspace is given), opens each page in Debian's
-Chromium, waits, saves <out>/<page>.png, then stops the dashboard (and the temporary demo's processes).
+Chromium at --width px, waits, saves <out>/<page>-<width>.png.  With --relaunch
+it also walks Servers › Relaunch… with an edit (num steps and draft tokens of
+the first server) and saves the form, the restart and the server ready again as
+<out>/relaunch-edit-{1-form,2-restarting,3-ready}-<width>.png.  Then it stops
+the dashboard (and the temporary demo's processes).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -31,6 +37,8 @@ def main() -> int:
     ap.add_argument("--wait", type=float, default=12.0, help="seconds to let the demo run first")
     ap.add_argument("--page", action="append", help="page slug (default: all)")
     ap.add_argument("--height", type=int, default=1300)
+    ap.add_argument("--width", type=int, default=1024)
+    ap.add_argument("--relaunch", action="store_true", help="also shoot the relaunch-with-edit flow")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -59,7 +67,7 @@ def main() -> int:
             b = pw.chromium.launch(executable_path="/usr/bin/chromium", headless=True,
                                    args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                                          "--disable-component-update", "--no-first-run"])
-            page = b.new_page(viewport={"width": 1500, "height": args.height})
+            page = b.new_page(viewport={"width": args.width, "height": args.height})
             page.goto(url)
             page.wait_for_selector("text=Workspace:", timeout=60_000)
             time.sleep(args.wait)
@@ -67,8 +75,11 @@ def main() -> int:
                 page.locator("[data-testid='stSidebarNav'] a").filter(has_text=TITLES[slug]).first.click()
                 page.get_by_role("heading", name=TITLES[slug]).first.wait_for(timeout=30_000)
                 time.sleep(4)
-                page.screenshot(path=str(out / f"{slug}.png"), full_page=True)
-                print(out / f"{slug}.png")
+                shot = out / f"{slug}-{args.width}.png"
+                page.screenshot(path=str(shot), full_page=True)
+                print(shot)
+            if args.relaunch:
+                _relaunch_flow(page, out, args.width)
             b.close()
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -78,6 +89,35 @@ def main() -> int:
                             "processes", "stop-all"], cwd=REPO, env=env,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return 0
+
+
+def _relaunch_flow(page, out: Path, width: int) -> None:
+    """Servers › Relaunch…: raise num steps and draft tokens by one, relaunch, watch it come back."""
+    page.locator("[data-testid='stSidebarNav'] a").filter(has_text="Servers").first.click()
+    page.get_by_role("heading", name="Servers").first.wait_for(timeout=30_000)
+    page.get_by_role("button", name="Relaunch…").first.click(timeout=60_000)
+    for label in ("num steps (0 = auto)", "draft tokens (0 = auto)"):
+        box = page.get_by_label(label)
+        box.fill(str(int(box.input_value()) + 1))
+        box.press("Enter")
+        time.sleep(2)
+    go = page.get_by_role("button", name="Stop and relaunch")
+    go.scroll_into_view_if_needed()
+    time.sleep(1)
+    shots = [out / f"relaunch-edit-1-form-{width}.png"]
+    page.screenshot(path=str(shots[0]), full_page=True)
+    go.click()
+    page.get_by_text("Starting").first.wait_for(timeout=60_000)
+    page.evaluate("for (const el of document.querySelectorAll(\"[data-testid='stMain'], [data-testid='stAppViewContainer']\")) el.scrollTo(0, 0)")
+    shots.append(out / f"relaunch-edit-2-restarting-{width}.png")
+    page.screenshot(path=str(shots[1]), full_page=True)
+    page.locator("[data-testid='stMain'] [data-testid='stMarkdownContainer']").filter(
+        has_text=re.compile("● RUNNING")).first.wait_for(timeout=120_000)  # the server's badge
+    time.sleep(6)
+    shots.append(out / f"relaunch-edit-3-ready-{width}.png")
+    page.screenshot(path=str(shots[2]), full_page=True)
+    for shot in shots:
+        print(shot)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,35 @@ import streamlit as st
 from ui import fmt
 
 
+# Streamlit cuts a metric's label, value and delta and a button's label with an
+# ellipsis when its column is narrow ("St…", "accept_…" at 1024 px).  Every page
+# lets them wrap instead, lets a row of narrow columns wrap onto a second line,
+# and on narrow screens draws metric values a little smaller and trims the wide
+# side margins, so nothing a user reads is cut (tests/e2e/test_widths.py checks it).
+NO_CUT_CSS = """<style>
+[data-testid="stMetricLabel"], [data-testid="stMetricLabel"] *,
+[data-testid="stMetricValue"], [data-testid="stMetricValue"] *,
+[data-testid="stMetricDelta"], [data-testid="stMetricDelta"] *,
+[data-testid="stMain"] button, [data-testid="stMain"] button * {
+  white-space: normal !important; overflow: visible !important; text-overflow: clip !important;
+  overflow-wrap: break-word;
+}
+@media (max-width: 1500px) {
+  [data-testid="stMetricValue"] { font-size: 1.6rem !important; }
+  [data-testid="stMainBlockContainer"] { padding-left: 2rem !important; padding-right: 2rem !important; }
+}
+/* a long token (a URL, a path) breaks inside a table cell rather than push columns out of sight */
+[data-testid="stTable"] td, [data-testid="stTable"] th, [data-testid="stTable"] td * {
+  white-space: normal !important; word-break: break-word;
+}
+/* a row of columns too narrow for its metrics wraps onto a second line */
+[data-testid="stMain"] [data-testid="stHorizontalBlock"] { flex-wrap: wrap; row-gap: 0.75rem; }
+[data-testid="stMain"] [data-testid="stColumn"] { min-width: min(7.5rem, 100%); }
+</style>"""
+
+
 def page_header(title: str, purpose: str) -> None:
+    st.html(NO_CUT_CSS)
     st.title(title)
     st.caption(purpose)
 
@@ -43,13 +71,54 @@ def confirm_box(key: str, question: str, *, confirm_label: str = "Confirm",
     box = st.empty()
     with box.container(border=True):
         st.warning(question, icon=":material/warning:" if danger else ":material/info:")
-        c1, c2, _ = st.columns([1, 1, 4])
+        row = st.container(horizontal=True)
         answer = None
-        if c1.button(confirm_label, key=f"{key}-yes", type="primary"):
+        if row.button(confirm_label, key=f"{key}-yes", type="primary"):
             answer = True
-        elif c2.button("Cancel", key=f"{key}-no"):
+        elif row.button("Cancel", key=f"{key}-no"):
             answer = False
     if answer is not None:  # answered: the question goes away at once
         st.session_state[key] = False
         box.empty()
     return answer
+
+
+def log_block(lines: list[str], *, newest_age_s: float | None, toggle_key: str, latest: int = 15,
+              earlier: int = 200) -> None:
+    """A log tail with the newest lines where the eye lands.
+
+    The last ``latest`` lines show in full (no scrolling, newest at the bottom),
+    under a caption saying how old the newest line is; up to ``earlier`` lines
+    before them sit in an expander.  The dashboard's own /health, /metrics and
+    /server_info requests are hidden unless the toggle is on.
+    """
+    from backend.logview import filter_probe_lines
+
+    show = st.toggle("Show the dashboard's own /health, /metrics and /server_info requests",
+                     key=toggle_key)
+    view = filter_probe_lines(lines, show_probes=show)
+    shown = view.lines
+    age_text = "no line yet" if newest_age_s is None else f"newest line written {fmt.age(newest_age_s)}"
+    hidden = f" · {fmt.count(view.hidden)} probe request line(s) hidden" if view.hidden else ""
+    st.caption(f"Latest {min(latest, len(shown))} of {fmt.count(len(shown))} lines · {age_text}{hidden}")
+    st.code("\n".join(shown[-latest:]) or "(log is empty)", language=None, wrap_lines=True)
+    before = shown[:-latest][-earlier:]
+    if before:
+        with st.expander(f"Earlier lines ({fmt.count(len(before))})"):
+            st.code("\n".join(before), language=None, height=320)
+
+
+def findings_list(findings, *, info: bool = True) -> None:
+    """Preflight findings in full: errors and warnings as callouts, info as a list.
+
+    Their words are the point, so nothing is cut to fit a table cell.
+    """
+    for f in findings:
+        if f.severity in ("error", "warning"):
+            (st.error if f.severity == "error" else st.warning)(
+                f"**{f.code}**: {f.found}\n\n**Fix:** {f.fix}",
+                icon=":material/error:" if f.severity == "error" else ":material/warning:")
+    notes = [f for f in findings if f.severity not in ("error", "warning")]
+    if info and notes:
+        st.markdown("\n".join(f"- ○ **{f.code}**: {f.found}" + (f" *Fix:* {f.fix}" if f.fix else "")
+                              for f in notes))

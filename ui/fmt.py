@@ -87,17 +87,28 @@ class Badge:
         return f":{self.colour}[{self.icon} {self.label}]"
 
 
-def state_badge(state: str | None, exit_code: int | None = None) -> Badge:
+def stopped_by_user(detail: str | None) -> bool:
+    """Whether an EXITED process ended because someone asked it to stop.
+
+    The supervisor writes ``stopped (exit code 0)`` / ``stopped (killed by SIGTERM)``
+    for a stop that was asked for, and ``exit code N`` for a process that ended itself.
+    """
+    return (detail or "").startswith("stopped")
+
+
+def state_badge(state: str | None, exit_code: int | None = None, *, stopped: bool = False) -> Badge:
     """One mapping everywhere: RUNNING green, STARTING/BACKOFF/STOPPING amber,
-    EXITED 0 grey, EXITED non-zero/FATAL red, UNKNOWN purple."""
+    EXITED 0 grey, STOPPED (by a user) grey, EXITED non-zero/FATAL red, UNKNOWN purple."""
     s = (state or "UNKNOWN").upper()
     if s == "RUNNING":
         return Badge("●", "green", "RUNNING")
     if s in ("STARTING", "BACKOFF", "STOPPING"):
         return Badge("◐", "orange", s)
     if s == "EXITED":
+        if stopped:  # whatever the code a SIGTERM left, the user asked for it
+            return Badge("■", "gray", "STOPPED")
         if exit_code == 0:
-            return Badge("○", "gray", "EXITED 0")
+            return Badge("✓", "gray", "FINISHED (exit 0)")
         code = "?" if exit_code is None else str(exit_code)
         return Badge("✕", "red", f"EXITED {code}")
     if s == "FATAL":
@@ -107,6 +118,33 @@ def state_badge(state: str | None, exit_code: int | None = None) -> Badge:
     return Badge("?", "violet", s)
 
 
-def state_text(state: str | None, exit_code: int | None = None) -> str:
-    b = state_badge(state, exit_code)
+def view_badge(view) -> Badge:
+    """The badge of a supervisor ProcessView (or None: never started)."""
+    if view is None:
+        return state_badge("NEVER")
+    return state_badge(view.state.value, view.exit_code, stopped=stopped_by_user(view.detail))
+
+
+def server_badge(view, status: str | None, *, health_at: float | None = None) -> Badge:
+    """One badge for a server: the supervisor's state, sharpened by what the monitor sees.
+
+    ``status`` is the monitor's (ready / starting / failed / unreachable / no-log);
+    ``health_at`` is when its last /health answer (or failure) was read.  A server
+    is "not answering" only when a /health check made after it became RUNNING
+    failed, so an old failure from before ready never flashes up.
+    """
+    badge = view_badge(view)
+    if view is None:
+        return badge
+    state = view.state.value
+    if status == "failed" and state in ("STARTING", "RUNNING"):
+        return Badge("✕", "red", "STARTUP FAILED" if state == "STARTING" else "FAILED")
+    if state == "RUNNING" and status == "unreachable" and health_at is not None \
+            and health_at > (view.state_since or 0):
+        return Badge("✕", "red", "NOT ANSWERING")
+    return badge
+
+
+def state_text(state: str | None, exit_code: int | None = None, *, stopped: bool = False) -> str:
+    b = state_badge(state, exit_code, stopped=stopped)
     return f"{b.icon} {b.label}"

@@ -30,12 +30,29 @@ stop_grace_s = 5
 name = "oneshot"
 kind = "benchmark"
 argv = [{py!r}, "-c", "import sys; print(1); sys.exit(3)"]
+
+[[process]]
+name = "access"
+kind = "other"
+argv = [{py!r}, "ACCESS_SCRIPT"]
 """.replace("'", '"')
+
+
+# a process whose log holds the dashboard's probe requests among a user's request, as SGLang logs them
+ACCESS_LINES = [
+    '[2025-06-01 10:00:00] INFO:     127.0.0.1:51234 - "GET /health HTTP/1.1" 200 OK',
+    '[2025-06-01 10:00:00] INFO:     127.0.0.1:51236 - "GET /metrics HTTP/1.1" 200 OK',
+    '[2025-06-01 10:00:01] INFO:     127.0.0.1:51238 - "POST /generate HTTP/1.1" 200 OK',
+    '[2025-06-01 10:00:02] INFO:     127.0.0.1:51240 - "GET /server_info HTTP/1.1" 200 OK',
+    "the last line",
+]
 
 
 @pytest.fixture
 def workspace(tmp_path, monkeypatch):
-    (tmp_path / "specdeck.toml").write_text(_config(sys.executable))
+    script = tmp_path / "access.py"
+    script.write_text("".join(f"print({line!r})\n" for line in ACCESS_LINES))
+    (tmp_path / "specdeck.toml").write_text(_config(sys.executable).replace("ACCESS_SCRIPT", str(script)))
     monkeypatch.setenv("SPECDECK_WORKSPACE", str(tmp_path))
     yield tmp_path
     rt = runtime_mod._runtimes.get(tmp_path.resolve())
@@ -74,7 +91,7 @@ def test_stop_button_stops_the_process_and_is_audited(workspace):
     at = _processes_page(AppTest.from_file(str(REPO / "app.py"), default_timeout=30))
 
     assert any("Processes" in t.value for t in at.title)
-    table = at.dataframe[0].value
+    table = at.table[0].value
     row = table[table["name"] == "ticker"].iloc[0]
     assert "RUNNING" in row["state"]
     assert int(row["pid"]) == rt.supervisor.view("ticker").pid
@@ -92,6 +109,9 @@ def test_stop_button_stops_the_process_and_is_audited(workspace):
 
     entries = [e for e in audit.recent(rt.store, limit=20) if e.target == "ticker" and e.action == "stop"]
     assert entries and entries[0].source == "dashboard"
+    at.run()
+    table = at.table[0].value
+    assert table[table["name"] == "ticker"].iloc[0]["state"] == "■ STOPPED"  # not a failure, not a finish
 
 
 @pytest.mark.timeout(90)
@@ -100,10 +120,45 @@ def test_exited_process_shows_its_exit_code(workspace):
     rt.supervisor.start("oneshot", actor="test", source="test")
     _wait_state(rt, "oneshot", {"EXITED"})
     at = _processes_page(AppTest.from_file(str(REPO / "app.py"), default_timeout=30))
-    table = at.dataframe[0].value
+    table = at.table[0].value
     row = table[table["name"] == "oneshot"].iloc[0]
-    assert "EXITED 3" in row["state"]
-    assert int(row["exit code"]) == 3
+    assert row["state"] == "✕ EXITED 3"  # the exit code is part of the state
+
+
+@pytest.mark.timeout(90)
+def test_log_tail_shows_the_newest_line_with_its_age_and_hides_probe_requests(workspace):
+    rt = runtime_mod.get_runtime()
+    rt.supervisor.start("access", actor="test", source="test")
+    _wait_state(rt, "access", {"EXITED"})
+    at = _processes_page(AppTest.from_file(str(REPO / "app.py"), default_timeout=30))
+    at.selectbox(key="proc-selected").select("access").run()
+    assert not at.exception, at.exception
+    table = at.table[0].value
+    assert table[table["name"] == "access"].iloc[0]["state"] == "✓ FINISHED (exit 0)"
+    latest = at.code[1].value.splitlines()  # [0] is the command
+    ours = [line for line in latest if not line.startswith("=====")]  # the supervisor's start/exit banners
+    assert ours == [ACCESS_LINES[2], ACCESS_LINES[4]]  # the user's request and the program's last line, no probes
+    assert "exit code 0" in latest[-1]  # the newest line (the exit banner) at the bottom, not scrolled away
+    caption = next(c.value for c in at.caption if "newest line written" in c.value)
+    assert "3 probe request line(s) hidden" in caption
+    at.toggle(key="proc-log-probes").set_value(True).run()
+    assert [line for line in at.code[1].value.splitlines() if not line.startswith("=====")] == ACCESS_LINES
+
+
+@pytest.mark.timeout(90)
+def test_state_history_and_audit_show_an_action_in_the_same_run(workspace):
+    rt = runtime_mod.get_runtime()
+    _wait_state(rt, "ticker", {"RUNNING"})
+    at = _processes_page(AppTest.from_file(str(REPO / "app.py"), default_timeout=30))
+    at.selectbox(key="proc-selected").select("ticker").run()
+    at.button(key="btn-stop").click().run()
+    at.button(key="confirm-stop-yes").click().run()
+    assert not at.exception, at.exception
+    tables = [t.value for t in at.table]
+    history = next(t for t in tables if "to" in t.columns)
+    audit_log = next(t for t in tables if "action" in t.columns)
+    assert history.iloc[0]["to"] == "STOPPING"
+    assert (audit_log.iloc[0]["action"], audit_log.iloc[0]["target"]) == ("stop", "ticker")
 
 
 @pytest.mark.timeout(90)
@@ -155,3 +210,18 @@ def test_cancel_leaves_the_process_alone(workspace):
     rt.supervisor.poll()
     v = rt.supervisor.view("ticker")
     assert v.state.value == "RUNNING" and v.pid == pid
+
+
+@pytest.mark.timeout(90)
+def test_sidebar_counts_say_what_they_count(workspace):
+    rt = runtime_mod.get_runtime()
+    _wait_state(rt, "ticker", {"RUNNING"})
+    rt.supervisor.start("access", actor="test", source="test")
+    _wait_state(rt, "access", {"EXITED"})
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=30).run()  # the frame draws the sidebar
+    assert not at.exception, at.exception
+    side = [m.value for m in at.sidebar.markdown]
+    assert "**Servers** (0)" in side  # this workspace has no [[server]]
+    assert "**Managed processes** (3, servers included)" in side
+    captions = [c.value for c in at.sidebar.caption]
+    assert "1 finished (exit 0) · 1 not started · 1 running" in captions

@@ -79,22 +79,26 @@ def test_page_shows_preflight_error_then_the_alert_of_the_eagle_mistake(make_ws)
     assert not at.exception, at.exception
     text = _texts(at)
     assert "1 error(s)" in text
-    frames = [df.value for df in at.dataframe]
+    frames = [t.value for t in at.table]
     found = " ".join(" ".join(map(str, f["found"].tolist())) for f in frames if "found" in f.columns)
     assert "EAGLE3" in found and "12288" in found and "accept_len will sit at 1.0" in found
+    # the error's words in full, outside any table cell
+    assert any("accept_len will sit at 1.0" in e.value and "**Fix:**" in e.value for e in at.error)
 
     rt = runtime_mod.get_runtime()
     rt.start("sim", actor="tester", source="test", force=True)
     deadline = time.time() + 120
     while time.time() < deadline:
-        if rt.fleet.snapshot("sim").alert is not None:
+        if rt.fleet.snapshot("sim").alert is not None and rt.supervisor.view("sim").state.value == "RUNNING":
             break
         time.sleep(0.2)
     at.run()
     assert not at.exception, at.exception
     text = _texts(at)
     assert "not accepting any draft tokens" in text and "EAGLE3" in text
-    assert any("ready" in m.value for m in at.markdown)
+    status = [m.value for m in at.markdown if "sglang " in m.value and "speculation" in m.value]
+    assert status and status[0].startswith(":green[● RUNNING]")  # one badge, not "RUNNING" and "ready"
+    assert "ready" not in status[0] and "not answering" not in status[0]
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["accept_len"] == "1.00"
     assert float(metrics["aggregate tok/s"].replace(",", "")) > 0  # a reading, one decimal, never N/A once decoding
@@ -111,6 +115,9 @@ def test_launch_dialog_needs_launch_anyway_then_stop_asks_first(make_ws):
     assert not at.exception, at.exception
     go = at.button(key="srv-launch-go")
     assert go.disabled  # preflight errors block the launch...
+    # ...and the panel shows them in full (the page's own preflight section shows them once more)
+    full = [e.value for e in at.error if "accept_len will sit at 1.0" in e.value and "**Fix:**" in e.value]
+    assert len(full) == 2, full
     assert "Launch anyway" in at.checkbox(key="srv-anyway").label
     at.checkbox(key="srv-anyway").check().run()
     at.button(key="srv-launch-go").click().run()  # ...until "launch anyway" is ticked
@@ -157,3 +164,24 @@ def test_launch_panel_cancel_closes_it_without_launching(make_ws):
     assert not at.exception, at.exception
     assert not any(b.key == "srv-launch-go" for b in at.button)
     assert rt.supervisor.view("sim").state.value == "NEVER"
+
+
+@pytest.mark.timeout(120)
+def test_server_log_hides_the_dashboards_own_probe_requests_until_asked(make_ws):
+    make_ws("EAGLE3")
+    rt = runtime_mod.get_runtime()
+    rt.start("sim", actor="tester", source="test", force=True)
+    log = Path(rt.fleet.log_path("sim"))
+    deadline = time.time() + 60
+    while time.time() < deadline:  # the monitor's and the readiness probe's requests reach the log
+        if log.exists() and log.read_text(errors="replace").count('"GET /health HTTP/1.1" 200') >= 2:
+            break
+        time.sleep(0.2)
+    at = AppTest.from_file(PAGE, default_timeout=30).run()
+    assert not at.exception, at.exception
+    shown = "\n".join(c.value for c in at.code)
+    assert '"GET /health HTTP/1.1" 200' not in shown
+    assert any("probe request line(s) hidden" in c.value and "newest line written" in c.value for c in at.caption)
+    at.toggle(key="srv-log-probes").set_value(True).run()
+    shown = "\n".join(c.value for c in at.code)
+    assert '"GET /health HTTP/1.1" 200' in shown

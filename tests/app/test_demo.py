@@ -1,0 +1,46 @@
+"""The demo workspace tells one story: the server's config, its launch command and the fake
+GPUs it is seen holding agree."""
+
+from __future__ import annotations
+
+import sys
+
+from backend.sglang.config import ServerConfig
+from backend.sglang.launch import build_argv
+from backend.sglang.preflight import run_preflight
+from backend.telemetry.fake import FakeNvml
+from backend.workspace import load_workspace
+
+GiB = 1024 ** 3
+
+
+def _demo_server(tmp_path):
+    ws = load_workspace(tmp_path / "demo", create_demo=True)
+    servers = [ServerConfig.model_validate(e) for e in ws.config.server]
+    assert len(servers) == 1
+    return ws, servers[0]
+
+
+def test_the_demo_server_is_a_tp8_target_on_all_eight_gpus(tmp_path):
+    _ws, cfg = _demo_server(tmp_path)
+    assert cfg.tp_size == 8
+    assert cfg.gpus == [0, 1, 2, 3, 4, 5, 6, 7]
+    argv = build_argv(cfg, cfg.sglang_version)
+    assert argv[argv.index("--tp-size") + 1] == "8"
+    # eight H200-sized GPUs with room to spare: preflight finds nothing wrong with the demo
+    probe = lambda: [(i, int(141 * GiB), int(139 * GiB)) for i in range(8)]  # noqa: E731
+    findings = run_preflight(cfg.model_copy(update={"python": sys.executable}), gpu_probe=probe,
+                             port_probe=lambda host, port: True, version=cfg.sglang_version)
+    assert [f for f in findings if f.severity == "error"] == []
+
+
+def test_the_fake_gpus_show_the_demo_server_on_exactly_the_gpus_its_config_names(tmp_path):
+    _ws, cfg = _demo_server(tmp_path)
+    nvml = FakeNvml(gpus=8, follow=lambda: [(cfg.name, "server", 4242)])
+    nvml.nvmlInit()
+    holding = set()
+    for i in range(nvml.nvmlDeviceGetCount()):
+        procs = nvml.nvmlDeviceGetComputeRunningProcesses(nvml.nvmlDeviceGetHandleByIndex(i))
+        if any(p.pid == 4242 for p in procs):
+            holding.add(i)
+    assert holding == set(cfg.gpus)

@@ -1,0 +1,81 @@
+"""Drive the dashboard in a real browser: `streamlit run app.py` headless on a free
+127.0.0.1 port with the demo workspace, and Debian's Chromium through playwright."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+CHROMIUM = "/usr/bin/chromium"
+
+
+@contextmanager
+def serve(home: Path, env_extra: dict[str, str] | None = None):
+    """`streamlit run app.py` on a free port with the demo workspace under ``home``."""
+    port = free_port()
+    env = dict(os.environ, SPECDECK_HOME=str(home), PYTHONUNBUFFERED="1")
+    env.pop("SPECDECK_WORKSPACE", None)
+    env.update(env_extra or {})
+    log = open(home / "streamlit.log", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+         "--server.headless", "true", "--global.developmentMode", "false"],
+        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/_stcore/health", timeout=2) as r:
+                    if r.read().strip() == b"ok":
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError("streamlit did not become healthy: "
+                                   + (home / "streamlit.log").read_text(errors="replace")[-2000:])
+            time.sleep(0.5)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+        # end the demo workspace's managed processes too
+        if (home / "demo" / "specdeck.toml").exists():
+            subprocess.run([sys.executable, "-m", "backend.cli", "--workspace", str(home / "demo"),
+                            "processes", "stop-all"], cwd=REPO, env=env, timeout=60,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+@contextmanager
+def browser(width: int = 1600, height: int = 1200):
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: scripts/test installs Debian's chromium (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM, headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--no-first-run"],
+        )
+        try:
+            yield browser.new_page(viewport={"width": width, "height": height})
+        finally:
+            browser.close()

@@ -1,0 +1,36 @@
+"""An action shows in the Processes page's state history and audit log at once, in the
+browser, without a reload (the buttons live in a fragment; the tables below it must follow)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.e2e._dashboard import browser, serve
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.mark.timeout(240)
+def test_stop_shows_in_history_and_audit_without_a_reload(tmp_path):
+    from playwright.sync_api import expect
+
+    with serve(tmp_path) as url, browser(width=1440, height=1400) as page:
+        page.goto(url, wait_until="domcontentloaded")
+        expect(page.get_by_text("Workspace:").first).to_be_visible(timeout=60_000)
+        page.locator("[data-testid='stSidebarNav'] a").filter(has_text="Processes").first.click()
+        expect(page.get_by_role("heading", name="Processes").first).to_be_visible(timeout=30_000)
+        page.locator("[data-testid='stSelectbox']").filter(has_text="Process").first.click()
+        page.get_by_role("option", name="demo-ticker").click()
+        stop = page.locator("[data-testid='stMain']").get_by_role("button", name="Stop", exact=True)
+        expect(stop).to_be_enabled(timeout=60_000)  # the ticker is running
+        audit = page.locator("[data-testid='stTable']").filter(has_text="outcome")
+        history = page.locator("[data-testid='stTable']").filter(has_text="from").filter(has_text="to").last
+        expect(history.locator("tbody tr").first).to_contain_text("RUNNING", timeout=30_000)
+        assert "stop" not in audit.locator("tbody tr").first.inner_text().split()  # the demo's autostarts only
+        stop.click()
+        page.get_by_role("button", name="Yes, stop").click()
+        # the page is not reloaded; the audit table and the history's newest row appear by themselves
+        audit_row = audit.locator("tbody tr").first
+        expect(audit_row).to_contain_text("stop", timeout=10_000)
+        expect(audit_row).to_contain_text("demo-ticker")
+        expect(history.locator("tbody tr").first).to_contain_text("STOPPING", timeout=10_000)

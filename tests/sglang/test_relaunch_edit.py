@@ -1,0 +1,288 @@
+"""Servers › Relaunch… with an edited field, the way a user does it: open the panel, change one
+field, relaunch, then check the workspace file, the new process's argv and that the (simulated)
+server comes back RUNNING and ready.  Two workspaces: one whose ``[[server]]`` entry has the
+optional ``[server.speculative]`` and ``[server.cuda_graph]`` tables (with comments), one without."""
+
+from __future__ import annotations
+
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from backend import runtime as runtime_mod
+from backend.sim.models import make_draft_dir, make_target_dir
+from backend.workspace import parse_config
+from tests.helpers import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+PAGE = str(REPO / "pages" / "servers.py")
+K = "srv-f-sim-"
+
+COMMENTS = ("# the target under test", "# drafts we are trying", "# small graphs for the demo box",
+            "# keep some memory for the draft")
+
+
+def _with_tables(root: Path, target: Path, draft: Path) -> str:
+    return f"""# workspace for the relaunch test
+[workspace]
+name = "relaunch"
+
+[telemetry]
+source = "fake"
+
+[[server]]
+name = "sim"
+model_path = "{target}"   # the target under test
+port = {free_port()}
+simulate = true
+sglang_version = "0.5.10"
+decode_log_interval = 5
+mem_fraction_static = 0.8   # keep some memory for the draft
+gpus = [0]
+env = {{ SPECDECK_SIM_SPEED = "100" }}
+
+[server.speculative]
+# drafts we are trying
+algorithm = "EAGLE3"
+draft_model_path = "{draft}"
+num_steps = 3
+eagle_topk = 1
+num_draft_tokens = 4
+
+[server.cuda_graph]
+max_bs = 16   # small graphs for the demo box
+"""
+
+
+def _without_tables(root: Path, target: Path, draft: Path) -> str:
+    return f"""# workspace for the relaunch test
+[workspace]
+name = "relaunch"
+
+[telemetry]
+source = "fake"
+
+[[server]]
+name = "sim"
+model_path = "{target}"   # the target under test
+port = {free_port()}
+simulate = true
+sglang_version = "0.5.10"
+decode_log_interval = 5
+env = {{ SPECDECK_SIM_SPEED = "100" }}
+"""
+
+
+@pytest.fixture
+def ws(tmp_path, monkeypatch):
+    def make(writer):
+        target = make_target_dir(tmp_path / "m" / "target")
+        draft = make_draft_dir(tmp_path / "m" / "draft", kind="eagle3", target_hidden_size=4096)
+        (tmp_path / "specdeck.toml").write_text(writer(tmp_path, target, draft))
+        monkeypatch.setenv("SPECDECK_WORKSPACE", str(tmp_path))
+        return tmp_path, draft
+
+    yield make
+    rt = runtime_mod._runtimes.get(tmp_path.resolve())
+    if rt is not None:
+        for v in rt.supervisor.views():
+            if v.live:
+                rt.supervisor.stop(v.name, actor="test", source="teardown", wait=True)
+    runtime_mod.close_all()
+
+
+def _entry(root: Path) -> dict:
+    text = (root / "specdeck.toml").read_text()
+    parse_config(text, root / "specdeck.toml")  # the whole file still validates
+    return tomllib.loads(text)["server"][0]
+
+
+def _wait_ready(rt, old_run: str | None, deadline_s: float = 90.0):
+    """The server's new run (not ``old_run``) is RUNNING and its /health answered after it started."""
+    deadline = time.time() + deadline_s
+    while time.time() < deadline:
+        v = rt.supervisor.view("sim")
+        if v.state.value == "RUNNING" and v.run_id != old_run and v.started_at:
+            h = rt.fleet.snapshot("sim").health
+            if h is not None and h.ok and h.at >= v.started_at:
+                return v
+        time.sleep(0.1)
+    v = rt.supervisor.view("sim")
+    raise AssertionError(f"not ready in {deadline_s} s: {v.state.value} {v.detail} "
+                         f"log: {Path(v.log_path).read_text()[-1500:] if Path(v.log_path).exists() else ''}")
+
+
+def _relaunch(at: AppTest, rt, edit) -> object:
+    """Open the panel, apply ``edit(at)``, relaunch (ticking "launch anyway" when preflight asks)."""
+    old_run = rt.supervisor.view("sim").run_id
+    at.button(key="srv-launch").click().run()
+    assert not at.exception, at.exception
+    edit(at)
+    at.run()
+    assert not at.exception, at.exception
+    assert not [e.value for e in at.error if "not valid" in e.value], "the form refused the edit"
+    if any(c.key == "srv-anyway" for c in at.checkbox):
+        at.checkbox(key="srv-anyway").check().run()
+    go = at.button(key="srv-launch-go")
+    assert not go.disabled
+    go.click().run()
+    assert not at.exception, at.exception
+    assert not [e.value for e in at.error if "Could not launch" in e.value], [e.value for e in at.error]
+    assert not any(b.key == "srv-launch-go" for b in at.button), "the panel closes after a relaunch"
+    return _wait_ready(rt, old_run)
+
+
+def _flag(argv, flag: str) -> str | None:
+    argv = list(argv)
+    return argv[argv.index(flag) + 1] if flag in argv else None
+
+
+def _start(rt) -> AppTest:
+    rt.start("sim", actor="tester", source="test", force=True)
+    _wait_ready(rt, None)
+    at = AppTest.from_file(PAGE, default_timeout=30).run()
+    assert not at.exception, at.exception
+    return at
+
+
+def _text(root: Path) -> str:
+    return (root / "specdeck.toml").read_text()
+
+
+@pytest.mark.timeout(600)
+def test_relaunch_with_each_field_edited_on_a_workspace_with_the_optional_tables(ws):
+    root, _draft = ws(_with_tables)
+    rt = runtime_mod.get_runtime()
+    at = _start(rt)
+
+    def check(v, key_path, value, flag=None, flag_value=None):
+        e = _entry(root)
+        for k in key_path[:-1]:
+            e = e[k]
+        assert e.get(key_path[-1]) == value, (key_path, e)
+        text = _text(root)
+        for c in COMMENTS:
+            assert c in text, f"comment lost: {c!r}\n{text}"
+        if flag:
+            assert _flag(v.spec.argv, flag) == flag_value, v.spec.argv
+
+    v = _relaunch(at, rt, lambda a: a.selectbox(key=K + "algo").select("EAGLE"))
+    check(v, ("speculative", "algorithm"), "EAGLE", "--speculative-algorithm", "EAGLE")
+    v = _relaunch(at, rt, lambda a: a.selectbox(key=K + "algo").select("EAGLE3"))
+    check(v, ("speculative", "algorithm"), "EAGLE3", "--speculative-algorithm", "EAGLE3")
+    v = _relaunch(at, rt, lambda a: a.number_input(key=K + "steps").set_value(4))
+    check(v, ("speculative", "num_steps"), 4, "--speculative-num-steps", "4")
+    v = _relaunch(at, rt, lambda a: a.number_input(key=K + "dtok").set_value(5))
+    check(v, ("speculative", "num_draft_tokens"), 5, "--speculative-num-draft-tokens", "5")
+    v = _relaunch(at, rt, lambda a: a.number_input(key=K + "topk").set_value(2))
+    check(v, ("speculative", "eagle_topk"), 2, "--speculative-eagle-topk", "2")
+    v = _relaunch(at, rt, lambda a: a.number_input(key=K + "maxbs").set_value(8))
+    check(v, ("cuda_graph", "max_bs"), 8, "--cuda-graph-max-bs", "8")
+    v = _relaunch(at, rt, lambda a: a.checkbox(key=K + "nograph").check())
+    check(v, ("cuda_graph", "disable"), True)
+    assert "--disable-cuda-graph" in v.spec.argv and "--cuda-graph-max-bs" not in v.spec.argv
+    v = _relaunch(at, rt, lambda a: a.checkbox(key=K + "nograph").uncheck())
+    check(v, ("cuda_graph", "disable"), False, "--cuda-graph-max-bs", "8")
+    assert "--disable-cuda-graph" not in v.spec.argv
+    v = _relaunch(at, rt, lambda a: a.number_input(key=K + "mem").set_value(0.7))
+    check(v, ("mem_fraction_static",), 0.7, "--mem-fraction-static", "0.7")
+    v = _relaunch(at, rt, lambda a: a.text_input(key=K + "gpus").input("1,2"))
+    check(v, ("gpus",), [1, 2])
+    assert v.spec.env["CUDA_VISIBLE_DEVICES"] == "1,2"
+    v = _relaunch(at, rt, lambda a: a.text_input(key=K + "extra").input("--chunked-prefill-size 4096"))
+    check(v, ("extra_args",), ["--chunked-prefill-size", "4096"], "--chunked-prefill-size", "4096")
+    # every earlier edit is still in the file, and in the running server's command
+    e = _entry(root)
+    assert e["speculative"] == {"algorithm": "EAGLE3", "draft_model_path": e["speculative"]["draft_model_path"],
+                                "num_steps": 4, "eagle_topk": 2, "num_draft_tokens": 5}
+    assert e["cuda_graph"] == {"max_bs": 8, "disable": False}
+    assert _flag(v.spec.argv, "--speculative-num-steps") == "4"
+    at.run()
+    assert not at.exception, at.exception
+    assert rt.fleet.snapshot("sim").status == "ready"
+
+
+@pytest.mark.timeout(600)
+def test_relaunch_with_each_field_edited_on_a_workspace_without_the_optional_tables(ws):
+    root, draft = ws(_without_tables)
+    rt = runtime_mod.get_runtime()
+    at = _start(rt)
+    assert "[server.speculative]" not in _text(root) and "[server.cuda_graph]" not in _text(root)
+
+    def check(v, key_path, value, flag=None, flag_value=None):
+        e = _entry(root)
+        for k in key_path[:-1]:
+            e = e[k]
+        assert e.get(key_path[-1]) == value, (key_path, e)
+        assert "# the target under test" in _text(root)
+        if flag:
+            assert _flag(v.spec.argv, flag) == flag_value, v.spec.argv
+
+    # an algorithm needs its draft: the one edit that sets two fields
+    v = _relaunch(at, rt, lambda a: (a.selectbox(key=K + "algo").select("EAGLE3"),
+                                     a.text_input(key=K + "draft").input(str(draft))))
+    check(v, ("speculative", "algorithm"), "EAGLE3", "--speculative-algorithm", "EAGLE3")
+    assert _entry(root)["speculative"] == {"algorithm": "EAGLE3", "draft_model_path": str(draft)}
+    assert "[server.cuda_graph]" not in _text(root)  # nothing to say about CUDA graphs yet
+    v = _relaunch(at, rt, lambda a: a.number_input(key=K + "steps").set_value(3))
+    check(v, ("speculative", "num_steps"), 3, "--speculative-num-steps", "3")
+    v = _relaunch(at, rt, lambda a: a.number_input(key=K + "topk").set_value(1))
+    check(v, ("speculative", "eagle_topk"), 1, "--speculative-eagle-topk", "1")
+    v = _relaunch(at, rt, lambda a: a.number_input(key=K + "dtok").set_value(4))
+    check(v, ("speculative", "num_draft_tokens"), 4, "--speculative-num-draft-tokens", "4")
+    v = _relaunch(at, rt, lambda a: a.number_input(key=K + "maxbs").set_value(8))
+    check(v, ("cuda_graph", "max_bs"), 8, "--cuda-graph-max-bs", "8")
+    assert _entry(root)["cuda_graph"] == {"max_bs": 8}  # created with the real value only
+    v = _relaunch(at, rt, lambda a: a.checkbox(key=K + "nograph").check())
+    check(v, ("cuda_graph", "disable"), True)
+    assert "--disable-cuda-graph" in v.spec.argv
+    v = _relaunch(at, rt, lambda a: a.checkbox(key=K + "nograph").uncheck())
+    check(v, ("cuda_graph", "disable"), False, "--cuda-graph-max-bs", "8")
+    v = _relaunch(at, rt, lambda a: a.number_input(key=K + "mem").set_value(0.75))
+    check(v, ("mem_fraction_static",), 0.75, "--mem-fraction-static", "0.75")
+    v = _relaunch(at, rt, lambda a: a.text_input(key=K + "gpus").input("0"))
+    check(v, ("gpus",), [0])
+    assert v.spec.env["CUDA_VISIBLE_DEVICES"] == "0"
+    v = _relaunch(at, rt, lambda a: a.text_input(key=K + "extra").input("--chunked-prefill-size 2048"))
+    check(v, ("extra_args",), ["--chunked-prefill-size", "2048"], "--chunked-prefill-size", "2048")
+    # untouched defaults were never written into the file
+    e = _entry(root)
+    for untouched in ("tp_size", "host", "enable_metrics"):
+        assert untouched not in e, (untouched, e)
+    at.run()
+    assert not at.exception, at.exception
+    assert rt.fleet.snapshot("sim").status == "ready"
+
+
+@pytest.mark.timeout(120)
+def test_a_form_value_that_is_not_valid_is_shown_and_nothing_is_written(ws):
+    root, _draft = ws(_with_tables)
+    before = _text(root)
+    at = AppTest.from_file(PAGE, default_timeout=30).run()
+    at.button(key="srv-launch").click().run()
+    at.text_input(key=K + "gpus").input("0,x").run()
+    assert not at.exception, at.exception
+    assert any("gpus" in e.value and "not valid" in e.value for e in at.error)
+    assert not any(b.key == "srv-launch-go" for b in at.button)
+    at.text_input(key=K + "gpus").input("0").run()
+    at.number_input(key=K + "tp").set_value(2).run()  # two-way TP on one GPU
+    assert any("tp_size 2 needs at least 2 GPUs" in e.value for e in at.error)
+    assert _text(root) == before
+
+
+@pytest.mark.timeout(120)
+def test_the_panel_lists_what_the_edit_changes_before_the_relaunch(ws):
+    root, _draft = ws(_with_tables)
+    at = AppTest.from_file(PAGE, default_timeout=30).run()
+    at.button(key="srv-launch").click().run()
+    assert any(m.value == "**Changes:** none (relaunch as it is)" for m in at.markdown)
+    at.number_input(key=K + "steps").set_value(4).run()
+    at.checkbox(key=K + "nograph").check().run()
+    at.text_input(key=K + "extra").input("--chunked-prefill-size 4096").run()
+    assert not at.exception, at.exception
+    changes = next(m.value for m in at.markdown if m.value.startswith("**Changes:**"))
+    assert changes == ("**Changes:** `speculative.num_steps` 3 → 4; `cuda_graph.disable` False → True; "
+                       "`extra_args` none → --chunked-prefill-size 4096")
