@@ -12,13 +12,12 @@ import time
 
 import pytest
 
+import backend.sim.server  # noqa: F401 - the simulator these tests launch: a broken import fails them
 from backend.sglang.fleet import PreflightBlocked, ServerFleet
 from backend.supervisor.supervisor import Supervisor, SupervisorLoop
 from backend.workspace import Workspace, parse_config
 from state import Store, audit
 from tests.helpers import free_port
-
-pytest.importorskip("backend.sim.server")
 
 
 def wait_for(cond, timeout: float, what: str):
