@@ -209,3 +209,19 @@ def test_generate_stop_string_matched(sim):
     out = json.loads(raw)
     assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": " the"}
     assert " the" not in out["text"]
+
+
+def test_natural_end_matches_the_eos_token_of_the_folder(client, dirs):
+    added = {t["content"]: t["id"] for t in
+             json.loads((dirs["target"] / "tokenizer.json").read_text())["added_tokens"]}
+    eos = json.loads((dirs["target"] / "tokenizer_config.json").read_text())["eos_token"]
+    r = client.chat.completions.create(model=MODEL, messages=msgs(), max_tokens=2000)
+    c = r.choices[0]
+    assert c.finish_reason == "stop" and c.model_extra["matched_stop"] == added[eos]
+
+
+def test_completions_bad_temperature(client):
+    with pytest.raises(openai.BadRequestError) as ei:
+        client.completions.create(model=MODEL, prompt="x", temperature=-1)
+    assert ei.value.body["message"] == "temperature must be a non-negative finite number, got -1.0."
+    assert ei.value.body["type"] == "BadRequestError"
