@@ -12,6 +12,7 @@ import queue
 import time
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any, Iterator
+from urllib.parse import unquote
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -173,11 +174,11 @@ class Handler(BaseHTTPRequestHandler):
                 "max_model_len": sim.context_len}
 
     def _retrieve_model(self, model_id: str) -> None:
-        from urllib.parse import unquote
         model_id = unquote(model_id)
         if model_id != self.sim.served_name:
-            return self.send_json(404, ApiError(f"The model `{model_id}` does not exist.",
-                                                status=404, err_type="NotFoundError").openai_body())
+            return self.send_json(404, {"error": {"message": f"The model '{model_id}' does not exist",
+                                                  "type": "invalid_request_error", "param": "model",
+                                                  "code": "model_not_found"}})
         return self.send_json(200, self._model_card())
 
     def _flush_cache(self) -> None:

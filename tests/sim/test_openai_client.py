@@ -173,7 +173,8 @@ def test_models_retrieve(client):
     assert [x.id for x in client.models.list()] == [MODEL]
     with pytest.raises(openai.NotFoundError) as ei:
         client.models.retrieve("no-such-model")
-    assert ei.value.body["message"] == "The model `no-such-model` does not exist."
+    assert ei.value.body == {"message": "The model 'no-such-model' does not exist",
+                             "type": "invalid_request_error", "param": "model", "code": "model_not_found"}
 
 
 # -- native /generate ------------------------------------------------------------------
