@@ -59,6 +59,7 @@ class Request:
     accept_hist: dict[int, int] = field(default_factory=dict)
     events: "queue.Queue[tuple[str, Any]]" = field(default_factory=queue.Queue)
     cancelled: bool = False
+    _nchars: int = 0
 
     @property
     def target_len(self) -> int:
@@ -95,9 +96,10 @@ class Request:
         """Append tokens up to the first stop (string or token id); the ones kept."""
         kept: list[TokenPiece] = []
         for piece in pieces:
-            before = len(self.full_text)
+            before = self._nchars
             self.output_ids.append(piece.id)
             self.text_parts.append(piece.text)
+            self._nchars += len(piece.text)
             self.generated += 1
             kept.append(piece)
             if self.top_logprobs is not None:
@@ -106,11 +108,27 @@ class Request:
                 self.matched_stop = piece.id
                 self.stop_at = before
                 break
-            hit = _find_stop(self.full_text, self.stop, max(0, before - _longest(self.stop)))
-            if hit is not None:
-                self.stop_at, self.matched_stop = hit
-                break
+            if self.stop:
+                hit = self._stop_in_tail(before)
+                if hit is not None:
+                    self.stop_at, self.matched_stop = hit
+                    break
         return kept
+
+    def _stop_in_tail(self, before: int) -> tuple[int, str] | None:
+        """The earliest stop string that ends in the characters added after ``before``; only
+        the last few parts are joined, so long outputs stay linear."""
+        need = _longest(self.stop) + (self._nchars - before)
+        tail, n = [], 0
+        for part in reversed(self.text_parts):
+            tail.append(part)
+            n += len(part)
+            if n >= need:
+                break
+        text = "".join(reversed(tail))
+        base = self._nchars - len(text)
+        hit = _find_stop(text, self.stop, max(0, before - _longest(self.stop) + 1 - base))
+        return None if hit is None else (hit[0] + base, hit[1])
 
     @property
     def stopped(self) -> bool:
