@@ -3,7 +3,8 @@
 It stands in for ``python -m sglang.launch_server`` on machines without a GPU: it takes the
 same flags, prints the same startup, batch and access lines in a chosen version's format
 and serves the same HTTP endpoints, with realistic timing. See backend/sim/engine.py for
-the speed and acceptance model.
+the speed and acceptance model, backend/sim/routes.py and openai_routes.py for the HTTP API,
+and backend/sim/tokenizer.py for the tokenizer the simulated target counts with.
 
 Environment (simulator settings only):
   SPECDECK_SIM_VERSION (or SPECDECK_SIM_SGLANG_VERSION)  version to imitate, default 0.5.23
@@ -21,7 +22,6 @@ Also honoured as SGLang does: SGLANG_LOG_MS (0.5.10+), SGLANG_LOG_FORWARD_ITERS 
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -36,9 +36,9 @@ from backend.sim.engine import (DEFAULT_ACCEPT_P, MTP_ARCHS, DraftInfo, Engine, 
                                 p_for_accept_len)
 from backend.sim.logfmt import Flavor, graph_bs_list as _graph_bs, tqdm_line, traceback_frames as _frames
 from backend.sim.output import Output
-from backend.sim.traffic import traffic_loop
 from backend.sim.routes import Handler
 from backend.sim.tokenizer import SimTokenizer
+from backend.sim.traffic import traffic_loop
 
 GIB = float(1 << 30)
 WARMUP_PROMPT = "The capital city of France is"
