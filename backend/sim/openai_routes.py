@@ -14,7 +14,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from backend.sim.request import Request
-from backend.sim.sampling import ApiError, Sampling, chat_sampling, completion_sampling, schema_error
+from backend.sim.sampling import (ApiError, Sampling, chat_sampling, check_request, completion_sampling,
+                                  schema_error)
 
 if TYPE_CHECKING:
     from backend.sim.routes import Handler
@@ -83,9 +84,10 @@ def chat(h: "Handler", body: dict[str, Any]) -> None:
         if not msgs:
             raise ApiError("Messages cannot be empty.")
         sp, top = chat_sampling(body)
+        ids = sim.tokenizer.chat_ids(msgs)
+        check_request(sp, len(ids), sim.context_len)
     except ApiError as e:
         return h.send_json(e.status, e.openai_body())
-    ids = sim.tokenizer.chat_ids(msgs)
     reqs = _submit(h, sim.tokenizer.chat_text(msgs), len(ids), sp, top)
     _respond(h, body, reqs, chat=True)
 
@@ -107,6 +109,7 @@ def completions(h: "Handler", body: dict[str, Any]) -> None:
         else:
             raise schema_error("prompt", "Input should be a valid string or list of token ids", p, "string_type")
         sp, top = completion_sampling(body)
+        check_request(sp, ptoks, sim.context_len)
     except ApiError as e:
         return h.send_json(e.status, e.openai_body())
     reqs = _submit(h, prompt, ptoks, sp, top)

@@ -18,7 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from backend.sim import openai_routes
 from backend.sim.request import Request
-from backend.sim.sampling import ApiError, native_sampling, schema_error
+from backend.sim.sampling import ApiError, check_request, native_sampling, schema_error
 
 if TYPE_CHECKING:
     from backend.sim.server import Sim
@@ -264,13 +264,21 @@ class Handler(BaseHTTPRequestHandler):
 
         q: "queue.Queue[tuple[str, Any]]" = queue.Queue()
         if isinstance(text, list):
-            reqs = [submit(str(t), None, q, i) for i, t in enumerate(text)]
+            prompts = [(str(t), len(sim.tokenizer.prompt_ids(str(t)))) for t in text]
+        elif text is not None:
+            prompts = [(str(text), len(sim.tokenizer.prompt_ids(str(text))))]
+        else:
+            prompts = [(sim.tokenizer.decode(ids), len(ids))]
+        try:
+            for _, n in prompts:
+                check_request(sp, n, sim.context_len)
+        except ApiError as e:
+            return self.send_json(e.status, e.native_body())
+        if isinstance(text, list):
+            reqs = [submit(p, n, q, i) for i, (p, n) in enumerate(prompts)]
             self.wait_all(reqs)
             return self.send_json(200, [self._out(r, started) for r in reqs])
-        if text is not None:
-            prompt, ptoks = str(text), None
-        else:
-            prompt, ptoks = sim.tokenizer.decode(ids), len(ids)
+        prompt, ptoks = prompts[0]
         reqs = [submit(prompt, ptoks, q, i) for i in range(sp.n)]
         if body.get("stream"):
             self.start_stream()

@@ -82,6 +82,21 @@ class Sampling:
                                f"got {self.min_new_tokens}.")
 
 
+def check_request(sp: Sampling, input_tokens: int, context_len: int) -> None:
+    """What SGLang's tokenizer manager checks once the prompt is tokenized, in its order:
+    the prompt against the context length, prompt + max_new_tokens, then the sampling values."""
+    if input_tokens >= context_len:
+        raise ApiError(f"The input ({input_tokens} tokens) is longer than the model's context length "
+                       f"({context_len} tokens).")
+    mx = sp.max_new_tokens
+    if mx is not None and mx + input_tokens > context_len:
+        raise ApiError(f"Requested token count exceeds the model's maximum context length of {context_len} "
+                       f"tokens. You requested a total of {mx + input_tokens} tokens: {input_tokens} tokens "
+                       f"from the input messages and {mx} tokens for the completion. Please reduce the number "
+                       "of tokens in the input messages or the completion to fit within the limit.")
+    sp.verify()
+
+
 def _num(body: dict[str, Any], key: str, default: Any, kind: type) -> Any:
     v = body.get(key)
     if v is None:
@@ -137,7 +152,8 @@ def _n(body: dict[str, Any]) -> int:
 
 
 def chat_sampling(body: dict[str, Any]) -> tuple[Sampling, int | None]:
-    """Sampling of /v1/chat/completions and the number of top log-probabilities (None: off)."""
+    """Sampling of /v1/chat/completions and the number of top log-probabilities (None: off);
+    ``check_request`` verifies it once the prompt is counted."""
     s = _common(body)
     mct = _num(body, "max_completion_tokens", None, int)
     mt = _num(body, "max_tokens", None, int)
@@ -148,7 +164,6 @@ def chat_sampling(body: dict[str, Any]) -> tuple[Sampling, int | None]:
         top = _num(body, "top_logprobs", 0, int)
         if top < 0:
             raise ApiError(f"top_logprobs must be at least 0, got {top}.")
-    s.verify()
     return s, top
 
 
@@ -161,7 +176,6 @@ def completion_sampling(body: dict[str, Any]) -> tuple[Sampling, int | None]:
     s.max_new_tokens = mt
     s.n = _n(body)
     lp = _num(body, "logprobs", None, int)
-    s.verify()
     return s, lp
 
 
@@ -174,5 +188,4 @@ def native_sampling(params: Any) -> Sampling:
     s = _common(params)
     s.max_new_tokens = _num(params, "max_new_tokens", 128, int)
     s.n = _n(params)
-    s.verify()
     return s

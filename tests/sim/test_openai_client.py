@@ -226,3 +226,14 @@ def test_completions_bad_temperature(client):
         client.completions.create(model=MODEL, prompt="x", temperature=-1)
     assert ei.value.body["message"] == "temperature must be a non-negative finite number, got -1.0."
     assert ei.value.body["type"] == "BadRequestError"
+
+
+def test_prompt_plus_max_tokens_beyond_the_context_is_refused(client):
+    p = client.chat.completions.create(model=MODEL, messages=msgs(), max_tokens=1).usage.prompt_tokens
+    with pytest.raises(openai.BadRequestError) as ei:
+        client.chat.completions.create(model=MODEL, messages=msgs(), max_tokens=131072)
+    assert ei.value.body["message"] == (
+        "Requested token count exceeds the model's maximum context length of 131072 tokens. You requested "
+        f"a total of {131072 + p} tokens: {p} tokens from the input messages and 131072 tokens for the "
+        "completion. Please reduce the number of tokens in the input messages or the completion to fit "
+        "within the limit.")
