@@ -536,6 +536,9 @@ def main(argv: list[str] | None = None) -> int:
     except StartupFailed as e:
         sys.stderr.write(f"{e}\n")
         return 1
+    if sim.tokenizer.load_error:
+        sim.out.main(f"WARNING: cannot use {sim.tokenizer.load_error}; counting tokens with the built-in "
+                     "simulated tokenizer", level=30)
     if sim.unknown:
         sim.out.main(f"WARNING: the simulated server ignores unrecognized arguments: {' '.join(sim.unknown)}",
                      level=30)

@@ -163,6 +163,8 @@ class TokenPiece:
 class SimTokenizer:
     """Encode, decode and chat-format with the simulated tokenizer (no transformers needed)."""
 
+    load_error: str | None = None
+
     def __init__(self, tok: Tokenizer, source: str) -> None:
         self.tok = tok
         self.source = source
@@ -198,15 +200,24 @@ class SimTokenizer:
 
     @classmethod
     def load(cls, folder: str | None) -> "SimTokenizer":
-        """The folder's tokenizer.json when it has one made by the project, else the built-in one."""
+        """The folder's tokenizer.json, else the built-in one; ``load_error`` says why a
+        tokenizer.json that is there could not be used."""
+        error = None
         if folder:
             p = Path(folder) / "tokenizer.json"
             if p.is_file():
                 try:
                     return cls(Tokenizer.from_file(str(p)), str(p))
-                except Exception:  # noqa: BLE001 - a foreign or broken tokenizer.json: fall back
-                    pass
-        return cls.builtin()
+                except Exception as e:  # noqa: BLE001 - any unusable file: say why, count with ours
+                    error = f"{p}: {e}"
+        tok = cls.builtin()
+        return tok if error is None else tok.with_error(error)
+
+    def with_error(self, error: str) -> "SimTokenizer":
+        other = SimTokenizer.__new__(SimTokenizer)
+        other.__dict__.update(self.__dict__)
+        other.load_error = error
+        return other
 
     def count(self, text: str) -> int:
         return len(self.tok.encode(text, add_special_tokens=False).ids)

@@ -275,3 +275,15 @@ def test_sigterm_during_startup_exits_cleanly(launch, dirs):
     assert sim.status("/health") == 503
     assert sim.stop() == 0
     assert "fired up" not in sim.text()
+
+
+def test_unusable_tokenizer_json_is_reported_and_serving_goes_on(launch, tmp_path):
+    from backend.sim.models import make_target_dir
+    target = make_target_dir(tmp_path / "target")
+    (target / "tokenizer.json").write_text("{torn")
+    sim = launch(["--model-path", str(target), "--skip-server-warmup"])
+    sim.wait_ready()
+    sim.wait_for(re.escape(f"WARNING: cannot use {target / 'tokenizer.json'}: ") +
+                 r".*; counting tokens with the built-in simulated tokenizer")
+    st, raw = sim.request("/v1/completions", {"prompt": "The capital city of France is", "max_tokens": 2})
+    assert st == 200 and json.loads(raw)["usage"]["prompt_tokens"] == 7

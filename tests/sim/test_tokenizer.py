@@ -71,3 +71,13 @@ def test_stop_token_id():
     assert r.matched_stop == 7 and r.output_ids == [5, 7]
     r.finish_reason = "stop"
     assert r.text == " a"
+
+
+def test_an_unusable_tokenizer_json_is_named_and_the_builtin_used(tmp_path):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "tokenizer.json").write_text("{not json")
+    tok = SimTokenizer.load(str(bad))
+    assert tok.source == "built-in simulated tokenizer"
+    assert tok.load_error.startswith(f"{bad / 'tokenizer.json'}: ")
+    assert SimTokenizer.builtin().load_error is None
