@@ -13,6 +13,7 @@ import queue
 import time
 from typing import TYPE_CHECKING, Any
 
+from backend.sim.logprobs import chat_logprobs, completion_logprobs
 from backend.sim.request import Request
 from backend.sim.sampling import (ApiError, Sampling, chat_sampling, check_request, completion_sampling,
                                   schema_error)
@@ -27,32 +28,6 @@ def _finish(r: Request) -> str:
 
 def _matched(r: Request) -> str | int | None:
     return r.matched_stop if r.finish_reason == "stop" else None
-
-
-def _chat_logprobs(h: "Handler", r: Request, start: int, end: int) -> dict[str, Any]:
-    tok = h.sim.tokenizer
-
-    def item(i: int, lp: float) -> dict[str, Any]:
-        t = tok.token_text(i)
-        return {"token": t, "bytes": list(t.encode("utf-8")), "logprob": lp}
-
-    content = [dict(item(e.id, e.logprob), top_logprobs=[item(i, lp) for i, lp in e.top])
-               for e in r.logprobs[start:end]]
-    return {"content": content}
-
-
-def _completion_logprobs(h: "Handler", r: Request, start: int, end: int, offset0: int) -> dict[str, Any]:
-    tok = h.sim.tokenizer
-    tokens, offsets, lps, tops = [], [], [], []
-    pos = offset0
-    for e in r.logprobs[start:end]:
-        t = tok.token_text(e.id)
-        tokens.append(t)
-        offsets.append(pos)
-        pos += len(t)
-        lps.append(e.logprob)
-        tops.append({tok.token_text(i): lp for i, lp in e.top} if e.top else None)
-    return {"text_offset": offsets, "token_logprobs": lps, "tokens": tokens, "top_logprobs": tops}
 
 
 def _usage(reqs: list[Request]) -> dict[str, Any]:
@@ -131,10 +106,10 @@ def _respond(h: "Handler", body: dict[str, Any], reqs: list[Request], *, chat: b
         if chat:
             c: dict[str, Any] = {"index": r.index, "message": {"role": "assistant", "content": r.text,
                                                                 "reasoning_content": None, "tool_calls": None},
-                                 "logprobs": _chat_logprobs(h, r, 0, len(r.logprobs)) if with_lp else None}
+                                 "logprobs": chat_logprobs(h.sim.tokenizer, r, 0, len(r.logprobs)) if with_lp else None}
         else:
             c = {"index": r.index, "text": r.text,
-                 "logprobs": _completion_logprobs(h, r, 0, len(r.logprobs), 0) if with_lp else None}
+                 "logprobs": completion_logprobs(h.sim.tokenizer, r, 0, len(r.logprobs), 0) if with_lp else None}
         c.update(finish_reason=_finish(r), matched_stop=_matched(r))
         choices.append(c)
     h.send_json(200, {"id": rid, "object": obj, "created": created, "model": model,
@@ -161,8 +136,8 @@ def _stream(h: "Handler", body: dict[str, Any], reqs: list[Request], *, chat: bo
             return None
         lp: Any = None
         if with_lp:
-            lp = (_chat_logprobs(h, r, sent_toks[r.index], ntok) if chat else
-                  _completion_logprobs(h, r, sent_toks[r.index], ntok, sent_chars[r.index]))
+            lp = (chat_logprobs(h.sim.tokenizer, r, sent_toks[r.index], ntok) if chat else
+                  completion_logprobs(h.sim.tokenizer, r, sent_toks[r.index], ntok, sent_chars[r.index]))
             sent_toks[r.index] = ntok
         sent_chars[r.index] = len(text)
         if chat:

@@ -59,6 +59,7 @@ class Request:
     accept_hist: dict[int, int] = field(default_factory=dict)
     events: "queue.Queue[tuple[str, Any]]" = field(default_factory=queue.Queue)
     cancelled: bool = False
+    native_logprobs: Any = None       # /generate's log-probability options (backend/sim/logprobs.py)
     _nchars: int = 0
 
     @property

@@ -17,6 +17,7 @@ from urllib.parse import unquote
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from backend.sim import openai_routes
+from backend.sim.logprobs import NativeLogprobs, native_logprobs
 from backend.sim.request import Request
 from backend.sim.sampling import ApiError, check_request, native_sampling, schema_error
 
@@ -233,6 +234,8 @@ class Handler(BaseHTTPRequestHandler):
                     m["spec_accept_length"] = alen
                     m["spec_accept_rate"] = (req.accepted_drafts / (vc * plan.num_steps)
                                              if vc and plan.num_steps else 0.0)
+        if req.native_logprobs is not None:
+            m.update(native_logprobs(self.sim.tokenizer, req, req.native_logprobs))
         if reason is not None:
             m["e2e_latency"] = round(time.monotonic() - started, 6)
         return m
@@ -257,29 +260,41 @@ class Handler(BaseHTTPRequestHandler):
         assert eng is not None
         started = time.monotonic()
 
-        def submit(prompt: str, ptoks: int | None, q: "queue.Queue[tuple[str, Any]]", index: int) -> Request:
-            return eng.submit(prompt, max_new_tokens=sp.max_new_tokens, ignore_eos=sp.ignore_eos,
-                              prompt_tokens=ptoks, stop=sp.stop, stop_token_ids=sp.stop_token_ids,
-                              index=index, events=q)
+        try:
+            lp = _logprob_options(body)
+        except ApiError as e:
+            return self.send_json(e.status, e.native_body())
+
+        def submit(prompt: str, pids: list[int], q: "queue.Queue[tuple[str, Any]]", index: int) -> Request:
+            r = eng.submit(prompt, max_new_tokens=sp.max_new_tokens, ignore_eos=sp.ignore_eos,
+                           prompt_tokens=len(pids), stop=sp.stop, stop_token_ids=sp.stop_token_ids,
+                           top_logprobs=None if lp is None else lp.top, index=index, events=q)
+            if lp is not None:
+                r.native_logprobs = NativeLogprobs(lp.top, lp.with_text, lp.start, tuple(pids))
+            return r
 
         q: "queue.Queue[tuple[str, Any]]" = queue.Queue()
         if isinstance(text, list):
-            prompts = [(str(t), len(sim.tokenizer.prompt_ids(str(t)))) for t in text]
+            prompts = [(str(t), sim.tokenizer.prompt_ids(str(t))) for t in text]
         elif text is not None:
-            prompts = [(str(text), len(sim.tokenizer.prompt_ids(str(text))))]
+            prompts = [(str(text), sim.tokenizer.prompt_ids(str(text)))]
         else:
-            prompts = [(sim.tokenizer.decode(ids), len(ids))]
+            prompts = [(sim.tokenizer.decode(ids), list(ids))]
         try:
-            for _, n in prompts:
-                check_request(sp, n, sim.context_len)
+            for _, pids in prompts:
+                check_request(sp, len(pids), sim.context_len)
+                if lp is not None and lp.start > len(pids):
+                    raise ApiError(f"req.logprob_start_len={lp.start} is higher than the number of input "
+                                   f"tokens len(req.origin_input_ids)={len(pids)}. Please use a smaller "
+                                   "logprob_start_len.")
         except ApiError as e:
             return self.send_json(e.status, e.native_body())
         if isinstance(text, list):
-            reqs = [submit(p, n, q, i) for i, (p, n) in enumerate(prompts)]
+            reqs = [submit(p, pids, q, i) for i, (p, pids) in enumerate(prompts)]
             self.wait_all(reqs)
             return self.send_json(200, [self._out(r, started) for r in reqs])
-        prompt, ptoks = prompts[0]
-        reqs = [submit(prompt, ptoks, q, i) for i in range(sp.n)]
+        prompt, pids = prompts[0]
+        reqs = [submit(prompt, pids, q, i) for i in range(sp.n)]
         if body.get("stream"):
             self.start_stream()
             try:
@@ -297,6 +312,22 @@ class Handler(BaseHTTPRequestHandler):
         if len(reqs) > 1:
             return self.send_json(200, [self._out(r, started) for r in reqs])
         return self.send_json(200, self._out(reqs[0], started))
+
+
+def _logprob_options(body: dict[str, Any]) -> NativeLogprobs | None:
+    """/generate's return_logprob, top_logprobs_num, return_text_in_logprobs, logprob_start_len."""
+    if not body.get("return_logprob"):
+        return None
+    opts = NativeLogprobs()
+    for key, attr in (("top_logprobs_num", "top"), ("logprob_start_len", "start")):
+        v = body.get(key)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise schema_error(key, "Input should be a valid integer", v, "int_type")
+        setattr(opts, attr, v)
+    opts.with_text = bool(body.get("return_text_in_logprobs"))
+    return opts
 
 
 def _hist(h: dict[int, int], steps: int) -> list[int]:

@@ -237,3 +237,28 @@ def test_prompt_plus_max_tokens_beyond_the_context_is_refused(client):
         f"a total of {131072 + p} tokens: {p} tokens from the input messages and 131072 tokens for the "
         "completion. Please reduce the number of tokens in the input messages or the completion to fit "
         "within the limit.")
+
+
+def test_generate_return_logprob(sim):
+    st, raw = sim.request("/generate", {"text": "The cache", "return_logprob": True, "top_logprobs_num": 2,
+                                        "return_text_in_logprobs": True,
+                                        "sampling_params": {"max_new_tokens": 6, "ignore_eos": True}})
+    assert st == 200
+    out = json.loads(raw)
+    m = out["meta_info"]
+    assert m["input_token_logprobs"] == []  # SGLang's default: output tokens only
+    assert m["output_token_logprobs_length"] == 6
+    assert [t[1] for t in m["output_token_logprobs"]] == out["output_ids"]
+    assert "".join(t[2] for t in m["output_token_logprobs"]) == out["text"]
+    assert all(t[0] <= 0 for t in m["output_token_logprobs"])
+    assert all(len(top) == 2 and top[0][0] >= top[1][0] for top in m["output_top_logprobs"])
+    ids = [5, 60, 61, 62]  # a prompt given as token ids, input log-probs from its first token
+    st, raw = sim.request("/generate", {"input_ids": ids, "return_logprob": True, "logprob_start_len": 0,
+                                        "sampling_params": {"max_new_tokens": 2}})
+    m = json.loads(raw)["meta_info"]
+    assert [t[1] for t in m["input_token_logprobs"]] == ids
+    assert m["input_token_logprobs"][0][0] is None and all(t[0] <= 0 for t in m["input_token_logprobs"][1:])
+    assert all(t[2] is None for t in m["output_token_logprobs"])  # no texts unless asked
+    st, raw = sim.request("/generate", {"input_ids": ids, "return_logprob": True, "logprob_start_len": 9,
+                                        "sampling_params": {"max_new_tokens": 2}})
+    assert st == 400 and "logprob_start_len" in json.loads(raw)["error"]["message"]
