@@ -1,4 +1,4 @@
-"""HTTP side of the simulated server: dispatch, SGLang's native routes and shared helpers.
+"""HTTP side of the simulated server: dispatch, SGLang's native routes and what they share.
 
 The OpenAI-compatible routes live in backend/sim/openai_routes.py; request parameters and
 error answers in backend/sim/sampling.py. The handler only reads the simulator (``sim``:
