@@ -31,12 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
-
+from backend.sim.metrics import Metrics
 from backend.sim.output import Output
-
-# SGLang's multiprocess exposition has no *_created series; neither does the simulator.
-disable_created_metrics()
+from backend.sim.request import Request
+from backend.sim.tokenizer import SimTokenizer, TokenPiece
 
 VERIFY_COST = 0.05
 DRAFT_COST = 0.276
@@ -47,11 +45,6 @@ DEFAULT_ACCEPT_P = 0.55
 MTP_ARCHS = ("DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "Glm4MoeForCausalLM",
              "BailingMoeForCausalLM", "BailingMoeV2ForCausalLM")
 
-_WORDS = ("the model draft token layer speculative decoding accepts verifies hidden state "
-          "target server batch cache throughput latency request stream prompt answer "
-          "Paris river city north south of and in a to is was with for on by it this that "
-          "from as be are at an which can more each step fast slow data training results "
-          "we use our first second third value check run time").split()
 
 
 # --------------------------------------------------------------------------------------
@@ -210,115 +203,16 @@ class Speed:
 
 
 # --------------------------------------------------------------------------------------
-# Requests
-# --------------------------------------------------------------------------------------
-@dataclass
-class Request:
-    rid: str
-    prompt: str
-    prompt_tokens: int
-    max_new: int
-    natural_len: int
-    rng: random.Random
-    p: float
-    created: float = field(default_factory=time.monotonic)
-    cached_tokens: int = 0
-    generated: int = 0
-    text_parts: list[str] = field(default_factory=list)
-    first_token_at: float | None = None
-    last_token_at: float | None = None
-    finished_at: float | None = None
-    finish_reason: str | None = None
-    verify_ct: int = 0
-    accepted_drafts: int = 0
-    proposed_drafts: int = 0
-    accept_hist: dict[int, int] = field(default_factory=dict)
-    events: "queue.Queue[tuple[str, Any]]" = field(default_factory=queue.Queue)
-    cancelled: bool = False
-
-    @property
-    def target_len(self) -> int:
-        return min(self.max_new, self.natural_len)
-
-    @property
-    def text(self) -> str:
-        return "".join(self.text_parts)
-
-    def next_words(self, n: int) -> list[str]:
-        out = []
-        for _ in range(n):
-            w = self.rng.choice(_WORDS)
-            if self.generated + len(out) > 0 and self.rng.random() < 0.08:
-                w = w + self.rng.choice([".", ",", "."])
-            out.append(" " + w)
-        return out
-
-
-def count_tokens(text: str) -> int:
-    return max(1, (len(text) + 3) // 4)
-
-
-# --------------------------------------------------------------------------------------
-# Metrics
-# --------------------------------------------------------------------------------------
-class Metrics:
-    def __init__(self, model_name: str, flavor, spec_on: bool) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
-        sched = ["model_name", "engine_type"] + (["tp_rank", "pp_rank"] if flavor.rank_labels else [])
-        self.sched_labels = {"model_name": model_name, "engine_type": "unified"}
-        if flavor.rank_labels:
-            self.sched_labels.update(tp_rank="0", pp_rank="0")
-        tok = {"model_name": model_name}
-
-        def g(name, doc):
-            return Gauge(f"sglang:{name}", doc, sched, registry=r).labels(**self.sched_labels)
-
-        self.num_running_reqs = g("num_running_reqs", "The number of running requests.")
-        self.num_used_tokens = g("num_used_tokens", "The number of used tokens.")
-        self.token_usage = g("token_usage", "The token usage.")
-        self.gen_throughput = g("gen_throughput", "The generation throughput (token/s).")
-        self.num_queue_reqs = g("num_queue_reqs", "The number of requests in the waiting queue.")
-        self.cache_hit_rate = g("cache_hit_rate", "The prefix cache hit rate.")
-        self.spec_accept_length = g("spec_accept_length",
-                                    "The average acceptance length of speculative decoding.")
-        self.spec_accept_rate = None
-        if flavor.has_accept_rate:
-            doc = ("The average acceptance rate of speculative decoding (accepted drafts / proposed drafts)."
-                   if flavor.strict_accept_rate else
-                   "The average acceptance rate of speculative decoding (accepted tokens / total draft tokens in batch).")
-            self.spec_accept_rate = g("spec_accept_rate", doc)
-        self.is_cuda_graph = g("is_cuda_graph", "Whether the batch is using CUDA graph.") if flavor.rank_labels else None
-        self.spec_verify_calls = None
-        if flavor.strict_accept_rate and spec_on:
-            self.spec_verify_calls = Counter("sglang:spec_verify_calls", "Number of speculative decoding verification calls.",
-                                             sched, registry=r).labels(**self.sched_labels)
-        tl = ["model_name"]
-        self.prompt_tokens = Counter("sglang:prompt_tokens", "Number of prefill tokens processed.", tl, registry=r).labels(**tok)
-        self.generation_tokens = Counter("sglang:generation_tokens", "Number of generation tokens processed.", tl, registry=r).labels(**tok)
-        self.cached_tokens = Counter("sglang:cached_tokens", "Number of cached prompt tokens.", tl, registry=r).labels(**tok)
-        self.num_requests = Counter("sglang:num_requests", "Number of requests processed.", tl, registry=r).labels(**tok)
-        self.ttft = Histogram("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.", tl,
-                              buckets=(0.1, 0.2, 0.3, 0.5, 0.75, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 120, 160),
-                              registry=r).labels(**tok)
-        self.itl = Histogram("sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", tl,
-                             buckets=(0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04,
-                                      0.06, 0.08, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0),
-                             registry=r).labels(**tok)
-        self.e2e = Histogram("sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", tl,
-                             buckets=(0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400, 800),
-                             registry=r).labels(**tok)
-
-
-# --------------------------------------------------------------------------------------
 # The scheduler
 # --------------------------------------------------------------------------------------
 class Engine:
     def __init__(self, *, out: Output, flavor, speed: Speed, max_running: int,
                  max_total_tokens: int, context_len: int, decode_log_interval: int,
                  cuda_graph_max_bs: int, disable_cuda_graph: bool, model_name: str,
-                 seed: int, max_prefill_tokens: int = 16384) -> None:
+                 seed: int, max_prefill_tokens: int = 16384,
+                 tokenizer: SimTokenizer | None = None) -> None:
         self.out = out
+        self.tokenizer = tokenizer or SimTokenizer.builtin()
         self.flavor = flavor
         self.speed = speed
         self.plan = speed.plan
@@ -367,7 +261,7 @@ class Engine:
         with self._cv:
             self._cv.notify_all()
             for r in self._waiting + self._running:
-                r.events.put(("abort", None))
+                r.events.put(("abort", r))
         if self._thread is not None:
             self._thread.join(timeout)
 
@@ -377,13 +271,17 @@ class Engine:
 
     # -- public API -------------------------------------------------------------------
     def submit(self, prompt: str, *, max_new_tokens: int | None, ignore_eos: bool = False,
-               prompt_tokens: int | None = None) -> Request:
+               prompt_tokens: int | None = None, stop: tuple[str, ...] = (),
+               stop_token_ids: frozenset[int] = frozenset(), top_logprobs: int | None = None,
+               index: int = 0, events: "queue.Queue[tuple[str, Any]] | None" = None) -> Request:
+        """Queue one request. ``prompt_tokens`` defaults to the tokenizer's count of the
+        prompt with BOS; ``events`` lets several requests (n > 1) report to one queue."""
         with self._cv:
             self._req_counter += 1
             n = self._req_counter
         rid = uuid.UUID(int=random.Random(f"{self.seed}:{n}").getrandbits(128)).hex
         rng = random.Random(f"{self.seed}:{n}:{prompt[:64]}")
-        ptoks = prompt_tokens if prompt_tokens is not None else count_tokens(prompt)
+        ptoks = prompt_tokens if prompt_tokens is not None else len(self.tokenizer.prompt_ids(prompt))
         room = max(1, self.context_len - ptoks)
         natural = room if ignore_eos else rng.randint(48, 480)
         max_new = room if max_new_tokens is None else max(0, min(int(max_new_tokens), room))
@@ -391,7 +289,10 @@ class Engine:
         if self.plan.on and not self.plan.broken:
             p = min(0.97, max(0.02, rng.gauss(p, 0.04)))
         req = Request(rid=rid, prompt=prompt, prompt_tokens=ptoks, max_new=max_new,
-                      natural_len=natural, rng=rng, p=p)
+                      natural_len=natural, rng=rng, p=p, tokenizer=self.tokenizer, stop=tuple(stop),
+                      stop_token_ids=frozenset(stop_token_ids), top_logprobs=top_logprobs, index=index)
+        if events is not None:
+            req.events = events
         with self._cv:
             key = hashlib.sha1(prompt.encode("utf-8", "replace")).hexdigest()
             req.cached_tokens = min(self._cache.get(key, 0), max(0, ptoks - 1))
@@ -485,30 +386,34 @@ class Engine:
             m.cached_tokens.inc(r.cached_tokens)
             if r.max_new == 0:
                 continue
-            words = r.next_words(1)  # the first token comes out of prefill
-            self._emit(r, words, now)
+            self._emit(r, r.next_tokens(1), now)  # the first token comes out of prefill
         with self._cv:
             self._running = [r for r in self._running if not self._maybe_finish(r)]
 
-    def _emit(self, r: Request, words: list[str], now: float) -> None:
+    def _emit(self, r: Request, pieces: list[TokenPiece], now: float) -> int:
+        kept = r.add_tokens(pieces)
         if r.first_token_at is None:
             r.first_token_at = now
             self.metrics.ttft.observe(now - r.created)
-        elif r.last_token_at is not None and words:
-            per = (now - r.last_token_at) / len(words)
-            for _ in words:
+        elif r.last_token_at is not None and kept:
+            per = (now - r.last_token_at) / len(kept)
+            for _ in kept:
                 self.metrics.itl.observe(per)
         r.last_token_at = now
-        r.generated += len(words)
-        r.text_parts.extend(words)
-        self.metrics.generation_tokens.inc(len(words))
-        r.events.put(("tokens", words))
+        self.metrics.generation_tokens.inc(len(kept))
+        r.events.put(("tokens", r))
+        return len(kept)
 
     def _maybe_finish(self, r: Request) -> bool:
         if r.cancelled:
             return self._finish(r, "abort")
+        if r.stopped:
+            return self._finish(r, "stop")
         if r.generated >= r.target_len:
-            return self._finish(r, "length" if r.max_new <= r.natural_len else "stop")
+            if r.max_new > r.natural_len:
+                r.matched_stop = self.tokenizer.eos_id  # the model ended its answer
+                return self._finish(r, "stop")
+            return self._finish(r, "length")
         return False
 
     def _finish(self, r: Request, reason: str) -> bool:
@@ -517,7 +422,7 @@ class Engine:
             r.finished_at = time.monotonic()
             self.metrics.num_requests.inc()
             self.metrics.e2e.observe(r.finished_at - r.created)
-            r.events.put(("done", reason))
+            r.events.put(("done", r))
         return True
 
     def _draw(self, r: Request, remaining: int) -> tuple[int, int]:
@@ -556,8 +461,7 @@ class Engine:
                 r.accepted_drafts += acc
                 r.proposed_drafts += max(1, self.plan.num_draft_tokens - 1)
                 r.accept_hist[acc] = r.accept_hist.get(acc, 0) + 1
-            self._emit(r, r.next_words(n), now)
-            produced += n
+            produced += self._emit(r, r.next_tokens(n), now)
             accepted_total += acc
         with self._cv:
             self._running = [r for r in self._running if not self._maybe_finish(r)]

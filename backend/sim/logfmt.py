@@ -188,3 +188,46 @@ def tqdm_line(desc: str, done: int, total: int, elapsed: float, bar: bool = Fals
 def _mmss(sec: float) -> str:
     sec = max(0, int(sec))
     return f"{sec // 60:02d}:{sec % 60:02d}"
+
+
+def graph_bs_list(max_bs: int) -> list[int]:
+    out = [b for b in (1, 2, 4, 8, 12) if b <= max_bs]
+    out += list(range(16, max_bs + 1, 8))
+    if max_bs not in out:
+        out.append(max_bs)
+    return out
+
+
+def traceback_frames(where: str) -> list[str]:
+    base = "/usr/local/lib/python3.11/dist-packages/sglang/srt"
+    frames = {
+        "model_runner": [("managers/scheduler.py", 2960, "run_scheduler_process"),
+                         ("managers/tp_worker.py", 95, "__init__"),
+                         ("model_executor/model_runner.py", 1740, "init_memory_pool")],
+        "weight_utils": [("managers/scheduler.py", 2960, "run_scheduler_process"),
+                         ("model_executor/model_runner.py", 812, "load_model"),
+                         ("model_loader/weight_utils.py", 540, "safetensors_weights_iterator")],
+        "cuda_graph_runner": [("managers/scheduler.py", 2960, "run_scheduler_process"),
+                              ("model_executor/model_runner.py", 2030, "init_device_graphs"),
+                              ("model_executor/cuda_graph_runner.py", 410, "__init__")],
+        "llama_eagle3": [("managers/scheduler.py", 2960, "run_scheduler_process"),
+                         ("speculative/eagle_worker.py", 120, "__init__"),
+                         ("models/llama_eagle3.py", 260, "load_weights"),
+                         ("model_loader/weight_utils.py", 760, "default_weight_loader")],
+        "eagle_worker": [("managers/scheduler.py", 1130, "event_loop_normal"),
+                         ("speculative/eagle_worker.py", 410, "forward_batch_generation"),
+                         ("models/llama_eagle3.py", 150, "forward")],
+        "eagle_worker_v1": [("managers/scheduler.py", 1130, "event_loop_normal"),
+                            ("speculative/eagle_worker.py", 410, "forward_batch_generation"),
+                            ("models/llama_eagle.py", 110, "forward")],
+        "model_config": [("managers/scheduler.py", 2960, "run_scheduler_process"),
+                         ("speculative/eagle_worker.py", 90, "__init__"),
+                         ("configs/model_config.py", 120, "__init__")],
+        "http_server": [("entrypoints/http_server.py", 1400, "_wait_and_warmup")],
+        "scheduler": [("managers/scheduler.py", 1130, "event_loop_normal"),
+                      ("model_executor/model_runner.py", 2200, "forward")],
+    }[where]
+    lines = []
+    for path, line, fn in frames:
+        lines.append(f'  File "{base}/{path}", line {line}, in {fn}')
+    return lines

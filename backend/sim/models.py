@@ -13,6 +13,8 @@ import struct
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from backend.sim.tokenizer import SimTokenizer, write_tokenizer
+
 __all__ = ["make_target_dir", "make_draft_dir", "write_safetensors"]
 
 _DTYPE_BYTES = {"BF16": 2, "F16": 2, "F32": 4, "I64": 8, "I32": 4, "BOOL": 1, "U8": 1}
@@ -71,10 +73,13 @@ def make_target_dir(path: str | Path, *, architecture: str = "LlamaForCausalLM",
                     hidden_size: int = 4096, num_hidden_layers: int = 32,
                     vocab_size: int = 128256, eagle_config: dict | None = None,
                     model_type: str = "llama") -> Path:
-    """Write a target model directory: config.json and a tokenizer_config.json stub."""
+    """Write a target model directory: config.json plus the simulated tokenizer
+    (tokenizer.json + tokenizer_config.json, see backend/sim/tokenizer.py), whose special
+    token ids config.json's bos/eos ids name."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     heads, kv, head_dim = _heads_for(hidden_size)
+    tok = SimTokenizer.builtin()
     config: dict[str, Any] = {
         "architectures": [architecture],
         "model_type": model_type,
@@ -91,21 +96,14 @@ def make_target_dir(path: str | Path, *, architecture: str = "LlamaForCausalLM",
         "tie_word_embeddings": False,
         "torch_dtype": "bfloat16",
         "vocab_size": vocab_size,
-        "bos_token_id": 128000,
-        "eos_token_id": 128001,
+        "bos_token_id": tok.bos_id,
+        "eos_token_id": tok.eos_id,
         "transformers_version": "4.46.0",
     }
     if eagle_config is not None:
         config["eagle_config"] = dict(eagle_config)
     (path / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    tok = {
-        "add_bos_token": True,
-        "bos_token": "<|begin_of_text|>",
-        "eos_token": "<|eot_id|>",
-        "model_max_length": 131072,
-        "tokenizer_class": "PreTrainedTokenizerFast",
-    }
-    (path / "tokenizer_config.json").write_text(json.dumps(tok, indent=2) + "\n")
+    write_tokenizer(path)
     return path
 
 

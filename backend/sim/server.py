@@ -3,7 +3,8 @@
 It stands in for ``python -m sglang.launch_server`` on machines without a GPU: it takes the
 same flags, prints the same startup, batch and access lines in a chosen version's format
 and serves the same HTTP endpoints, with realistic timing. See backend/sim/engine.py for
-the speed and acceptance model.
+the speed and acceptance model, backend/sim/routes.py and openai_routes.py for the HTTP API,
+and backend/sim/tokenizer.py for the tokenizer the simulated target counts with.
 
 Environment (simulator settings only):
   SPECDECK_SIM_VERSION (or SPECDECK_SIM_SGLANG_VERSION)  version to imitate, default 0.5.23
@@ -21,23 +22,23 @@ Also honoured as SGLang does: SGLANG_LOG_MS (0.5.10+), SGLANG_LOG_FORWARD_ITERS 
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
 from backend.sim import args as simargs
-from backend.sim.engine import (DEFAULT_ACCEPT_P, MTP_ARCHS, DraftInfo, Engine, ModelInfo,
-                                Request, SpecPlan, Speed, count_tokens, p_for_accept_len)
-from backend.sim.logfmt import Flavor
+from backend.sim.engine import (DEFAULT_ACCEPT_P, MTP_ARCHS, DraftInfo, Engine, ModelInfo, SpecPlan, Speed,
+                                p_for_accept_len)
+from backend.sim.logfmt import Flavor, graph_bs_list as _graph_bs, tqdm_line, traceback_frames as _frames
 from backend.sim.output import Output
+from backend.sim.routes import Handler
+from backend.sim.tokenizer import SimTokenizer
+from backend.sim.traffic import traffic_loop
 
 GIB = float(1 << 30)
 WARMUP_PROMPT = "The capital city of France is"
@@ -79,6 +80,7 @@ class Sim:
         self.rng = random.Random(self.seed)
         self.warnings: list[str] = []
         self.model = ModelInfo.read(ns.model_path)
+        self.tokenizer = SimTokenizer.load(ns.tokenizer_path or ns.model_path)
         self.served_name = ns.served_model_name or ns.model_path or "default"
         self.context_len = ns.context_length or self.model.context_len
         self.plan = self._plan()
@@ -289,13 +291,13 @@ class Sim:
         # target weights
         out.ranks(f"Load weight begin. avail mem={avail:.2f} GB")
         shards = self.model.shards
-        out.raw(_tqdm("Loading safetensors checkpoint shards", 0, shards, 0.0))
+        out.raw(tqdm_line("Loading safetensors checkpoint shards", 0, shards, 0.0))
         per = 6.0 / shards
         for i in range(1, shards + 1):
             self.sleep(per)
             if self.fail == "cuda-oom" and i == max(1, shards // 2):
                 self._fail_cuda_oom(avail)
-            out.raw(_tqdm("Loading safetensors checkpoint shards", i, shards, per * i))
+            out.raw(tqdm_line("Loading safetensors checkpoint shards", i, shards, per * i))
         weight = self.model.weight_bytes / tp / GIB
         avail -= weight
         load_s = per * shards  # simulated seconds, like the progress lines
@@ -347,7 +349,7 @@ class Sim:
                              cuda_graph_max_bs=self.cuda_graph_max_bs,
                              disable_cuda_graph=self.disable_cuda_graph,
                              model_name=self.served_name, seed=self.seed,
-                             max_prefill_tokens=ns.max_prefill_tokens)
+                             max_prefill_tokens=ns.max_prefill_tokens, tokenizer=self.tokenizer)
         self.engine.start()
 
         # HTTP
@@ -408,7 +410,7 @@ class Sim:
             if self.fail == "cuda-graph" and m >= n // 2:
                 self._fail_cuda_graph(avail)
             bs = bs_list[max(0, n - 1 - m)] if m < n else bs_list[0]
-            out.raw(_tqdm(f"Capturing batches (bs={bs} avail_mem={avail - graph_gb * m / n:.2f} GB)",
+            out.raw(tqdm_line(f"Capturing batches (bs={bs} avail_mem={avail - graph_gb * m / n:.2f} GB)",
                           m, n, seconds * m / n, bar=True))
             prev = m
         avail -= graph_gb
@@ -435,7 +437,7 @@ class Sim:
             if draft.is_eagle3 and plan.algorithm == "EAGLE":
                 plan.broken = True
             out.ranks(f"Load weight begin. avail mem={avail:.2f} GB")
-            out.raw(_tqdm("Loading safetensors checkpoint shards", 0, 1, 0.0))
+            out.raw(tqdm_line("Loading safetensors checkpoint shards", 0, 1, 0.0))
             self.sleep(1.0)
             dh = draft.target_hidden_size or draft.hidden_size
             if draft.is_eagle3 and draft.fc_in is not None and dh and draft.fc_in != draft.num_aux * dh:
@@ -443,7 +445,7 @@ class Sim:
                                f"AssertionError: Attempted to load weight (torch.Size([{draft.hidden_size}, "
                                f"{draft.fc_in}])) into parameter (torch.Size([{draft.hidden_size}, "
                                f"{draft.num_aux * dh}]))")
-            out.raw(_tqdm("Loading safetensors checkpoint shards", 1, 1, 1.0))
+            out.raw(tqdm_line("Loading safetensors checkpoint shards", 1, 1, 1.0))
             w = draft.weight_bytes / tp / GIB
             avail -= w
             out.ranks(f"Load weight end. {'elapsed=1.00 s, ' if self.flavor.load_elapsed else ''}"
@@ -515,397 +517,6 @@ class Sim:
                         "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose "])
 
 
-def _graph_bs(max_bs: int) -> list[int]:
-    out = [b for b in (1, 2, 4, 8, 12) if b <= max_bs]
-    out += list(range(16, max_bs + 1, 8))
-    if max_bs not in out:
-        out.append(max_bs)
-    return out
-
-
-def _tqdm(desc: str, done: int, total: int, elapsed: float, bar: bool = False) -> str:
-    from backend.sim.logfmt import tqdm_line
-    return tqdm_line(desc, done, total, elapsed, bar=bar)
-
-
-def _frames(where: str) -> list[str]:
-    base = "/usr/local/lib/python3.11/dist-packages/sglang/srt"
-    frames = {
-        "model_runner": [("managers/scheduler.py", 2960, "run_scheduler_process"),
-                         ("managers/tp_worker.py", 95, "__init__"),
-                         ("model_executor/model_runner.py", 1740, "init_memory_pool")],
-        "weight_utils": [("managers/scheduler.py", 2960, "run_scheduler_process"),
-                         ("model_executor/model_runner.py", 812, "load_model"),
-                         ("model_loader/weight_utils.py", 540, "safetensors_weights_iterator")],
-        "cuda_graph_runner": [("managers/scheduler.py", 2960, "run_scheduler_process"),
-                              ("model_executor/model_runner.py", 2030, "init_device_graphs"),
-                              ("model_executor/cuda_graph_runner.py", 410, "__init__")],
-        "llama_eagle3": [("managers/scheduler.py", 2960, "run_scheduler_process"),
-                         ("speculative/eagle_worker.py", 120, "__init__"),
-                         ("models/llama_eagle3.py", 260, "load_weights"),
-                         ("model_loader/weight_utils.py", 760, "default_weight_loader")],
-        "eagle_worker": [("managers/scheduler.py", 1130, "event_loop_normal"),
-                         ("speculative/eagle_worker.py", 410, "forward_batch_generation"),
-                         ("models/llama_eagle3.py", 150, "forward")],
-        "eagle_worker_v1": [("managers/scheduler.py", 1130, "event_loop_normal"),
-                            ("speculative/eagle_worker.py", 410, "forward_batch_generation"),
-                            ("models/llama_eagle.py", 110, "forward")],
-        "model_config": [("managers/scheduler.py", 2960, "run_scheduler_process"),
-                         ("speculative/eagle_worker.py", 90, "__init__"),
-                         ("configs/model_config.py", 120, "__init__")],
-        "http_server": [("entrypoints/http_server.py", 1400, "_wait_and_warmup")],
-        "scheduler": [("managers/scheduler.py", 1130, "event_loop_normal"),
-                      ("model_executor/model_runner.py", 2200, "forward")],
-    }[where]
-    lines = []
-    for path, line, fn in frames:
-        lines.append(f'  File "{base}/{path}", line {line}, in {fn}')
-    return lines
-
-
-# --------------------------------------------------------------------------------------
-# HTTP
-# --------------------------------------------------------------------------------------
-AUTH_EXEMPT = ("/health", "/health_generate", "/metrics", "/ready")
-
-
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server_version = "uvicorn"
-    sys_version = ""
-    sim: Sim  # set on the subclass
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - silence default log
-        return
-
-    # -- helpers ----------------------------------------------------------------------
-    def _access(self, status: int) -> None:
-        self.sim.out.access(self.client_address[1], self.command, self.path, status)
-
-    def _send(self, status: int, body: bytes, ctype: str = "application/json") -> None:
-        self.send_response(status)
-        self.send_header("content-type", ctype)
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self._access(status)
-        if self.command != "HEAD":
-            self.wfile.write(body)
-
-    def _json(self, status: int, obj: Any) -> None:
-        self._send(status, json.dumps(obj).encode())
-
-    def _body(self) -> dict[str, Any] | None:
-        n = int(self.headers.get("content-length") or 0)
-        raw = self.rfile.read(n) if n > 0 else b""
-        if not raw:
-            return {}
-        try:
-            obj = json.loads(raw)
-        except ValueError:
-            return None
-        return obj if isinstance(obj, dict) else None
-
-    def _authorized(self, path: str) -> bool:
-        key = self.sim.ns.api_key
-        if not key or path in AUTH_EXEMPT:
-            return True
-        return self.headers.get("authorization", "") == f"Bearer {key}"
-
-    def _start_stream(self) -> None:
-        self.send_response(200)
-        self.send_header("content-type", "text/event-stream")
-        self.send_header("cache-control", "no-cache")
-        self.send_header("connection", "close")
-        self.end_headers()
-        self.close_connection = True
-        self._access(200)
-
-    def _sse(self, obj: Any) -> None:
-        data = obj if isinstance(obj, str) else json.dumps(obj)
-        self.wfile.write(f"data: {data}\n\n".encode())
-        self.wfile.flush()
-
-    # -- dispatch ---------------------------------------------------------------------
-    def do_GET(self) -> None:
-        self._dispatch("GET")
-
-    def do_POST(self) -> None:
-        self._dispatch("POST")
-
-    def do_PUT(self) -> None:
-        self._dispatch("PUT")
-
-    def _dispatch(self, method: str) -> None:
-        sim = self.sim
-        path = self.path.split("?", 1)[0]
-        try:
-            body = self._body() if method in ("POST", "PUT") else {}
-            if not sim.http_up or sim.stop.is_set():
-                return self._json(503, {"error": "Server is not ready"})
-            if not self._authorized(path):
-                return self._json(401, {"error": "Unauthorized"})
-            fl = sim.flavor
-            if path in ("/health", "/health_generate"):
-                ok = sim.ready or (path == "/health" and not fl.health_waits_ready)
-                return self._send(200 if ok else 503, b"")
-            if path == "/ready" and fl.has_ready_endpoint:
-                return self._send(200 if sim.ready else 503, b"")
-            if path in ("/get_server_info", "/server_info") and method == "GET":
-                if path == "/server_info" and not fl.new_info_paths:
-                    return self._json(404, {"detail": "Not Found"})
-                if path == "/get_server_info" and fl.new_info_paths:
-                    sim.out.main("Endpoint '/get_server_info' is deprecated and will be removed in a future "
-                                 "version. Please use '/server_info' instead.", level=30)
-                return self._json(200, sim.server_info())
-            if path in ("/get_model_info", "/model_info") and method == "GET":
-                if path == "/model_info" and not fl.new_info_paths:
-                    return self._json(404, {"detail": "Not Found"})
-                if path == "/get_model_info" and fl.new_info_paths:
-                    sim.out.main("Endpoint '/get_model_info' is deprecated and will be removed in a future "
-                                 "version. Please use '/model_info' instead.", level=30)
-                return self._json(200, sim.model_info())
-            if path == "/v1/models" and method == "GET":
-                return self._json(200, {"object": "list", "data": [{
-                    "id": sim.served_name, "object": "model", "created": int(sim.start_time),
-                    "owned_by": "sglang", "root": sim.served_name, "max_model_len": sim.context_len}]})
-            if path == "/metrics" and method == "GET" and sim.ns.enable_metrics and sim.engine:
-                return self._send(200, generate_latest(sim.engine.metrics.registry), CONTENT_TYPE_LATEST)
-            if path == "/flush_cache" and method in ("GET", "POST"):
-                return self._flush_cache()
-            if body is None:
-                return self._json(400, {"object": "error", "message": "Invalid JSON body", "code": 400})
-            if path == "/generate" and method in ("POST", "PUT"):
-                return self._generate(body)
-            if path == "/v1/chat/completions" and method == "POST":
-                return self._openai(body, chat=True)
-            if path == "/v1/completions" and method == "POST":
-                return self._openai(body, chat=False)
-            return self._json(404, {"detail": "Not Found"})
-        except (BrokenPipeError, ConnectionResetError):
-            return
-
-    def _flush_cache(self) -> None:
-        sim = self.sim
-        running, waiting = sim.engine.counts() if sim.engine else (0, 0)
-        text = ("Cache flushed.\nPlease check backend logs for more details. (When there are running or "
-                "waiting requests, the operation will not be performed.)\n")
-        if running or waiting:
-            sim.out.rank(f"Cache not flushed because there are pending requests. #queue-req: {waiting}, "
-                         f"#running-req: {running}", level=30)
-            return self._send(400, text.encode(), "text/plain; charset=utf-8")
-        sim.out.rank("Cache flushed successfully!")
-        return self._send(200, text.encode(), "text/plain; charset=utf-8")
-
-    # -- generation -------------------------------------------------------------------
-    def _wait_tokens(self, req: Request):
-        """Yield lists of new words until the request ends; stop early on shutdown."""
-        while True:
-            try:
-                kind, payload = req.events.get(timeout=0.2)
-            except Exception:
-                if self.sim.stop.is_set():
-                    return
-                continue
-            if kind == "tokens":
-                yield payload
-            else:
-                return
-
-    def _meta(self, req: Request, started: float) -> dict[str, Any]:
-        fl, plan = self.sim.flavor, self.sim.plan
-        if req.finish_reason == "length":
-            fr: Any = {"type": "length", "length": req.generated}
-        elif req.finish_reason == "stop":
-            fr = {"type": "stop", "matched": 128009}
-        elif req.finish_reason == "abort":
-            fr = {"type": "abort", "message": "Abort before the request finished."}
-        else:
-            fr = None
-        m: dict[str, Any] = {"id": req.rid, "finish_reason": fr, "prompt_tokens": req.prompt_tokens,
-                             "weight_version": "default", "completion_tokens": req.generated,
-                             "cached_tokens": req.cached_tokens}
-        if plan.on and req.finish_reason is not None:
-            vc = req.verify_ct
-            m["spec_verify_ct"] = vc
-            if fl.v >= (0, 5, 4):
-                alen = req.generated / vc if vc else 0.0
-                if fl.strict_accept_rate:
-                    m["spec_accept_rate"] = req.accepted_drafts / req.proposed_drafts if req.proposed_drafts else 0.0
-                    m["spec_accept_length"] = alen
-                    m["spec_num_correct_drafts"] = req.accepted_drafts
-                    m["spec_num_proposed_drafts"] = req.proposed_drafts
-                    m["spec_correct_drafts_histogram"] = _hist(req.accept_hist, plan.num_steps)
-                elif fl.v >= (0, 5, 10):
-                    drafts = vc * max(1, plan.num_draft_tokens - 1)
-                    m["spec_accept_length"] = alen
-                    m["spec_accept_rate"] = req.accepted_drafts / drafts if drafts else 0.0
-                    m["spec_accept_token_num"] = req.accepted_drafts
-                    m["spec_draft_token_num"] = drafts
-                    m["spec_accept_histogram"] = _hist(req.accept_hist, plan.num_steps)
-                else:
-                    m["spec_accept_length"] = alen
-                    m["spec_accept_rate"] = req.accepted_drafts / (vc * plan.num_steps) if vc and plan.num_steps else 0.0
-        if req.finish_reason is not None:
-            m["e2e_latency"] = round(time.monotonic() - started, 6)
-        return m
-
-    def _not_ready(self) -> bool:
-        if self.sim.engine is None:
-            self._json(503, {"error": "Server is not ready"})
-            return True
-        return False
-
-    def _generate(self, body: dict[str, Any]) -> None:
-        if self._not_ready():
-            return
-        sim = self.sim
-        sp = body.get("sampling_params") or {}
-        max_new = sp.get("max_new_tokens", 128)
-        ignore_eos = bool(sp.get("ignore_eos", False))
-        text = body.get("text")
-        ids = body.get("input_ids")
-        if isinstance(text, list):
-            reqs = [sim.engine.submit(str(t), max_new_tokens=max_new, ignore_eos=ignore_eos) for t in text]
-            started = time.monotonic()
-            for r in reqs:
-                for _ in self._wait_tokens(r):
-                    pass
-            return self._json(200, [{"text": r.text, "meta_info": self._meta(r, started)} for r in reqs])
-        if text is None and ids is None:
-            return self._json(400, {"error": {"message": "Either text or input_ids should be provided."}})
-        prompt = str(text) if text is not None else " ".join(str(i) for i in ids)
-        ptoks = None if text is not None else len(ids)
-        started = time.monotonic()
-        req = sim.engine.submit(prompt, max_new_tokens=max_new, ignore_eos=ignore_eos, prompt_tokens=ptoks)
-        if body.get("stream"):
-            self._start_stream()
-            try:
-                for _ in self._wait_tokens(req):
-                    self._sse({"text": req.text, "meta_info": self._meta(req, started)})
-                self._sse({"text": req.text, "meta_info": self._meta(req, started)})
-                self._sse("[DONE]")
-            except (BrokenPipeError, ConnectionResetError):
-                sim.engine.cancel(req)
-            return
-        for _ in self._wait_tokens(req):
-            pass
-        return self._json(200, {"text": req.text, "meta_info": self._meta(req, started)})
-
-    def _openai(self, body: dict[str, Any], chat: bool) -> None:
-        if self._not_ready():
-            return
-        sim = self.sim
-        if chat:
-            msgs = body.get("messages")
-            if not isinstance(msgs, list) or not msgs:
-                return self._json(400, {"object": "error", "message": "messages must be a non-empty list",
-                                        "type": "BadRequestError", "param": None, "code": 400})
-            prompt = "".join(f"<|{m.get('role', 'user')}|>{_content(m.get('content'))}" for m in msgs
-                             if isinstance(m, dict))
-            ptoks = sum(count_tokens(_content(m.get("content"))) + 4 for m in msgs if isinstance(m, dict)) + 1
-        else:
-            p = body.get("prompt", "")
-            prompt = p if isinstance(p, str) else json.dumps(p)
-            ptoks = count_tokens(prompt)
-        max_new = body.get("max_completion_tokens", body.get("max_tokens"))
-        if max_new is None and not chat:
-            max_new = 16
-        req = sim.engine.submit(prompt, max_new_tokens=max_new, ignore_eos=bool(body.get("ignore_eos")),
-                                prompt_tokens=ptoks)
-        model = body.get("model") or sim.served_name
-        created = int(time.time())
-        obj = "chat.completion" if chat else "text_completion"
-
-        def usage() -> dict[str, Any]:
-            return {"prompt_tokens": req.prompt_tokens, "total_tokens": req.prompt_tokens + req.generated,
-                    "completion_tokens": req.generated, "prompt_tokens_details": None, "reasoning_tokens": 0}
-
-        finish = lambda: "length" if req.finish_reason == "length" else (  # noqa: E731
-            "abort" if req.finish_reason == "abort" else "stop")
-        if body.get("stream"):
-            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            self._start_stream()
-
-            def chunk(choice: dict[str, Any] | None, u: Any = None) -> dict[str, Any]:
-                return {"id": req.rid, "object": obj + ".chunk" if chat else obj, "created": created,
-                        "model": model, "choices": [choice] if choice else [], "usage": u}
-            try:
-                if chat:
-                    self._sse(chunk({"index": 0, "delta": {"role": "assistant", "content": ""},
-                                     "logprobs": None, "finish_reason": None, "matched_stop": None}))
-                for words in self._wait_tokens(req):
-                    piece = "".join(words)
-                    c = ({"index": 0, "delta": {"role": None, "content": piece}, "logprobs": None,
-                          "finish_reason": None, "matched_stop": None} if chat else
-                         {"index": 0, "text": piece, "logprobs": None, "finish_reason": None, "matched_stop": None})
-                    self._sse(chunk(c))
-                last = ({"index": 0, "delta": {}, "logprobs": None, "finish_reason": finish(),
-                         "matched_stop": 128009 if finish() == "stop" else None} if chat else
-                        {"index": 0, "text": "", "logprobs": None, "finish_reason": finish(),
-                         "matched_stop": 128009 if finish() == "stop" else None})
-                self._sse(chunk(last))
-                if include_usage:
-                    self._sse(chunk(None, usage()))
-                self._sse("[DONE]")
-            except (BrokenPipeError, ConnectionResetError):
-                sim.engine.cancel(req)
-            return
-        for _ in self._wait_tokens(req):
-            pass
-        if chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": req.text, "reasoning_content": None,
-                                              "tool_calls": None},
-                      "logprobs": None, "finish_reason": finish(),
-                      "matched_stop": 128009 if finish() == "stop" else None}
-        else:
-            choice = {"index": 0, "text": req.text, "logprobs": None, "finish_reason": finish(),
-                      "matched_stop": 128009 if finish() == "stop" else None}
-        return self._json(200, {"id": req.rid, "object": obj, "created": created, "model": model,
-                                "choices": [choice], "usage": usage()})
-
-
-def _content(c: Any) -> str:
-    if isinstance(c, str):
-        return c
-    if isinstance(c, list):
-        return " ".join(str(p.get("text", "")) for p in c if isinstance(p, dict))
-    return ""
-
-
-def _hist(h: dict[int, int], steps: int) -> list[int]:
-    return [h.get(i, 0) for i in range(steps + 1)]
-
-
-# --------------------------------------------------------------------------------------
-# Background traffic for the demo
-# --------------------------------------------------------------------------------------
-def traffic_loop(sim: Sim, setting: str) -> None:
-    rng = random.Random(sim.seed + 7)
-    try:
-        fixed = int(setting)
-    except ValueError:
-        fixed = 1
-    phases = [(fixed, 3600.0)] if fixed > 1 else [(1, 30.0), (4, 30.0), (16, 30.0), (0, 8.0)]
-    inflight: list[Request] = []
-    phase_i, phase_end = 0, time.monotonic() + phases[0][1]
-    eng = sim.engine
-    assert eng is not None
-    while not sim.stop.wait(0.05):
-        now = time.monotonic()
-        if now >= phase_end:
-            phase_i = (phase_i + 1) % len(phases)
-            phase_end = now + phases[phase_i][1]
-        for r in [r for r in inflight if r.finish_reason is not None]:
-            inflight.remove(r)
-            if r.finish_reason != "abort":
-                sim.out.access(rng.randint(40000, 60000), "POST", "/v1/chat/completions", 200)
-        want = phases[phase_i][0]
-        while len(inflight) < want:
-            plen = rng.randint(120, 1800)
-            inflight.append(eng.submit(f"traffic prompt {rng.random()}", max_new_tokens=rng.randint(128, 512),
-                                       ignore_eos=True, prompt_tokens=plen))
-
-
 # --------------------------------------------------------------------------------------
 # main
 # --------------------------------------------------------------------------------------
@@ -925,6 +536,9 @@ def main(argv: list[str] | None = None) -> int:
     except StartupFailed as e:
         sys.stderr.write(f"{e}\n")
         return 1
+    if sim.tokenizer.load_error:
+        sim.out.main(f"WARNING: cannot use {sim.tokenizer.load_error}; counting tokens with the built-in "
+                     "simulated tokenizer", level=30)
     if sim.unknown:
         sim.out.main(f"WARNING: the simulated server ignores unrecognized arguments: {' '.join(sim.unknown)}",
                      level=30)

@@ -3,126 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
-from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from backend.sim.models import make_draft_dir, make_target_dir
-from tests.helpers import free_port
+from tests.sim.simproc import Sim, spec_args
 
-ROOT = Path(__file__).resolve().parents[2]
 TS = r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
-
-
-class Sim:
-    def __init__(self, proc: subprocess.Popen, port: int, log: Path) -> None:
-        self.proc, self.port, self.log = proc, port, log
-        self.base = f"http://127.0.0.1:{port}"
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def lines(self) -> list[str]:
-        return self.text().splitlines()
-
-    def request(self, path: str, body: dict | None = None, headers: dict | None = None,
-                timeout: float = 30.0) -> tuple[int, bytes]:
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.base + path, data=data, headers=headers or {})
-        if data is not None:
-            req.add_header("content-type", "application/json")
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as r:
-                return r.status, r.read()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read()
-
-    def status(self, path: str) -> int | None:
-        try:
-            return self.request(path, timeout=2)[0]
-        except (urllib.error.URLError, ConnectionError, socket.timeout):
-            return None
-
-    def wait_ready(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"sim exited {self.proc.returncode}:\n{self.text()}")
-            if self.status("/health") == 200:
-                return
-            time.sleep(0.05)
-        raise AssertionError(f"sim not ready:\n{self.text()}")
-
-    def wait_for(self, pattern: str, timeout: float = 15.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if re.search(pattern, self.text(), re.M):
-                return
-            time.sleep(0.05)
-        raise AssertionError(f"no line matching {pattern!r}:\n{self.text()}")
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        return self.proc.returncode
-
-
-@pytest.fixture(scope="module")
-def dirs(tmp_path_factory):
-    base = tmp_path_factory.mktemp("models")
-    return {
-        "target": make_target_dir(base / "target"),
-        "eagle3": make_draft_dir(base / "eagle3"),
-        "narrow": make_draft_dir(base / "narrow", fc_in_features=7168),
-    }
-
-
-@pytest.fixture(scope="module")
-def launch(tmp_path_factory):
-    started: list[Sim] = []
-
-    def _launch(args: list[str], env: dict[str, str] | None = None, *, speed: str = "200") -> Sim:
-        port = free_port()
-        log = tmp_path_factory.mktemp("sim") / "server.log"
-        e = dict(os.environ)
-        for k in list(e):
-            if k.startswith(("SPECDECK_SIM_", "SGLANG_")):
-                del e[k]
-        e.update({"SPECDECK_SIM_SPEED": speed, "SPECDECK_SIM_SEED": "1", "PYTHONUNBUFFERED": "1"})
-        e.update(env or {})
-        fh = open(log, "wb")
-        proc = subprocess.Popen([sys.executable, "-m", "backend.sim.server", "--host", "127.0.0.1",
-                                 "--port", str(port), *args],
-                                cwd=str(ROOT), env=e, stdout=fh, stderr=subprocess.STDOUT)
-        fh.close()
-        sim = Sim(proc, port, log)
-        started.append(sim)
-        return sim
-
-    yield _launch
-    for sim in started:
-        sim.stop()
-
-
-def spec_args(dirs, algo: str, draft: str = "eagle3") -> list[str]:
-    return ["--model-path", str(dirs["target"]), "--speculative-algorithm", algo,
-            "--speculative-draft-model-path", str(dirs[draft]), "--speculative-num-steps", "3",
-            "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
 
 
 def decode_lines(sim: Sim) -> list[str]:
@@ -386,3 +275,15 @@ def test_sigterm_during_startup_exits_cleanly(launch, dirs):
     assert sim.status("/health") == 503
     assert sim.stop() == 0
     assert "fired up" not in sim.text()
+
+
+def test_unusable_tokenizer_json_is_reported_and_serving_goes_on(launch, tmp_path):
+    from backend.sim.models import make_target_dir
+    target = make_target_dir(tmp_path / "target")
+    (target / "tokenizer.json").write_text("{torn")
+    sim = launch(["--model-path", str(target), "--skip-server-warmup"])
+    sim.wait_ready()
+    sim.wait_for(re.escape(f"WARNING: cannot use {target / 'tokenizer.json'}: ") +
+                 r".*; counting tokens with the built-in simulated tokenizer")
+    st, raw = sim.request("/v1/completions", {"prompt": "The capital city of France is", "max_tokens": 2})
+    assert st == 200 and json.loads(raw)["usage"]["prompt_tokens"] == 7

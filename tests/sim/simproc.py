@@ -1,0 +1,79 @@
+"""A simulated server as a real process on 127.0.0.1, shared by the simulator's tests."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Sim:
+    def __init__(self, proc: subprocess.Popen, port: int, log: Path) -> None:
+        self.proc, self.port, self.log = proc, port, log
+        self.base = f"http://127.0.0.1:{port}"
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def lines(self) -> list[str]:
+        return self.text().splitlines()
+
+    def request(self, path: str, body: dict | None = None, headers: dict | None = None,
+                timeout: float = 30.0) -> tuple[int, bytes]:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.base + path, data=data, headers=headers or {})
+        if data is not None:
+            req.add_header("content-type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    def status(self, path: str) -> int | None:
+        try:
+            return self.request(path, timeout=2)[0]
+        except (urllib.error.URLError, ConnectionError, socket.timeout):
+            return None
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"sim exited {self.proc.returncode}:\n{self.text()}")
+            if self.status("/health") == 200:
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"sim not ready:\n{self.text()}")
+
+    def wait_for(self, pattern: str, timeout: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if re.search(pattern, self.text(), re.M):
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"no line matching {pattern!r}:\n{self.text()}")
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        return self.proc.returncode
+
+
+def spec_args(dirs, algo: str, draft: str = "eagle3") -> list[str]:
+    return ["--model-path", str(dirs["target"]), "--speculative-algorithm", algo,
+            "--speculative-draft-model-path", str(dirs[draft]), "--speculative-num-steps", "3",
+            "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
