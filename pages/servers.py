@@ -204,11 +204,15 @@ def _form_config(base: ServerConfig) -> ServerConfig | None:
     tp = c7.number_input("tp size", 1, 64, base.tp_size)
     gpus = c8.text_input("GPUs (CUDA_VISIBLE_DEVICES)", ",".join(map(str, base.gpus)) if base.gpus else "")
     mem = c9.number_input("mem fraction static (0 = auto)", 0.0, 0.99, base.mem_fraction_static or 0.0, 0.01)
-    c10, c11 = st.columns(2)
+    c10, c11, c12 = st.columns(3)
     no_graph = c10.checkbox("disable CUDA graph", base.cuda_graph.disable)
     max_bs = c11.number_input("CUDA graph max batch size (0 = auto)", 0, 4096, base.cuda_graph.max_bs or 0)
+    trust = c12.checkbox("trust remote code", base.trust_remote_code, key="srv-trust",
+                         help="--trust-remote-code: run the model's own Python code (Kimi-K2 and GLM need it)")
     extra = st.text_input("extra arguments", shlex.join(base.extra_args))
     data = base.model_dump(mode="json", exclude_unset=True)
+    if trust or "trust_remote_code" in data:  # written back only once it was ever set
+        data["trust_remote_code"] = bool(trust)
     data.update(port=int(port), tp_size=int(tp), mem_fraction_static=float(mem) or None,
                 gpus=[int(g) for g in gpus.replace(" ", "").split(",") if g] if gpus.strip() else None,
                 cuda_graph={"disable": bool(no_graph), "max_bs": int(max_bs) or None})
