@@ -32,7 +32,7 @@ from typing import Any
 from backend.sglang.config import ServerConfig
 from backend.sglang.findings import Finding
 from backend.sglang.flagtable import Emulated, emulate, flag_table, full_table, table_label
-from backend.sglang.launch import server_args
+from backend.sglang.launch import build_env, server_args
 from backend.sglang.version import Capabilities, detect_version
 
 PROBE_PATH = Path(__file__).with_name("argprobe.py")
@@ -160,8 +160,7 @@ def run_probe(python: str, base: list[str], groups: list[list[str]], *, env: dic
     run_env.pop("PYTHONSTARTUP", None)
     try:
         proc = subprocess.Popen([python, "-c", _probe_source()], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, start_new_session=True, env=run_env,
-                                cwd="/")
+                                stderr=subprocess.PIPE, text=True, start_new_session=True, env=run_env)
     except OSError as exc:
         return {"ok": False, "kind": "failed", "error": f"cannot run {python}: {exc.strerror or exc}"}
     try:
@@ -213,8 +212,11 @@ def serving_python(cfg: ServerConfig) -> str:
 def check_argv(cfg: ServerConfig, caps: Capabilities, *, env: dict[str, str] | None = None,
                timeout_s: float = PROBE_TIMEOUT_S) -> ArgvCheck:
     """Read the launch command with SGLang's parser when the serving python has sglang, else
-    with the flag table of ``caps``'s version."""
+    with the flag table of ``caps``'s version.  The parser runs with the environment the
+    launch gets (``env`` defaults to the server's own additions)."""
     base = typed_argv(cfg, caps)
+    if env is None:
+        env = build_env(cfg, caps)
     groups = split_groups([str(x) for x in cfg.extra_args])
     python = serving_python(cfg)
     installed = detect_version(python)
