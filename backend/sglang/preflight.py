@@ -166,7 +166,8 @@ def run_preflight(cfg: ServerConfig, *, gpu_probe: GpuProbe | None = None,
         seen = {f.code for f in out}
         extra: list[Finding] = []
         _check_speculative(effective, caps, target, extra)
-        by = "; ".join(dict.fromkeys(b for o in argv.overrides for b in o.by))
+        by = "; ".join(dict.fromkeys(b for o in argv.overrides if o.dest.startswith("speculative_")
+                                     for b in o.by))
         out.extend(Finding(f.severity, f.code, f"With extra_args applied ({by}): {f.found}", f.fix, "extra_args")
                    for f in extra if f.code not in seen)
     _check_flags(cfg, caps, out)

@@ -84,6 +84,14 @@ def test_the_seeds_mistake_speculative_algo_eagle(llama, python, mode):
     assert not any("ambiguous" in x.found for x in f)
 
 
+def test_each_override_is_reported_and_only_speculative_ones_rerun_the_draft_checks(llama):
+    f = preflight(llama, sys.executable, ["--tp", "2", "--speculative-algo", "EAGLE"])
+    assert sorted(o.found.split(" sets ")[0] for o in by_code(f, "argv-override")) == [
+        "extra_args `--speculative-algo EAGLE`", "extra_args `--tp 2`"]
+    (w,) = by_code(f, "eagle3-draft-with-eagle")
+    assert w.found.startswith("With extra_args applied (--speculative-algo EAGLE): ")
+
+
 @pytest.mark.parametrize("extra, dest, config_field, typed, got", [
     (["--tp", "2"], "tp_size", "tp_size", "1", "2"),
     (["--tensor-parallel-size", "4"], "tp_size", "tp_size", "1", "4"),
