@@ -417,7 +417,7 @@ def argv_findings(check: ArgvCheck, cfg: ServerConfig) -> list[Finding]:
                            "Use the flag it names instead before a later version refuses it.", "extra_args"))
     problems = sum(1 for f in out if f.severity == "error")
     verdict = ("accepted, every typed field as configured" if not problems
-               else f"{problems} problem(s), listed above")
+               else f"{problems} problem(s) in the command, listed above")
     if check.checker == "sglang":
         out.append(Finding("info", "argv-checked",
                            f"Launch command {by} (in {check.python}): {verdict}.", "Nothing to do.", None))
