@@ -29,9 +29,11 @@ sys.path[:] = [p for p in sys.path if p not in ("", ".")]
 import contextlib  # noqa: E402
 import io  # noqa: E402
 import json  # noqa: E402
+import re  # noqa: E402
 import warnings  # noqa: E402
 
 PREFIX = "specdeck-argcheck: "
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 def _answer(obj):
@@ -90,12 +92,12 @@ def main():
     base, groups, fields = req["base"], req["groups"], req["fields"]
     full = list(base) + [t for g in groups for t in g]
     values, error, log = _parse(prepare_server_args, full, fields)
-    notes = [ln.strip() for ln in log.splitlines() if "deprecat" in ln.lower()]
+    notes = [ANSI.sub("", ln).strip() for ln in log.splitlines() if "deprecat" in ln.lower()]
     if error is not None:
         _answer({"version": version, "ok": False, "kind": "rejected", "error": error, "notes": notes})
         return
     base_values, base_error, base_log = _parse(prepare_server_args, base, fields)
-    notes = [n for n in notes if n not in base_log]  # only what the extra arguments brought
+    notes = [n for n in notes if n not in ANSI.sub("", base_log)]  # only what the extra arguments brought
     changed_by = []
     for g in groups:
         one, one_error, _ = _parse(prepare_server_args, list(base) + list(g), fields)

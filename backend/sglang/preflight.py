@@ -170,7 +170,7 @@ def run_preflight(cfg: ServerConfig, *, gpu_probe: GpuProbe | None = None,
                                      for b in o.by))
         out.extend(Finding(f.severity, f.code, f"With extra_args applied ({by}): {f.found}", f.fix, "extra_args")
                    for f in extra if f.code not in seen)
-    _check_flags(cfg, caps, out)
+    _check_flags(cfg, caps, out, reported={f for o in argv.overrides for f in o.flags})
     _check_port(cfg, port_probe or port_is_free, out)
     _check_gpus(cfg, gpu_probe or nvml_gpu_probe, target, out)
 
@@ -507,8 +507,10 @@ _GENERATED_FLAGS = (
 )
 
 
-def _check_flags(cfg: ServerConfig, caps: Capabilities, out: list[Finding]) -> None:
-    flags = [a.split("=", 1)[0] for a in cfg.extra_args if a.startswith("--")]
+def _check_flags(cfg: ServerConfig, caps: Capabilities, out: list[Finding], *,
+                 reported: set[str] = frozenset()) -> None:
+    """``reported``: extra flags the launch-command check already names as overrides."""
+    flags = [a.split("=", 1)[0] for a in cfg.extra_args if a.startswith("--") and a not in reported]
     dup = sorted(set(f for f in flags if f in _GENERATED_FLAGS))
     if dup:
         out.append(Finding("warning", "flag-duplicate",

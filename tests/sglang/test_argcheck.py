@@ -143,6 +143,22 @@ def test_a_refused_command_is_an_error_in_sglangs_words(llama, python, mode, ext
     assert checked_by(mode) in r.found
 
 
+def test_a_deprecated_extra_flag_is_an_info_in_plain_text(llama, python, mode):
+    f = preflight(llama, python, ["--enable-dp-attention"])
+    assert not has_errors(f), [str(x) for x in f if x.severity == "error"]
+    (d,) = by_code(f, "flag-deprecated")
+    assert d.severity == "info" and "--enable-dp-attention" in d.found and "deprecated" in d.found
+    assert "\x1b" not in d.found  # SGLang colours the warning; the finding does not
+    assert checked_by(mode) in d.found
+
+
+def test_an_override_is_not_also_a_duplicate_warning(llama):
+    f = preflight(llama, sys.executable, ["--speculative-num-steps", "5"])
+    assert by_code(f, "argv-override") and not by_code(f, "flag-duplicate")
+    same = preflight(llama, sys.executable, ["--speculative-num-steps", "3"])  # same value: no override
+    assert not by_code(same, "argv-override") and by_code(same, "flag-duplicate")
+
+
 def test_cuda_graph_max_bs_fix_points_at_the_config_field(llama, python):
     (r,) = by_code(preflight(llama, python, ["--cuda-graph-max-bs", "8"]), "argv-rejected")
     assert "cuda_graph.max_bs" in r.fix
