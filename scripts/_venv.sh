@@ -35,8 +35,7 @@ ensure_venv() {
 }
 
 # True when the environment at $1 holds exactly the pins of lock file $2: the same
-# distributions (pip and setuptools aside) at the same versions (a local label such as
-# torch's "+cpu" aside).
+# distributions (pip aside) at the same versions (a local label such as torch's "+cpu" aside).
 serve_env_matches() {
   local dir=$1 lock=$2
   [ -x "$dir/bin/python" ] || return 1
@@ -57,7 +56,7 @@ for line in open(sys.argv[1], encoding="utf-8"):
 have = {}
 for dist in md.distributions():
     name = norm(dist.metadata["Name"] or "")
-    if name and name not in ("pip", "setuptools", "wheel"):
+    if name and name != "pip":
         have[name] = dist.version.split("+", 1)[0]
 sys.exit(0 if have == want else 1)
 PY
@@ -85,7 +84,7 @@ ensure_serve_env() {
     return 0
   fi
   py=$(_specdeck_python) || return 1
-  echo "specdeck: building $dir from $lock (about 350 MB to download the first time)" >&2
+  echo "specdeck: building $dir from $lock (about 450 MB to download the first time)" >&2
   if [ -L "$dir" ]; then rm -f "$dir"; else rm -rf "$dir"; fi
   "$py" -m venv "$dir"
   "$dir/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -r "$lock"

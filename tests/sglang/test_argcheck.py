@@ -29,10 +29,21 @@ def mode(request):
     return request.param
 
 
+@pytest.fixture(scope="session")
+def sglang_parser(serve_python) -> str:
+    """The serving python, once it has shown it can run SGLang's parser (a broken environment
+    is a clear failure here, not a puzzling assertion in every test)."""
+    ans = argcheck.run_probe(str(serve_python), ["--model-path", "/m"], [])
+    if ans.get("kind") != "parsed":
+        pytest.fail(f"{serve_python} cannot run SGLang's argument parser ({ans.get('kind')}: {ans.get('error')}); "
+                    "rebuild it from requirements-serve.txt (scripts/test does)")
+    return str(serve_python)
+
+
 @pytest.fixture
 def python(mode, request) -> str:
     if mode == "sglang":
-        return str(request.getfixturevalue("serve_python"))
+        return request.getfixturevalue("sglang_parser")
     return sys.executable  # Specdeck's own environment has no sglang
 
 
