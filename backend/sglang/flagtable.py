@@ -27,7 +27,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from backend.sglang.version import Capabilities
+from backend.sglang.version import Capabilities, capabilities
 
 TABLE_PATH = Path(__file__).with_name("flags-0.5.23.json")
 TABLE_VERSION = "0.5.23"
@@ -89,8 +89,6 @@ def table_label(caps: Capabilities) -> str:
 
 @lru_cache(maxsize=32)
 def _table_for(version: str) -> FlagTable:
-    from backend.sglang.version import capabilities
-
     caps = capabilities(version)
     base = full_table()
     acts = list(base.actions)
