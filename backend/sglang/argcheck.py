@@ -33,7 +33,7 @@ from backend.sglang.config import ServerConfig
 from backend.sglang.findings import Finding
 from backend.sglang.flagtable import Emulated, emulate, flag_table, full_table, table_label
 from backend.sglang.launch import build_env, server_args
-from backend.sglang.version import Capabilities, detect_version
+from backend.sglang.version import Capabilities, detect_version, parse_version
 
 PROBE_PATH = Path(__file__).with_name("argprobe.py")
 PROBE_PREFIX = "specdeck-argcheck: "
@@ -380,6 +380,13 @@ def _fix_for_rejection(msg: str, version: str) -> str:
     return "Fix the value in extra_args (or the config field it comes from)."
 
 
+def _same_release(a: str, b: str) -> bool | None:
+    try:
+        return parse_version(a) == parse_version(b)
+    except ValueError:
+        return None
+
+
 def argv_findings(check: ArgvCheck, cfg: ServerConfig) -> list[Finding]:
     """Preflight findings for one argv check, ending with the summary of who checked it."""
     out: list[Finding] = []
@@ -390,6 +397,13 @@ def argv_findings(check: ArgvCheck, cfg: ServerConfig) -> list[Finding]:
                            f"{check.import_error}. The server will most likely fail the same way when it starts.",
                            "Repair the serving environment (pip check), or rebuild it from requirements-serve.txt.",
                            "python"))
+    if check.checker == "sglang" and cfg.sglang_version and _same_release(cfg.sglang_version, check.version) is False:
+        out.append(Finding("warning", "sglang-version-mismatch",
+                           f"sglang_version in the config says {cfg.sglang_version}, but {check.python} has sglang "
+                           f"{check.version}: the launch command, log parsing and endpoints follow "
+                           f"{cfg.sglang_version}, the server will be {check.version}.",
+                           f"Set sglang_version = \"{check.version}\" or remove it (the installed version is "
+                           "detected).", "sglang_version"))
     if check.rejected:
         extra = " ".join(str(x) for x in cfg.extra_args)
         out.append(Finding("error", "argv-rejected",

@@ -65,6 +65,7 @@ def checked_by(mode: str) -> str:
 def test_a_clean_eagle3_config_passes(llama, python, mode):
     f = preflight(llama, python)
     assert not has_errors(f), [str(x) for x in f if x.severity == "error"]
+    assert not by_code(f, "sglang-version-mismatch")  # the config says 0.5.23, as installed
     (summary,) = by_code(f, "argv-checked")
     assert checked_by(mode) in summary.found
     assert "accepted, every typed field as configured" in summary.found
@@ -180,9 +181,12 @@ def test_builder_for_an_older_version_is_refused_by_the_installed_one(llama, pyt
     f = preflight(llama, python, sglang_version="0.5.10", cuda_graph={"max_bs": 8})
     if python == sys.executable:
         assert not by_code(f, "argv-rejected")  # the table follows the configured version
+        assert not by_code(f, "sglang-version-mismatch")
     else:
         (r,) = by_code(f, "argv-rejected")
         assert "--cuda-graph-max-bs could match" in r.found
+        (m,) = by_code(f, "sglang-version-mismatch")
+        assert "says 0.5.10" in m.found and "has sglang 0.5.23" in m.found and m.severity == "warning"
 
 
 # -- the flag table's version differences (emulation only) ---------------------------
