@@ -255,9 +255,11 @@ def _form_config(base: ServerConfig, server: str) -> ServerConfig | None:
                          key=k + "gpus", help="comma-separated GPU indices, e.g. 0,1; empty leaves it unset")
     mem = c9.number_input("mem fraction static (0 = auto)", 0.0, 0.99, base.mem_fraction_static or 0.0, 0.01,
                           key=k + "mem")
-    c10, c11 = st.columns(2)
+    c10, c11, c12 = st.columns(3)
     no_graph = c10.checkbox("disable CUDA graph", graph.disable, key=k + "nograph")
     max_bs = c11.number_input("CUDA graph max batch size (0 = auto)", 0, 4096, graph.max_bs or 0, key=k + "maxbs")
+    trust = c12.checkbox("trust remote code", base.trust_remote_code, key=k + "trust",
+                         help="--trust-remote-code: run the model's own Python code (Kimi-K2 and GLM need it)")
     extra = st.text_input("extra arguments", shlex.join(base.extra_args), key=k + "extra")
     try:
         gpu_list = [int(g) for g in gpus.replace(" ", "").split(",") if g] if gpus.strip() else None
@@ -277,6 +279,7 @@ def _form_config(base: ServerConfig, server: str) -> ServerConfig | None:
     _put(data, top, "gpus", gpu_list, base.gpus)
     _put(data, top, "mem_fraction_static", float(mem) or None, base.mem_fraction_static)
     _put(data, top, "extra_args", extra_args, base.extra_args)
+    _put(data, top, "trust_remote_code", bool(trust), base.trust_remote_code)
     sp: dict = dict(data.get("speculative", {}))
     _put(sp, spec.model_fields_set, "algorithm", None if algo == "(off)" else algo, spec.algorithm)
     _put(sp, spec.model_fields_set, "draft_model_path", draft.strip() or None, spec.draft_model_path)

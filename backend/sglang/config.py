@@ -75,6 +75,7 @@ class ServerConfig(_Model):
     mem_fraction_static: float | None = Field(None, gt=0.0, lt=1.0)
     page_size: int | None = Field(None, ge=1)
     attention_backend: str | None = None
+    trust_remote_code: bool = False  # --trust-remote-code (Kimi-K2 and GLM targets need it)
     speculative: SpeculativeConfig = Field(default_factory=SpeculativeConfig)
     cuda_graph: CudaGraphConfig = Field(default_factory=CudaGraphConfig)
     enable_metrics: bool = True
@@ -85,8 +86,7 @@ class ServerConfig(_Model):
     sglang_version: str | None = None  # overrides detection
     baseline_tok_s: float | None = Field(None, gt=0)
     simulate: bool = False  # launch backend.sim.server with the same flags
-    autostart: bool = False  # started (through preflight) when the workspace first opens
-    autostart: bool = False  # start when the dashboard first sees it (never-started only)
+    autostart: bool = False  # started (through preflight) when the workspace first opens (never-started only)
 
     @field_validator("name")
     @classmethod

@@ -1,7 +1,7 @@
 """Turn a :class:`ServerConfig` into the argv, environment and process spec of a server.
 
 The argv is what follows ``python -m sglang.launch_server``, right for the
-version (``--cuda-graph-max-bs`` became ``--cuda-graph-max-bs-decode``).  A
+version (``--cuda-graph-max-bs`` became ``--cuda-graph-max-bs-decode`` in 0.5.14).  A
 simulated server gets exactly the same flags, run by ``backend.sim.server``.
 """
 
@@ -49,6 +49,8 @@ def server_args(cfg: ServerConfig, version: Capabilities | str | None = None) ->
         a += ["--page-size", str(cfg.page_size)]
     if cfg.attention_backend:
         a += ["--attention-backend", cfg.attention_backend]
+    if cfg.trust_remote_code:
+        a += ["--trust-remote-code"]
     spec = cfg.speculative
     if spec.algorithm:
         a += ["--speculative-algorithm", spec.algorithm]

@@ -18,39 +18,22 @@ import os
 import re
 import shutil
 import socket
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Callable
 
+from backend.sglang.argcheck import argv_findings, check_argv, effective_config
 from backend.sglang.config import ServerConfig
+from backend.sglang.findings import ORDER, Finding, Severity, has_errors  # noqa: F401 (re-exported)
 from backend.sglang.modelinfo import (
     DraftInfo, ModelInfoError, TargetInfo, default_aux_layers, read_draft, read_target,
 )
 from backend.sglang.version import Capabilities, capabilities, resolve_capabilities
 
-Severity = Literal["error", "warning", "info"]
-_ORDER = {"error": 0, "warning": 1, "info": 2}
 GiB = 1024 ** 3
 
 # (index, total_bytes, free_bytes) per GPU, or None when there is no NVIDIA driver.
 GpuProbe = Callable[[], "list[tuple[int, int, int]] | None"]
 PortProbe = Callable[[str, int], bool]  # True when host:port can be bound
-
-
-@dataclass(frozen=True)
-class Finding:
-    severity: Severity
-    code: str
-    found: str
-    fix: str
-    field: str | None = None  # the config field to change, when there is one
-
-    def __str__(self) -> str:
-        return f"[{self.severity}] {self.code}: {self.found} Fix: {self.fix}"
-
-
-def has_errors(findings: list[Finding]) -> bool:
-    return any(f.severity == "error" for f in findings)
 
 
 # -- probes --------------------------------------------------------------------
@@ -175,11 +158,23 @@ def run_preflight(cfg: ServerConfig, *, gpu_probe: GpuProbe | None = None,
             out.append(Finding("error", "target-config", str(exc), "Fix the target's config.json.", "model_path"))
 
     _check_speculative(cfg, caps, target, out)
-    _check_flags(cfg, caps, out)
+    argv = check_argv(cfg, caps)
+    out.extend(argv_findings(argv, cfg))
+    effective = effective_config(cfg, argv)
+    if effective is not None:
+        # what the server would really run: the speculative checks again, on the overridden fields
+        seen = {f.code for f in out}
+        extra: list[Finding] = []
+        _check_speculative(effective, caps, target, extra)
+        by = "; ".join(dict.fromkeys(b for o in argv.overrides if o.dest.startswith("speculative_")
+                                     for b in o.by))
+        out.extend(Finding(f.severity, f.code, f"With extra_args applied ({by}): {f.found}", f.fix, "extra_args")
+                   for f in extra if f.code not in seen)
+    _check_flags(cfg, caps, out, reported={f for o in argv.overrides for f in o.flags})
     _check_port(cfg, port_probe or port_is_free, out)
     _check_gpus(cfg, gpu_probe or nvml_gpu_probe, target, out)
 
-    out.sort(key=lambda f: _ORDER[f.severity])
+    out.sort(key=lambda f: ORDER[f.severity])
     return out
 
 
@@ -512,19 +507,10 @@ _GENERATED_FLAGS = (
 )
 
 
-def _check_flags(cfg: ServerConfig, caps: Capabilities, out: list[Finding]) -> None:
-    flags = [a.split("=", 1)[0] for a in cfg.extra_args if a.startswith("--")]
-    if "--cuda-graph-max-bs" in flags and caps.legacy_cuda_graph_max_bs_rejected:
-        out.append(Finding("error", "flag-removed",
-                           f"extra_args has --cuda-graph-max-bs, which sglang {caps.version} rejects as ambiguous "
-                           "(it could be --cuda-graph-max-bs-decode or --cuda-graph-max-bs-prefill).",
-                           "Use cuda_graph.max_bs in the config; the launch builder writes the right flag.",
-                           "extra_args"))
-    for f in flags:
-        if f in ("--speculative-algo", "--speculative-draft") and caps.at_least("0.5.4"):
-            out.append(Finding("error", "flag-ambiguous",
-                               f"extra_args has {f}, an abbreviation that sglang {caps.version} rejects as ambiguous.",
-                               "Use the speculative settings of the config instead.", "extra_args"))
+def _check_flags(cfg: ServerConfig, caps: Capabilities, out: list[Finding], *,
+                 reported: set[str] = frozenset()) -> None:
+    """``reported``: extra flags the launch-command check already names as overrides."""
+    flags = [a.split("=", 1)[0] for a in cfg.extra_args if a.startswith("--") and a not in reported]
     dup = sorted(set(f for f in flags if f in _GENERATED_FLAGS))
     if dup:
         out.append(Finding("warning", "flag-duplicate",

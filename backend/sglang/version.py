@@ -111,17 +111,28 @@ class Capabilities:
     # -- flags ---------------------------------------------------------
     @property
     def cuda_graph_max_bs_flag(self) -> str:
-        # 0.5.16 made --cuda-graph-max-bs a deprecated alias of -decode; 0.5.23 removed it
-        # (it is then an ambiguous prefix of -decode and -prefill).
-        return "--cuda-graph-max-bs-decode" if self.at_least("0.5.16") else "--cuda-graph-max-bs"
+        """``--cuda-graph-max-bs-decode`` exists from 0.5.14; before it the flag is ``--cuda-graph-max-bs``."""
+        return "--cuda-graph-max-bs-decode" if self.at_least("0.5.14") else "--cuda-graph-max-bs"
+
+    @property
+    def cuda_graph_max_bs_dest(self) -> str:
+        """The ServerArgs field the max-batch-size flag sets."""
+        return "cuda_graph_max_bs_decode" if self.at_least("0.5.14") else "cuda_graph_max_bs"
+
+    @property
+    def legacy_cuda_graph_max_bs_deprecated(self) -> bool:
+        """0.5.14-0.5.19 still take ``--cuda-graph-max-bs`` as a deprecated alias of ``-decode``."""
+        return self.at_least("0.5.14") and not self.at_least("0.5.20")
 
     @property
     def legacy_cuda_graph_max_bs_rejected(self) -> bool:
-        return self.at_least("0.5.23")
+        """From 0.5.20 ``--cuda-graph-max-bs`` is an ambiguous prefix of ``-decode`` and ``-prefill``."""
+        return self.at_least("0.5.20")
 
     @property
     def disable_cuda_graph_deprecated(self) -> bool:
-        return self.at_least("0.5.16")
+        """``--disable-cuda-graph`` is still accepted but deprecated from 0.5.14."""
+        return self.at_least("0.5.14")
 
     @property
     def algorithms(self) -> tuple[str, ...]:

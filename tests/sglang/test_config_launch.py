@@ -77,6 +77,46 @@ def test_argv_without_speculation_and_with_extra_args():
     assert a[-2:] == ["--log-level", "debug"]
 
 
+# From the reference (sglang.md §7, the --cuda-graph-max-bs row, and §8), checked there against
+# the argparse layer of the real wheels: version -> (max-bs flag the builder writes,
+# --cuda-graph-max-bs a deprecated alias, --cuda-graph-max-bs refused as ambiguous,
+# --disable-cuda-graph deprecated).
+VERSION_TABLE = [
+    ("0.5.5", "--cuda-graph-max-bs", False, False, False),
+    ("0.5.10", "--cuda-graph-max-bs", False, False, False),
+    ("0.5.13", "--cuda-graph-max-bs", False, False, False),
+    ("0.5.14", "--cuda-graph-max-bs-decode", True, False, True),
+    ("0.5.15", "--cuda-graph-max-bs-decode", True, False, True),
+    ("0.5.19", "--cuda-graph-max-bs-decode", True, False, True),
+    ("0.5.20", "--cuda-graph-max-bs-decode", False, True, True),
+    ("0.5.22", "--cuda-graph-max-bs-decode", False, True, True),
+    ("0.5.23", "--cuda-graph-max-bs-decode", False, True, True),
+]
+
+
+@pytest.mark.parametrize("version, flag, alias, rejected, disable_deprecated", VERSION_TABLE)
+def test_version_table_matches_the_reference(version, flag, alias, rejected, disable_deprecated):
+    caps = capabilities(version)
+    assert caps.cuda_graph_max_bs_flag == flag
+    assert caps.legacy_cuda_graph_max_bs_deprecated is alias
+    assert caps.legacy_cuda_graph_max_bs_rejected is rejected
+    assert caps.disable_cuda_graph_deprecated is disable_deprecated
+    argv = build_argv(cfg(), version)
+    assert argv[argv.index(flag) + 1] == "16"
+    other = "--cuda-graph-max-bs" if flag.endswith("-decode") else "--cuda-graph-max-bs-decode"
+    assert other not in argv
+
+
+def test_trust_remote_code_reaches_the_argv_and_the_simulator():
+    from backend.sim.args import parse
+
+    assert cfg().trust_remote_code is False and "--trust-remote-code" not in build_argv(cfg(), "0.5.23")
+    argv = build_argv(cfg(trust_remote_code=True), "0.5.23")
+    assert "--trust-remote-code" in argv
+    ns, unknown = parse(argv[3:])
+    assert ns.trust_remote_code is True and unknown == []
+
+
 def test_simulated_launch_has_the_same_flags():
     real = build_argv(cfg(), "0.5.10")
     sim = build_argv(cfg(simulate=True), "0.5.10")

@@ -201,11 +201,12 @@ def test_weights_too_big_for_the_gpus(tmp_path):
 
 def test_removed_flag_in_extra_args(llama):
     f = run(server_cfg(llama["target"], llama["draft"], sglang_version="0.5.23",
-                       extra_args=["--cuda-graph-max-bs", "8"]))
-    assert "flag-removed" in codes(f, "error")
+                       extra_args=["--cuda-graph-max-bs-decode", "8", "--cuda-graph-max-bs", "8"]))
+    (r,) = [x for x in f if x.code == "argv-rejected"]
+    assert "ambiguous option: --cuda-graph-max-bs could match" in r.found and r.severity == "error"
     f = run(server_cfg(llama["target"], llama["draft"], sglang_version="0.5.4",
                        extra_args=["--cuda-graph-max-bs", "8"]))
-    assert "flag-removed" not in codes(f)
+    assert "argv-rejected" not in codes(f)
 
 
 def test_algorithm_not_in_old_version(llama):
