@@ -25,7 +25,7 @@ from pathlib import Path
 
 from backend.bench import importers_csv, importers_other as other, importers_serving as serving
 from backend.bench.importers_json import JSONTextError, LDict, load_with_lines
-from backend.bench.records import BenchImportError, NotABenchmark, Parsed, Problem
+from backend.bench.records import BenchImportError, NotABenchmark, Parsed, Problem, audit_raw
 from specdeck_types.bench import BenchResult
 
 __all__ = ["BenchImportError", "NotABenchmark", "Parsed", "Problem", "import_file", "parse_text"]
@@ -121,7 +121,7 @@ def _parse_json(text: str, path: str) -> Parsed:
             unknown.append(n)
             continue
         try:
-            result = _record(d, path, n, raw)
+            result = _record(d, path, n, audit_raw(raw, d))
         except ValueError as exc:
             parsed.problems.append(Problem(path, n, str(exc)))
             continue

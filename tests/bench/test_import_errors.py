@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from backend.bench.importers import import_file, parse_text
@@ -64,3 +66,14 @@ def test_a_value_of_the_wrong_type_names_the_field():
     parsed = parse_text(rec + "\n" + rec.replace('"lots"', "4") + "\n", "f.jsonl")
     assert len(parsed.results) == 1
     assert parsed.problems[0].line == 1 and "max_concurrency" in parsed.problems[0].message
+
+
+def test_output_details_lists_are_left_out_of_the_stored_copy():
+    rec = {"backend": "sglang", "max_concurrency": 1, "output_throughput": 50.0, "mean_ttft_ms": 3.0,
+           "generated_texts": ["word " * 50] * 400, "itls": [[0.01] * 100] * 400}
+    line = json.dumps(rec)
+    assert len(line) > 64 * 1024
+    (r,) = parse_text(line + "\n" + line.replace("50.0", "51.0") + "\n", "details.jsonl").results[:1]
+    assert r.results.output_tok_s == 50.0
+    assert len(r.raw) < 1000 and '"output_throughput": 50.0' in r.raw
+    assert "left out of this copy: generated_texts, itls" in r.raw
