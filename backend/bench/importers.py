@@ -56,7 +56,7 @@ def import_file(path: str | Path) -> Parsed:
 def parse_text(text: str, path: str) -> Parsed:
     if not text.strip():
         raise NotABenchmark(path, 1, "the file is empty")
-    if importers_csv.looks_like(text):
+    if path.lower().endswith(".csv") or importers_csv.looks_like(text):
         return importers_csv.parse(text, path)
     if text.lstrip()[:1] in "{[":
         parsed = _parse_json(text, path)

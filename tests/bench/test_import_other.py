@@ -125,6 +125,14 @@ def test_csv_unknown_column_is_named(tmp_path):
     assert str(exc.value).startswith(f"{f}:1: output_toks: unknown column")
 
 
+def test_a_csv_file_with_only_misspelt_figures_names_the_column(tmp_path):
+    f = tmp_path / "notes.csv"
+    f.write_text("# from the lab book\nserver,tok_per_s\nx,80\n", encoding="utf-8")
+    with pytest.raises(BenchImportError) as exc:
+        import_file(f)
+    assert (exc.value.line, exc.value.field) == (2, "tok_per_s")
+
+
 def test_csv_row_without_a_figure_is_skipped(tmp_path):
     f = tmp_path / "h.csv"
     f.write_text("server,output_tok_s,accept_len\na,,\nb,12.5,\n", encoding="utf-8")
