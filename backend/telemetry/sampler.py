@@ -584,8 +584,9 @@ def make_sampler(
 
     ``gpu_source``: ``"auto"`` (real NVML; the fake only when NVML is not
     usable and ``demo`` is true), ``"nvml"`` or ``"fake"``.  With the fake,
-    the managed processes are placed on its GPUs (servers on all, training
-    runs on one) so attribution shows the demo's jobs.
+    the managed processes are placed on its GPUs (a server on the GPUs its
+    CUDA_VISIBLE_DEVICES or tensor parallelism names, a training run on one)
+    so attribution shows the demo's jobs.
     """
     from backend.telemetry.nvml import open_adapter  # noqa: PLC0415
 

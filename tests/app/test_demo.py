@@ -4,9 +4,10 @@ GPUs it is seen holding agree."""
 from __future__ import annotations
 
 import sys
+from types import SimpleNamespace
 
 from backend.sglang.config import ServerConfig
-from backend.sglang.launch import build_argv
+from backend.sglang.launch import build_argv, to_process_spec
 from backend.sglang.preflight import run_preflight
 from backend.telemetry.fake import FakeNvml
 from backend.workspace import load_workspace
@@ -35,8 +36,11 @@ def test_the_demo_server_is_a_tp8_target_on_all_eight_gpus(tmp_path):
 
 
 def test_the_fake_gpus_show_the_demo_server_on_exactly_the_gpus_its_config_names(tmp_path):
-    _ws, cfg = _demo_server(tmp_path)
-    nvml = FakeNvml(gpus=8, follow=lambda: [(cfg.name, "server", 4242)])
+    ws, cfg = _demo_server(tmp_path)
+    # what the sampler's follow hands the fake: the managed process with its launch spec
+    spec = to_process_spec(cfg, ws.logs_dir, cfg.sglang_version)
+    managed = SimpleNamespace(name=cfg.name, kind="server", pid=4242, spec=spec)
+    nvml = FakeNvml(gpus=8, follow=lambda: [managed])
     nvml.nvmlInit()
     holding = set()
     for i in range(nvml.nvmlDeviceGetCount()):
