@@ -120,16 +120,20 @@ def figure(title: str | None = None, *, y_title: str | None = None, height: int 
     fig = go.Figure()
     fig.update_layout(
         template="plotly_white",
-        title=dict(text=title, font=dict(size=14)) if title else None,
+        # the title on its own line at the very top, the range buttons on the next one: on a narrow
+        # chart (two side by side at 1024 px) the two never share a line and never cover each other
+        title=dict(text=title, font=dict(size=14), x=0, xanchor="left", xref="container",
+                   y=1, yanchor="top", yref="container", pad=dict(t=8, l=10)) if title else None,
         height=height,
-        margin=dict(l=10, r=10, t=40 if title else 10, b=10),
+        margin=dict(l=10, r=10, t=(34 if title else 0) + (34 if range_buttons else 0) or 10, b=10),
         hovermode="x unified",
         legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1),
         font=dict(family="Inter, system-ui, sans-serif", size=12),
         yaxis_title=y_title,
     )
     if range_buttons:
-        fig.update_xaxes(rangeselector=dict(buttons=RANGE_BUTTONS), type="date")
+        fig.update_xaxes(rangeselector=dict(buttons=RANGE_BUTTONS, x=0, xanchor="left", y=1.02, yanchor="bottom"),
+                         type="date")
     return fig
 
 
