@@ -26,6 +26,7 @@ from __future__ import annotations
 import ast
 import math
 import re
+import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -45,7 +46,7 @@ _INT = "[0-9]{1,20}"
 _BAR = re.compile(
     r"(?P<desc>(?:Training|Evaluating)(?: Epoch (?P<epoch>" + _INT + r"))?)\s*:\s*"
     r"(?:(?P<pct>[0-9]{1,3})%\|[^|]*\|\s*)?"
-    r"(?P<n>" + _INT + r")(?:/(?P<total>" + _INT + r"))?(?:[a-z]+)?\s*\[(?P<inner>[^\]]*)\]?\s*$")
+    r"(?P<n>" + _INT + r")(?:/(?P<total>" + _INT + r"))?(?:[a-z]+)?\s*\[(?P<inner>[^\]]*)(?P<close>\])?")
 _EPOCH_LINE = re.compile(
     r"(?P<split>Train|Eval) Epoch \[(?P<e>" + _INT + r")/(?P<n>" + _INT + r")\], position (?P<pos>" + _INT
     + r"),\s*(?P<name>Acc|pLoss|Acceptance Rate):\s*(?P<value>\S+)\s*$")
@@ -213,15 +214,25 @@ def _dispatch(text: str) -> list[TrainRecord]:
         m = _STEP_DICT.search(text)
         if m:
             return _step_dict(m)
-    if "Epoch" in text or "Training" in text or "Evaluating" in text:
-        if "position" in text:
-            m = _EPOCH_LINE.search(text)
-            if m:
-                return [_epoch_line(m)]
-        if "|" in text or "it [" in text or "[" in text:
-            m = _BAR.search(text)
-            if m:
-                return [_bar(m)]
+    if ("Training" in text or "Evaluating" in text) and "[" in text:
+        m = _BAR.search(text)
+        if m:
+            if not m.group("close"):
+                raise BadTrainLine("tqdm bar not closed with ']': cut short")
+            rec = _bar(m)
+            rest = text[m.end():]
+            if not rest.strip():
+                return [rec]
+            # a log line printed while the bar was drawn is glued to the bar's end (no newline between)
+            try:
+                return [rec] + _dispatch(rest)
+            except BadTrainLine as exc:
+                rec.rejected += (f"text after the bar: {exc}",)
+                return [rec]
+    if "position" in text and "Epoch [" in text:
+        m = _EPOCH_LINE.search(text)
+        if m:
+            return [_epoch_line(m)]
     if "position" in text and "Eval - Step" in text:
         m = _STEP_LINE.search(text)
         if m:
@@ -310,7 +321,9 @@ def _step_dict(m: re.Match) -> list[TrainRecord]:
     if not body.endswith("}"):
         raise BadTrainLine("metrics dict is not closed with '}'")
     try:
-        data = ast.literal_eval(_nan_to_text(body))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # odd escapes in a mangled line are not worth a warning
+            data = ast.literal_eval(_nan_to_text(body))
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as exc:
         raise BadTrainLine(f"metrics dict cannot be read: {type(exc).__name__}") from None
     if not isinstance(data, dict):

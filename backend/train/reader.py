@@ -42,6 +42,7 @@ class ReadStats:
     bytes_read: int = 0
     lines: int = 0  # non-empty lines and bar segments
     records: int = 0
+    parsed: int = 0  # lines that gave at least one record
     ignored: int = 0  # lines that are no training line (library warnings, args, tracebacks)
     unparsed: int = 0  # lines with a known shape that could not be read (or too long)
     values_rejected: int = 0  # bad values dropped from otherwise good lines
@@ -124,8 +125,10 @@ class TrainLogReader:
     def flush(self) -> list[TrainRecord]:
         """Treat an unfinished last segment as complete (the end of a file that is not growing)."""
         out: list[TrainRecord] = []
-        if self._pending and not self._cutting and self._pending != self._early:
+        if self._pending and not self._cutting:
             text, self._pending = self._pending, ""
+            if self._early and text.startswith(self._early):
+                text = text[len(self._early):]
             self._segment(text, out)
         self._pending, self._cutting, self._early = "", False, ""
         return out
@@ -154,8 +157,11 @@ class TrainLogReader:
             pos = m.end()
             if self._cutting:
                 self._cutting = False
-            elif self._early and seg == self._early:
-                pass  # parsed early, while it was the unfinished last redraw
+            elif self._early and seg.startswith(self._early):
+                # parsed early, while it was the unfinished last redraw; a log line may have been glued on
+                rest = seg[len(self._early):]
+                if rest.strip():
+                    self._segment(rest, out)
             else:
                 self._segment(seg, out)
             self._early = ""
@@ -210,6 +216,7 @@ class TrainLogReader:
         if not recs:
             st.ignored += 1
             return
+        st.parsed += 1
         for r in recs:
             r.line_no = self._line_no
             if r.rejected:
