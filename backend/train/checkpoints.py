@@ -14,7 +14,6 @@ EAGLE3 draft of a chosen target.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass, field

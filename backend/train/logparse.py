@@ -24,7 +24,7 @@ naming it in ``record.rejected``.  Epochs are 0-based everywhere (Gen-1 prints `
 from __future__ import annotations
 
 import ast
-import math
+import functools
 import re
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -37,6 +37,7 @@ MAX_EPOCH = 10 ** 6
 MAX_POSITION = 1023
 MAX_DICT_CHARS = 20000  # a Gen-3 metrics dict longer than this is refused, not evaluated
 
+_INF = float("inf")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _RANK_PREFIX = re.compile(r"^\s*\[(?:rank|default)([0-9]{1,5})\]:\s?")
 _RANK_WORD = re.compile(r"(?:^|\s|-\s)rank ([0-9]{1,5}): ")
@@ -102,41 +103,58 @@ class TrainRecord:
 
 # -- values --------------------------------------------------------------------------------------
 
-def _base(name: str) -> str:
-    name = name.rsplit("/", 1)[-1]
-    m = re.match(r"^(.*?)_[0-9]+$", name)
-    return m.group(1) if m else name
+_SUFFIX = re.compile(r"^(.*?)_[0-9]+$")
+_UNIT = frozenset(("acc", "acceptance_rate"))
+_NON_NEGATIVE = frozenset(("loss", "ploss", "lr", "grad_norm", "time", "step_time_s"))
+
+
+@functools.lru_cache(maxsize=4096)
+def _rule(name: str) -> str:
+    """How values of metric ``name`` are checked: unit (0..1), time (≥ 0, may end in 's'), non-negative,
+    accept length, or any finite number."""
+    short = name.rsplit("/", 1)[-1]
+    m = _SUFFIX.match(short)
+    base = m.group(1) if m else short
+    if base in _UNIT:
+        return "unit"
+    if base in ("time", "step_time_s"):
+        return "time"
+    if base in _NON_NEGATIVE or name.startswith("perf/"):
+        return "non_negative"
+    if base == "simulated_acc_len":
+        return "accept_length"
+    return "any"
 
 
 def check_value(name: str, value: Any) -> float:
     """``value`` as a float when it is a sane value of metric ``name``; ValueError naming what is wrong."""
-    if isinstance(value, bool) or value is None:
-        raise ValueError(f"{name}: {value!r} is not a number")
+    rule = _rule(name)
     if isinstance(value, str):
         text = value.strip()
-        if text.endswith("s") and _base(name) in ("time", "step_time_s"):
+        if rule == "time" and text.endswith("s"):
             text = text[:-1]
-        low = text.lower().lstrip("+-")
-        if low in ("nan", "inf", "infinity"):
-            raise ValueError(f"{name}: {text} is not a finite number")
         if len(text) > 40 or not _NUMBER.match(text):
+            if text.lower().lstrip("+-") in ("nan", "inf", "infinity"):
+                raise ValueError(f"{name}: {text} is not a finite number")
             raise ValueError(f"{name}: {value[:40]!r} is not a number")
         v = float(text)
+    elif isinstance(value, bool) or value is None:
+        raise ValueError(f"{name}: {value!r} is not a number")
     elif isinstance(value, (int, float)):
         if isinstance(value, int) and abs(value) > 10 ** 18:
             raise ValueError(f"{name}: {value} is out of range")
         v = float(value)
     else:
         raise ValueError(f"{name}: {type(value).__name__} is not a number")
-    if not math.isfinite(v):
+    if v != v or v in (_INF, -_INF):
         raise ValueError(f"{name}: {v} is not a finite number")
-    base = _base(name)
-    if base in ("acc", "acceptance_rate") and not 0.0 <= v <= 1.0 + 1e-9:
-        raise ValueError(f"{name}: {v} is outside 0..1")
-    if base in ("loss", "ploss", "lr", "grad_norm", "time", "step_time_s") or name.startswith("perf/"):
+    if rule == "unit":
+        if not 0.0 <= v <= 1.0 + 1e-9:
+            raise ValueError(f"{name}: {v} is outside 0..1")
+    elif rule in ("non_negative", "time"):
         if v < 0:
             raise ValueError(f"{name}: {v} is negative")
-    if base == "simulated_acc_len" and not 0.0 <= v <= 1024:
+    elif rule == "accept_length" and not 0.0 <= v <= 1024:
         raise ValueError(f"{name}: {v} is not an accept length")
     if abs(v) > 1e15:
         raise ValueError(f"{name}: {v} is out of range")
@@ -309,6 +327,21 @@ def _bar(m: re.Match) -> TrainRecord:
                        info=info, rejected=tuple(rejected))
 
 
+_PAIR = r"'[A-Za-z0-9_/.-]{1,128}': -?(?:[0-9]+(?:\.[0-9]*)?(?:e[-+]?[0-9]+)?|nan|inf)"
+_FLAT_DICT = re.compile(r"^\{(?:" + _PAIR + r", )*" + _PAIR + r"\}$")
+_FLAT_PAIR = re.compile(r"'([A-Za-z0-9_/.-]{1,128})': (-?(?:[0-9]+(?:\.[0-9]*)?(?:e[-+]?[0-9]+)?|nan|inf))")
+
+
+def _read_dict(body: str) -> Any:
+    """The printed dict: flat ``{'name': number, …}`` (what SpecForge prints) by a regular expression, anything
+    else (lists, other spellings) by ``ast.literal_eval`` with nan/inf as text."""
+    if _FLAT_DICT.match(body):
+        return {k: v for k, v in _FLAT_PAIR.findall(body)}  # values stay text; check_value reads them
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # odd escapes in a mangled line are not worth a warning
+        return ast.literal_eval(_nan_to_text(body))
+
+
 def _nan_to_text(body: str) -> str:
     return re.sub(r"(?<![\w'\"])(-?(?:nan|inf))(?![\w'\"])", r"'\1'", body)
 
@@ -321,9 +354,7 @@ def _step_dict(m: re.Match) -> list[TrainRecord]:
     if not body.endswith("}"):
         raise BadTrainLine("metrics dict is not closed with '}'")
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # odd escapes in a mangled line are not worth a warning
-            data = ast.literal_eval(_nan_to_text(body))
+        data = _read_dict(body)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as exc:
         raise BadTrainLine(f"metrics dict cannot be read: {type(exc).__name__}") from None
     if not isinstance(data, dict):

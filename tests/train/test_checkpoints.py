@@ -3,7 +3,6 @@ Servers page's preflight applied to a checkpoint against a target."""
 
 from __future__ import annotations
 
-import io
 import os
 import pickle
 import zipfile
