@@ -11,7 +11,8 @@ The three generations of SpecForge (see the reference notes, §2) print:
   and the bracket counter means nothing);
 * Gen-3 (``specforge train``): ``step 100: {'acc_0': 0.61, 'loss': 2.3, 'lr': 0.0001, …}``;
 
-plus start-up, resume, checkpoint and vocab-mapping lines.  Every record carries canonical metric names:
+plus start-up, resume, checkpoint and vocab-mapping lines, and the supervisor's ``===== specdeck: NAME run ID
+starting at …`` / ``ended at …`` lines around each run appended to the same log.  Every record carries canonical metric names:
 ``loss``, ``acc``, ``acceptance_rate``, ``lr``, ``grad_norm``, ``step_time_s`` and per TTT position
 ``acc_{i}``, ``ploss_{i}``, ``acceptance_rate_{i}`` (Gen-3's ``perf/*`` keep their names).
 
@@ -66,6 +67,8 @@ _SAVED_CONFIG = re.compile(r"Saved model configuration to (?P<path>.+?)\s*$")
 _COMPLETED = re.compile(r"Training completed at step (?P<step>" + _INT + r"), saving final checkpoint")
 _VOCAB_RATIO = re.compile(r"top (?P<n>" + _INT + r") token frequency ratio: (?P<ratio>\S+)%")
 _VOCAB_SAVED = re.compile(r"Saved vocab mapping to: (?P<path>.+?)\s*$")
+_RUN_MARK = re.compile(r"^===== specdeck: (?P<name>\S+) run (?P<run>\S+) (?:starting at [^:]+:[^:]+:[0-9]{2}: (?P<cmd>.*)"
+                       r"|ended at [^:]+:[^:]+:[0-9]{2}: (?P<how>.*)|could not start: (?P<err>.*))$")
 _ARG = re.compile(r"^\s*(?P<key>[a-z][a-z0-9_]{0,63})\s+·{3,}\s*(?P<value>.*?)\s*$")
 
 _LINE_METRIC = {"Acc": "acc", "pLoss": "ploss", "Acceptance Rate": "acceptance_rate"}
@@ -80,7 +83,8 @@ class BadTrainLine(ValueError):
 
 @dataclass
 class TrainRecord:
-    kind: str  # metrics | progress | total_steps | start | resume | checkpoint | completed | vocab | arg
+    kind: str  # metrics | progress | total_steps | start | resume | checkpoint | completed | vocab | arg |
+    #            run_start | run_end (the supervisor's lines around each run appended to the log)
     source: str  # epoch_line (Gen-1) | bar | step_line (Gen-2) | step_dict (Gen-3) | log
     generation: int | None = None  # 1, 2 or 3 when the line's shape tells
     step: int | None = None
@@ -398,7 +402,28 @@ def _step_dict(m: re.Match) -> list[TrainRecord]:
     return out
 
 
+def _run_mark(m: re.Match) -> TrainRecord:
+    """The supervisor's line before and after each run appended to the same log."""
+    info: dict[str, Any] = {"process": m.group("name"), "run_id": m.group("run")}
+    if m.group("cmd") is not None:
+        info["command"] = m.group("cmd")
+        return TrainRecord("run_start", "supervisor", info=info)
+    if m.group("err") is not None:
+        info["error"] = m.group("err")
+        return TrainRecord("run_end", "supervisor", info=info)
+    how = m.group("how")
+    info["how"] = how
+    code = re.match(r"^(exit code|killed by signal) ([0-9]{1,3})", how)
+    if code:
+        info["exit_code"] = int(code.group(2)) * (-1 if code.group(1).startswith("killed") else 1)
+    return TrainRecord("run_end", "supervisor", info=info)
+
+
 def _other(text: str) -> list[TrainRecord]:
+    if text.startswith("===== specdeck: "):
+        m = _RUN_MARK.match(text)
+        if m:
+            return [_run_mark(m)]
     m = _TOTAL_STEPS.search(text)
     if m:
         total = _int(m.group("total"), "total_steps", MAX_STEP)

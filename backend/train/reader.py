@@ -9,7 +9,9 @@ and skipped up to its end.
 The reader adds what one line cannot know: the generation (from the first line that tells), the global
 step of a bar (``epoch × steps per epoch + position in the bar``, marked ``info["step_derived"]``),
 whether Gen-2's ``Eval - Step`` lines follow an evaluation bar (split ``eval``) or not (``train``), and
-the run's progress (:meth:`TrainLogReader.progress`).  A file that is truncated or replaced starts a new
+the run's progress (:meth:`TrainLogReader.progress`).  The supervisor's ``===== specdeck: … starting at``
+line begins a new run in the same log: a ``run_start`` record, and the progress and derived state start
+over (charts break their lines there).  A file that is truncated or replaced starts a new
 read: counts and state are cleared and :attr:`TrainChunk.reset` tells the caller.
 """
 
@@ -82,6 +84,12 @@ class TrainLogReader:
         self._pending = ""
         self._cutting = False
         self._line_no = 1
+        self._new_run()
+        self.run_id: str | None = None
+        self.unparsed.clear()
+
+    def _new_run(self) -> None:
+        """Forget what belonged to the previous run appended to the same log."""
         self._in_eval = False
         self.generation: int | None = None
         self.total_steps: int | None = None
@@ -92,7 +100,6 @@ class TrainLogReader:
         self.last_epoch: int | None = None
         self.start: TrainRecord | None = None  # the latest start or resume line
         self._early = ""  # an unfinished tqdm redraw already parsed (see _early_bar)
-        self.unparsed.clear()
 
     @property
     def offset(self) -> int:
@@ -228,6 +235,10 @@ class TrainLogReader:
             out.append(r)
 
     def _annotate(self, r: TrainRecord) -> None:
+        if r.kind == "run_start":
+            self._new_run()
+            self.run_id = r.info["run_id"]
+            return
         if r.generation is not None and self.generation is None:
             self.generation = r.generation
         elif r.generation is None and r.source == "bar" and self.generation is not None:

@@ -214,3 +214,38 @@ def test_any_split_of_the_file_gives_the_same_records(tmp_path, pieces):
         got.extend(r.poll().records)
     got.extend(r.flush())
     assert [(x.source, x.step, x.metrics, x.line_no) for x in got] == expect
+
+
+def test_supervisor_run_marks_start_a_new_run(tmp_path):
+    log = tmp_path / "train.log"
+    write(log, "===== specdeck: demo-train run r1 starting at 2026-11-30 10:00:00: python -m trainer --epochs 2\n"
+               "Auto-calculated total_steps: 20 (num_epochs=2 * steps_per_epoch=10)\n"
+               "Training Epoch 0:  30%|███       | 3/10 [00:03<00:07,  1.00s/it, loss=5.00]"
+               "\n===== specdeck: demo-train run r1 ended at 2026-11-30 10:00:04: killed by signal 15\n"
+               "===== specdeck: demo-train run r2 starting at 2026-11-30 10:01:00: python -m trainer --resume\n"
+               "Starting training from epoch:0          step:3\n", "w")
+    r = TrainLogReader(log)
+    recs = r.read_all()
+    marks = [(x.kind, x.info["run_id"], x.info.get("exit_code")) for x in recs if x.source == "supervisor"]
+    assert marks == [("run_start", "r1", None), ("run_end", "r1", -15), ("run_start", "r2", None)]
+    assert recs[0].info["command"] == "python -m trainer --epochs 2"
+    assert r.run_id == "r2"
+    p = r.progress()
+    # r1's total and rate do not stand for r2; r2 resumes at step 3
+    assert (p.step, p.total_steps, p.s_per_step, p.eta_s) == (3, None, None, None)
+    assert r.start.step == 3
+
+
+def test_bar_without_a_total_and_gen3_bar(tmp_path):
+    log = tmp_path / "train.log"
+    write(log, "Training Epoch 1: 457it [09:28,  1.05s/it, loss=1.11]\n"
+               "Training:  10%|█         | 100/1000 [01:00<09:00,  1.67step/s]\n", "w")
+    r = TrainLogReader(log)
+    a, b = r.read_all()
+    assert (a.epoch, a.info["n"], a.info["total"], a.elapsed_s, a.metrics, a.step) == (1, 457, None, 568.0,
+                                                                                        {"loss": 1.11}, None)
+    assert (b.generation, b.step, b.info["total"]) == (3, 100, 1000)
+    assert b.info["s_per_it"] == pytest.approx(1 / 1.67)
+    p = r.progress()
+    assert (p.step, p.total_steps) == (100, 1000)
+    assert p.eta_s == pytest.approx(900 / 1.67)
