@@ -32,6 +32,7 @@ _GEN2 = re.compile(r"^epoch_([0-9]{1,9})_step_([0-9]{1,15})$")
 _GEN3 = re.compile(r"^(?P<run>.+)-step(?P<step>[0-9]{1,15})$")
 _GEN3_LINK = re.compile(r"^(?P<run>.+)-(?P<which>latest|best)$")
 _RANK_STATE = re.compile(r"^training_state_rank[0-9]+\.pt$")
+_SEVERITY_ORDER = ("error", "warning", "info")
 
 
 @dataclass(frozen=True)
@@ -317,5 +318,5 @@ def preflight_checkpoint(checkpoint: str | Path, target: str | Path, *, server: 
         except ModelInfoError as exc:
             out.append(Finding("error", "target-config", str(exc), "Fix the target's config.json.", "model_path"))
     preflight._check_speculative(cfg, caps, tgt, out)
-    out.sort(key=lambda f: preflight._ORDER[f.severity])
+    out.sort(key=lambda f: _SEVERITY_ORDER.index(f.severity))
     return out
