@@ -67,8 +67,9 @@ _SAVED_CONFIG = re.compile(r"Saved model configuration to (?P<path>.+?)\s*$")
 _COMPLETED = re.compile(r"Training completed at step (?P<step>" + _INT + r"), saving final checkpoint")
 _VOCAB_RATIO = re.compile(r"top (?P<n>" + _INT + r") token frequency ratio: (?P<ratio>\S+)%")
 _VOCAB_SAVED = re.compile(r"Saved vocab mapping to: (?P<path>.+?)\s*$")
-_RUN_MARK = re.compile(r"^===== specdeck: (?P<name>\S+) run (?P<run>\S+) (?:starting at [^:]+:[^:]+:[0-9]{2}: (?P<cmd>.*)"
-                       r"|ended at [^:]+:[^:]+:[0-9]{2}: (?P<how>.*)|could not start: (?P<err>.*))$")
+_STAMP = r"[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}"
+_RUN_MARK = re.compile(r"^===== specdeck: (?P<name>\S+) run (?P<run>\S+) (?:starting at (?P<start>" + _STAMP
+                       + r"): (?P<cmd>.*)|ended at (?P<end>" + _STAMP + r"): (?P<how>.*)|could not start: (?P<err>.*))$")
 _ARG = re.compile(r"^\s*(?P<key>[a-z][a-z0-9_]{0,63})\s+·{3,}\s*(?P<value>.*?)\s*$")
 
 _LINE_METRIC = {"Acc": "acc", "pLoss": "ploss", "Acceptance Rate": "acceptance_rate"}
@@ -227,7 +228,8 @@ def parse_line(line: str) -> list[TrainRecord]:
         ts = line_time(text)[0]
         for r in recs:
             r.rank = rank
-            r.wall_time = ts
+            if r.wall_time is None:
+                r.wall_time = ts
     return recs
 
 
@@ -405,9 +407,11 @@ def _step_dict(m: re.Match) -> list[TrainRecord]:
 def _run_mark(m: re.Match) -> TrainRecord:
     """The supervisor's line before and after each run appended to the same log."""
     info: dict[str, Any] = {"process": m.group("name"), "run_id": m.group("run")}
+    stamp = m.group("start") or m.group("end")
+    ts = line_time(stamp)[0] if stamp else None
     if m.group("cmd") is not None:
         info["command"] = m.group("cmd")
-        return TrainRecord("run_start", "supervisor", info=info)
+        return TrainRecord("run_start", "supervisor", info=info, wall_time=ts)
     if m.group("err") is not None:
         info["error"] = m.group("err")
         return TrainRecord("run_end", "supervisor", info=info)
@@ -416,7 +420,7 @@ def _run_mark(m: re.Match) -> TrainRecord:
     code = re.match(r"^(exit code|killed by signal) ([0-9]{1,3})", how)
     if code:
         info["exit_code"] = int(code.group(2)) * (-1 if code.group(1).startswith("killed") else 1)
-    return TrainRecord("run_end", "supervisor", info=info)
+    return TrainRecord("run_end", "supervisor", info=info, wall_time=ts)
 
 
 def _other(text: str) -> list[TrainRecord]:

@@ -4,6 +4,7 @@ over-long lines, Gen-2's train/eval split of 'Eval - Step' lines, derived steps 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -218,7 +219,7 @@ def test_any_split_of_the_file_gives_the_same_records(tmp_path, pieces):
 
 def test_supervisor_run_marks_start_a_new_run(tmp_path):
     log = tmp_path / "train.log"
-    write(log, "===== specdeck: demo-train run r1 starting at 2026-11-30 10:00:00: python -m trainer --epochs 2\n"
+    write(log, "===== specdeck: a-training-process-with-a-long-name run 20261130T100000-4f2a starting at 2026-11-30 10:00:00: python -m trainer --epochs 2\n"
                "Auto-calculated total_steps: 20 (num_epochs=2 * steps_per_epoch=10)\n"
                "Training Epoch 0:  30%|███       | 3/10 [00:03<00:07,  1.00s/it, loss=5.00]"
                "\n===== specdeck: demo-train run r1 ended at 2026-11-30 10:00:04: killed by signal 15\n"
@@ -227,8 +228,9 @@ def test_supervisor_run_marks_start_a_new_run(tmp_path):
     r = TrainLogReader(log)
     recs = r.read_all()
     marks = [(x.kind, x.info["run_id"], x.info.get("exit_code")) for x in recs if x.source == "supervisor"]
-    assert marks == [("run_start", "r1", None), ("run_end", "r1", -15), ("run_start", "r2", None)]
+    assert marks == [("run_start", "20261130T100000-4f2a", None), ("run_end", "r1", -15), ("run_start", "r2", None)]
     assert recs[0].info["command"] == "python -m trainer --epochs 2"
+    assert recs[0].wall_time == time.mktime(time.strptime("2026-11-30 10:00:00", "%Y-%m-%d %H:%M:%S"))
     assert r.run_id == "r2"
     p = r.progress()
     # r1's total and rate do not stand for r2; r2 resumes at step 3
