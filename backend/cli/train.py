@@ -7,8 +7,8 @@
                                                    [--draft-config FILE] [--json]
 
 ``parselog`` prints one line per record (``--json``: one JSON object per line, with step, epoch,
-position where it has one, split and each metric) and, on stderr, the counts and every line it could not
-read as ``LOG:LINE: why``.  Bad lines never stop it: exit 0, 2 when the file cannot be read.
+position where it has one, split and each metric) and, on stderr, every line it could not read (and every
+value it dropped) as ``LOG:LINE: why``, then the counts.  Bad lines never stop it: exit 0, 2 when the file cannot be read.
 ``tracker`` reads TensorBoard event files under DIR (SpecForge writes them to ``<output_dir>/runs``) or an
 MLflow file-store run folder.  ``inspect --target`` runs the Servers page's draft preflight for the
 checkpoint against that target model: exit 1 on errors.
@@ -71,23 +71,35 @@ def cmd_parselog(args: argparse.Namespace, out: TextIO) -> int:
     if path.is_dir():
         err.write(f"{path}: is a folder; give the log file (or use `train tracker` for tracker files)\n")
         return 2
-    reader = TrainLogReader(path, keep_unparsed=1_000_000)
-    # emitted poll by poll, so a long log streams instead of being held whole
+    reader = TrainLogReader(path, keep_unparsed=100_000)
+    # records and unreadable lines go out poll by poll, so a long log streams instead of being held whole
+    problems: list[str] = []
+
+    def drain() -> None:
+        while reader.unparsed:
+            u = reader.unparsed.popleft()
+            problems.append(f"{path}:{u.line_no}: {u.reason}")
+            if len(problems) >= 1000:
+                err.write("\n".join(problems) + "\n")
+                problems.clear()
+
     while True:
         before = reader.stats.bytes_read
         chunk = reader.poll()
         if chunk.reset:
             err.write(f"{path}: the file was truncated or replaced while being read; read again from the start\n")
         _emit(chunk.records, args.json, out)
+        drain()
         if reader.stats.bytes_read == before and not chunk.reset:
             break
     _emit(reader.flush(), args.json, out)
+    drain()
+    if problems:
+        err.write("\n".join(problems) + "\n")
     st = reader.stats
     gen = f"SpecForge Gen-{reader.generation}" if reader.generation else "generation not told by the log"
     err.write(f"{path}: {st.lines:,} lines, {st.records:,} records, {st.ignored:,} other lines, "
               f"{st.unparsed:,} unparsed, {st.values_rejected:,} values dropped; {gen}\n")
-    for u in reader.unparsed:
-        err.write(f"{path}:{u.line_no}: {u.reason}\n")
     return 0
 
 

@@ -29,6 +29,7 @@ from backend.train.logparse import BadTrainLine, TrainRecord, parse_line
 MAX_LINE = 64 * 1024
 READ_BYTES = 4 * 1024 * 1024  # per read_tail call
 POLL_LIMIT = 64 * 1024 * 1024  # at most this much per poll; the rest on the next one
+MAX_REASONS = 100  # distinct reasons counted; the rest are counted together
 _EOL = re.compile(r"\r\n|\r|\n")
 
 
@@ -201,7 +202,11 @@ class TrainLogReader:
     def _reject(self, text: str, reason: str) -> None:
         st = self.stats
         st.unparsed += 1
-        st.reasons[reason.split(":")[0] if len(reason) > 80 else reason] += 1
+        key = reason if len(reason) <= 80 else reason.split(":")[0]
+        if key in st.reasons or len(st.reasons) < MAX_REASONS:
+            st.reasons[key] += 1
+        else:
+            st.reasons["other reasons"] += 1
         self.unparsed.append(UnparsedLine(self._line_no, reason, text[:400]))
 
     def _segment(self, seg: str, out: list[TrainRecord]) -> None:
