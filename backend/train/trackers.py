@@ -297,3 +297,39 @@ def read_mlflow_run(run_dir: str | os.PathLike[str]) -> tuple[list[TrainRecord],
             rec.metrics[name] = value
     recs = sorted(merged.values(), key=lambda r: (r.step, r.split or ""))
     return recs, problems
+
+
+@dataclass(frozen=True)
+class TrackerFiles:
+    kind: str  # tensorboard | mlflow | wandb | swanlab
+    path: Path
+    readable: bool  # this module reads it
+    note: str
+
+
+def find_tracker_files(output_dir: str | os.PathLike[str], cwd: str | os.PathLike[str] | None = None) -> list[TrackerFiles]:
+    """The trackers' local files of a run, where SpecForge puts them: TensorBoard under ``<output_dir>/runs``,
+    SwanLab under ``<output_dir>/swanlog``, MLflow's ``./mlruns`` and W&B's ``wandb/`` relative to the
+    training's working folder ``cwd`` (the default W&B dir is the SpecForge checkout's ``wandb``)."""
+    out: list[TrackerFiles] = []
+    d = Path(output_dir)
+    runs = d / "runs"
+    if runs.is_dir() and any(runs.rglob("events.out.tfevents.*")):
+        out.append(TrackerFiles("tensorboard", runs, True, "TensorBoard event files"))
+    if (d / "swanlog").is_dir():
+        out.append(TrackerFiles("swanlab", d / "swanlog", False,
+                                "SwanLab's own format is not read; the console log is used"))
+    if cwd is not None:
+        c = Path(cwd)
+        ml = c / "mlruns"
+        if ml.is_dir():
+            for run in sorted(p.parent for p in ml.glob("*/*/metrics")):
+                out.append(TrackerFiles("mlflow", run, True, f"MLflow run {run.name}"))
+        wb = c / "wandb"
+        if wb.is_dir():
+            for run in sorted(wb.glob("offline-run-*")) + sorted(wb.glob("run-*")):
+                if run.is_dir():
+                    out.append(TrackerFiles("wandb", run, False, "W&B's run-*.wandb record log is not read "
+                                                                 "(files/wandb-summary.json holds only the last "
+                                                                 "values); the console log is used"))
+    return out

@@ -106,3 +106,20 @@ def test_mlflow_file_store(tmp_path):
     assert len(problems) == 2
     assert problems[0].endswith("lr:2: expected 'timestamp value step', found 'broken line'")
     assert "lr:3: lr: nan is not a finite number" in problems[1]
+
+
+def test_find_tracker_files(tmp_path):
+    from backend.train.trackers import find_tracker_files
+
+    out_dir = tmp_path / "out"
+    (out_dir / "runs" / "x").mkdir(parents=True)
+    (out_dir / "runs" / "x" / "events.out.tfevents.1.host").write_bytes(b"")
+    (out_dir / "swanlog").mkdir()
+    cwd = tmp_path / "repo"
+    (cwd / "mlruns" / "0" / "abc" / "metrics").mkdir(parents=True)
+    (cwd / "wandb" / "offline-run-20260101_000000-xyz").mkdir(parents=True)
+    found = [(f.kind, f.path.relative_to(tmp_path).as_posix(), f.readable) for f in find_tracker_files(out_dir, cwd)]
+    assert found == [("tensorboard", "out/runs", True), ("swanlab", "out/swanlog", False),
+                     ("mlflow", "repo/mlruns/0/abc", True),
+                     ("wandb", "repo/wandb/offline-run-20260101_000000-xyz", False)]
+    assert find_tracker_files(tmp_path / "empty") == []
