@@ -55,10 +55,11 @@ def metric_for(generation: int | None, temperature: float = 0.0, *,
 
     ``seen``: metric names the run's log actually has; sampling falls back to ``acc`` when the log has
     no ``acceptance_rate_{i}`` (Gen-1, Gen-2 v0.2.0)."""
+    seen = list(seen)
     if temperature <= 0:
         return "acc", "greedy serving accepts a draft token when it is the target's argmax: acc_i"
     has_rate = any(name.startswith("acceptance_rate_") for name in seen)
-    if has_rate or (generation == 3 and not list(seen)):
+    if has_rate or (generation == 3 and not seen):
         return "acceptance_rate", "sampling accepts with probability Σ min(p_target, p_draft): acceptance_rate_i"
     gen = f"Gen-{generation}" if generation else "this run"
     return "acc", f"{gen} logs no acceptance_rate_i; acc_i (greedy acceptance) is used instead"

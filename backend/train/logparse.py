@@ -390,17 +390,17 @@ def _step_dict(m: re.Match) -> list[TrainRecord]:
             target[name] = check_value(key, value)
         except ValueError as exc:
             rejected.append(str(exc))
+    if not train and not ev:
+        raise BadTrainLine("; ".join(rejected[:5]) if rejected else "metrics dict holds no metric value")
     if _STEP_TIME_KEY in train:
         train["step_time_s"] = train[_STEP_TIME_KEY]
     out = []
-    if train or not ev:
+    if train:
         out.append(TrainRecord("metrics", "step_dict", generation=3, step=step, split="train", metrics=train,
                                rejected=tuple(rejected)))
     if ev:
         out.append(TrainRecord("metrics", "step_dict", generation=3, step=step, split="eval", metrics=ev,
                                rejected=() if out else tuple(rejected)))
-    if not train and not ev and rejected:
-        raise BadTrainLine("; ".join(rejected[:5]))
     return out
 
 

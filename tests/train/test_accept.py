@@ -69,3 +69,8 @@ def test_metric_choice_per_generation():
     assert metric_for(2, 0.7, seen=["acc_0", "acceptance_rate_0"])[0] == "acceptance_rate"
     name, why = metric_for(1, 0.7, seen=["acc_0", "ploss_0"])
     assert name == "acc" and "Gen-1" in why
+
+
+def test_metric_choice_reads_an_iterator_once():
+    assert metric_for(2, 1.0, seen=iter(["acceptance_rate_0"]))[0] == "acceptance_rate"
+    assert metric_for(3, 1.0)[0] == "acceptance_rate"  # Gen-3 always logs it

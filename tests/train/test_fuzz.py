@@ -107,3 +107,55 @@ def test_reader_counts_every_line(tmp_path):
     assert not any(u.reason.startswith("parser error") for u in r.unparsed)
     for rec in recs:
         _check_record(rec)
+
+
+def test_nested_dict_bomb_is_a_reason_not_a_crash():
+    import pytest
+
+    for body in ("{'a': " + "[" * 5000 + "]" * 5000 + "}", "{'a': " + "(" * 150 + ")" * 150 + "}",
+                 "{" + ", ".join(f"'k{i}': {i}" for i in range(3000)) + "}"):
+        with pytest.raises(BadTrainLine):
+            parse_line("step 1: " + body)
+
+
+def test_tensorboard_reader_on_damaged_files(tmp_path):
+    from backend.train.trackers import TensorboardReader
+    from tests.train.test_trackers import frame, scalar_event
+
+    good = b"".join(frame(scalar_event(1.0 + i, i, [("train/acc_0", 0.5), ("train/loss", 2.0)])) for i in range(40))
+    rng = random.Random(SEED)
+    for n in range(150):
+        data = bytearray(good)
+        for _ in range(rng.randrange(1, 6)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        if n % 3 == 0:
+            data = data[:rng.randrange(len(data))]
+        d = tmp_path / f"r{n}"
+        d.mkdir()
+        (d / "events.out.tfevents.1.h").write_bytes(bytes(data))
+        tb = TensorboardReader(d)
+        for rec in tb.poll():
+            _check_record(rec)
+        assert tb.stats.events <= 40
+
+
+def test_training_state_reader_on_damaged_pickles(tmp_path):
+    import pickle
+    import zipfile
+
+    from backend.train.torchstate import StateReadError, read_training_state
+
+    good = pickle.dumps({"epoch": 1, "global_step": 2, "args": {"lr": 1e-4}, "opt": [[1.0] * 10] * 5}, protocol=2)
+    rng = random.Random(SEED)
+    p = tmp_path / "training_state.pt"
+    for _ in range(300):
+        data = bytearray(good)
+        for _ in range(rng.randrange(1, 5)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        with zipfile.ZipFile(p, "w") as z:
+            z.writestr("archive/data.pkl", bytes(data))
+        try:
+            st = read_training_state(p)
+        except StateReadError:
+            continue
+        assert st.epoch is None or isinstance(st.epoch, int)

@@ -225,3 +225,9 @@ def test_check_value_rejects(name, value):
 def test_strip_prefix():
     assert strip_prefix("[rank12]: hello") == ("hello", 12)
     assert strip_prefix("plain") == ("plain", None)
+
+
+def test_gen3_dict_without_values_is_unparsed():
+    for line in ("step 3: {}", "step 3: {'a': ()}", "step 3: {'acc': []}"):
+        with pytest.raises(BadTrainLine, match="no metric value"):
+            parse_line(line)
