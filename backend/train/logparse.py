@@ -249,10 +249,15 @@ def _dispatch(text: str) -> list[TrainRecord]:
                 return [rec]
             # a log line printed while the bar was drawn is glued to the bar's end (no newline between)
             try:
-                return [rec] + _dispatch(rest)
+                more = _dispatch(rest)
             except BadTrainLine as exc:
                 rec.rejected += (f"text after the bar: {exc}",)
                 return [rec]
+            ts = line_time(rest)[0]
+            for r in more:
+                if r.wall_time is None:
+                    r.wall_time = ts
+            return [rec] + more
     if "position" in text and "Epoch [" in text:
         m = _EPOCH_LINE.search(text)
         if m:

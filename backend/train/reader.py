@@ -100,6 +100,7 @@ class TrainLogReader:
         self.last_step: int | None = None
         self.last_epoch: int | None = None
         self.start: TrainRecord | None = None  # the latest start or resume line
+        self._postfix: dict[str, float] = {}  # metrics of the last training bar redraw
         self._early = ""  # an unfinished tqdm redraw already parsed (see _early_bar)
 
     @property
@@ -260,17 +261,7 @@ class TrainLogReader:
         if r.source == "bar":
             self._in_eval = r.split == "eval"
             if r.split == "train":
-                self.last_bar = r
-                n, total = r.info["n"], r.info["total"]
-                if r.epoch is None:  # Gen-3's bar counts optimizer steps of the whole run
-                    r.step = n
-                    if total:
-                        self.total_steps = total
-                else:
-                    spe = self.steps_per_epoch or total
-                    if spe:
-                        r.step = r.epoch * spe + n
-                        r.info["step_derived"] = True
+                self._train_bar(r)
         elif r.source == "step_line":
             r.split = "eval" if self._in_eval else "train"
         elif r.source == "step_dict" and r.split == "train":
@@ -281,6 +272,41 @@ class TrainLogReader:
             self.last_step = r.step if self.last_step is None else max(self.last_step, r.step)
         if r.epoch is not None:
             self.last_epoch = r.epoch
+
+    def _train_bar(self, r: TrainRecord) -> None:
+        """Step of a training bar redraw, and its postfix kept once per step.
+
+        The loop body calls ``set_postfix`` (which always redraws) while the bar still shows the iterations
+        completed before it, ``n``: that redraw's metrics belong to iteration ``n + 1``.  The next
+        iteration's redraw shows ``n + 1`` with the same postfix: the same step again, so it is kept as
+        progress only, as is a refresh that changes nothing (the bar's close).  A redraw with a new postfix
+        and a higher count (the postfix redraw was not seen) is taken at its count.  Two steps whose whole
+        postfix is the same to the printed digits show as one point."""
+        prev = self.last_bar if self.last_bar is not None and self.last_bar.epoch == r.epoch \
+            and self.last_bar.info.get("desc") == r.info.get("desc") else None
+        self.last_bar = r
+        n, total = r.info["n"], r.info["total"]
+        shown = dict(r.metrics)
+        offset = 0
+        if r.metrics:
+            same = prev is not None and shown == self._postfix
+            if same and n in (prev.info["n"], prev.info["n"] + 1):
+                # the increment redraw after a postfix redraw, or a plain refresh (the bar's close)
+                r.kind = "progress"
+                r.info["repeats_previous_postfix"] = True
+                r.metrics = {}
+            elif (prev is not None and n == prev.info["n"] or prev is None and n == 0) and (total is None or n < total):
+                offset = 1
+        self._postfix = shown
+        if r.epoch is None:  # Gen-3's bar counts optimizer steps of the whole run
+            r.step = n + offset
+            if total:
+                self.total_steps = total
+        else:
+            spe = self.steps_per_epoch or total
+            if spe:
+                r.step = r.epoch * spe + n + offset
+                r.info["step_derived"] = True
 
     def progress(self) -> Progress:
         """Where the run is: step of total, seconds per step and the time left, from what was read."""
