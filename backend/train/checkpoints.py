@@ -267,8 +267,10 @@ def inspect_checkpoint(path: str | Path, *, draft_config: str | Path | None = No
             notes.append("the export needs the run's draft config (model.draft_model_config in its YAML)")
     elif draft is None:
         why = config_error or "no config.json"
+    elif not has_weights and not draft.weight_files:
+        why = draft.weights_error or "no weight file"
     elif not has_weights:
-        why = f"no readable weights: {draft.weights_error}" if draft.weights_error else "no weights"
+        notes.append(f"weights not inspected: {draft.weights_error}")
     if draft is not None and has_weights and draft.kind == "eagle3":
         if draft.d2t is None:
             notes.append("no d2t tensor: draft token ids cannot be mapped to target ids")
@@ -291,6 +293,9 @@ def preflight_checkpoint(checkpoint: str | Path, target: str | Path, *, server: 
     ``server``: the serving server's config, whose settings (and sglang version) are kept; only the
     algorithm and draft path change.  A runtime checkpoint gets one error with the export command."""
     ckpt = Path(checkpoint)
+    if not ckpt.is_dir():
+        return [Finding("error", "checkpoint-missing", f"The checkpoint folder {ckpt} does not exist.",
+                        "Pick a checkpoint from the run's list.", "speculative.draft_model_path")]
     info = inspect_checkpoint(ckpt, draft_config=draft_config)
     if info.runtime:
         cmd = " ".join(info.export_argv) if info.export_argv else (

@@ -236,3 +236,22 @@ def test_header_written_by_hand_is_what_inspect_reads(tmp_path):
                                                 "layers.1.mlp.w": ("F32", [2])})
     info = inspect_checkpoint(d)
     assert (info.fc_shape, info.layers, info.has_d2t, info.generation) == ((4, 12), 2, False, 1)
+
+
+def test_pickle_weights_are_servable_but_not_inspected(tmp_path):
+    d = tmp_path / "epoch_0_step_1"
+    d.mkdir()
+    (d / "config.json").write_text('{"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 8}')
+    (d / "pytorch_model.bin").write_bytes(b"\x80\x02}q\x00.")
+    info = inspect_checkpoint(d)
+    assert info.servable and info.fc_shape is None
+    assert any("pytorch_model.bin" in n for n in info.notes)
+    empty = tmp_path / "epoch_0_step_2"
+    empty.mkdir()
+    (empty / "config.json").write_text('{"architectures": ["LlamaForCausalLMEagle3"]}')
+    assert not inspect_checkpoint(empty).servable
+
+
+def test_preflight_of_a_missing_checkpoint(tmp_path):
+    [f] = preflight_checkpoint(tmp_path / "gone", write_target(tmp_path / "t"))
+    assert (f.code, f.severity) == ("checkpoint-missing", "error")
