@@ -36,7 +36,8 @@ def gen2(steps: int, ttt: int) -> str:
         if s % 50 == 0:
             for i in range(ttt):
                 out.append("Eval - Step %d [%d/1], position %d,  Acc: %.2f\n" % (s, s + 1, i, 0.7 - i * 0.05))
-                out.append("Eval - Step %d [%d/1], position %d,  Acceptance Rate: %.4f\n" % (s, s + 1, i, 0.6 - i * 0.05))
+                out.append("Eval - Step %d [%d/1], position %d,  Acceptance Rate: %.4f\n"
+                           % (s, s + 1, i, 0.6 - i * 0.05))
                 out.append("Eval - Step %d [%d/1], position %d, pLoss: %s\n" % (s, s + 1, i, 1.5 + i * 0.1))
     out.append("\n")
     return "".join(out)

@@ -8,7 +8,8 @@
 
 ``parselog`` prints one line per record (``--json``: one JSON object per line, with step, epoch,
 position where it has one, split and each metric) and, on stderr, every line it could not read (and every
-value it dropped) as ``LOG:LINE: why``, then the counts.  Bad lines never stop it: exit 0, 2 when the file cannot be read.
+value it dropped) as ``LOG:LINE: why``, then the counts.  Bad lines never stop it: exit 0, 2 when the file
+cannot be read.
 ``tracker`` reads TensorBoard event files under DIR (SpecForge writes them to ``<output_dir>/runs``) or an
 MLflow file-store run folder.  ``inspect --target`` runs the Servers page's draft preflight for the
 checkpoint against that target model: exit 1 on errors.

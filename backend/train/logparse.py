@@ -12,7 +12,8 @@ The three generations of SpecForge (see the reference notes, §2) print:
 * Gen-3 (``specforge train``): ``step 100: {'acc_0': 0.61, 'loss': 2.3, 'lr': 0.0001, …}``;
 
 plus start-up, resume, checkpoint and vocab-mapping lines, and the supervisor's ``===== specdeck: NAME run ID
-starting at …`` / ``ended at …`` lines around each run appended to the same log.  Every record carries canonical metric names:
+starting at …`` / ``ended at …`` lines around each run appended to the same log.  Every record carries
+canonical metric names:
 ``loss``, ``acc``, ``acceptance_rate``, ``lr``, ``grad_norm``, ``step_time_s`` and per TTT position
 ``acc_{i}``, ``ploss_{i}``, ``acceptance_rate_{i}`` (Gen-3's ``perf/*`` keep their names).
 
@@ -69,7 +70,8 @@ _VOCAB_RATIO = re.compile(r"top (?P<n>" + _INT + r") token frequency ratio: (?P<
 _VOCAB_SAVED = re.compile(r"Saved vocab mapping to: (?P<path>.+?)\s*$")
 _STAMP = r"[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}"
 _RUN_MARK = re.compile(r"^===== specdeck: (?P<name>\S+) run (?P<run>\S+) (?:starting at (?P<start>" + _STAMP
-                       + r"): (?P<cmd>.*)|ended at (?P<end>" + _STAMP + r"): (?P<how>.*)|could not start: (?P<err>.*))$")
+                       + r"): (?P<cmd>.*)|ended at (?P<end>" + _STAMP + r"): (?P<how>.*)"
+                       r"|could not start: (?P<err>.*))$")
 _ARG = re.compile(r"^\s*(?P<key>[a-z][a-z0-9_]{0,63})\s+·{3,}\s*(?P<value>.*?)\s*$")
 
 _LINE_METRIC = {"Acc": "acc", "pLoss": "ploss", "Acceptance Rate": "acceptance_rate"}
@@ -459,7 +461,8 @@ def _other(text: str) -> list[TrainRecord]:
         return [TrainRecord("resume", "log", generation=2, step=step, epoch=epoch, metrics=metrics, info=info)]
     m = _SAVED_STATE.search(text)
     if m:
-        return [TrainRecord("checkpoint", "log", generation=2, info={"path": m.group("path"), "what": "training_state"})]
+        return [TrainRecord("checkpoint", "log", generation=2,
+                            info={"path": m.group("path"), "what": "training_state"})]
     m = _SAVED_CONFIG.search(text)
     if m:
         return [TrainRecord("checkpoint", "log", generation=2, info={"path": m.group("path"), "what": "config"})]

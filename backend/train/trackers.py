@@ -307,7 +307,8 @@ class TrackerFiles:
     note: str
 
 
-def find_tracker_files(output_dir: str | os.PathLike[str], cwd: str | os.PathLike[str] | None = None) -> list[TrackerFiles]:
+def find_tracker_files(output_dir: str | os.PathLike[str],
+                       cwd: str | os.PathLike[str] | None = None) -> list[TrackerFiles]:
     """The trackers' local files of a run, where SpecForge puts them: TensorBoard under ``<output_dir>/runs``,
     SwanLab under ``<output_dir>/swanlog``, MLflow's ``./mlruns`` and W&B's ``wandb/`` relative to the
     training's working folder ``cwd`` (the default W&B dir is the SpecForge checkout's ``wandb``)."""

@@ -59,7 +59,8 @@ def write_state(path: Path, epoch: int, step: int) -> None:
                 "optimizer_state_dict": opt.state_dict(), "scheduler_state_dict": {"last_epoch": step}}, path)
 
 
-def write_checkpoint(d: Path, *, cfg: dict | None = None, tensors: dict | None = None, state: tuple | None = None) -> Path:
+def write_checkpoint(d: Path, *, cfg: dict | None = None, tensors: dict | None = None,
+                     state: tuple | None = None) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     (d / "config.json").write_text(json.dumps(cfg or draft_config(), indent=2), encoding="utf-8")
     write_safetensors(d / "model.safetensors", tensors if tensors is not None else eagle3_tensors())

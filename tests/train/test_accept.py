@@ -51,7 +51,8 @@ def test_gen3_dict_and_acceptance_rate():
 
 
 def test_gen1_by_epoch():
-    recs = (parse_line("Train Epoch [6/6], position 0,  Acc: 0.68") + parse_line("Train Epoch [6/6], position 1,  Acc: 0.50")
+    recs = (parse_line("Train Epoch [6/6], position 0,  Acc: 0.68")
+            + parse_line("Train Epoch [6/6], position 1,  Acc: 0.50")
             + parse_line("Train Epoch [5/6], position 0,  Acc: 0.60"))
     got = [(p.epoch, p.step, round(p.accept_length, 6)) for p in predictions(recs)]
     assert got == [(5, None, 2.02), (4, None, 1.6)]  # 1 + .68 + .34; 1 + .6

@@ -107,7 +107,8 @@ def test_timestamp_and_rank_prefixes():
 
 
 def test_bar_with_a_log_line_glued_on():
-    recs = parse_line("Training Epoch 0:  51%|█████     | 51/100 [00:51<00:49,  1.00s/it, loss=4.12, acc=0.31]"
+    recs = parse_line("Training Epoch 0:  51%|█████     | 51/100 [00:51<00:49,  1.00s/it, loss=4.12, "
+                      "acc=0.31]"
                       "Eval - Step 60 [61/2], position 0,  Acc: 0.45")
     assert [r.source for r in recs] == ["bar", "step_line"]
     assert recs[0].metrics == {"loss": 4.12, "acc": 0.31}

@@ -219,7 +219,8 @@ def test_any_split_of_the_file_gives_the_same_records(tmp_path, pieces):
 
 def test_supervisor_run_marks_start_a_new_run(tmp_path):
     log = tmp_path / "train.log"
-    write(log, "===== specdeck: a-training-process-with-a-long-name run 20261130T100000-4f2a starting at 2026-11-30 10:00:00: python -m trainer --epochs 2\n"
+    write(log, "===== specdeck: a-training-process-with-a-long-name run 20261130T100000-4f2a starting at "
+               "2026-11-30 10:00:00: python -m trainer --epochs 2\n"
                "Auto-calculated total_steps: 20 (num_epochs=2 * steps_per_epoch=10)\n"
                "Training Epoch 0:  30%|███       | 3/10 [00:03<00:07,  1.00s/it, loss=5.00]"
                "\n===== specdeck: demo-train run r1 ended at 2026-11-30 10:00:04: killed by signal 15\n"
