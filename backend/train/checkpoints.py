@@ -2,9 +2,10 @@
 
 Folder names by SpecForge generation (reference §1, §2): Gen-1 ``epoch_{N}``, Gen-2 ``epoch_{N}_step_{M}``,
 Gen-3 ``{run_id}-step{N}`` with ``{run_id}-latest`` / ``{run_id}-best`` links and ``{run_id}.best_meta.json``
-beside them.  Gen-1 and Gen-2 folders hold ``config.json`` + ``model.safetensors`` (with ``d2t``/``t2d``)
-+ ``training_state.pt`` and can be served as they are; Gen-3 folders are runtime checkpoints (training
-state per rank) that must be exported with ``specforge export --to sglang`` first.
+beside them.  A Gen-2 folder holds ``config.json`` + ``model.safetensors`` (with the ``d2t``/``t2d`` buffers) +
+``training_state.pt`` and can be served as it is (a Gen-1 folder is read the same way); Gen-3 folders are
+runtime checkpoints (training state per rank) that must be exported with ``specforge export --to sglang``
+first.
 
 Inspection reads ``config.json`` and the safetensors header through :mod:`backend.sglang.modelinfo` and
 the small fields of ``training_state.pt`` through :mod:`backend.train.torchstate`; no tensor is loaded.
@@ -274,8 +275,11 @@ def inspect_checkpoint(path: str | Path, *, draft_config: str | Path | None = No
     if draft is not None and has_weights and draft.kind == "eagle3":
         if draft.d2t is None:
             notes.append("no d2t tensor: draft token ids cannot be mapped to target ids")
-        if draft.fc_weight is None:
-            notes.append("no fc.weight tensor")
+        has_norm = any(k == "norm.weight" or k.endswith(".norm.weight") for k in draft.tensors)
+        for name, present in (("fc.weight", draft.fc_weight), ("lm_head.weight", draft.lm_head),
+                              ("norm.weight", has_norm or None)):
+            if present is None:
+                notes.append(f"no {name} tensor (SpecForge's exporter requires it)")
     return CheckpointInfo(p, gen, runtime, why is None, why, argv, draft, config_error, state, state_error, rank_states,
                           tuple(notes))
 

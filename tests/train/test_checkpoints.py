@@ -80,7 +80,7 @@ def test_inspect_missing_d2t_is_noted(tmp_path):
     d = write_checkpoint(tmp_path / "epoch_0_step_10", tensors=eagle3_tensors(d2t=False))
     info = inspect_checkpoint(d)
     assert not info.has_d2t
-    assert any("d2t" in n for n in info.notes)
+    assert info.notes == ("no d2t tensor: draft token ids cannot be mapped to target ids",)
     assert info.state is None and "not present" in info.state_error
 
 
@@ -255,3 +255,11 @@ def test_pickle_weights_are_servable_but_not_inspected(tmp_path):
 def test_preflight_of_a_missing_checkpoint(tmp_path):
     [f] = preflight_checkpoint(tmp_path / "gone", write_target(tmp_path / "t"))
     assert (f.code, f.severity) == ("checkpoint-missing", "error")
+
+
+def test_inspect_notes_missing_exporter_tensors(tmp_path):
+    t = eagle3_tensors()
+    del t["norm.weight"], t["lm_head.weight"]
+    info = inspect_checkpoint(write_checkpoint(tmp_path / "epoch_0_step_10", tensors=t))
+    assert info.notes == ("no lm_head.weight tensor (SpecForge's exporter requires it)",
+                          "no norm.weight tensor (SpecForge's exporter requires it)")
