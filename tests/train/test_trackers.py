@@ -123,3 +123,31 @@ def test_find_tracker_files(tmp_path):
                      ("mlflow", "repo/mlruns/0/abc", True),
                      ("wandb", "repo/wandb/offline-run-20260101_000000-xyz", False)]
     assert find_tracker_files(tmp_path / "empty") == []
+
+
+def test_files_written_by_a_real_tensorboard_writer(tmp_path):
+    """tensorboardX writes the same event files as torch's SummaryWriter, which SpecForge uses: its scalars
+    come back with their steps (the tensor form of a scalar is covered by the hand-encoded test above).
+    A resumed run writes a second file into the same folder; the next poll reads only what is new."""
+    import time
+
+    from tensorboardX import SummaryWriter
+
+    runs = tmp_path / "runs"
+    w = SummaryWriter(logdir=str(runs))
+    w.add_scalar("train/acc_0", 0.5, 10)
+    w.add_scalar("train/ploss_0", 1.25, 10)
+    w.close()  # its writer thread writes the queued events by close at the latest
+    tb = TensorboardReader(runs)
+    assert [(r.step, r.split, r.metrics) for r in tb.poll()] == [(10, "train", {"acc_0": 0.5}),
+                                                               (10, "train", {"ploss_0": 1.25})]
+    t0 = time.time()
+    w = SummaryWriter(logdir=str(runs), filename_suffix=".resumed")
+    w.add_scalar("eval/avg_loss", 2.25, 20)
+    w.add_scalar("train/lr", 0.0001, 20)
+    w.close()
+    got = tb.poll()
+    assert [(r.step, r.split) for r in got] == [(20, "eval"), (20, "train")]
+    assert got[0].metrics == {"loss": 2.25} and got[1].metrics["lr"] == pytest.approx(0.0001)
+    assert all(r.wall_time >= t0 - 1 for r in got)
+    assert len(tb.files) == 2 and tb.stats.broken_files == 0 and tb.poll() == []
