@@ -1,6 +1,6 @@
 """``train``: SpecForge training logs, tracker files and checkpoints, without the browser.
 
-    python -m backend.cli train parselog LOG [--json]
+    python -m backend.cli train parselog LOG [--json] [--follow]
     python -m backend.cli train tracker DIR [--json]
     python -m backend.cli train checkpoints DIR [--run-id ID] [--json]
     python -m backend.cli train inspect CHECKPOINT [--target MODEL_DIR] [--sglang-version V]
@@ -9,7 +9,8 @@
 ``parselog`` prints one line per record (``--json``: one JSON object per line, with step, epoch,
 position where it has one, split and each metric) and, on stderr, every line it could not read (and every
 value it dropped) as ``LOG:LINE: why``, then the counts.  Bad lines never stop it: exit 0, 2 when the file
-cannot be read.
+cannot be read.  ``--follow`` keeps reading as the log grows (woken by file events, else every second)
+until interrupted; the counts are printed then.
 ``tracker`` reads TensorBoard event files under DIR (SpecForge writes them to ``<output_dir>/runs``) or an
 MLflow file-store run folder.  ``inspect --target`` runs the Servers page's draft preflight for the
 checkpoint against that target model: exit 1 on errors.
@@ -80,21 +81,36 @@ def cmd_parselog(args: argparse.Namespace, out: TextIO) -> int:
         while reader.unparsed:
             u = reader.unparsed.popleft()
             problems.append(f"{path}:{u.line_no}: {u.reason}")
-            if len(problems) >= 1000:
+            if len(problems) >= 1000 or args.follow:
                 err.write("\n".join(problems) + "\n")
                 problems.clear()
 
-    while True:
+    def read_new() -> int:
         before = reader.stats.bytes_read
         chunk = reader.poll()
         if chunk.reset:
             err.write(f"{path}: the file was truncated or replaced while being read; read again from the start\n")
         _emit(chunk.records, args.json, out)
         drain()
-        if reader.stats.bytes_read == before and not chunk.reset:
-            break
-    _emit(reader.flush(), args.json, out)
-    drain()
+        return reader.stats.bytes_read - before + (1 if chunk.reset else 0)
+
+    if args.follow:
+        import signal
+        import threading
+
+        stop = threading.Event()
+        previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())  # end like Ctrl-C, with the counts
+        try:
+            while read_new() and not stop.is_set():
+                pass
+            _follow(path, read_new, out, stop)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    else:
+        while read_new():
+            pass
+        _emit(reader.flush(), args.json, out)
+        drain()
     if problems:
         err.write("\n".join(problems) + "\n")
     st = reader.stats
@@ -102,6 +118,30 @@ def cmd_parselog(args: argparse.Namespace, out: TextIO) -> int:
     err.write(f"{path}: {st.lines:,} lines, {st.records:,} records, {st.ignored:,} other lines, "
               f"{st.unparsed:,} unparsed, {st.values_rejected:,} values dropped; {gen}\n")
     return 0
+
+
+def _follow(path: Path, read_new, out: TextIO, stop) -> None:
+    """Read what is appended until Ctrl-C or ``stop`` is set (SIGTERM), woken by file events with a 1 s
+    polling fallback."""
+    import threading
+
+    from backend.sglang.logwatch import FileWatcher
+
+    wake = threading.Event()
+    watcher = FileWatcher(path, wake)
+    watcher.start()
+    try:
+        while not stop.is_set():
+            out.flush()
+            wake.wait(1.0)
+            wake.clear()
+            while read_new():
+                pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        watcher.stop()
+        out.flush()
 
 
 def cmd_tracker(args: argparse.Namespace, out: TextIO) -> int:
@@ -192,6 +232,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     a = ts.add_parser("parselog", help="parse a training log: one record per line (Gen-1, Gen-2, Gen-3)")
     a.add_argument("log")
     a.add_argument("--json", action="store_true", help="one JSON object per line")
+    a.add_argument("--follow", "-f", action="store_true", help="keep reading as the log grows, until interrupted")
     a.set_defaults(func=cmd_parselog, session=False)
     a = ts.add_parser("tracker", help="read TensorBoard event files or an MLflow file-store run")
     a.add_argument("dir")

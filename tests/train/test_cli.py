@@ -83,3 +83,37 @@ def test_tracker_command(tmp_path):
     assert main(["train", "tracker", str(tmp_path), "--json"], out=out) == 0
     row = json.loads(out.getvalue())
     assert (row["source"], row["step"], row["metrics"]) == ("mlflow", 10, {"acc_0": 0.5})
+
+
+def _readline(proc: subprocess.Popen, timeout: float = 60.0) -> str:
+    """The child's next stdout line, failing (not hanging) when none comes within ``timeout``."""
+    import selectors
+
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        assert sel.select(timeout), f"no output within {timeout} s"
+    return proc.stdout.readline()  # the follower writes and flushes whole lines
+
+
+def test_parselog_follow(tmp_path):
+    """--follow prints records as lines are appended; SIGTERM ends it with the counts on stderr."""
+    log = tmp_path / "train.log"
+    log.write_text("step 1: {'loss': 5.0}\n", encoding="utf-8")
+    proc = subprocess.Popen([sys.executable, "-m", "backend.cli", "train", "parselog", str(log), "--json", "-f"],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
+    try:
+        first = json.loads(_readline(proc))
+        assert (first["step"], first["metrics"]) == (1, {"loss": 5.0})
+        with open(log, "a", encoding="utf-8") as f:
+            f.write("step 2: {'loss': 4.0}\n")
+        second = json.loads(_readline(proc))
+        assert (second["step"], second["metrics"]) == (2, {"loss": 4.0})
+    finally:
+        proc.terminate()
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+    assert proc.returncode == 0, err
+    assert "2 records" in err
