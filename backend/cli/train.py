@@ -23,9 +23,10 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from backend.train.logparse import TrainRecord
+if TYPE_CHECKING:  # the parser is imported by the commands, not when the command line starts
+    from backend.train.logparse import TrainRecord
 
 
 def _clean(v: Any) -> Any:
