@@ -107,13 +107,15 @@ class TrainLogReader:
     def offset(self) -> int:
         return self._offset
 
-    def poll(self) -> TrainChunk:
-        """Parse what was appended since the last poll."""
+    def poll(self, max_bytes: int = POLL_LIMIT) -> TrainChunk:
+        """Parse what was appended since the last poll, about ``max_bytes`` at most (the rest is read by the
+        next polls, so a caller with a time budget can catch up on a long log in steps)."""
         out: list[TrainRecord] = []
         reset = False
         read = 0
-        while read < POLL_LIMIT:
-            chunk = read_tail(self.path, self._offset, READ_BYTES, inode=self._inode, skip_ahead=False, partial=True)
+        while read < max_bytes:
+            size = max(1, min(READ_BYTES, max_bytes - read))
+            chunk = read_tail(self.path, self._offset, size, inode=self._inode, skip_ahead=False, partial=True)
             if chunk.reset:  # read_tail has already read this chunk from byte 0
                 resets = self.stats.resets + 1
                 self._clear()

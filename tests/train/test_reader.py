@@ -252,3 +252,13 @@ def test_bar_without_a_total_and_gen3_bar(tmp_path):
     p = r.progress()
     assert (p.step, p.total_steps) == (100, 1000)
     assert p.eta_s == pytest.approx(900 / 1.67)
+
+
+def test_poll_budget_catches_up_in_steps(tmp_path):
+    log = tmp_path / "train.log"
+    write(log, "".join(f"step {i}: {{'loss': 1.5}}\n" for i in range(1, 201)), "w")  # 22-23 bytes a line
+    r = TrainLogReader(log)
+    first = r.poll(max_bytes=1000).records
+    assert 0 < len(first) < 50
+    rest = r.read_all()
+    assert [x.step for x in first + rest] == list(range(1, 201))
