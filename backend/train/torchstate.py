@@ -8,9 +8,9 @@ entry per tensor storage.  Only ``data.pkl`` is read here, by a restricted unpic
 * tensor storages (pickle persistent ids) become placeholders, so the optimizer state — gigabytes for a
   large draft — is never read.
 
-This is used instead of ``torch.load(weights_only=True)`` because that reads every storage and refuses
-the ``argparse.Namespace`` that SpecForge Gen-2 saves as ``args``.  The legacy (pre-zip) format is
-reported as not readable rather than loaded.
+This is used instead of ``torch.load(weights_only=True)`` because that reads every storage (the optimizer
+state with them) and refuses any class outside its allow-list, such as an ``argparse.Namespace`` saved as
+``args``.  The legacy (pre-zip) format is reported as not readable rather than loaded.
 """
 
 from __future__ import annotations
