@@ -11,6 +11,7 @@
     python -m backend.cli [--workspace DIR] servers list
     python -m backend.cli [--workspace DIR] servers preflight NAME [--json]
     python -m backend.cli [--workspace DIR] supervise [--interval S]
+    python -m backend.cli train parselog LOG [--json] | tracker DIR | checkpoints DIR | inspect CKPT
     python -m backend.cli [--workspace DIR] users add|passwd|remove|list [NAME]
     python -m backend.cli init DIR
 
@@ -49,6 +50,7 @@ DOMAINS = (
     "backend.cli.processes",
     "backend.cli.servers",
     "backend.cli.supervise",
+    "backend.cli.train",
     "backend.cli.users",
     "backend.cli.workspace",
 )
