@@ -159,7 +159,7 @@ def test_sign_in_form_unlocks_control_and_the_audit_names_the_user(workspace, li
     stop = [e for e in audit.recent(rt.store, limit=10) if e.action == "stop"][0]
     assert (stop.actor, stop.client, stop.outcome) == ("alice", "10.213.0.2", "ok")
     at.run()
-    table = at.dataframe[-1].value  # the audit log, newest first
+    table = at.table[-1].value  # the audit log, newest first
     assert list(table.columns[:3]) == ["at", "actor", "client"]
     assert (table.iloc[0]["actor"], table.iloc[0]["client"], table.iloc[0]["action"]) == ("alice", "10.213.0.2", "stop")
 

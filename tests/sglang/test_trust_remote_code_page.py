@@ -73,7 +73,7 @@ def test_trust_remote_code_checkbox_is_written_back_and_launched(workspace):
     assert "# the simulated GLM-like target" in text  # comments kept
     server = tomllib.loads(text)["server"][0]
     assert server["trust_remote_code"] is True
-    assert server["cuda_graph"] == {"max_bs": 8, "disable": False}
+    assert server["cuda_graph"] == {"max_bs": 8}  # untouched defaults are not written
 
     rt = runtime_mod.get_runtime()
     view = rt.supervisor.view("sim")
