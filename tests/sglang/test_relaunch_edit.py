@@ -131,7 +131,8 @@ def _relaunch(at: AppTest, rt, edit) -> object:
     go.click().run()
     assert not at.exception, at.exception
     assert not [e.value for e in at.error if "Could not launch" in e.value], [e.value for e in at.error]
-    assert not any(b.key == "srv-launch-go" for b in at.button), "the panel closes after a relaunch"
+    assert not any(b.key == "srv-launch-go" for b in at.button), (
+        "the panel closes after a relaunch", [e.value for e in at.error], [w.value for w in at.warning])
     return _wait_ready(rt, old_run)
 
 
