@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from backend.regen.catalog import DatasetConfig, MixEntry, check_catalog
 from backend.supervisor.spec import Kind, ProcessSpec, ReadinessProbe, RestartPolicy
 
 CONFIG_NAME = "specdeck.toml"
@@ -119,6 +120,9 @@ class WorkspaceConfig(_Model):
     # SGLang server entries; validated by backend.sglang.config.ServerConfig
     # when that module is present (see _validate_servers).
     server: list[dict[str, Any]] = Field(default_factory=list)
+    # Regeneration inputs: the dataset catalog and the mixes (backend.regen.catalog).
+    dataset: list[DatasetConfig] = Field(default_factory=list)
+    mix: list[MixEntry] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _unique(self) -> "WorkspaceConfig":
@@ -247,6 +251,7 @@ def parse_config(text: str, path: Path | str = CONFIG_NAME) -> WorkspaceConfig:
     except ValidationError as exc:
         raise ConfigError([_describe(err, text, path) for err in exc.errors()]) from None
     problems = _validate_servers(cfg, text, path)
+    problems += _validate_regen(cfg, text, path)
     if problems:
         raise ConfigError(problems)
     return cfg
@@ -273,6 +278,15 @@ def _validate_servers(cfg: WorkspaceConfig, text: str, path: Path | str) -> list
                             f"{sc.name!r} is already the name of another process or server")
         names.add(sc.name)
     return problems
+
+
+def _validate_regen(cfg: WorkspaceConfig, text: str, path: Path | str) -> list[str]:
+    """Mix lines name catalog datasets (backend.regen.catalog.check_catalog)."""
+    out = []
+    for loc, why in check_catalog(cfg.dataset, cfg.mix):
+        line = _locate(text, loc)
+        out.append(f"{f'{path}:{line}' if line else path}: {_dotted(loc)}: {why}")
+    return out
 
 
 def _describe(err: Any, text: str, path: Path | str) -> str:

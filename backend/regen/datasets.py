@@ -1,0 +1,301 @@
+"""Reading regeneration inputs: JSONL or Parquet files, streamed, one row at a time.
+
+:func:`read_rows` yields, for one file, every usable row as a :class:`~backend.regen.records.Row`
+and every unusable one as a :class:`Skipped` that says why (the job writes those to
+``<out>_skipped.jsonl``).  :func:`read_mix` does the same for every entry of a mix, in order.
+
+Files
+    ``.jsonl``, ``.ndjson`` and ``.json`` are JSON lines: one record per line, read as bytes line by
+    line (blank lines are not rows).  A line longer than :data:`MAX_LINE_BYTES` is skipped without
+    ever being held in memory.  ``.parquet`` / ``.pq`` files are read in record batches of
+    :data:`PARQUET_BATCH_ROWS` rows, pages read as they are decoded (never the whole file); the
+    columns ``id``, ``conversations`` (a list of structs with ``role``/``content`` or
+    ``from``/``value``), ``messages``, ``prompt`` and ``text`` are understood, other columns are
+    kept in the record.  A Parquet null is an absent key.
+
+Rows
+    Any of the three input shapes of :mod:`backend.regen.records`.  A row without a usable id gets
+    a stable id from a hash of its turns (:func:`~backend.regen.records.stable_id`), so the same
+    content has the same id in every run.  ``line`` is the 1-based line (JSONL) or row number
+    (Parquet) in its file.
+
+Filters (applied in this order)
+    ``first_turn_only``: keep the system turns before the first user turn and that user turn; the
+    rest of the conversation is not asked.  ``max_prompt_chars``: a row whose prompt (every turn
+    that is not the assistant's, after the first-turn filter) has more *characters* than this is
+    skipped.  Then duplicates: a row whose id was already given earlier in the same read (the same
+    file, or any earlier entry of the same mix) is skipped, naming where the id was first seen.
+    ``limit``: how many usable rows to take; the first ``limit`` rows that pass every filter, in
+    file order, so the same file and settings always give the same rows.  Reading stops there.
+
+Skip reasons start with ``<file name>:<line>:`` (``<file name> row <n>:`` for Parquet) and name the
+field when one is at fault, e.g. ``a.jsonl:7: conversations[1].role: unknown role 'robot'``.
+A file that cannot be read at all raises :class:`DatasetError` naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import dataclasses
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import date, datetime, time as dtime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from backend.regen.records import Row, RowError, _given_id, to_row
+
+if TYPE_CHECKING:
+    from backend.regen.catalog import MixConfig
+
+MAX_LINE_BYTES = 8 * 1024 * 1024  # a JSONL line over this is skipped unread
+PARQUET_BATCH_ROWS = 256
+PARQUET_READ_BUFFER = 1024 * 1024
+RAW_PREVIEW_CHARS = 2000  # how much of an unreadable or oversized line a Skipped keeps
+
+JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
+PARQUET_SUFFIXES = (".parquet", ".pq")
+
+
+class DatasetError(ValueError):
+    """A file that cannot be read at all (missing, unknown type, not Parquet); names the file."""
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A row that will not be asked: it goes to ``<out>_skipped.jsonl`` with its reason."""
+
+    dataset: str
+    line: int | None
+    reason: str
+    record: Any  # the decoded object, or the raw text (a prefix of it) when it is not JSON
+    id: str | None = None  # the row's id when it is known
+
+
+@dataclass(frozen=True)
+class RowCounts:
+    """How many rows of an input will be asked (``rows``) and how many are skipped."""
+
+    rows: int = 0
+    skipped: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.rows + self.skipped
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+
+def read_rows(path: Path, *, dataset: str, first_turn_only: bool = False,
+              max_prompt_chars: int | None = None, limit: int | None = None) -> Iterator[Row | Skipped]:
+    """Every row of ``path`` (JSONL or Parquet by suffix) as a Row or a Skipped, streamed."""
+    return _read(Path(path), dataset=dataset, first_turn_only=first_turn_only,
+                 max_prompt_chars=max_prompt_chars, limit=limit, seen={})
+
+
+def read_mix(mix: "MixConfig", root: Path) -> Iterator[Row | Skipped]:
+    """Every entry of ``mix`` in order (files relative to ``root``); an id is asked once per mix.
+
+    Each entry takes its ``samples`` first usable rows; a row whose id an earlier entry already
+    gave is skipped and does not count towards its entry's ``samples``.
+    """
+    seen: dict[str, tuple[str, int | None]] = {}
+    for entry in mix.entries:
+        yield from _read(entry_path(entry, root), dataset=entry.dataset,
+                         first_turn_only=entry.first_turn_only, max_prompt_chars=entry.max_prompt_chars,
+                         limit=entry.samples, seen=seen)
+
+
+def entry_path(entry: Any, root: Path) -> Path:
+    """The file of a mix entry, relative paths taken from the workspace ``root``."""
+    if not entry.file:
+        raise DatasetError(f"mix entry for dataset {entry.dataset!r} has no file "
+                           "(give file = ... or resolve the mix against the catalog)")
+    p = Path(entry.file).expanduser()
+    return p if p.is_absolute() else Path(root) / p
+
+
+def count_rows(path: Path, *, dataset: str, first_turn_only: bool = False,
+               max_prompt_chars: int | None = None, limit: int | None = None) -> RowCounts:
+    """What :func:`read_rows` would give, counted while streaming (no row is held)."""
+    return _count(read_rows(path, dataset=dataset, first_turn_only=first_turn_only,
+                            max_prompt_chars=max_prompt_chars, limit=limit))
+
+
+def count_mix(mix: "MixConfig", root: Path) -> dict[str, RowCounts]:
+    """Per dataset of ``mix`` (in mix order), what :func:`read_mix` would give, streamed."""
+    out: dict[str, list[int]] = {e.dataset: [0, 0] for e in mix.entries}
+    for item in read_mix(mix, root):
+        out.setdefault(item.dataset, [0, 0])[isinstance(item, Skipped)] += 1
+    return {name: RowCounts(rows=c[0], skipped=c[1]) for name, c in out.items()}
+
+
+def _count(items: Iterable[Row | Skipped]) -> RowCounts:
+    rows = skipped = 0
+    for item in items:
+        if isinstance(item, Skipped):
+            skipped += 1
+        else:
+            rows += 1
+    return RowCounts(rows=rows, skipped=skipped)
+
+
+def _read(path: Path, *, dataset: str, first_turn_only: bool, max_prompt_chars: int | None,
+          limit: int | None, seen: dict[str, tuple[str, int | None]]) -> Iterator[Row | Skipped]:
+    if limit is not None and limit <= 0:
+        return
+    suffix = path.suffix.lower()
+    if suffix in JSONL_SUFFIXES:
+        source: Iterator[tuple[int, Any, str | None]] = _jsonl_objects(path)
+        where = f"{path.name}:{{}}"
+    elif suffix in PARQUET_SUFFIXES:
+        source = _parquet_objects(path)
+        where = f"{path.name} row {{}}"
+    else:
+        raise DatasetError(f"{path}: unknown input type {path.suffix or '(no suffix)'!r}; "
+                           f"use JSON lines ({', '.join(JSONL_SUFFIXES)}) or Parquet ({', '.join(PARQUET_SUFFIXES)})")
+    taken = 0
+    for line, obj, problem in source:
+        at = where.format(line)
+        if problem is not None:
+            yield Skipped(dataset, line, f"{at}: {problem}", obj)
+            continue
+        try:
+            row = to_row(obj, dataset=dataset, line=line)
+        except RowError as exc:
+            yield Skipped(dataset, line, f"{at}: {exc}", obj, _given_id(obj) if isinstance(obj, dict) else None)
+            continue
+        if first_turn_only:
+            row = _first_turn(row)
+        if max_prompt_chars is not None and row.prompt_chars > max_prompt_chars:
+            yield Skipped(dataset, line, f"{at}: prompt: {row.prompt_chars:,} characters, over "
+                          f"max_prompt_chars = {max_prompt_chars:,}", obj, row.id)
+            continue
+        first = seen.get(row.id)
+        if first is not None:
+            first_where = f"{first[0]} line {first[1]}" if first[1] is not None else first[0]
+            yield Skipped(dataset, line, f"{at}: id: duplicate id {row.id!r} (first in {first_where})",
+                          obj, row.id)
+            continue
+        seen[row.id] = (dataset, line)
+        yield row
+        taken += 1
+        if limit is not None and taken >= limit:
+            return
+
+
+def _first_turn(row: Row) -> Row:
+    kept = []
+    for m in row.messages:
+        if m.role == "user":
+            kept.append(m)
+            break
+        if m.role == "system":
+            kept.append(m)
+    return dataclasses.replace(row, messages=tuple(kept))
+
+
+# -- JSON lines --------------------------------------------------------------------------------
+
+
+def _jsonl_objects(path: Path) -> Iterator[tuple[int, Any, str | None]]:
+    """(line, decoded object or raw text, problem or None) for every non-blank line."""
+    try:
+        f = open(path, "rb")
+    except OSError as exc:
+        raise DatasetError(f"{path}: cannot open: {exc.strerror or exc}") from None
+    with f:
+        line = 0
+        while True:
+            raw = f.readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                return
+            line += 1
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                size = len(raw) + _skip_rest_of_line(f)
+                preview = raw[:RAW_PREVIEW_CHARS].decode("utf-8", "replace")
+                del raw
+                yield line, preview, (f"line is {size:,} bytes, over the {MAX_LINE_BYTES // (1024 * 1024)} MiB "
+                                      "limit for one row (not read)")
+                continue
+            if line == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            raw = raw.rstrip(b"\r\n")
+            if not raw.strip():
+                continue
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                yield line, raw.decode("utf-8", "replace")[:RAW_PREVIEW_CHARS], (
+                    f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})")
+                continue
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError as exc:
+                yield line, text[:RAW_PREVIEW_CHARS], f"not valid JSON: {exc.msg} (column {exc.colno})"
+                continue
+            except (ValueError, RecursionError) as exc:
+                yield line, text[:RAW_PREVIEW_CHARS], f"not valid JSON: {exc}"
+                continue
+            yield line, obj, None
+
+
+def _skip_rest_of_line(f: Any) -> int:
+    """Read past the end of the current line in 1 MiB pieces; the number of bytes passed."""
+    n = 0
+    while True:
+        chunk = f.readline(1024 * 1024)
+        n += len(chunk)
+        if not chunk or chunk.endswith(b"\n"):
+            return n
+
+
+# -- Parquet -------------------------------------------------------------------------------------
+
+
+def _parquet_objects(path: Path) -> Iterator[tuple[int, Any, str | None]]:
+    """(row number, record, None) for every row, read PARQUET_BATCH_ROWS rows at a time."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        # pre_buffer=False + a read buffer: pages are read as they are decoded.  With Arrow's
+        # default pre-buffering, iter_batches holds every row group it will read (the whole file).
+        pf = pq.ParquetFile(path, pre_buffer=False, buffer_size=PARQUET_READ_BUFFER)
+    except FileNotFoundError:
+        raise DatasetError(f"{path}: cannot open: no such file") from None
+    except (OSError, pa.ArrowException) as exc:
+        raise DatasetError(f"{path}: not a readable Parquet file: {exc}") from None
+    n = 0
+    with pf:
+        try:
+            for batch in pf.iter_batches(batch_size=PARQUET_BATCH_ROWS, use_threads=False):
+                for rec in batch.to_pylist():
+                    n += 1
+                    yield n, _clean(rec), None
+        except (OSError, pa.ArrowException) as exc:
+            raise DatasetError(f"{path}: unreadable after row {n}: {exc}") from None
+
+
+def _clean(value: Any) -> Any:
+    """A Parquet value as plain JSON: nulls in structs dropped, other types made JSON-safe."""
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    if value is None or isinstance(value, str | bool | int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).decode("utf-8", "replace")
+    if isinstance(value, datetime | date | dtime):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, Decimal):
+        return float(value)
+    return str(value)
