@@ -10,6 +10,7 @@
     python -m backend.cli [--workspace DIR] servers preflight NAME [--json]
     python -m backend.cli [--workspace DIR] supervise [--interval S]
     python -m backend.cli init DIR
+    python -m backend.cli regen run|status|validate|requeue ...   (backend/regen/cli.py)
 
 The workspace is the ``--workspace`` folder, else ``$SPECDECK_WORKSPACE``,
 else the demo workspace.  Every start/stop/restart is written to the audit
@@ -30,6 +31,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
+from backend.regen import cli as regen_cli
 from backend.supervisor.logtail import LogTailer, read_last
 from backend.supervisor.machine import describe_exit
 from backend.supervisor.supervisor import Supervisor, SupervisorError
@@ -325,6 +327,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--interval", type=float, default=1.0, metavar="S", help="seconds between polls (default 1)")
     a.set_defaults(func=cmd_supervise)
 
+    regen_cli.add_parser(sub)
+
     a = sub.add_parser("init", help="create a workspace (with the demo config) in DIR")
     a.add_argument("dir")
     a.set_defaults(func=None)
@@ -341,6 +345,8 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
     try:
         if args.command == "init":
             return cmd_init(args, out)
+        if args.command == "regen":
+            return regen_cli.main(args, out, err)
         session = _Session(args.workspace)
     except ConfigError as exc:
         err.write(f"error: {exc}\n")
