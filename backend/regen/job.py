@@ -505,8 +505,6 @@ class Job:
         elif out.kind == PERMANENT:
             self._fail(task, s, out.error_class or "error", out.message, out.status)
         else:
-            task.retries += 1
-            s.stats.retries += 1
             s.stats.last_error = out.message
             if out.server_down:
                 self._server_away(s, out.message)
@@ -518,6 +516,8 @@ class Job:
                     return
             if self.mode != "run":
                 return  # asked again on resume
+            task.retries += 1
+            s.stats.retries += 1
             if out.server_down:
                 self.retry.append(task)
                 self.wake.set()
