@@ -216,7 +216,7 @@ def last_snapshot(path: Path, *, tail_bytes: int = 1 << 20) -> dict[str, Any] | 
             buf = f.read()
     except FileNotFoundError:
         return None
-    for line in reversed(buf.split(b"\n")[:-1] if buf.endswith(b"\n") else buf.split(b"\n")[:-1]):
+    for line in reversed(buf.split(b"\n")[:-1]):  # what follows the last newline is torn
         if line.strip():
             try:
                 obj = json.loads(line)
