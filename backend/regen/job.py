@@ -8,7 +8,9 @@ Dispatch
     Each row goes to the server with the fewest requests in flight among those that are up and
     under their cap (``concurrency``, per server), so a slow server never holds back a fast one.
     A row's user turns are asked in order, each with the regenerated history (system turns kept,
-    the original assistant turns dropped), on one server.
+    the original assistant turns dropped), on one server.  What is written passes SpecForge's
+    ``validate_regenerated_data.py``: system turns after the first user turn and empty turns are
+    left out, and an empty answer is an error (``empty_answer``), not a row.
 
 Failures (backend.regen.client classifies them)
     permanent   the row goes to the error file with the reason;
@@ -53,6 +55,7 @@ PROBE_MAX_S = 2.0      # a server that went away is probed at least this often
 CONTROL_EVERY_S = 1.0  # how often OUT.control is read
 TICK_S = 0.1
 _KEEP = object()
+_THINK = re.compile(r"</?think>", re.I)
 _TRANSIENT_MESSAGES = ("not answering", "waiting for", "reading the inputs")
 
 
@@ -459,8 +462,11 @@ class Job:
             model = self.cfg.model or s.client.model or "default"
             while task.pos < len(msgs):
                 m = msgs[task.pos]
-                if m.role != "user":
-                    if m.role == "system":
+                if m.role != "user" or not m.content.strip():
+                    # SpecForge's validator takes system turns only before the first user turn and
+                    # no empty message: those are left out of what is asked and written.
+                    if m.role == "system" and m.content.strip() and not any(
+                            h["role"] == "user" for h in task.history):
                         task.history.append(m.as_dict())
                     task.pos += 1
                     continue
@@ -469,7 +475,15 @@ class Job:
                 out = await s.client.chat(self._body(model, sent))
                 if out.kind != SUCCESS:
                     break
-                if self.cfg.reasoning == "save" and not out.reasoning:
+                if not out.content.strip():
+                    out = Outcome(PERMANENT, "empty_answer", f"the answer has no text (finish_reason "
+                                  f"{out.finish_reason}); raise --max-tokens if it was cut", status=200)
+                    break
+                if self.cfg.reasoning == "disable" and _THINK.search(out.content):
+                    out = Outcome(PERMANENT, "reasoning_contract", "reasoning disable: the answer still "
+                                  "holds a <think> marker", status=200)
+                    break
+                if self.cfg.reasoning == "save" and not (out.reasoning or "").strip():
                     out = Outcome(PERMANENT, "reasoning_contract", "reasoning save: the answer has no "
                                   "reasoning_content (is the server launched with --reasoning-parser?)", status=200)
                     break

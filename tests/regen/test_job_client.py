@@ -51,8 +51,10 @@ class StandIn:
         if "always-503" in last:
             return web.json_response({"error": "Server is not ready"}, status=503)
         finish = "abort" if "abort" in last and n == 1 else "stop"
+        if "empty-answer" in last:
+            last = ""
         thinking = not (body.get("chat_template_kwargs") or {}).get("enable_thinking") is False
-        msg = {"role": "assistant", "content": f"answer to: {last}",
+        msg = {"role": "assistant", "content": f"answer to: {last}" if last else "",
                "reasoning_content": f"thinking about {last}" if thinking else None}
         return web.json_response({"id": "x", "object": "chat.completion", "model": body["model"],
                                   "choices": [{"index": 0, "message": msg, "finish_reason": finish}],
@@ -182,3 +184,23 @@ def test_reasoning_modes_system_prompt_and_sampling_parameters(tmp_path):
     assert all(b["chat_template_kwargs"] == {"enable_thinking": False} for b in stand.bodies)
     for r in read_jsonl(out):
         assert "reasoning_content" not in r["conversations"][-1]
+
+
+def test_output_keeps_to_what_specforges_validator_accepts(tmp_path):
+    """System turns after the first user turn and empty turns are not asked or written; an empty
+    answer is an error, not a row (SpecForge's validator rejects both)."""
+    inp = tmp_path / "in.jsonl"
+    _rows(inp, [("empty", [_user("empty-answer")]),
+                ("mixed", [_user("x1"), {"role": "assistant", "content": "old"}, {"role": "system", "content": "late"},
+                           _user("  "), _user("x2")])])
+    stand = StandIn()
+    out = tmp_path / "o.jsonl"
+    assert _run(stand, {"out": out, "inputs": [str(inp)]}) == 0
+    rows = read_jsonl(out)
+    assert [r["id"] for r in rows] == ["mixed"]
+    assert rows[0]["conversations"] == [_user("x1"), {"role": "assistant", "content": "answer to: x1"},
+                                        _user("x2"), {"role": "assistant", "content": "answer to: x2"}]
+    second = [b for b in stand.bodies if b["messages"][-1]["content"] == "x2"]
+    assert [[m["role"] for m in b["messages"]] for b in second] == [["user", "assistant", "user"]]
+    err = read_jsonl(sibling(out, "_error.jsonl"))
+    assert [(e["id"], e["regen"]["class"]) for e in err] == [("empty", "empty_answer")]
