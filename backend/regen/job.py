@@ -345,6 +345,8 @@ class Job:
                 st.record_failed(item.dataset, regen.get("server"), str(regen.get("class") or "error"),
                                  str(regen.get("error") or ""))
         self.writer.flush()
+        # From here on only the ids matter: keep sets, not every row's accounting.
+        existing.done, existing.failed = set(existing.done), set(existing.failed)
 
     # -- servers --------------------------------------------------------------------------
     async def _first_probe(self, s: _Server) -> None:

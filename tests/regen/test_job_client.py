@@ -204,3 +204,24 @@ def test_output_keeps_to_what_specforges_validator_accepts(tmp_path):
     assert [[m["role"] for m in b["messages"]] for b in second] == [["user", "assistant", "user"]]
     err = read_jsonl(sibling(out, "_error.jsonl"))
     assert [(e["id"], e["regen"]["class"]) for e in err] == [("empty", "empty_answer")]
+
+
+def test_servers_are_urls_or_workspace_server_names():
+    import argparse
+    from types import SimpleNamespace
+
+    from backend.regen.cli import UsageError, _server
+
+    ws = SimpleNamespace(config=SimpleNamespace(server=[{"name": "demo-llama", "host": "0.0.0.0", "port": 30001},
+                                                        {"name": "other", "port": 30002}]),
+                         config_path="/ws/specdeck.toml")
+    cache = {"ws": ws}
+    args = argparse.Namespace()
+    assert _server("demo-llama", args, cache).url == "http://127.0.0.1:30001"
+    assert _server("demo-llama", args, cache).name == "demo-llama"
+    assert _server("other", args, cache).url == "http://127.0.0.1:30002"
+    assert _server("http://10.0.0.5:8000/v1/", args, cache).url == "http://10.0.0.5:8000"
+    assert _server("router.local:30000", args, cache).url == "http://router.local:30000"
+    with pytest.raises(UsageError, match=r"'nope': not a URL and not a \[\[server\]\] of /ws/specdeck.toml "
+                                         r"\(known: demo-llama, other\)"):
+        _server("nope", args, cache)
