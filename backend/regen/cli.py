@@ -23,11 +23,12 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from backend.regen.client import ServerURLError, normalize_url
-from backend.regen.datasets import DatasetError, Skipped, read_mix
-from backend.regen.job import REASONING, JobConfig, ServerSpec, read_job_json, run_job
+from backend.regen.jobconfig import REASONING, JobConfig, ServerSpec, read_job_json
 from backend.regen.output import OutputError, RunFiles, requeue, validate
 from backend.regen.progress import RunLocked, last_snapshot, locked
+
+# aiohttp and the dataset readers are imported by the commands that use them, so the rest of
+# the command line does not pay for them at start.
 
 DEFAULTS = {"concurrency": 64, "max_tokens": 4096, "temperature": 0.7}
 
@@ -82,7 +83,7 @@ def main(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Run the parsed ``regen`` command; the exit status."""
     try:
         return args.regen_func(args, out, err)
-    except (UsageError, OutputError, ServerURLError, DatasetError, ValueError) as exc:
+    except (UsageError, OutputError, ValueError) as exc:  # ServerURLError, DatasetError too
         err.write(f"error: {exc}\n")
         return 2
     except RunLocked as exc:
@@ -103,6 +104,8 @@ def _workspace(args: argparse.Namespace):
 
 
 def _server(value: str, args: argparse.Namespace, cache: dict[str, Any]) -> ServerSpec:
+    from backend.regen.client import normalize_url
+
     v = value.strip()
     if "://" in v or ":" in v:
         return ServerSpec(normalize_url(v))
@@ -165,6 +168,8 @@ def _config(args: argparse.Namespace, files: RunFiles) -> JobConfig:
 
 
 def cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from backend.regen.job import run_job
+
     files = RunFiles.of(args.out)
     cfg = _config(args, files)
 
@@ -234,6 +239,8 @@ def cmd_status(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _expected(args: argparse.Namespace, files: RunFiles) -> tuple[set[str], int] | None:
+    from backend.regen.datasets import Skipped, read_mix
+
     cache: dict[str, Any] = {}
     if args.input and args.mix:
         raise UsageError("give --input FILE ... or --mix NAME, not both")

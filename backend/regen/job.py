@@ -29,122 +29,33 @@ Control
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import random
 import re
 import signal
 import time
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from backend.regen.catalog import MixConfig, MixEntry
+from backend.regen.catalog import MixConfig
 from backend.regen.client import PERMANENT, SUCCESS, Outcome, ServerClient, backoff
 from backend.regen.datasets import Skipped, read_mix
 from backend.regen.output import (OutputWriter, RunFiles, error_record, scan, skipped_key, skipped_record,
                                   success_record)
+from backend.regen.jobconfig import JobConfig, ServerSpec, write_job_json
 from backend.regen.progress import SNAPSHOT_SECONDS, ProgressLog, Stats, last_snapshot
 from backend.regen.records import Row
 
-REASONING = ("none", "save", "disable")
 EXIT_DONE, EXIT_FAILED, EXIT_STOPPED = 0, 1, 130
 PROBE_MAX_S = 2.0      # a server that went away is probed at least this often
 CONTROL_EVERY_S = 1.0  # how often OUT.control is read
 TICK_S = 0.1
+SAY_EVERY_S = 30.0     # a line on the terminal this often
 _KEEP = object()
 _THINK = re.compile(r"</?think>", re.I)
 _TRANSIENT_MESSAGES = ("not answering", "waiting for", "reading the inputs")
-
-
-@dataclass
-class ServerSpec:
-    url: str
-    name: str | None = None
-
-
-@dataclass
-class JobConfig:
-    out: Path
-    servers: list[ServerSpec]
-    inputs: list[str] = field(default_factory=list)   # input files (each its own dataset)
-    mix: dict[str, Any] | None = None                 # a MixConfig as a dict (entries with files)
-    root: str | None = None                           # where the mix's relative files are
-    concurrency: int = 64
-    max_tokens: int = 4096
-    temperature: float = 0.7
-    top_p: float | None = None
-    reasoning: str = "none"
-    system_prompt: str | None = None
-    model: str | None = None
-    request_timeout: float = 3600.0
-    max_attempts: int = 10
-
-    def check(self) -> None:
-        if not self.servers:
-            raise ValueError("no server: give --server URL_OR_NAME")
-        if bool(self.inputs) == bool(self.mix):
-            raise ValueError("give the inputs (--input FILE ...) or a mix (--mix NAME), one of the two")
-        if self.concurrency < 1:
-            raise ValueError(f"concurrency: {self.concurrency} is not >= 1")
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens: {self.max_tokens} is not >= 1")
-        if not 0.0 <= self.temperature <= 2.0:
-            raise ValueError(f"temperature: {self.temperature} is not in [0, 2]")
-        if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p: {self.top_p} is not in (0, 1]")
-        if self.reasoning not in REASONING:
-            raise ValueError(f"reasoning: {self.reasoning!r} is not one of {', '.join(REASONING)}")
-
-    def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["out"] = str(self.out)
-        return d
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "JobConfig":
-        d = dict(d)
-        d["out"] = Path(d["out"])
-        d["servers"] = [ServerSpec(**s) for s in d.get("servers") or []]
-        known = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in d.items() if k in known})
-
-    def mix_config(self) -> MixConfig:
-        if self.mix is not None:
-            return MixConfig.model_validate(self.mix)
-        entries, names = [], set()
-        for p in self.inputs:
-            name = dataset_name(Path(p), names)
-            names.add(name)
-            entries.append(MixEntry(name="inputs", dataset=name, file=str(Path(p).expanduser().resolve())))
-        return MixConfig(name="inputs", entries=entries)
-
-
-def dataset_name(path: Path, taken: set[str]) -> str:
-    """The dataset name of an input file: its stem in catalog characters, unique among ``taken``."""
-    stem = path.name.split(".")[0] or "input"
-    base = re.sub(r"[^A-Za-z0-9_.-]+", "-", stem).strip("-._")[:60] or "input"
-    if not base[0].isalnum():
-        base = "d" + base
-    name, n = base, 2
-    while name in taken:
-        name, n = f"{base}-{n}", n + 1
-    return name
-
-
-def write_job_json(files: RunFiles, cfg: JobConfig) -> None:
-    tmp = files.job.with_name(files.job.name + ".tmp")
-    tmp.write_text(json.dumps(cfg.to_json(), indent=2, ensure_ascii=False) + "\n")
-    os.replace(tmp, files.job)
-
-
-def read_job_json(files: RunFiles) -> JobConfig:
-    try:
-        return JobConfig.from_json(json.loads(files.job.read_text()))
-    except (OSError, ValueError, TypeError, KeyError) as exc:
-        raise ValueError(f"{files.job}: cannot read the run's parameters: {exc}") from None
 
 
 # -- the work of one row --------------------------------------------------------------------
@@ -561,7 +472,7 @@ class Job:
             self.wake.set()
 
     async def _ticker(self) -> None:
-        last_snap = last_ctl = time.monotonic()
+        last_snap = last_ctl = last_say = time.monotonic()
         while True:
             await asyncio.sleep(TICK_S)
             now = time.monotonic()
@@ -571,10 +482,22 @@ class Job:
                 last_ctl = now
                 if self._control() == "pause":
                     self.request_pause(f"{self.files.control.name}")
+            if now - last_say >= SAY_EVERY_S:
+                last_say = now
+                self.say(self._summary())
             if now - last_snap >= SNAPSHOT_SECONDS:
                 last_snap = now
                 self._update_state(snap=False)
                 self._snapshot()
+
+    def _summary(self) -> str:
+        st = self.stats
+        snap = st.snapshot()
+        left = snap["remaining"]
+        eta = "-" if not left else "N/A" if not snap["req_s"] else f"{left / snap['req_s'] / 60:.0f} min"
+        return (f"{st.state}: {st.done + st.failed + st.skipped:,}/{st.total:,} ({st.done:,} done, {st.failed:,} "
+                f"failed, {st.skipped:,} skipped), {snap['in_flight']} in flight, {snap['req_s']:.1f} req/s, "
+                f"{snap['tok_s']:.0f} tok/s, ETA {eta}" + (f" - {st.message}" if st.message else ""))
 
     def _control(self) -> str | None:
         try:

@@ -118,9 +118,10 @@ def write_rows(path: Path, n: int, *, start: int = 0, multi_every: int = 0, pref
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Every complete line (a line still being written by a running job is left out)."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [json.loads(line) for line in path.read_text().split("\n")[:-1] if line.strip()]
 
 
 def progress_lines(out: Path) -> list[dict[str, Any]]:
