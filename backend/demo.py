@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+from backend.regen.demo_data import demo_catalog_text
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -65,7 +67,7 @@ cwd = {repo}
 autostart = true
 stop_grace_s = 5
 """
-    return text + (_demo_server_text(root) if root is not None else "")
+    return text + (_demo_server_text(root) + demo_catalog_text(root) if root is not None else "")
 
 
 def _demo_server_text(root: Path) -> str:

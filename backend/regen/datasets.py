@@ -5,19 +5,21 @@ and every unusable one as a :class:`Skipped` that says why (the job writes those
 ``<out>_skipped.jsonl``).  :func:`read_mix` does the same for every entry of a mix, in order.
 
 Files
-    ``.jsonl``, ``.ndjson`` and ``.json`` are JSON lines: one record per line, read as bytes line by
-    line (blank lines are not rows).  A line longer than :data:`MAX_LINE_BYTES` is skipped without
-    ever being held in memory.  ``.parquet`` / ``.pq`` files are read in record batches of
-    :data:`PARQUET_BATCH_ROWS` rows, pages read as they are decoded (never the whole file); the
-    columns ``id``, ``conversations`` (a list of structs with ``role``/``content`` or
-    ``from``/``value``), ``messages``, ``prompt`` and ``text`` are understood, other columns are
-    kept in the record.  A Parquet null is an absent key.
+    ``.jsonl``, ``.ndjson`` and ``.json`` are JSON lines: one record per line, read as bytes line
+    by line (blank lines are not rows).  A line longer than :data:`MAX_LINE_BYTES` is skipped
+    without ever being held in memory.  A ``.json`` file whose first character is ``[`` is one
+    JSON array (ShareGPT's dumps): it is scanned in 1 MiB chunks and each item decoded on its
+    own, numbered from 1 like lines, with the same limit per item.  ``.parquet`` / ``.pq`` files
+    are read in record batches of :data:`PARQUET_BATCH_ROWS` rows, pages read as they are decoded
+    (never the whole file); the columns ``id``, ``conversations`` (a list of structs with
+    ``role``/``content`` or ``from``/``value``), ``messages``, ``prompt`` and ``text`` are
+    understood, other columns are kept in the record.  A Parquet null is an absent key.
 
 Rows
     Any of the three input shapes of :mod:`backend.regen.records`.  A row without a usable id gets
     a stable id from a hash of its turns (:func:`~backend.regen.records.stable_id`), so the same
-    content has the same id in every run.  ``line`` is the 1-based line (JSONL) or row number
-    (Parquet) in its file.
+    content has the same id in every run.  ``line`` is the 1-based line (JSONL), row number
+    (Parquet) or item number (JSON array) in its file.
 
 Filters (applied in this order)
     ``first_turn_only``: keep the system turns before the first user turn and that user turn; the
@@ -28,8 +30,9 @@ Filters (applied in this order)
     ``limit``: how many usable rows to take; the first ``limit`` rows that pass every filter, in
     file order, so the same file and settings always give the same rows.  Reading stops there.
 
-Skip reasons start with ``<file name>:<line>:`` (``<file name> row <n>:`` for Parquet) and name the
-field when one is at fault, e.g. ``a.jsonl:7: conversations[1].role: unknown role 'robot'``.
+Skip reasons start with ``<file name>:<line>:`` (``<file name> row <n>:`` for Parquet, ``<file
+name> item <n>:`` for a JSON array) and name the field when one is at fault, e.g.
+``a.jsonl:7: conversations[1].role: unknown role 'robot'``.
 A file that cannot be read at all raises :class:`DatasetError` naming it.
 """
 
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import dataclasses
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -53,7 +57,7 @@ if TYPE_CHECKING:
 MAX_LINE_BYTES = 8 * 1024 * 1024  # a JSONL line over this is skipped unread
 PARQUET_BATCH_ROWS = 256
 PARQUET_READ_BUFFER = 1024 * 1024
-RAW_PREVIEW_CHARS = 2000  # how much of an unreadable or oversized line a Skipped keeps
+RAW_PREVIEW_CHARS = 2000  # how much of an oversized line a Skipped keeps (others keep the whole text)
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -91,7 +95,7 @@ class RowCounts:
 
 def read_rows(path: Path, *, dataset: str, first_turn_only: bool = False,
               max_prompt_chars: int | None = None, limit: int | None = None) -> Iterator[Row | Skipped]:
-    """Every row of ``path`` (JSONL or Parquet by suffix) as a Row or a Skipped, streamed."""
+    """Every row of ``path`` (JSON lines, a JSON array or Parquet, by suffix) as a Row or a Skipped, streamed."""
     return _read(Path(path), dataset=dataset, first_turn_only=first_turn_only,
                  max_prompt_chars=max_prompt_chars, limit=limit, seen={})
 
@@ -148,15 +152,19 @@ def _read(path: Path, *, dataset: str, first_turn_only: bool, max_prompt_chars: 
     if limit is not None and limit <= 0:
         return
     suffix = path.suffix.lower()
-    if suffix in JSONL_SUFFIXES:
-        source: Iterator[tuple[int, Any, str | None]] = _jsonl_objects(path)
-        where = f"{path.name}:{{}}"
+    if suffix == ".json" and _is_json_array(path):
+        source: Iterator[tuple[int, Any, str | None]] = _json_array_objects(path)
+        where, unit = f"{path.name} item {{}}", "item"
+    elif suffix in JSONL_SUFFIXES:
+        source = _jsonl_objects(path)
+        where, unit = f"{path.name}:{{}}", "line"
     elif suffix in PARQUET_SUFFIXES:
         source = _parquet_objects(path)
-        where = f"{path.name} row {{}}"
+        where, unit = f"{path.name} row {{}}", "row"
     else:
         raise DatasetError(f"{path}: unknown input type {path.suffix or '(no suffix)'!r}; "
                            f"use JSON lines ({', '.join(JSONL_SUFFIXES)}) or Parquet ({', '.join(PARQUET_SUFFIXES)})")
+    label = f"{dataset} {unit}"  # one string per file, shared by every id it gives
     taken = 0
     for line, obj, problem in source:
         at = where.format(line)
@@ -176,11 +184,10 @@ def _read(path: Path, *, dataset: str, first_turn_only: bool, max_prompt_chars: 
             continue
         first = seen.get(row.id)
         if first is not None:
-            first_where = f"{first[0]} line {first[1]}" if first[1] is not None else first[0]
-            yield Skipped(dataset, line, f"{at}: id: duplicate id {row.id!r} (first in {first_where})",
+            yield Skipped(dataset, line, f"{at}: id: duplicate id {row.id!r} (first in {first[0]} {first[1]})",
                           obj, row.id)
             continue
-        seen[row.id] = (dataset, line)
+        seen[row.id] = (label, line)
         yield row
         taken += 1
         if limit is not None and taken >= limit:
@@ -218,29 +225,19 @@ def _jsonl_objects(path: Path) -> Iterator[tuple[int, Any, str | None]]:
                 size = len(raw) + _skip_rest_of_line(f)
                 preview = raw[:RAW_PREVIEW_CHARS].decode("utf-8", "replace")
                 del raw
-                yield line, preview, (f"line is {size:,} bytes, over the {MAX_LINE_BYTES // (1024 * 1024)} MiB "
-                                      "limit for one row (not read)")
+                yield line, preview, f"line is {size:,} bytes, over the limit of {_limit_text()} for one row (not read)"
                 continue
             if line == 1 and raw.startswith(b"\xef\xbb\xbf"):
                 raw = raw[3:]
             raw = raw.rstrip(b"\r\n")
             if not raw.strip():
                 continue
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                yield line, raw.decode("utf-8", "replace")[:RAW_PREVIEW_CHARS], (
-                    f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})")
-                continue
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as exc:
-                yield line, text[:RAW_PREVIEW_CHARS], f"not valid JSON: {exc.msg} (column {exc.colno})"
-                continue
-            except (ValueError, RecursionError) as exc:
-                yield line, text[:RAW_PREVIEW_CHARS], f"not valid JSON: {exc}"
-                continue
-            yield line, obj, None
+            yield (line, *_decode(raw))
+
+
+def _limit_text() -> str:
+    mib = 1024 * 1024
+    return f"{MAX_LINE_BYTES // mib} MiB" if MAX_LINE_BYTES % mib == 0 else f"{MAX_LINE_BYTES:,} bytes"
 
 
 def _skip_rest_of_line(f: Any) -> int:
@@ -251,6 +248,126 @@ def _skip_rest_of_line(f: Any) -> int:
         n += len(chunk)
         if not chunk or chunk.endswith(b"\n"):
             return n
+
+
+# -- a JSON array (.json) ----------------------------------------------------------------------
+
+_OUTSIDE = re.compile(rb'["\[\]{},]')  # what matters outside a string
+ARRAY_READ_CHUNK = 1024 * 1024
+
+
+def _is_json_array(path: Path) -> bool:
+    """Whether the first thing in the file (after a BOM and whitespace) is ``[``."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(3).removeprefix(b"\xef\xbb\xbf")
+            while True:
+                head = head.lstrip()
+                if head:
+                    return head[:1] == b"["
+                head = f.read(4096)
+                if not head:
+                    return False
+    except OSError:
+        return False  # the JSON lines reader reports it
+
+
+def _json_array_objects(path: Path) -> Iterator[tuple[int, Any, str | None]]:
+    """(item number, decoded item or raw text, problem) for every item of a top-level array.
+
+    The file is scanned in 1 MiB chunks for the commas and brackets that separate items (strings
+    and escapes respected); each item is decoded on its own, so a bad item is skipped and the
+    rest are read, and an item over MAX_LINE_BYTES is skipped without being held.
+    """
+    item = 0
+    parts: list[bytes] = []  # the current item's bytes from earlier chunks
+    size, depth, in_str, backslashes = 0, 0, False, 0  # backslashes: a run ending the last chunk
+
+    def finish(tail: bytes) -> tuple[int, Any, str | None] | None:
+        nonlocal item, parts, size
+        over = size + len(tail) > MAX_LINE_BYTES
+        raw = b"" if over else b"".join(parts) + tail
+        head = (parts[0] if parts else tail)[:RAW_PREVIEW_CHARS]
+        total = size + len(tail)
+        parts, size = [], 0
+        if not over and not raw.strip():
+            return None  # "[]" or a trailing comma: no item
+        item += 1
+        if over:
+            return item, head.decode("utf-8", "replace").strip(), (
+                f"item is {total:,} bytes, over the limit of {_limit_text()} for one row (not read)")
+        return (item, *_decode(raw.strip()))
+
+    with open(path, "rb") as f:
+        while True:
+            chunk = f.read(ARRAY_READ_CHUNK)
+            if not chunk:
+                break
+            i, start, n = 0, 0, len(chunk)
+            while i < n:
+                if in_str:  # find the closing quote: one not escaped by an odd run of backslashes
+                    j = chunk.find(b'"', i)
+                    k = n if j < 0 else j
+                    while k > i and chunk[k - 1] == 0x5C:
+                        k -= 1
+                    run = (n if j < 0 else j) - k + (backslashes if k == 0 else 0)
+                    if j < 0:
+                        backslashes = run  # the string goes on in the next chunk
+                        break
+                    backslashes, i = 0, j + 1
+                    if run % 2 == 0:
+                        in_str = False
+                    continue
+                m = _OUTSIDE.search(chunk, i)
+                if m is None:
+                    break
+                j, c = m.start(), chunk[m.start()]
+                i = j + 1
+                if c == 0x22:  # "
+                    in_str = True
+                elif c in (0x5B, 0x7B):  # [ {
+                    depth += 1
+                    if depth == 1:
+                        start = i  # the array opens: its first item starts here
+                elif c in (0x5D, 0x7D):  # ] }
+                    depth -= 1
+                    if depth == 0:
+                        got = finish(chunk[start:j])
+                        if got:
+                            yield got
+                        return
+                elif depth == 1:  # a comma between items
+                    got = finish(chunk[start:j])
+                    if got:
+                        yield got
+                    start = i
+            if depth >= 1:  # the current item goes on in the next chunk
+                piece = chunk[start:]
+                if size + len(piece) <= MAX_LINE_BYTES:
+                    parts.append(piece)
+                else:
+                    parts = parts[:1] or [piece[:RAW_PREVIEW_CHARS]]  # keep a preview, drop the rest
+                size += len(piece)
+    if depth >= 1 and (size or any(p.strip() for p in parts)):
+        item += 1
+        yield item, b"".join(parts)[:RAW_PREVIEW_CHARS].decode("utf-8", "replace"), (
+            "the file ends inside this item (cut off?)")
+
+
+def _decode(raw: bytes) -> tuple[Any, str | None]:
+    """(object, None) for valid UTF-8 JSON, else (the whole raw text, the problem) so that the
+    skipped file keeps the row as it was, to be fixed and fed again."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return raw.decode("utf-8", "replace"), (
+            f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})")
+    try:
+        return json.loads(text), None
+    except json.JSONDecodeError as exc:
+        return text, f"not valid JSON: {exc.msg} (column {exc.colno})"
+    except (ValueError, RecursionError) as exc:
+        return text, f"not valid JSON: {exc}"
 
 
 # -- Parquet -------------------------------------------------------------------------------------

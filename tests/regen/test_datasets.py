@@ -122,6 +122,14 @@ def test_bad_rows_are_skipped_with_a_reason_naming_line_and_field(tmp_path):
     assert count_rows(f, dataset="bad") == RowCounts(rows=2, skipped=8)
 
 
+def test_a_bad_line_keeps_its_whole_text_for_the_skipped_file(tmp_path):
+    line = '{"prompt": "' + "z" * 5000 + '", oops}'
+    f = write_lines(tmp_path / "long-bad.jsonl", [line, b'{"prompt": "\xff' + b"q" * 3000 + b'"}'])
+    first, second = read_rows(f, dataset="d")
+    assert first.record == line
+    assert second.record == '{"prompt": "\ufffd' + "q" * 3000 + '"}'
+
+
 def test_a_line_over_8_mib_is_skipped_and_counted(tmp_path):
     big = '{"prompt": "' + "x" * (9 * 1024 * 1024) + '"}'
     f = write_lines(tmp_path / "big.jsonl", ['{"id": "a", "prompt": "before"}', big, '{"id": "b", "prompt": "after"}'])
@@ -129,7 +137,7 @@ def test_a_line_over_8_mib_is_skipped_and_counted(tmp_path):
     assert [r.id for r in rows_of(items)] == ["a", "b"]
     [s] = skipped_of(items)
     assert s.line == 2
-    assert s.reason == f"big.jsonl:2: line is {len(big) + 1:,} bytes, over the 8 MiB limit for one row (not read)"
+    assert s.reason == f"big.jsonl:2: line is {len(big) + 1:,} bytes, over the limit of 8 MiB for one row (not read)"
     assert len(s.record) <= 2000 and s.record.startswith('{"prompt": "xxx')
 
 

@@ -84,6 +84,13 @@ def test_rows_across_batches_keep_their_numbers_and_limit_and_filters_apply(tmp_
     assert count_rows(f, dataset="d", max_prompt_chars=50) == RowCounts(rows=45, skipped=5)
 
 
+def test_a_duplicate_names_the_parquet_row_that_gave_the_id_first(tmp_path):
+    pq.write_table(pa.table({"id": ["a", "b", "a"], "prompt": ["one", "two", "three"]}), tmp_path / "d.parquet")
+    items = list(read_rows(tmp_path / "d.parquet", dataset="pqd"))
+    assert [i.reason for i in items if isinstance(i, Skipped)] == [
+        "d.parquet row 3: id: duplicate id 'a' (first in pqd row 1)"]
+
+
 def test_reading_with_a_limit_stops_at_the_row_group_it_needs(tmp_path, monkeypatch):
     f = tmp_path / "groups.parquet"
     pq.write_table(pa.table({"prompt": [f"p{i}" for i in range(1000)]}), f, row_group_size=100)
