@@ -98,6 +98,12 @@ def start_cli(*args: str, log: Path) -> subprocess.Popen:
         fh.close()
 
 
+def run_cli_top(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``python -m backend.cli ARGS`` (any command)."""
+    return subprocess.run([sys.executable, "-m", "backend.cli", *args], cwd=str(ROOT), capture_output=True,
+                          text=True, timeout=timeout)
+
+
 def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(cli(*args), cwd=str(ROOT), capture_output=True, text=True, timeout=timeout)
 

@@ -11,8 +11,8 @@ from collections import Counter
 
 import pytest
 
-from tests.regen.jobkit import (SimServer, end_process, progress_lines, read_jsonl, run_cli, sibling, start_cli,
-                                wait_for, write_rows)
+from tests.regen.jobkit import (SimServer, end_process, progress_lines, read_jsonl, run_cli, run_cli_top, sibling,
+                                start_cli, wait_for, write_rows)
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -234,3 +234,30 @@ def test_bad_arguments_exit_2_naming_the_problem(tmp_path):
                 "--temperature", "3")
     assert r.returncode == 2 and "temperature: 3.0 is not in [0, 2]" in r.stderr
     assert not os.path.exists(tmp_path / "o.jsonl")
+
+
+def test_the_demo_workspace_mix_through_a_managed_server_name(tmp_path, sims):
+    """``--mix`` and ``--server NAME`` from the workspace: the demo's code-mix (Parquet and JSONL,
+    filters, bad and duplicate rows) regenerated; per-dataset counts as the dataset reader gives them."""
+    from backend.regen.catalog import mixes
+    from backend.regen.datasets import count_mix
+    from backend.workspace import load_workspace, update_server_entry
+
+    sim = sims()
+    root = tmp_path / "ws"
+    assert run_cli_top("init", str(root)).returncode == 0
+    ws = load_workspace(root)
+    update_server_entry(ws, "demo-llama-eagle3", {"port": sim.port})
+    expected = count_mix(mixes(ws.config.dataset, ws.config.mix)["code-mix"], root)
+    out = root / "outputs" / "regen" / "code-mix.jsonl"
+    r = run_cli("run", "--mix", "code-mix", "--workspace", str(root), "--server", "demo-llama-eagle3",
+                "--out", str(out), "--max-tokens", "8", "--concurrency", "16")
+    assert r.returncode == 0, r.stdout + r.stderr
+    snap = progress_lines(out)[-1]
+    assert snap["state"] == "done" and snap["failed"] == 0
+    assert {k: (d["done"], d["skipped"]) for k, d in snap["datasets"].items()} == {
+        k: (c.rows, c.skipped) for k, c in expected.items()}
+    assert snap["total"] == sum(c.total for c in expected.values())
+    assert snap["servers"][sim.url]["name"] == "demo-llama-eagle3"
+    v = run_cli("validate", str(out))  # the inputs from the run's .job.json
+    assert v.returncode == 0 and "input ids missing from the output and error files: 0" in v.stdout, v.stdout
