@@ -2,7 +2,8 @@
 
     regen run (--input FILE [--input FILE ...] | --mix NAME) --server URL_OR_NAME [--server ...]
               --out PATH [--concurrency N] [--max-tokens N] [--temperature T] [--top-p P]
-              [--reasoning none|save|disable] [--system-prompt TEXT] [--model NAME] [--workspace DIR]
+              [--reasoning none|save|disable] [--system-prompt TEXT] [--model NAME]
+              [--request-timeout S] [--max-attempts N] [--workspace DIR]
     regen status PATH [--json]
     regen validate PATH [--input FILE ... | --mix NAME]
     regen requeue PATH [--class CLASS]
@@ -58,6 +59,10 @@ def add_parser(subparsers: Any) -> None:
                    help="none (default); save: keep reasoning_content; disable: enable_thinking=false")
     a.add_argument("--system-prompt", metavar="TEXT", help="system turn for rows that have none")
     a.add_argument("--model", metavar="NAME", help="model name sent (default: the server's first /v1/models)")
+    a.add_argument("--request-timeout", type=float, metavar="S",
+                   help="seconds without a byte of the answer before it is asked again (default 3600)")
+    a.add_argument("--max-attempts", type=int, metavar="N",
+                   help="5xx/429/timeouts of one row while its server is up before it is an error (default 10)")
     a.add_argument("--workspace", **ws)
     a.set_defaults(regen_func=cmd_run)
 
@@ -156,7 +161,8 @@ def _config(args: argparse.Namespace, files: RunFiles) -> JobConfig:
     elif args.mix:
         cfg.mix, cfg.root = _mix(args.mix, args, cache)
         cfg.inputs = []
-    for key in ("concurrency", "max_tokens", "temperature", "top_p", "reasoning", "system_prompt", "model"):
+    for key in ("concurrency", "max_tokens", "temperature", "top_p", "reasoning", "system_prompt", "model",
+                "request_timeout", "max_attempts"):
         value = getattr(args, key)
         if value is not None:
             setattr(cfg, key, value)

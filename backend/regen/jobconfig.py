@@ -59,6 +59,10 @@ class JobConfig:
             raise ValueError(f"temperature: {self.temperature} is not in [0, 2]")
         if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p: {self.top_p} is not in (0, 1]")
+        if self.request_timeout <= 0:
+            raise ValueError(f"request_timeout: {self.request_timeout} is not > 0")
+        if self.max_attempts < 1:
+            raise ValueError(f"max_attempts: {self.max_attempts} is not >= 1")
         if self.reasoning not in REASONING:
             raise ValueError(f"reasoning: {self.reasoning!r} is not one of {', '.join(REASONING)}")
 

@@ -49,6 +49,8 @@ class StandIn:
                                       "code": 400}, status=400)
         if "flaky" in last and n <= 2:
             return web.json_response({"error": {"message": "busy"}}, status=(500 if n == 1 else 429))
+        if "hang" in last:
+            await asyncio.sleep(1.5)
         if "always-503" in last:
             return web.json_response({"error": "Server is not ready"}, status=503)
         finish = "abort" if "abort" in last and n == 1 else "stop"
@@ -226,3 +228,16 @@ def test_servers_are_urls_or_workspace_server_names():
     with pytest.raises(UsageError, match=r"'nope': not a URL and not a \[\[server\]\] of /ws/specdeck.toml "
                                          r"\(known: demo-llama, other\)"):
         _server("nope", args, cache)
+
+
+def test_an_answer_that_never_comes_is_a_timeout_asked_again_then_an_error(tmp_path):
+    inp = tmp_path / "in.jsonl"
+    _rows(inp, [("slow", [_user("hang here")]), ("fine", [_user("quick")])])
+    stand = StandIn()
+    out = tmp_path / "o.jsonl"
+    assert _run(stand, {"out": out, "inputs": [str(inp)], "request_timeout": 0.3, "max_attempts": 2}) == 0
+    assert [r["id"] for r in read_jsonl(out)] == ["fine"]
+    err = read_jsonl(sibling(out, "_error.jsonl"))
+    assert [(e["id"], e["regen"]["class"], e["regen"]["retries"]) for e in err] == [("slow", "timeout", 1)]
+    assert err[0]["error"] == "gave up after 2 attempts: no answer within the request timeout"
+    assert stand.seen["hang here"] == 2
