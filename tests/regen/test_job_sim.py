@@ -188,9 +188,11 @@ def test_a_server_stopped_mid_run_and_started_again_causes_no_error_row(tmp_path
     waiting = wait_for(lambda: [l for l in progress_lines(out) if l["state"] == "waiting"
                                 and l["message"].startswith(refused)], 30, "state waiting, connection refused")
     assert waiting[0]["servers"][sim.url]["state"] == "waiting"
-    held = waiting[-1]["done"]
-    wait_for(lambda: sum(1 for l in progress_lines(out) if l["state"] == "waiting") >= 3, 10, "more snapshots")
-    assert progress_lines(out)[-1]["done"] == held  # nothing is done and nothing fails while it is away
+    later = wait_for(lambda: (lambda w: w if len(w) >= 3 else None)(
+        [l for l in progress_lines(out) if l["state"] == "waiting"]), 20, "more snapshots while it is away")
+    # nothing is done, nothing fails and nothing is in flight while it is away
+    assert later[-1]["done"] == later[-2]["done"] and later[-1]["in_flight"] == 0
+    assert all(l["failed"] == 0 for l in later)
     sim.start()
     assert p.wait(120) == 0
     assert read_jsonl(sibling(out, "_error.jsonl")) == []
