@@ -170,26 +170,25 @@ class ServerClient:
             return Outcome(TRANSIENT, "connection", f"{type(exc).__name__}: {exc}"[:300], server_down=True)
 
     async def probe(self) -> tuple[bool, str]:
-        """Whether the server answers HTTP (any status under 500 on /v1/models or /health), and why not."""
-        why = "no answer"
-        for path in PROBE_PATHS:
+        """Whether the server answers (a status under 500 on /v1/models, else on /health), and why not."""
+        for path in PROBE_PATHS:  # /health only where /v1/models is not served (404)
             try:
                 async with self.session.get(self.url + path, timeout=self._probe_timeout) as resp:
                     raw = await resp.read()
-                    if resp.status < 500:
-                        if path == "/v1/models" and resp.status == 200 and self.model is None:
-                            self.model = _first_model(raw)
-                        if path == "/v1/models" and resp.status == 404:
-                            continue
-                        return True, ""
-                    why = f"HTTP {resp.status}"
+                    if path == "/v1/models" and resp.status == 404:
+                        continue
+                    if resp.status >= 500:
+                        return False, f"HTTP {resp.status}"
+                    if path == "/v1/models" and resp.status == 200 and self.model is None:
+                        self.model = _first_model(raw)
+                    return True, ""
             except asyncio.TimeoutError:
-                why = "probe timed out"
+                return False, "probe timed out"
             except aiohttp.ClientConnectorError as exc:
                 return False, _conn_reason(exc)
             except aiohttp.ClientError as exc:
-                why = f"{type(exc).__name__}"
-        return False, why
+                return False, type(exc).__name__
+        return False, "HTTP 404 on /v1/models and /health"
 
 
 def _conn_reason(exc: aiohttp.ClientConnectorError) -> str:

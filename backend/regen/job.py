@@ -18,7 +18,9 @@ Failures (backend.regen.client classifies them)
                 ``waiting`` and probed with backoff until it answers; its rows go to the other
                 servers, or wait for it, and that never counts against the row.  An HTTP 5xx, 429,
                 timeout or abort while the server is up is retried after an exponential backoff
-                with full jitter, at most ``max_attempts`` times; then the row is an error.
+                with full jitter, at most ``max_attempts`` times; then the row is an error.  After a
+                502/503/504 the server is probed first: when the probe fails too (SGLang still
+                starting, a router without a live worker) it counts as away, not against the row.
 
 Control
     SIGTERM / SIGINT: stop submitting, cancel what is in flight (asked again on resume), flush,
@@ -52,6 +54,7 @@ EXIT_DONE, EXIT_FAILED, EXIT_STOPPED = 0, 1, 130
 PROBE_MAX_S = 2.0      # a server that went away is probed at least this often
 CONTROL_EVERY_S = 1.0  # how often OUT.control is read
 TICK_S = 0.1
+GATEWAY_STATUSES = (502, 503, 504)  # answers after which the server is probed before a row is charged
 SAY_EVERY_S = 30.0     # a line on the terminal this often
 _KEEP = object()
 _THINK = re.compile(r"</?think>", re.I)
@@ -387,6 +390,12 @@ class Job:
                 sent.append(m.as_dict())
                 out = await s.client.chat(self._body(model, sent))
                 if out.kind != SUCCESS:
+                    if out.status in GATEWAY_STATUSES and not out.server_down:
+                        # a server starting up, or a router with no live worker: away, not failing
+                        ok, why = await s.client.probe()
+                        if not ok:
+                            out.server_down = True
+                            out.message = f"{out.message[:120]}; probe: {why}"
                     break
                 if not out.content.strip():
                     out = Outcome(PERMANENT, "empty_answer", f"the answer has no text (finish_reason "

@@ -37,9 +37,18 @@ class StandIn:
         self.seen: dict[str, int] = defaultdict(int)
         self.accept_long = False
         self.url = ""
+        self.unavailable = 0  # answer this many requests (any path) with 503 first
+        self.outage_at: int | None = None  # ... from this chat request on
+        self.calls = 0
 
     async def chat(self, request: web.Request) -> web.Response:
         body = await request.json()
+        self.calls += 1
+        if self.calls == self.outage_at:
+            self.unavailable = 6
+        if self.unavailable:
+            self.unavailable -= 1
+            return web.json_response({"error": "No available workers"}, status=503)
         self.bodies.append(body)
         last = body["messages"][-1]["content"]
         self.seen[last] += 1
@@ -64,6 +73,9 @@ class StandIn:
                                   "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
 
     async def models(self, request: web.Request) -> web.Response:
+        if self.unavailable:
+            self.unavailable -= 1
+            return web.json_response({"error": "No available workers"}, status=503)
         return web.json_response({"object": "list", "data": [{"id": "stand-in-model", "object": "model"}]})
 
 
@@ -241,3 +253,25 @@ def test_an_answer_that_never_comes_is_a_timeout_asked_again_then_an_error(tmp_p
     assert [(e["id"], e["regen"]["class"], e["regen"]["retries"]) for e in err] == [("slow", "timeout", 1)]
     assert err[0]["error"] == "gave up after 2 attempts: no answer within the request timeout"
     assert stand.seen["hang here"] == 2
+
+
+def test_503_while_the_probe_fails_too_is_waited_for_not_charged_to_the_row(tmp_path):
+    """A router without a live worker (or SGLang starting) answers 503 everywhere: the rows wait
+    for it even with max_attempts = 1; the 503 of a server whose probe passes is charged (above)."""
+    inp = tmp_path / "in.jsonl"
+    _rows(inp, [(f"r{i}", [_user(f"q{i}")]) for i in range(4)])
+    stand = StandIn()
+
+    async def go():
+        cfg = JobConfig(out=tmp_path / "o.jsonl", servers=[ServerSpec(stand.url)], inputs=[str(inp)],
+                        concurrency=1, max_attempts=1)
+        job = Job(cfg, rng=LowJitter())
+        stand.outage_at = 2  # the second question: 503 to it and to the next 5 requests (probes included)
+        return await job.run()
+
+    assert asyncio.run(_with_stand_in(stand, go)) == 0
+    out = tmp_path / "o.jsonl"
+    assert sorted(r["id"] for r in read_jsonl(out)) == ["r0", "r1", "r2", "r3"]
+    assert read_jsonl(sibling(out, "_error.jsonl")) == []
+    assert any(l["state"] == "waiting" and "HTTP 503" in l["message"] for l in progress_lines(out))
+    assert stand.unavailable == 0 and stand.calls >= 5
