@@ -17,6 +17,9 @@ threaded HTTP server nor Python-level web frameworks set the ceiling.
    completed requests/s against the sum of what they can serve at that concurrency
    (concurrency / 0.5 + concurrency / 1.5), ours and SpecForge's.
 3. SpecForge's ``validate_regenerated_data.py`` run on the output ``regen run`` wrote.
+4. ``--scale``: what a resume reads at start for an output of the real run's size (83,288 rows of
+   about 4.2 kB, ~350 MB, written here in the job's own format): seconds and peak memory of
+   ``backend.regen.output.scan`` (ids and accounting of every row), in a child process.
 """
 
 from __future__ import annotations
@@ -180,6 +183,27 @@ def row(label: str, r: dict) -> str:
             + ("" if r["rc"] == 0 else f"  (exit {r['rc']}: {r['stderr'].strip()[-200:]})"))
 
 
+def scale(rows: int) -> int:
+    from backend.regen.output import encode, success_record
+
+    answer = ("def solve(xs):\n    return sorted(set(xs))\n" * 90)[:3900]
+    with tempfile.TemporaryDirectory(prefix="bench-regen-scale-") as tmp:
+        out = Path(tmp) / "big.jsonl"
+        with open(out, "wb") as f:
+            for i in range(rows):
+                f.write(encode(success_record(
+                    f"row-{i}", {"id": f"row-{i}", "source": "bench"},
+                    [{"role": "user", "content": f"Write solution {i}."}, {"role": "assistant", "content": answer}],
+                    {"server": "http://127.0.0.1:30000", "prompt_tokens": 40, "completion_tokens": 900,
+                     "finish_reason": "stop", "dataset": "the-stack-v2", "t": 1764500000.0 + i, "retries": 0})))
+        size = out.stat().st_size
+        r = subprocess.run([sys.executable, __file__, "--scan", str(out)], capture_output=True, text=True, cwd=str(ROOT))
+        got = json.loads(r.stdout)
+        print(f"resume scan of {got['rows']:,} rows ({size / 1e6:.0f} MB): {got['seconds']:.2f} s, "
+              f"peak RSS {got['peak_rss_mb']:.0f} MB (the whole process)")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--serve", nargs=2, metavar=("PORT", "DELAY"), help=argparse.SUPPRESS)
@@ -191,10 +215,25 @@ def main() -> int:
     ap.add_argument("--specforge-dir", type=Path, help="folder with SpecForge's regenerate_train_data.py, "
                     "conversation_validation.py and validate_regenerated_data.py")
     ap.add_argument("--specforge-python", default=sys.executable)
+    ap.add_argument("--scale", type=int, nargs="?", const=83288, metavar="ROWS",
+                    help="only measure a resume's start-up scan of an output this big (default 83,288 rows)")
+    ap.add_argument("--scan", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.serve:
         asyncio.run(_serve(int(a.serve[0]), float(a.serve[1])))
         return 0
+    if a.scan:
+        import resource
+
+        from backend.regen.output import RunFiles, scan
+        t = time.perf_counter()
+        ex = scan(RunFiles.of(a.scan))
+        dt = time.perf_counter() - t
+        print(json.dumps({"rows": len(ex.done), "seconds": dt,
+                          "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+        return 0
+    if a.scale:
+        return scale(a.scale)
     sf = a.specforge_dir
     if sf is not None and not (sf / "regenerate_train_data.py").exists():
         print(f"SpecForge: {sf}/regenerate_train_data.py not found; measuring ours only")
