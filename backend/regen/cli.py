@@ -186,7 +186,11 @@ def cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     names = ", ".join(s.url + (f" ({s.name})" if s.name else "") for s in cfg.servers)
     say(f"regen {'resume' if files.exists() else 'start'}: {files.out} via {names}, "
         f"{cfg.concurrency} in flight per server")
-    code = run_job(cfg, say=say)
+    try:
+        code = run_job(cfg, say=say)
+    except OSError as exc:  # e.g. a full disk: what was written before stays, a rerun resumes
+        err.write(f"error: regen run failed: {exc}\n")
+        return 1
     snap = last_snapshot(files.progress) or {}
     say(f"{snap.get('state', '?')}: {snap.get('done', 0)} done, {snap.get('failed', 0)} failed, "
         f"{snap.get('skipped', 0)} skipped of {snap.get('total', 0)}" + (f" - {snap['message']}" if snap.get("message")
