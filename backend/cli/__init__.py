@@ -10,6 +10,7 @@
     python -m backend.cli [--workspace DIR] bench list [--server S] [--concurrency N] [--json]
     python -m backend.cli [--workspace DIR] servers list
     python -m backend.cli [--workspace DIR] servers preflight NAME [--json]
+    python -m backend.cli regen run|status|validate|requeue ...   (backend/regen/cli.py)
     python -m backend.cli [--workspace DIR] supervise [--interval S]
     python -m backend.cli train parselog LOG [--json] | tracker DIR | checkpoints DIR | inspect CKPT
     python -m backend.cli [--workspace DIR] users add|passwd|remove|list [NAME]
@@ -48,6 +49,7 @@ __all__ = ["DOMAINS", "CommandError", "build_parser", "main"]
 DOMAINS = (
     "backend.cli.bench",
     "backend.cli.processes",
+    "backend.cli.regen",
     "backend.cli.servers",
     "backend.cli.supervise",
     "backend.cli.train",
