@@ -249,10 +249,11 @@ def test_the_demo_workspace_mix_through_a_managed_server_name(tmp_path, sims):
     root = tmp_path / "ws"
     assert run_cli_top("init", str(root)).returncode == 0
     ws = load_workspace(root)
-    update_server_entry(ws, "demo-llama-eagle3", {"port": sim.port})
+    (name,) = [s["name"] for s in ws.config.server]  # the demo's one server
+    update_server_entry(ws, name, {"port": sim.port})
     expected = count_mix(mixes(ws.config.dataset, ws.config.mix)["code-mix"], root)
     out = root / "outputs" / "regen" / "code-mix.jsonl"
-    r = run_cli("run", "--mix", "code-mix", "--workspace", str(root), "--server", "demo-llama-eagle3",
+    r = run_cli("run", "--mix", "code-mix", "--workspace", str(root), "--server", name,
                 "--out", str(out), "--max-tokens", "8", "--concurrency", "16")
     assert r.returncode == 0, r.stdout + r.stderr
     snap = progress_lines(out)[-1]
@@ -260,6 +261,6 @@ def test_the_demo_workspace_mix_through_a_managed_server_name(tmp_path, sims):
     assert {k: (d["done"], d["skipped"]) for k, d in snap["datasets"].items()} == {
         k: (c.rows, c.skipped) for k, c in expected.items()}
     assert snap["total"] == sum(c.total for c in expected.values())
-    assert snap["servers"][sim.url]["name"] == "demo-llama-eagle3"
+    assert snap["servers"][sim.url]["name"] == name
     v = run_cli("validate", str(out))  # the inputs from the run's .job.json
     assert v.returncode == 0 and "input ids missing from the output and error files: 0" in v.stdout, v.stdout
