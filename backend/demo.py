@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+from backend.bench.demo_history import install_demo_history
 from backend.regen.demo_data import demo_catalog_text
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -135,6 +136,7 @@ def write_demo_workspace(root: Path) -> Path:
         tmp = cfg.with_suffix(".toml.tmp")
         tmp.write_text(demo_config_text(root=root), encoding="utf-8")
         tmp.replace(cfg)
+        install_demo_history(root)
     return cfg
 
 

@@ -17,8 +17,10 @@ from typing import Any
 RUN = "run"
 IMPORT_PREFIX = "import:"
 
-# Algorithms that mean "no speculation" (SGLang reports None / absent, some files say NONE).
-_NO_SPECULATION = {"", "NONE", "NULL", "OFF", "BASELINE", "DISABLED"}
+# What a record writes for "no speculation".  An absent algorithm (None) means
+# *unknown* (a file that does not say), not a baseline.
+NO_SPECULATION = "NONE"
+_NO_SPECULATION_WORDS = {"NONE", "NULL", "OFF", "BASELINE", "DISABLED", "NO", "FALSE"}
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,7 @@ class BenchConfig:
 
     target_model: str | None = None
     draft_model: str | None = None
-    algorithm: str | None = None  # e.g. "EAGLE3"; None/"NONE" = no speculation
+    algorithm: str | None = None  # e.g. "EAGLE3"; "NONE" = no speculation; None = not known
     num_steps: int | None = None
     topk: int | None = None
     num_draft_tokens: int | None = None
@@ -50,8 +52,11 @@ class BenchConfig:
     sglang_version: str | None = None
 
     @property
-    def speculative(self) -> bool:
-        return self.algorithm is not None and self.algorithm.strip().upper() not in _NO_SPECULATION
+    def speculative(self) -> bool | None:
+        """True with a speculative algorithm, False for a run without one, None when not known."""
+        if self.algorithm is None or not self.algorithm.strip():
+            return None
+        return self.algorithm.strip().upper() not in _NO_SPECULATION_WORDS
 
 
 @dataclass(frozen=True)
@@ -114,8 +119,13 @@ class BenchResult:
         return self.source[len(IMPORT_PREFIX):] if self.imported else None
 
     @property
-    def speculative(self) -> bool:
+    def speculative(self) -> bool | None:
         return self.config.speculative
+
+    @property
+    def is_baseline(self) -> bool:
+        """A run known to be without speculation."""
+        return self.config.speculative is False
 
     @property
     def accept_len(self) -> float | None:

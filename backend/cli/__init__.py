@@ -6,6 +6,8 @@
     python -m backend.cli [--workspace DIR] processes stop-all
     python -m backend.cli [--workspace DIR] processes restart NAME [--launch-anyway]
     python -m backend.cli [--workspace DIR] processes log NAME [-n N] [--follow]
+    python -m backend.cli [--workspace DIR] bench import FILE... [--server NAME] [--json]
+    python -m backend.cli [--workspace DIR] bench list [--server S] [--concurrency N] [--json]
     python -m backend.cli [--workspace DIR] servers list
     python -m backend.cli [--workspace DIR] servers preflight NAME [--json]
     python -m backend.cli [--workspace DIR] supervise [--interval S]
@@ -43,6 +45,7 @@ from backend.workspace import ConfigError
 __all__ = ["DOMAINS", "CommandError", "build_parser", "main"]
 
 DOMAINS = (
+    "backend.cli.bench",
     "backend.cli.processes",
     "backend.cli.servers",
     "backend.cli.supervise",

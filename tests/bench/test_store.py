@@ -70,7 +70,7 @@ def test_list_filters_and_order(store):
     store.insert(_result(source_line=2, started_at=10.0, load=BenchLoad(concurrency=16)))
     store.insert(_result(source_line=3, started_at=20.0, server="other"))
     store.insert(_result(source="run", source_file=None, source_line=None, started_at=40.0,
-                         config=BenchConfig(target_model="GLM-5")))
+                         config=BenchConfig(target_model="GLM-5", algorithm="NONE")))
     assert [r.source_line for r in store.list()] == [2, 3, 1, None]
     assert [r.source_line for r in store.list(BenchFilter(server="glm5"))] == [2, 1, None]
     assert [r.source_line for r in store.list(BenchFilter(concurrency=16))] == [2]
@@ -79,7 +79,9 @@ def test_list_filters_and_order(store):
     assert [r.source_line for r in store.list(BenchFilter(since=20.0))] == [3, 1, None]
     assert [r.source_line for r in store.list(limit=2)] == [1, None]
     baseline = store.list(BenchFilter(source="run"))[0]
-    assert not baseline.speculative
+    assert baseline.speculative is False and baseline.is_baseline
+    assert store.list(BenchFilter(server="other"))[0].speculative is True
+    assert BenchConfig().speculative is None  # not known is not a baseline
 
 
 def test_delete(store):
