@@ -52,20 +52,8 @@ def target_of(session, name: str) -> Target:
                   api_key=_api_key(list(cfg.extra_args)))
 
 
-def describe(r: BenchResult) -> str:
-    f, c, ld = r.results, r.config, r.load
-
-    def num(v: float | None, fmt: str) -> str:
-        return "N/A" if v is None else format(v, fmt)
-
-    spec = c.algorithm or "no speculation"
-    return (f"#{r.id} {r.server}: {spec} · concurrency {ld.concurrency} · {ld.input_len}/{ld.output_len} tokens · "
-            f"{num(f.output_tok_s, '.1f')} tok/s · {num(f.request_s, '.2f')} req/s · "
-            f"TTFT {num(f.ttft_ms.median, '.1f')} ms · TPOT {num(f.tpot_ms.median, '.2f')} ms · "
-            f"accept_len {num(f.accept_len, '.2f')} (lifetime {num(f.accept_len_lifetime, '.2f')})")
-
-
 def cmd_bench_run(s, args: argparse.Namespace, out: TextIO) -> int:
+    from backend.cli.bench import describe
     from state.bench import BenchStore
 
     target = target_of(s, args.server)

@@ -34,6 +34,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from backend.bench.client import DATASET, ClientRun, Load, run_load
+from backend.bench.importers import BenchImportError, import_file
+from backend.bench.importers_serving import config_from_server_info
 from backend.sglang.client import Metrics, ServerInfo, SglangClient
 from backend.sglang.logparse import DecodeBatch, parse_line
 from specdeck_types.bench import RUN, BenchConfig, BenchFigures, BenchLoad, BenchResult, Percentiles
@@ -136,28 +138,8 @@ def windowed_accept(before: Mark, after: Mark, log_path: Path | None) -> tuple[f
 # The record
 # --------------------------------------------------------------------------------------
 def config_from_info(info: ServerInfo | None) -> BenchConfig:
-    if info is None:
-        return BenchConfig()
-    raw = info.raw
-    st0 = (raw.get("internal_states") or [{}])[0] if isinstance(raw.get("internal_states"), list) else {}
-
-    def pick(key: str) -> Any:
-        v = raw.get(key)
-        return st0.get(key) if v is None and isinstance(st0, dict) else v
-
-    disable = pick("disable_cuda_graph")
-    tp = pick("tp_size")
-    return BenchConfig(
-        target_model=pick("model_path") or pick("served_model_name"),
-        draft_model=info.speculative_draft_model_path if info.speculative_algorithm else None,
-        algorithm=info.speculative_algorithm,
-        num_steps=info.speculative_num_steps if info.speculative_algorithm else None,
-        topk=info.speculative_eagle_topk if info.speculative_algorithm else None,
-        num_draft_tokens=info.speculative_num_draft_tokens if info.speculative_algorithm else None,
-        cuda_graph=None if disable is None else not bool(disable),
-        tp=int(tp) if isinstance(tp, (int, float)) else None,
-        sglang_version=info.version,
-    )
+    """The configuration part of the record from the ``/server_info`` read before the run."""
+    return config_from_server_info(info.raw) if info is not None else BenchConfig()
 
 
 def _pct(s: dict[str, Any], name: str) -> Percentiles:
@@ -193,10 +175,10 @@ def result_from_client(run: ClientRun, target: Target, before: Mark) -> BenchRes
 def with_accept(result: BenchResult, before: Mark, after: Mark, log_path: Path | None) -> BenchResult:
     """``result`` with the run's windowed accept length and the server's lifetime one beside it."""
     windowed, source = windowed_accept(before, after, log_path)
-    lifetime = after.info.avg_spec_accept_length if after.info else None
-    if lifetime is None:
-        lifetime = result.results.accept_len_lifetime
-    if not result.config.speculative:
+    lifetime = result.results.accept_len_lifetime  # bench_serving's own reading, where it gave one
+    if lifetime is None and after.info is not None:
+        lifetime = after.info.avg_spec_accept_length
+    if result.config.speculative is False:  # a baseline: nothing to accept
         windowed = lifetime = None
     label = result.label
     if source:
@@ -319,13 +301,15 @@ def run_bench_serving(argv: list[str], env: dict[str, str], *, cwd: Path, log_fi
 
 
 def import_bench_serving(path: Path) -> BenchResult:
-    """The last record of bench_serving's JSONL, through the benchmark importers."""
-    from backend.bench.importers import import_file  # bench_serving JSONL of every version
-
-    results = import_file(path)
-    if not results:
-        raise BenchRunError(f"{path}: bench_serving wrote no result")
-    return results[-1]
+    """The record bench_serving appended to its JSONL, through the benchmark importers."""
+    try:
+        parsed = import_file(path)
+    except BenchImportError as exc:
+        raise BenchRunError(f"bench_serving's output could not be read: {exc}") from None
+    if parsed.problems or not parsed.results:
+        why = "; ".join(str(q) for q in parsed.problems) or "no result in it"
+        raise BenchRunError(f"bench_serving's output {path} could not be read: {why}")
+    return parsed.results[-1]
 
 
 # --------------------------------------------------------------------------------------
