@@ -163,3 +163,43 @@ def test_bad_load_is_refused_with_the_field_named():
         run_load("http://127.0.0.1:9", Load(concurrency=0))
     with pytest.raises(ClientError, match="backend 'vllm'"):
         run_load("http://127.0.0.1:9", Load(backend="vllm"))
+
+
+def test_a_chunk_of_several_tokens_is_split_evenly():
+    """Speculative decoding streams several tokens in one chunk: bench_serving's native backend
+    gives each of them the chunk's gap divided by their number; so does the client."""
+    import asyncio
+
+    from aiohttp import web
+
+    from backend.bench.client import run_load_async
+
+    async def generate(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for n, text in ((1, "a"), (3, "a b c"), (4, "a b c d")):  # 1 token, then 2, then 1
+            await resp.write(f'data: {{"text": "{text}", "meta_info": {{"completion_tokens": {n}}}}}\n\n'.encode())
+            await asyncio.sleep(0.02)
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+    async def go():
+        app = web.Application()
+        app.router.add_post("/generate", generate)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        try:
+            return await run_load_async(f"http://127.0.0.1:{port}",
+                                        Load(concurrency=1, num_prompts=2, input_len=4, output_len=4))
+        finally:
+            await runner.cleanup()
+
+    run = asyncio.run(go())
+    for o in run.outcomes:
+        assert o.ok and o.output_len == 4 and len(o.itl) == 3
+        assert o.itl[0] == o.itl[1] > 0  # the two tokens of the second chunk share its gap
+        # per token, not per chunk: the gaps add up to the time from the first chunk to the last
+        assert sum(o.itl) <= o.latency - o.ttft

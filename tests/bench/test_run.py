@@ -242,3 +242,36 @@ def test_sigterm_stops_the_benchmark_and_says_stopped(ws, tmp_path):
     assert p.state == "stopped" and p.results == [] and p.error is None
     rc, text = _cli(ws, "bench", "list", "--json", "--source", "run")
     assert rc == 0 and text.strip() == ""
+
+
+@pytest.mark.timeout(180)
+def test_bench_run_as_a_supervised_job(ws):
+    from backend.bench.cli_run import command_line
+    from backend.bench.job import bench_process_spec, progress_path
+    from backend.cli.session import Session
+    from backend.supervisor.spec import ProcState
+    from state.bench import BenchStore
+
+    _start_server(ws)
+    load = Load(concurrency=2, num_prompts=4, input_len=16, output_len=32)
+    s = Session(str(ws))
+    try:
+        spec = bench_process_spec(s.ws, "spec", "t1", command_line("spec", [load], "builtin"))
+        assert spec.kind.value == "benchmark" and spec.argv[-2:] == ("--progress-file", str(
+            progress_path(s.ws, "spec", "t1")))
+        s.sup.sync_specs([spec], prune=False)
+        s.sup.start(spec.name)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            s.sup.poll()
+            v = s.sup.view(spec.name)
+            if v.state.is_terminal:
+                break
+            time.sleep(0.2)
+        assert v.state == ProcState.EXITED and v.exit_code == 0, s.sup.tail_last(spec.name)
+        p = read_progress(progress_path(s.ws, "spec", "t1"))
+        assert p.state == "done" and p.server == "spec" and p.mode == "builtin" and len(p.results) == 1
+        stored = BenchStore(s.store).get(p.results[0])
+        assert stored.load.concurrency == 2 and stored.results.completed == 4 and stored.server == "spec"
+    finally:
+        s.close()
