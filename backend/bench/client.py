@@ -222,6 +222,8 @@ async def _chat(session: aiohttp.ClientSession, url: str, prompt: str, load: Loa
             told = int(usage["completion_tokens"]) if usage and "completion_tokens" in usage else None
             if told is not None:
                 total = told
+            if usage and usage.get("prompt_tokens"):
+                out.prompt_len = int(usage["prompt_tokens"])  # the server's count of the templated prompt
             choices = data.get("choices") or []
             text = ((choices[0].get("delta") or {}).get("content") or "") if choices else ""
             if text:
@@ -296,7 +298,7 @@ async def run_load_async(base_url: str, load: Load, *, api_key: str | None = Non
         url = base + ("/v1/chat/completions" if chat else "/generate")
 
         async def one(prompt: Any, out: Outcome) -> Outcome:
-            out.prompt_len = len(prompt) if not chat else load.input_len
+            out.prompt_len = len(prompt) if not chat else load.input_len  # chat: the server's count, if told
             try:
                 if chat:
                     await _chat(session, url, prompt, load, model, out)

@@ -21,6 +21,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -132,6 +133,10 @@ def run_job(target: Target, loads: list[Load], *, mode: str, work_dir: Path,
     except (BenchRunError, ClientError) as exc:
         state = STOPPED if stop.is_set() else FAILED
         w.update(state=state, phase=state, error=None if state == STOPPED else str(exc), force=True)
+        return w.p, stored
+    except Exception as exc:  # anything else: the job's log has the traceback, the progress file says why
+        traceback.print_exc()
+        w.update(state=FAILED, phase=FAILED, error=f"{type(exc).__name__}: {exc}", force=True)
         return w.p, stored
     state = STOPPED if stop.is_set() and len(stored) < len(loads) else DONE
     w.update(state=state, phase=state, step=len(stored) - 1 if state == DONE else w.p.step, force=True)

@@ -16,7 +16,8 @@ so the runner marks the server before and after the run and takes
 2. else the server log's decode lines written during the run (the bytes appended between the two
    marks), each line's ``accept len`` weighted by its ``#running-req``;
 
-and keeps the lifetime value beside it.  The server's configuration comes from ``/server_info``
+and keeps the lifetime value beside it.  The window holds the warm-up request (one, at the run's
+lengths) as bench_serving's own run does.  The server's configuration comes from ``/server_info``
 as it was when the run started.
 """
 

@@ -275,3 +275,16 @@ def test_bench_run_as_a_supervised_job(ws):
         assert stored.load.concurrency == 2 and stored.results.completed == 4 and stored.server == "spec"
     finally:
         s.close()
+
+
+def test_a_job_against_a_server_that_is_down_fails_and_says_why(tmp_path):
+    from backend.bench.job import run_job
+
+    port = free_port()  # nothing listens there
+    stored: list = []
+    final, results = run_job(Target(f"http://127.0.0.1:{port}", name="down"), [Load(num_prompts=2)],
+                             mode="builtin", work_dir=tmp_path, store=stored.append,
+                             progress_path=tmp_path / "progress.json")
+    p = read_progress(tmp_path / "progress.json")
+    assert final.state == p.state == "failed" and results == [] and stored == []
+    assert f"127.0.0.1:{port} is not ready" in p.error and "start the server" in p.error
