@@ -25,7 +25,7 @@ from pathlib import Path
 
 from backend.bench import importers_csv, importers_other as other, importers_serving as serving
 from backend.bench.importers_json import JSONTextError, LDict, load_with_lines
-from backend.bench.records import BenchImportError, NotABenchmark, Parsed, Problem
+from backend.bench.records import BenchImportError, NotABenchmark, Parsed, Problem, audit_raw
 from specdeck_types.bench import BenchResult
 
 __all__ = ["BenchImportError", "NotABenchmark", "Parsed", "Problem", "import_file", "parse_text"]
@@ -56,7 +56,7 @@ def import_file(path: str | Path) -> Parsed:
 def parse_text(text: str, path: str) -> Parsed:
     if not text.strip():
         raise NotABenchmark(path, 1, "the file is empty")
-    if importers_csv.looks_like(text):
+    if path.lower().endswith(".csv") or importers_csv.looks_like(text):
         return importers_csv.parse(text, path)
     if text.lstrip()[:1] in "{[":
         parsed = _parse_json(text, path)
@@ -121,7 +121,7 @@ def _parse_json(text: str, path: str) -> Parsed:
             unknown.append(n)
             continue
         try:
-            result = _record(d, path, n, raw)
+            result = _record(d, path, n, audit_raw(raw, d))
         except ValueError as exc:
             parsed.problems.append(Problem(path, n, str(exc)))
             continue

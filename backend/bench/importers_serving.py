@@ -161,6 +161,8 @@ def _namespace(line: str) -> dict[str, str]:
         value = value.strip()
         if value[:1] in "'\"":
             value = value[1:-1]
+        elif value == "None":
+            continue  # an argument left unset
         out[key] = value
     return out
 

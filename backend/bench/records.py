@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 
@@ -42,6 +43,21 @@ class Parsed:
     format: str
     results: list[BenchResult] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+
+
+RAW_LIMIT = 64 * 1024
+
+
+def audit_raw(raw: str, record: dict) -> str:
+    """The record as stored for audit.  A record of ``--output-details`` carries every
+    request's lists (texts, latencies), megabytes per run: past :data:`RAW_LIMIT` the
+    list-valued fields are left out, and the text says which."""
+    if len(raw) <= RAW_LIMIT:
+        return raw
+    dropped = sorted(k for k, v in record.items() if isinstance(v, list))
+    kept = {k: v for k, v in record.items() if k not in dropped}
+    return json.dumps(kept) + f"\n(per-request lists left out of this copy: {', '.join(dropped)};" \
+        f" the record was {len(raw):,} characters)"
 
 
 def num(value, *, path: str = "", line: int = 0, field: str = "") -> float | None:
