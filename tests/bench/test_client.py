@@ -2,13 +2,15 @@
 
 Expected figures come from the simulator's documented timing model (backend/sim/engine.py),
 worked out by hand here: one target forward for a batch of ``bs`` takes ``(bs + c) / peak`` with
-``c = peak / baseline - 1``; defaults baseline 90 tok/s, peak 860 tok/s, so ``c = 8.5556``.
+``c = peak / baseline - 1``.  The simulators here run at half the default speeds, baseline 45 tok/s
+and peak 430 tok/s (``c = 8.5556`` as with the defaults), so that each step is long beside the
+simulator's own work between steps:
 
-- No speculation, 4 in flight: a step takes (4 + 8.5556) / 860 = 14.60 ms and gives 4 tokens:
-  4 / 0.014600 = 274.0 tok/s.
+- No speculation, 4 in flight: a step takes (4 + 8.5556) / 430 = 29.20 ms and gives 4 tokens:
+  4 / 0.02920 = 137.0 tok/s.
 - EAGLE3, 3 steps, top-k 1, 4 draft tokens, accept length 2.1: an iteration is the verify step
-  14.60 ms x (1 + 0.05 x 3) plus 3 draft forwards of 0.276 x 14.60 ms = 14.60 x 1.978 = 28.88 ms
-  and gives each request 2.1 tokens: 4 x 2.1 / 0.02888 = 290.9 tok/s.
+  29.20 ms x (1 + 0.05 x 3) plus 3 draft forwards of 0.276 x 29.20 ms = 29.20 x 1.978 = 57.76 ms
+  and gives each request 2.1 tokens: 4 x 2.1 / 0.05776 = 145.4 tok/s.
 """
 
 from __future__ import annotations
@@ -27,10 +29,12 @@ from tests.helpers import free_port
 from tests.sim.simproc import Sim
 
 ROOT = Path(__file__).resolve().parents[2]
-NO_SPEC_TOK_S = 274.0
-SPEC_TOK_S = 290.9
+NO_SPEC_TOK_S = 137.0
+SPEC_TOK_S = 145.4
+STEP_MS = 29.20
 ACCEPT_LEN = 2.1
-LOAD = Load(concurrency=4, num_prompts=16, input_len=32, output_len=128)
+LOAD = Load(concurrency=4, num_prompts=8, input_len=32, output_len=128)
+SPEEDS = {"SPECDECK_SIM_BASELINE_TOK_S": "45", "SPECDECK_SIM_PEAK_TOK_S": "430"}
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +51,8 @@ def start_sim(tmp_path_factory):
         port = free_port()
         log = tmp_path_factory.mktemp("sim") / "server.log"
         e = {k: v for k, v in os.environ.items() if not k.startswith(("SPECDECK_SIM_", "SGLANG_"))}
-        e.update({"SPECDECK_SIM_SPEED": "200", "SPECDECK_SIM_SEED": "1", "PYTHONUNBUFFERED": "1", **(env or {})})
+        e.update({"SPECDECK_SIM_SPEED": "200", "SPECDECK_SIM_SEED": "1", "PYTHONUNBUFFERED": "1", **SPEEDS,
+                  **(env or {})})
         with open(log, "wb") as fh:
             proc = subprocess.Popen([sys.executable, "-m", "backend.sim.server", "--host", "127.0.0.1",
                                      "--port", str(port), "--enable-metrics", *args],
@@ -78,11 +83,11 @@ def test_baseline_tok_s_matches_the_simulator(start_sim, models, tmp_path):
     sim = start_sim(["--model-path", str(models[0])])
     r = run_benchmark(Target(sim.base, name="sim", log_path=sim.log), LOAD, mode="builtin", work_dir=tmp_path)
     f = r.results
-    assert f.completed == 16 and r.load.concurrency == 4 and r.load.output_len == 128
+    assert f.completed == 8 and r.load.concurrency == 4 and r.load.output_len == 128
     assert _within(f.output_tok_s, NO_SPEC_TOK_S), f.output_tok_s
     # every request gave exactly output_len tokens: requests/s is tok/s / 128
     assert f.request_s == pytest.approx(f.output_tok_s / 128)
-    assert _within(f.tpot_ms.median, 14.60, 0.15), f.tpot_ms  # one step per token at 4 in flight
+    assert _within(f.tpot_ms.median, STEP_MS), f.tpot_ms  # one step per token at 4 in flight
     assert not r.speculative and f.accept_len is None and f.accept_len_lifetime is None
 
 
