@@ -99,24 +99,28 @@ def take_mark(client: SglangClient, log_path: Path | None) -> Mark:
 def accept_from_log(log_path: Path, start: int, end: int) -> float | None:
     """Mean accept length of the decode lines in bytes [start, end) of the log, each weighted by
     its running requests (a line's value is tokens / request-steps over its interval)."""
+    num = den = 0.0
     try:
-        with open(log_path, "rb") as fh:
+        with open(log_path, "rb") as fh:  # line by line: a long run's log need not fit in memory
             fh.seek(start)
-            data = fh.read(max(0, end - start))
+            pos = start
+            while pos < end:
+                line = fh.readline(min(1 << 20, end - pos))
+                if not line:
+                    break
+                pos += len(line)
+                if b"ecode batch" not in line:
+                    continue
+                try:
+                    rec = parse_line(line.decode("utf-8", "replace").rstrip("\r\n"))
+                except ValueError:
+                    continue
+                if isinstance(rec, DecodeBatch) and rec.accept_len is not None:
+                    w = float(rec.running_req or 1)
+                    num += rec.accept_len * w
+                    den += w
     except OSError:
         return None
-    num = den = 0.0
-    for raw in data.decode("utf-8", "replace").splitlines():
-        if "ecode batch" not in raw:
-            continue
-        try:
-            rec = parse_line(raw)
-        except ValueError:
-            continue
-        if isinstance(rec, DecodeBatch) and rec.accept_len is not None:
-            w = float(rec.running_req or 1)
-            num += rec.accept_len * w
-            den += w
     return num / den if den else None
 
 
