@@ -172,3 +172,16 @@ def job_dir(ws, server: str, run_id: str) -> Path:
 
 def progress_path(ws, server: str, run_id: str) -> Path:
     return job_dir(ws, server, run_id) / "progress.json"
+
+
+def start_job(sup, ws, server: str, loads: list[Load], mode: str = "auto", *, actor: str = "dashboard",
+              source: str = "dashboard", run_id: str | None = None) -> tuple[ProcessSpec, Path]:
+    """Register and start ``bench run`` for ``server`` under the supervisor ``sup`` (audited as
+    ``actor`` via ``source``); returns the job's spec and its progress file."""
+    from backend.bench.cli_run import command_line
+
+    run_id = run_id or time.strftime("%Y%m%d-%H%M%S")
+    spec = bench_process_spec(ws, server, run_id, command_line(server, loads, mode))
+    sup.sync_specs([spec], prune=False)
+    sup.start(spec.name, actor=actor, source=source)
+    return spec, progress_path(ws, server, run_id)

@@ -246,8 +246,7 @@ def test_sigterm_stops_the_benchmark_and_says_stopped(ws, tmp_path):
 
 @pytest.mark.timeout(180)
 def test_bench_run_as_a_supervised_job(ws):
-    from backend.bench.cli_run import command_line
-    from backend.bench.job import bench_process_spec, progress_path
+    from backend.bench.job import progress_path, start_job
     from backend.cli.session import Session
     from backend.supervisor.spec import ProcState
     from state.bench import BenchStore
@@ -256,11 +255,9 @@ def test_bench_run_as_a_supervised_job(ws):
     load = Load(concurrency=2, num_prompts=4, input_len=16, output_len=32)
     s = Session(str(ws))
     try:
-        spec = bench_process_spec(s.ws, "spec", "t1", command_line("spec", [load], "builtin"))
-        assert spec.kind.value == "benchmark" and spec.argv[-2:] == ("--progress-file", str(
-            progress_path(s.ws, "spec", "t1")))
-        s.sup.sync_specs([spec], prune=False)
-        s.sup.start(spec.name)
+        spec, progress = start_job(s.sup, s.ws, "spec", [load], "builtin", actor="tester", run_id="t1")
+        assert spec.kind.value == "benchmark" and progress == progress_path(s.ws, "spec", "t1")
+        assert spec.argv[-2:] == ("--progress-file", str(progress))
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             s.sup.poll()
@@ -269,7 +266,7 @@ def test_bench_run_as_a_supervised_job(ws):
                 break
             time.sleep(0.2)
         assert v.state == ProcState.EXITED and v.exit_code == 0, s.sup.tail_last(spec.name)
-        p = read_progress(progress_path(s.ws, "spec", "t1"))
+        p = read_progress(progress)
         assert p.state == "done" and p.server == "spec" and p.mode == "builtin" and len(p.results) == 1
         stored = BenchStore(s.store).get(p.results[0])
         assert stored.load.concurrency == 2 and stored.results.completed == 4 and stored.server == "spec"
@@ -288,3 +285,10 @@ def test_a_job_against_a_server_that_is_down_fails_and_says_why(tmp_path):
     p = read_progress(tmp_path / "progress.json")
     assert final.state == p.state == "failed" and results == [] and stored == []
     assert f"127.0.0.1:{port} is not ready" in p.error and "start the server" in p.error
+
+
+def test_bench_run_refuses_bad_arguments(ws):
+    rc, text = _cli(ws, "bench", "run", "spec", "--concurrency", "4", "0")
+    assert rc == 2 and "--concurrency values must be at least 1" in text
+    rc, text = _cli(ws, "bench", "run", "nosuch")
+    assert rc == 1 and "no server named 'nosuch'" in text and "specdeck.toml" in text
