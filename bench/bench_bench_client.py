@@ -1,7 +1,7 @@
 """The built-in benchmark client's own overhead, beside SGLang's bench_serving, on one zero-delay server.
 
     .venv/bin/python bench/bench_bench_client.py [--concurrency 1 16 256] [--output-len 32]
-        [--serve-python .venv-serve/bin/python] [--no-sglang]
+        [--serve-python .venv-serve/bin/python] [--no-sglang] [--repeat 3]
 
 A stand-in server (aiohttp, in its own process) answers ``/generate`` at once: ``output-len``
 SSE chunks of one token each, written as fast as the socket takes them, with the cumulative text
@@ -11,7 +11,8 @@ bench_serving (``--backend sglang --dataset-name random-ids``, in the serving en
 the same requests; for each the script prints the requests/s and output tok/s it drove, its mean
 and p99 end-to-end latency, and the latency it adds per request: its mean e2e minus the server's
 mean time on a request.  A benchmark tool slower than the server it measures measures itself:
-these are the ceilings of each tool on this machine.
+these are the ceilings of each tool on this machine.  Each pair runs ``--repeat`` times, the
+two tools taking turns, and the medians are printed last with the ratio of their requests/s.
 """
 
 from __future__ import annotations
@@ -132,6 +133,12 @@ def bench_serving(python: str, module: str, base: str, c: int, n: int, out_len: 
             "server_ms": _server_mean_ms(base), "done": rec["completed"]}
 
 
+def _median(runs: list[dict]) -> dict:
+    added = [r["e2e_ms"] - r["server_ms"] for r in runs if r["server_ms"] is not None]
+    return {"req_s": statistics.median(r["req_s"] for r in runs),
+            "added_ms": statistics.median(added) if added else float("nan")}
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -151,6 +158,7 @@ def main() -> int:
     ap.add_argument("--prompts-per-slot", type=int, default=8, help="requests per concurrency slot (at least 200)")
     ap.add_argument("--serve-python", default=str(ROOT / ".venv-serve" / "bin" / "python"))
     ap.add_argument("--no-sglang", action="store_true", help="only the built-in client")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each tool at each concurrency (medians printed)")
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--model-dir", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -184,12 +192,27 @@ def main() -> int:
             print(f"zero-delay /generate, {args.output_len} one-token chunks per request; cpu cores: {os.cpu_count()}")
             print(f"{'tool':<14} {'conc':>5} {'done':>6} {'req/s':>10} {'out tok/s':>11} {'e2e ms':>10} "
                   f"{'p99 ms':>10} {'server ms':>10} {'added ms':>10}")
+            medians: list[tuple[int, dict, dict | None]] = []
             for c in args.concurrency:
                 n = max(200, args.prompts_per_slot * c)
-                print(_row("built-in", c, builtin(base, c, n, args.output_len)), flush=True)
-                if module:
-                    print(_row("bench_serving", c, bench_serving(args.serve_python, module, base, c, n,
-                                                                 args.output_len, str(model), work)), flush=True)
+                ours: list[dict] = []
+                theirs: list[dict] = []
+                for _ in range(args.repeat):  # interleaved, so a change in the machine's load hits both
+                    ours.append(builtin(base, c, n, args.output_len))
+                    print(_row("built-in", c, ours[-1]), flush=True)
+                    if module:
+                        theirs.append(bench_serving(args.serve_python, module, base, c, n, args.output_len,
+                                                    str(model), work))
+                        print(_row("bench_serving", c, theirs[-1]), flush=True)
+                medians.append((c, _median(ours), _median(theirs) if theirs else None))
+            print(f"\nmedians of {args.repeat} interleaved runs (1-min load average now "
+                  f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
+            for c, mine, other in medians:
+                line = (f"concurrency {c:>4}: built-in {mine['req_s']:>7.1f} req/s, adds {mine['added_ms']:>7.2f} ms")
+                if other is not None:
+                    line += (f"  |  bench_serving {other['req_s']:>7.1f} req/s, adds {other['added_ms']:>7.2f} ms"
+                             f"  |  req/s ratio built-in / bench_serving {mine['req_s'] / other['req_s']:.2f}")
+                print(line)
         finally:
             server.terminate()
             try:
