@@ -74,6 +74,11 @@ def cmd_bench_run(s, args: argparse.Namespace, out: TextIO) -> int:
         return bench.insert(r).result
 
     def emit(r: BenchResult) -> None:
+        asked, got = r.load.num_prompts, r.results.completed
+        if asked is not None and got is not None and got < asked:
+            sys.stderr.write(f"warning: {asked - got} of {asked} requests failed at concurrency "
+                             f"{r.load.concurrency}; the figures are of the {got} that completed "
+                             f"(details in {work})\n")
         out.write((json.dumps(r.to_dict(), sort_keys=True) if args.json else describe(r)) + "\n")
         out.flush()
 

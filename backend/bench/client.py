@@ -283,8 +283,32 @@ async def run_load_async(base_url: str, load: Load, *, api_key: str | None = Non
                          vocab_size: int = 32000, request_timeout_s: float = 6 * 3600,
                          stop: threading.Event | None = None) -> ClientRun:
     """Offer ``load`` to the server at ``base_url``; ``progress(done, total)`` after each request.
-    Setting ``stop`` cancels the requests in flight and raises :class:`ClientError`."""
+    Setting ``stop`` (during the warm-up too) cancels the requests in flight and raises
+    :class:`ClientError`."""
     load.check()
+    state = {"done": 0}
+    task = asyncio.ensure_future(_offer(base_url, load, api_key, progress, vocab_size, request_timeout_s, state))
+    if stop is None:
+        return await task
+
+    async def watch() -> None:
+        while not stop.is_set():
+            await asyncio.sleep(0.1)
+        task.cancel()
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        return await task
+    except asyncio.CancelledError:
+        if not stop.is_set():
+            raise
+        raise ClientError(f"stopped after {state['done']} of {load.num_prompts} requests") from None
+    finally:
+        watcher.cancel()
+
+
+async def _offer(base_url: str, load: Load, api_key: str | None, progress: Callable[[int, int], None] | None,
+                 vocab_size: int, request_timeout_s: float, state: dict[str, int]) -> ClientRun:
     base = base_url.rstrip("/")
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     chat = load.backend == "sglang-oai-chat"
@@ -315,35 +339,20 @@ async def run_load_async(base_url: str, load: Load, *, api_key: str | None = Non
 
         outcomes = [Outcome() for _ in prompts]
         next_i = 0
-        done = 0
 
         async def worker() -> None:
-            nonlocal next_i, done
+            nonlocal next_i
             while next_i < len(prompts):
                 i = next_i
                 next_i += 1
                 await one(prompts[i], outcomes[i])
-                done += 1
+                state["done"] += 1
                 if progress is not None:
-                    progress(done, len(prompts))
+                    progress(state["done"], len(prompts))
 
         wall0 = time.time()
         t0 = time.perf_counter()
-        workers = asyncio.gather(*(worker() for _ in range(min(load.concurrency, len(prompts)))))
-        if stop is not None:
-            async def watch() -> None:
-                while not stop.is_set():
-                    await asyncio.sleep(0.1)
-                workers.cancel()
-
-            watcher = asyncio.ensure_future(watch())
-        try:
-            await workers
-        except asyncio.CancelledError:
-            raise ClientError(f"stopped after {done} of {len(prompts)} requests") from None
-        finally:
-            if stop is not None:
-                watcher.cancel()
+        await asyncio.gather(*(worker() for _ in range(min(load.concurrency, len(prompts)))))
         duration = time.perf_counter() - t0
     run = ClientRun(load, outcomes, duration, wall0, wall0 + duration)
     if run.completed == 0:

@@ -358,6 +358,9 @@ def run_benchmark(target: Target, load: Load, *, mode: str = "auto", work_dir: P
         run = run_load(target.base_url, load, api_key=target.api_key, vocab_size=vocab,
                        progress=lambda d, t: report("running", d, t), stop=stop)
         after = take_mark(client, target.log_path)
+        if run.errors():
+            (work_dir / "failed-requests.txt").write_text(
+                "".join(f"{e}\n" for e in run.errors()), encoding="utf-8")
         result = result_from_client(run, target, before)
     else:
         out_file = work_dir / "bench_serving.jsonl"

@@ -208,3 +208,42 @@ def test_a_chunk_of_several_tokens_is_split_evenly():
         assert o.itl[0] == o.itl[1] > 0  # the two tokens of the second chunk share its gap
         # per token, not per chunk: the gaps add up to the time from the first chunk to the last
         assert sum(o.itl) <= o.latency - o.ttft
+
+
+def test_failed_requests_are_counted_apart():
+    import asyncio
+
+    from aiohttp import web
+
+    from backend.bench.client import run_load_async
+
+    seen = {"n": 0}
+
+    async def generate(request: web.Request) -> web.StreamResponse:
+        seen["n"] += 1
+        if seen["n"] % 3 == 0:  # every third request (the warm-up is the first)
+            return web.Response(status=500, text="boom")
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(b'data: {"text": "a", "meta_info": {"completion_tokens": 1}}\n\ndata: [DONE]\n\n')
+        return resp
+
+    async def go():
+        app = web.Application()
+        app.router.add_post("/generate", generate)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        try:
+            return await run_load_async(f"http://127.0.0.1:{port}",
+                                        Load(concurrency=1, num_prompts=6, input_len=4, output_len=1))
+        finally:
+            await runner.cleanup()
+
+    run = asyncio.run(go())
+    s = run.summary()
+    # requests 2..7 after the warm-up: the 3rd and 6th fail
+    assert (s["completed"], s["failed"]) == (4, 2) and s["total_output_tokens"] == 4
+    assert run.errors() == ["HTTP 500: boom", "HTTP 500: boom"]
