@@ -2,6 +2,7 @@
 
     bench import FILE... [--server NAME] [--json]
     bench list [--server S] [--concurrency N] [--target T] [--source S] [--limit N] [--json]
+    bench run SERVER [--concurrency N ...] [--num-prompts N] [--input-len N] [--output-len N] [--builtin|--sglang]
 
 ``import`` recognises the format of each file (see :mod:`backend.bench.importers`),
 stores every result in the workspace's state and prints one line per result
@@ -141,7 +142,10 @@ def _register_list(bs: argparse._SubParsersAction) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    bench = sub.add_parser("bench", help="benchmark results: import, list")
+    from backend.bench.cli_run import register_run  # `bench run`: see that module
+
+    bench = sub.add_parser("bench", help="benchmark results: import, list, run")
     bs = bench.add_subparsers(dest="action", required=True, metavar="ACTION")
     _register_import(bs)
     _register_list(bs)
+    register_run(bs)

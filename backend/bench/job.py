@@ -1,0 +1,187 @@
+"""A benchmark as a supervised job: its progress file, its process spec, and the job itself.
+
+``python -m backend.cli bench run SERVER ...`` runs in the foreground; the dashboard starts the
+same command through the supervisor (:func:`bench_process_spec`, kind ``benchmark``) and shows
+the job's progress file, which the job rewrites atomically (write, then rename) as it goes:
+
+    {"state": "running", "phase": "running", "done": 37, "total": 200, "server": "glm5",
+     "load": {...}, "mode": "builtin", "started_at": ..., "updated_at": ..., "pid": ...,
+     "results": [ids stored so far], "error": null}
+
+``state`` is ``running``, then ``done``, ``failed`` or ``stopped``.  A job given several
+concurrencies runs them one after the other and stores each result as soon as it has it, so
+a job stopped half-way keeps what it measured.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from backend.bench.client import ClientError, Load
+from backend.bench.runner import BenchRunError, Target, run_benchmark
+from backend.supervisor.spec import Kind, ProcessSpec, RestartPolicy
+from specdeck_types.bench import BenchResult
+
+RUNNING, DONE, FAILED, STOPPED = "running", "done", "failed", "stopped"
+MIN_WRITE_GAP_S = 0.25  # progress within one phase is written at most 4 times a second
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Progress:
+    server: str
+    mode: str
+    loads: list[dict[str, Any]]
+    state: str = RUNNING
+    phase: str = "starting"
+    step: int = 0  # which load of ``loads`` (0-based)
+    done: int = 0
+    total: int = 0
+    started_at: float = field(default_factory=time.time)
+    updated_at: float = field(default_factory=time.time)
+    pid: int = field(default_factory=os.getpid)
+    results: list[int] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.state != RUNNING
+
+    @property
+    def fraction(self) -> float:
+        """Share of the whole job done (every load counts the same)."""
+        n = max(1, len(self.loads))
+        within = self.done / self.total if self.total else 0.0
+        return min(1.0, (self.step + (1.0 if self.state == DONE else within)) / n)
+
+
+def read_progress(path: Path) -> Progress | None:
+    """The progress file, or None when there is none yet (or it is not one)."""
+    try:
+        d = json.loads(Path(path).read_text())
+        return Progress(**{k: v for k, v in d.items() if k in Progress.__dataclass_fields__})
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+class ProgressWriter:
+    def __init__(self, path: Path | None, progress: Progress, clock: Callable[[], float] = time.time):
+        self.path = Path(path) if path else None
+        self.p = progress
+        self.clock = clock
+        self._last = 0.0
+        self._lock = threading.Lock()
+
+    def update(self, *, force: bool = False, **changes: Any) -> None:
+        with self._lock:
+            phase_changed = "phase" in changes and changes["phase"] != self.p.phase
+            for k, v in changes.items():
+                setattr(self.p, k, v)
+            now = self.clock()
+            self.p.updated_at = now
+            if force or phase_changed or now - self._last >= MIN_WRITE_GAP_S:
+                self._last = now
+                self._write()
+
+    def _write(self) -> None:
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps(asdict(self.p), sort_keys=True))
+        os.replace(tmp, self.path)
+
+
+def load_dict(load: Load) -> dict[str, Any]:
+    return {"concurrency": load.concurrency, "num_prompts": load.num_prompts, "input_len": load.input_len,
+            "output_len": load.output_len, "backend": load.backend}
+
+
+def run_job(target: Target, loads: list[Load], *, mode: str, work_dir: Path,
+            store: Callable[[BenchResult], BenchResult], progress_path: Path | None = None,
+            stop: threading.Event | None = None,
+            emit: Callable[[BenchResult], None] | None = None) -> tuple[Progress, list[BenchResult]]:
+    """Run every load in turn against ``target``; ``store`` saves a result and returns it stored
+    (with its id); ``emit`` hears of each stored result.  Errors end the job as ``failed``."""
+    stop = stop or threading.Event()
+    w = ProgressWriter(progress_path, Progress(server=target.name or target.base_url, mode=mode,
+                                               loads=[load_dict(x) for x in loads]))
+    w.update(force=True)
+    stored: list[BenchResult] = []
+    try:
+        for i, load in enumerate(loads):
+            if stop.is_set():
+                break
+            w.update(step=i, done=0, total=load.num_prompts, phase="starting", force=True)
+            result = run_benchmark(target, load, mode=mode, work_dir=work_dir / f"c{load.concurrency}-{i}",
+                                   progress=lambda ph, d, t: w.update(phase=ph, done=d, total=t),
+                                   stop=stop)
+            saved = store(result)
+            stored.append(saved)
+            if emit is not None:
+                emit(saved)
+            w.update(results=[r.id for r in stored if r.id is not None], force=True)
+    except (BenchRunError, ClientError) as exc:
+        state = STOPPED if stop.is_set() else FAILED
+        w.update(state=state, phase=state, error=None if state == STOPPED else str(exc), force=True)
+        return w.p, stored
+    except Exception as exc:  # anything else: the job's log has the traceback, the progress file says why
+        traceback.print_exc()
+        w.update(state=FAILED, phase=FAILED, error=f"{type(exc).__name__}: {exc}", force=True)
+        return w.p, stored
+    state = STOPPED if stop.is_set() and len(stored) < len(loads) else DONE
+    w.update(state=state, phase=state, step=len(stored) - 1 if state == DONE else w.p.step, force=True)
+    return w.p, stored
+
+
+def stop_on_sigterm(stop: threading.Event) -> None:
+    """SIGTERM and SIGINT set ``stop``: the job ends its benchmark process and records 'stopped'."""
+    def handler(signum, frame):  # noqa: ANN001 - signal protocol
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def job_name(server: str, run_id: str) -> str:
+    return f"bench-{server}-{run_id}"
+
+
+def bench_process_spec(ws, server: str, run_id: str, argv_tail: list[str]) -> ProcessSpec:
+    """The supervisor's spec of ``bench run SERVER argv_tail...`` in workspace ``ws``; its
+    progress file is :func:`progress_path` of the same ids."""
+    name = job_name(server, run_id)
+    argv = [sys.executable, "-m", "backend.cli", "--workspace", str(ws.root), "bench", "run", server,
+            *argv_tail, "--progress-file", str(progress_path(ws, server, run_id))]
+    return ProcessSpec(name=name, kind=Kind.BENCHMARK, argv=tuple(argv), log_path=str(ws.logs_dir / f"{name}.log"),
+                       cwd=str(REPO_ROOT), stop_grace_s=15.0, restart=RestartPolicy(mode="never"))
+
+
+def job_dir(ws, server: str, run_id: str) -> Path:
+    return Path(ws.outputs_dir) / "bench" / f"{server}-{run_id}"
+
+
+def progress_path(ws, server: str, run_id: str) -> Path:
+    return job_dir(ws, server, run_id) / "progress.json"
+
+
+def start_job(sup, ws, server: str, loads: list[Load], mode: str = "auto", *, actor: str = "dashboard",
+              source: str = "dashboard", run_id: str | None = None) -> tuple[ProcessSpec, Path]:
+    """Register and start ``bench run`` for ``server`` under the supervisor ``sup`` (audited as
+    ``actor`` via ``source``); returns the job's spec and its progress file."""
+    from backend.bench.cli_run import command_line
+
+    run_id = run_id or time.strftime("%Y%m%d-%H%M%S")
+    spec = bench_process_spec(ws, server, run_id, command_line(server, loads, mode))
+    sup.sync_specs([spec], prune=False)
+    sup.start(spec.name, actor=actor, source=source)
+    return spec, progress_path(ws, server, run_id)

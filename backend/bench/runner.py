@@ -1,0 +1,417 @@
+"""Run one benchmark against a server and make one :class:`BenchResult` of it.
+
+Where the server's own python has sglang (its serving environment), SGLang's benchmark runs
+there: ``python -m sglang.benchmark.serving`` (0.5.23; ``sglang.bench_serving`` before) with
+``--dataset-name random-ids``, the model folder's tokenizer, ``HF_HUB_OFFLINE=1`` and an
+``--output-file`` whose JSONL record is then imported.  Elsewhere the built-in client
+(:mod:`backend.bench.client`) offers the same load and measures the same figures.
+
+Either way the accept length of the run is windowed: bench_serving's ``accept_length`` is
+``/server_info``'s lifetime ``avg_spec_accept_length`` (warm-up and earlier traffic included),
+so the runner marks the server before and after the run and takes
+
+1. ``/metrics`` counters where the version has them (0.5.16+): the growth of
+   ``generation_tokens_total`` over the growth of ``spec_verify_calls_total``, both counted per
+   finished request as SGLang's own ``spec_accept_length = completion_tokens / spec_verify_ct``;
+2. else the server log's decode lines written during the run (the bytes appended between the two
+   marks), each line's ``accept len`` weighted by its ``#running-req``;
+
+and keeps the lifetime value beside it.  The window holds the warm-up request (one, at the run's
+lengths) as bench_serving's own run does.  The server's configuration comes from ``/server_info``
+as it was when the run started.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from backend.bench.client import DATASET, ClientRun, Load, run_load
+from backend.bench.importers import BenchImportError, import_file
+from backend.bench.importers_serving import config_from_server_info
+from backend.sglang.client import Metrics, ServerInfo, SglangClient
+from backend.sglang.logparse import DecodeBatch, parse_line
+from specdeck_types.bench import RUN, BenchConfig, BenchFigures, BenchLoad, BenchResult, Percentiles
+
+MODES = ("auto", "builtin", "sglang")
+SGLANG_BACKENDS = ("sglang", "sglang-oai-chat")
+STOP_GRACE_S = 10.0
+
+
+class BenchRunError(Exception):
+    """The benchmark could not run or gave no result; ``str(e)`` is for the user."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """The server to measure."""
+
+    base_url: str
+    name: str | None = None
+    python: str | None = None  # the serving environment's interpreter
+    log_path: Path | None = None
+    model_path: str | None = None  # folder with the tokenizer (default: /model_info's tokenizer_path)
+    api_key: str | None = None
+    env: dict[str, str] = field(default_factory=dict)  # added to the benchmark process's environment
+
+
+# --------------------------------------------------------------------------------------
+# Before and after: the accept length of this run only
+# --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Mark:
+    at: float
+    info: ServerInfo | None
+    gen_tokens: float | None  # sglang:generation_tokens_total, summed over label sets
+    verify_calls: float | None  # sglang:spec_verify_calls_total
+    log_offset: int | None
+
+
+def _counter(m: Metrics | None, name: str) -> float | None:
+    if m is None:
+        return None
+    total = m.get(f"{name}_total", "sum")
+    return total if total is not None else m.get(name, "sum")
+
+
+def take_mark(client: SglangClient, log_path: Path | None) -> Mark:
+    info = client.server_info()
+    met = client.metrics()
+    metrics = met.value if met.ok else None
+    offset = None
+    if log_path is not None:
+        try:
+            offset = os.stat(log_path).st_size
+        except OSError:
+            offset = None
+    return Mark(time.time(), info.value if info.ok else None, _counter(metrics, "generation_tokens"),
+                _counter(metrics, "spec_verify_calls"), offset)
+
+
+def accept_from_log(log_path: Path, start: int, end: int) -> float | None:
+    """Mean accept length of the decode lines in bytes [start, end) of the log, each weighted by
+    its running requests (a line's value is tokens / request-steps over its interval)."""
+    num = den = 0.0
+    try:
+        with open(log_path, "rb") as fh:  # line by line: a long run's log need not fit in memory
+            fh.seek(start)
+            pos = start
+            while pos < end:
+                line = fh.readline(min(1 << 20, end - pos))
+                if not line:
+                    break
+                pos += len(line)
+                if b"ecode batch" not in line:
+                    continue
+                try:
+                    rec = parse_line(line.decode("utf-8", "replace").rstrip("\r\n"))
+                except ValueError:
+                    continue
+                if isinstance(rec, DecodeBatch) and rec.accept_len is not None:
+                    w = float(rec.running_req or 1)
+                    num += rec.accept_len * w
+                    den += w
+    except OSError:
+        return None
+    return num / den if den else None
+
+
+def windowed_accept(before: Mark, after: Mark, log_path: Path | None) -> tuple[float | None, str | None]:
+    """(accept length of the window, where it came from: "metrics" or "log"), or (None, None)."""
+    if None not in (before.verify_calls, after.verify_calls, before.gen_tokens, after.gen_tokens):
+        verify = after.verify_calls - before.verify_calls
+        tokens = after.gen_tokens - before.gen_tokens
+        if verify > 0 and tokens > 0:
+            return tokens / verify, "metrics"
+    if log_path is not None and before.log_offset is not None and after.log_offset is not None \
+            and after.log_offset >= before.log_offset:
+        value = accept_from_log(log_path, before.log_offset, after.log_offset)
+        if value is not None:
+            return value, "log"
+    return None, None
+
+
+# --------------------------------------------------------------------------------------
+# The record
+# --------------------------------------------------------------------------------------
+def config_from_info(info: ServerInfo | None) -> BenchConfig:
+    """The configuration part of the record from the ``/server_info`` read before the run."""
+    return config_from_server_info(info.raw) if info is not None else BenchConfig()
+
+
+def _pct(s: dict[str, Any], name: str) -> Percentiles:
+    def g(key: str) -> float | None:
+        v = s.get(key)
+        return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
+
+    return Percentiles(mean=g(f"mean_{name}_ms"), median=g(f"median_{name}_ms"), p90=g(f"p90_{name}_ms"),
+                       p95=g(f"p95_{name}_ms"), p99=g(f"p99_{name}_ms"))
+
+
+def result_from_client(run: ClientRun, target: Target, before: Mark) -> BenchResult:
+    s = run.summary()
+    load = run.load
+    raw = {"tool": "specdeck-builtin", "backend": load.backend, "dataset_name": DATASET,
+           "max_concurrency": load.concurrency, "num_prompts": load.num_prompts,
+           "random_input_len": load.input_len, "random_output_len": load.output_len, **s}
+    return BenchResult(
+        source=RUN,
+        config=config_from_info(before.info),
+        load=BenchLoad(concurrency=load.concurrency, num_prompts=load.num_prompts, input_len=load.input_len,
+                       output_len=load.output_len, dataset=DATASET, request_rate=math.inf),
+        results=BenchFigures(
+            output_tok_s=s["output_throughput"], total_tok_s=s["total_throughput"],
+            request_s=s["request_throughput"], ttft_ms=_pct(s, "ttft"), tpot_ms=_pct(s, "tpot"),
+            itl_ms=_pct(s, "itl"), e2e_ms=_pct(s, "e2e_latency"), completed=s["completed"],
+            duration_s=s["duration"]),
+        server=target.name, started_at=run.started_at, ended_at=run.ended_at,
+        label="built-in client", raw=json.dumps(raw, sort_keys=True),
+    )
+
+
+def with_accept(result: BenchResult, before: Mark, after: Mark, log_path: Path | None) -> BenchResult:
+    """``result`` with the run's windowed accept length and the server's lifetime one beside it."""
+    windowed, source = windowed_accept(before, after, log_path)
+    lifetime = result.results.accept_len_lifetime  # bench_serving's own reading, where it gave one
+    if lifetime is None and after.info is not None:
+        lifetime = after.info.avg_spec_accept_length
+    if result.config.speculative is False:  # a baseline: nothing to accept
+        windowed = lifetime = None
+    label = result.label
+    if source:
+        label = f"{label}; accept length from the server's {source}" if label else \
+            f"accept length from the server's {source}"
+    return replace(result, results=replace(result.results, accept_len=windowed, accept_len_lifetime=lifetime),
+                   label=label)
+
+
+# --------------------------------------------------------------------------------------
+# SGLang's own benchmark, in the serving environment
+# --------------------------------------------------------------------------------------
+_PROBE = ("import importlib.util, json, os\n"
+          "s = importlib.util.find_spec('sglang')\n"
+          "d = os.path.dirname(s.origin) if s and s.origin else None\n"
+          "print(json.dumps({'sglang': bool(d), 'new': bool(d) and os.path.exists("
+          "os.path.join(d, 'benchmark', 'serving.py'))}))\n")
+
+
+def serving_module(python: str | None, timeout_s: float = 60.0) -> str | None:
+    """The benchmark module of the sglang in ``python``'s environment, or None without sglang.
+    Found without importing sglang (which pulls in the GPU stack)."""
+    if not python:
+        return None
+    try:
+        proc = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=timeout_s)
+        found = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else {}
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        return None
+    if not found.get("sglang"):
+        return None
+    return "sglang.benchmark.serving" if found.get("new") else "sglang.bench_serving"
+
+
+def bench_serving_argv(python: str, module: str, base_url: str, load: Load, tokenizer: str | None,
+                       output_file: Path) -> list[str]:
+    argv = [python, "-m", module, "--backend", load.backend, "--base-url", base_url.rstrip("/"),
+            "--dataset-name", DATASET, "--num-prompts", str(load.num_prompts),
+            "--random-input-len", str(load.input_len), "--random-output-len", str(load.output_len),
+            "--random-range-ratio", "1.0", "--max-concurrency", str(load.concurrency),
+            "--request-rate", "inf", "--seed", str(load.seed),
+            "--warmup-requests", str(load.warmup_requests), "--output-file", str(output_file)]
+    if tokenizer:
+        argv += ["--tokenizer", tokenizer]
+    if load.model:
+        argv += ["--model", load.model]
+    return argv
+
+
+def _tokenizer_dir(client: SglangClient, target: Target) -> str | None:
+    if target.model_path:
+        return target.model_path
+    status, body, _, _ = client._get(client.caps.model_info_path)
+    if status == 404:
+        other = "/model_info" if client.caps.model_info_path != "/model_info" else "/get_model_info"
+        status, body, _, _ = client._get(other)
+    try:
+        return json.loads(body).get("tokenizer_path") if status == 200 and body else None
+    except ValueError:
+        return None
+
+
+def _stop_group(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM to the benchmark's process group, the grace period, then SIGKILL."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(5)
+    except ProcessLookupError:
+        pass
+
+
+def run_bench_serving(argv: list[str], env: dict[str, str], *, cwd: Path, log_file: Path,
+                      progress: Callable[[int, int], None] | None = None,
+                      stop: threading.Event | None = None, timeout_s: float | None = None) -> int:
+    """Run bench_serving, its output to ``log_file``; ``progress(done, total)`` from its progress bar.
+    Returns its exit status; a ``stop`` event or the timeout ends it (SIGTERM first)."""
+    import re
+
+    bar = re.compile(rb"(\d+)/(\d+) \[")
+    with open(log_file, "ab") as log:
+        proc = subprocess.Popen(argv, cwd=str(cwd), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+
+        def pump() -> None:
+            assert proc.stdout is not None
+            while True:
+                chunk = proc.stdout.read1(65536) if hasattr(proc.stdout, "read1") else proc.stdout.read(4096)
+                if not chunk:
+                    return
+                log.write(chunk)
+                log.flush()
+                if progress is not None:
+                    found = bar.findall(chunk)
+                    if found:
+                        done, total = found[-1]
+                        progress(int(done), int(total))
+
+        reader = threading.Thread(target=pump, name="bench-serving-output", daemon=True)
+        reader.start()
+        try:
+            while proc.poll() is None:
+                if (stop is not None and stop.is_set()) or (deadline is not None and time.monotonic() > deadline):
+                    _stop_group(proc)
+                    break
+                try:
+                    proc.wait(0.2)
+                except subprocess.TimeoutExpired:
+                    pass
+        finally:
+            if proc.poll() is None:
+                _stop_group(proc)
+            reader.join(10)
+    return proc.returncode
+
+
+def import_bench_serving(path: Path) -> BenchResult:
+    """The record bench_serving appended to its JSONL, through the benchmark importers."""
+    try:
+        parsed = import_file(path)
+    except BenchImportError as exc:
+        raise BenchRunError(f"bench_serving's output could not be read: {exc}") from None
+    if parsed.problems or not parsed.results:
+        why = "; ".join(str(q) for q in parsed.problems) or "no result in it"
+        raise BenchRunError(f"bench_serving's output {path} could not be read: {why}")
+    return parsed.results[-1]
+
+
+# --------------------------------------------------------------------------------------
+# One benchmark
+# --------------------------------------------------------------------------------------
+def run_benchmark(target: Target, load: Load, *, mode: str = "auto", work_dir: Path,
+                  progress: Callable[[str, int, int], None] | None = None,
+                  stop: threading.Event | None = None, client: SglangClient | None = None,
+                  bench_timeout_s: float | None = None) -> BenchResult:
+    """Measure ``target`` under ``load``.  ``mode``: ``auto`` (SGLang's benchmark where the serving
+    environment has sglang, else the built-in client), ``builtin`` or ``sglang``.
+    ``progress(phase, done, total)`` reports the phase and requests done."""
+    if mode not in MODES:
+        raise BenchRunError(f"mode {mode!r}: choose one of {', '.join(MODES)}")
+    load.check()
+    report = progress or (lambda phase, done, total: None)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    client = client or SglangClient(target.base_url, timeout_s=10.0, api_key=target.api_key)
+    module = None
+    if mode in ("auto", "sglang"):
+        report("checking the serving environment", 0, load.num_prompts)
+        module = serving_module(target.python)
+        if module is None and mode == "sglang":
+            raise BenchRunError(f"{target.python or 'no python'}: the serving environment has no sglang, "
+                                "so SGLang's benchmark cannot run there (use the built-in client)")
+    if module is not None and load.backend not in SGLANG_BACKENDS:
+        raise BenchRunError(f"backend {load.backend!r}: use one of {', '.join(SGLANG_BACKENDS)}")
+
+    health = client.health()
+    if not health.ok:
+        raise BenchRunError(f"{target.base_url} is not ready ({health.error or health.status}); "
+                            "start the server, or wait until it is RUNNING")
+    before = take_mark(client, target.log_path)
+    if before.info is None:
+        raise BenchRunError(f"{target.base_url}: /server_info did not answer; the server's configuration "
+                            "is needed for the record")
+    report("running", 0, load.num_prompts)
+
+    if module is None:
+        vocab = _vocab_size(target, client)
+        run = run_load(target.base_url, load, api_key=target.api_key, vocab_size=vocab,
+                       progress=lambda d, t: report("running", d, t), stop=stop)
+        after = take_mark(client, target.log_path)
+        if run.errors():
+            (work_dir / "failed-requests.txt").write_text(
+                "".join(f"{e}\n" for e in run.errors()), encoding="utf-8")
+        result = result_from_client(run, target, before)
+    else:
+        out_file = work_dir / "bench_serving.jsonl"
+        argv = bench_serving_argv(str(target.python), module, target.base_url, load,
+                                  _tokenizer_dir(client, target), out_file)
+        env = dict(os.environ)
+        env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1")
+        env.update(target.env)
+        if target.api_key:
+            env["OPENAI_API_KEY"] = target.api_key
+        started = time.time()
+        rc = run_bench_serving(argv, env, cwd=work_dir, log_file=work_dir / "bench_serving.log",
+                               progress=lambda d, t: report("running", d, t), stop=stop,
+                               timeout_s=bench_timeout_s)
+        ended = time.time()
+        after = take_mark(client, target.log_path)
+        if stop is not None and stop.is_set():
+            raise BenchRunError("stopped before bench_serving finished")
+        if rc != 0 or not out_file.exists():
+            tail = _tail(work_dir / "bench_serving.log")
+            raise BenchRunError(f"bench_serving exited with status {rc}; the end of "
+                                f"{work_dir / 'bench_serving.log'}:\n{tail}")
+        imported = import_bench_serving(out_file)
+        result = replace(imported, source=RUN, server=target.name, started_at=started, ended_at=ended,
+                         source_file=None, source_line=None,
+                         config=_merge_config(imported.config, config_from_info(before.info)),
+                         label=f"SGLang {module}")
+    report("storing", load.num_prompts, load.num_prompts)
+    return with_accept(result, before, after, target.log_path)
+
+
+def _merge_config(found: BenchConfig, live: BenchConfig) -> BenchConfig:
+    """The live ``/server_info`` wins; what it lacks comes from the imported record."""
+    return BenchConfig(**{k: (getattr(live, k) if getattr(live, k) is not None else getattr(found, k))
+                          for k in BenchConfig.__dataclass_fields__})
+
+
+def _vocab_size(target: Target, client: SglangClient) -> int:
+    folder = target.model_path or _tokenizer_dir(client, target)
+    if folder:
+        try:
+            v = json.loads((Path(folder) / "config.json").read_text()).get("vocab_size")
+            if isinstance(v, int) and v > 1:
+                return v
+        except (OSError, ValueError, AttributeError):
+            pass
+    return 32000
+
+
+def _tail(path: Path, n: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return "(no output)"
