@@ -1,0 +1,241 @@
+"""The Regeneration page's blocks: progress, per-dataset bars, rate charts, lengths, errors, samples.
+
+Each block draws one snapshot (a progress-log line of Specdeck's job, or what
+``SpecForgeFollower.snapshot()`` gives for SpecForge's own script) and reads nothing itself.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from backend.regen.follow import Eta, History
+from backend.regen.samples import turns
+from ui import charts, fmt
+
+STATE_TEXT = {
+    "starting": ":orange[◐ starting]", "running": ":green[● running]", "waiting": ":orange[◐ waiting for a server]",
+    "pausing": ":orange[◐ pausing]", "paused": ":gray[○ paused]", "stopping": ":orange[◐ stopping]",
+    "done": ":gray[○ done]", "failed": ":red[✕ failed]", "following": ":blue[● following]",
+    "catching up": ":orange[◐ reading the files]",
+}
+
+
+def _num(v: Any) -> int | None:
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def progress_block(snap: dict[str, Any], eta: Eta, *, now: float | None = None) -> None:
+    """The big bar, the counts and the ETA band."""
+    now = time.time() if now is None else now
+    total = _num(snap.get("total"))
+    done, failed, skipped = _num(snap.get("done")), _num(snap.get("failed")), _num(snap.get("skipped"))
+    finished = sum(v or 0 for v in (done, failed, skipped))
+    state = str(snap.get("state") or "")
+    line = STATE_TEXT.get(state, state)
+    if snap.get("message"):
+        line += f" · {snap['message']}"
+    st.markdown(line)
+    if total:
+        frac = min(1.0, finished / total)
+        st.progress(frac, text=f"**{fmt.count(finished)} of {fmt.count(total)} rows** "
+                               f"({fmt.pct(frac * 100)}): done, failed or skipped")
+    else:
+        st.progress(0.0, text="counting the rows of the inputs…" if total is None else "no rows in the inputs")
+    c = st.columns(6)
+    c[0].metric("done", fmt.count(done), help="rows answered and written to the output")
+    c[1].metric("failed", fmt.count(failed), help="permanent failures, in the _error.jsonl file (requeue them "
+                                                 "below once the cause is fixed)")
+    c[2].metric("skipped", fmt.count(skipped), help="rows that were not asked (bad input, duplicates, filters), "
+                                                   "in the _skipped.jsonl file")
+    inflight = snap.get("in_flight")
+    c[3].metric("in flight", fmt.count(_num(inflight)),
+                help="requests sent and not answered yet" if inflight is not None else
+                "N/A: SpecForge's files do not say what it has in flight")
+    c[4].metric("remaining", fmt.count(_num(snap.get("remaining"))), help="rows not finished yet (in flight included)")
+    if eta.point_s == 0:
+        c[5].metric("ETA", "done", help=eta.basis)
+    else:
+        mid = fmt.duration(eta.point_s) if eta.point_s is not None else fmt.NA
+        c[5].metric("ETA", fmt.eta_range(eta.low_s, eta.high_s), delta=f"point {mid}" if eta.known else None,
+                    delta_color="off", delta_arrow="off", help=eta.basis)
+    rate = snap.get("req_s")
+    tok = snap.get("tok_s")
+    started = snap.get("started_at")
+    bits = [f"{rate:,.2f} rows/s" if isinstance(rate, (int, float)) else "rows/s N/A",
+            fmt.tok_s(tok) if isinstance(tok, (int, float)) else "tok/s N/A"]
+    if isinstance(started, (int, float)):
+        bits.append(f"running for {fmt.duration(now - started)} since the last (re)start")
+    if eta.known and eta.point_s:
+        bits.append(f"done around {time.strftime('%a %H:%M', time.localtime(now + eta.point_s))}")
+    st.caption(" · ".join(bits))
+
+
+def dataset_bars(snap: dict[str, Any]) -> None:
+    """One bar per dataset of the mix: done, failed and skipped of its rows."""
+    ds = snap.get("datasets") or {}
+    if not ds:
+        return
+    st.markdown("**Per dataset**")
+    cols = st.columns(2)
+    for i, (name, d) in enumerate(ds.items()):
+        total = _num(d.get("total")) or 0
+        done, failed, skipped = (_num(d.get(k)) or 0 for k in ("done", "failed", "skipped"))
+        frac = min(1.0, (done + failed + skipped) / total) if total else 0.0
+        extra = []
+        if failed:
+            extra.append(f"{fmt.count(failed)} failed")
+        if skipped:
+            extra.append(f"{fmt.count(skipped)} skipped")
+        text = f"{name}: {fmt.count(done)} / {fmt.count(total)}" + (f" ({', '.join(extra)})" if extra else "")
+        cols[i % 2].progress(frac, text=text)
+
+
+def _host_port(url: str) -> tuple[str, int | None]:
+    u = urlsplit(url if "://" in url else f"http://{url}")
+    host = (u.hostname or "").lower()
+    if host in ("localhost", "0.0.0.0", "::1", "::"):
+        host = "127.0.0.1"
+    return host, u.port
+
+
+def server_series(snap: dict[str, Any], fleet) -> dict[str, tuple[list, list]]:
+    """The servers' own gen throughput (their decode log lines), for the servers of the run."""
+    out: dict[str, tuple[list, list]] = {}
+    if fleet is None:
+        return out
+    names = fleet.names()
+    for url, s in (snap.get("servers") or {}).items():
+        match = s.get("name") if s.get("name") in names else None
+        if match is None:
+            want = _host_port(url)
+            for n in names:
+                cfg = fleet.config(n)
+                if _host_port(f"http://{cfg.host}:{cfg.port}") == want:
+                    match = n
+                    break
+        if match is None or match in out:
+            continue
+        try:
+            dec = fleet.snapshot(match).decode
+        except Exception:  # a server removed meanwhile: no series
+            continue
+        out[match] = (list(dec["ts"]), list(dec["gen_throughput"]))
+    return out
+
+
+def rate_charts(history: History, servers: dict[str, tuple[list, list]], *, key: str) -> None:
+    """rows/s, and tok/s with each server's own gen throughput beside it."""
+    if len(history) < 2:
+        st.caption("The rate charts start with the second progress snapshot.")
+        return
+    starts = history.run_starts()
+    fig = charts.figure("Rows per second", y_title="rows/s", height=260)
+    charts.add_series(fig, "rows/s (completed)", history.t, history.values["req_s"], fmt=",.2f", breaks=starts)
+    fig2 = charts.figure("Tokens per second", y_title="tok/s", height=260)
+    charts.add_series(fig2, "answer tok/s (this job)", history.t, history.values["tok_s"], fmt=",.1f",
+                      breaks=starts)
+    lo = history.t[0]
+    for name, (ts, ys) in servers.items():
+        pts = [(t, y) for t, y in zip(ts, ys) if t is not None and t >= lo]
+        if pts:
+            charts.add_series(fig2, f"{name} gen throughput (server log)", [p[0] for p in pts], [p[1] for p in pts],
+                              fmt=",.1f", dash="dot")
+    for f in (fig, fig2):
+        charts.mark_restarts(f, starts, label="resume")
+    charts.legend_below(fig2)
+    left, right = st.columns(2)
+    left.plotly_chart(fig, width="stretch", key=f"{key}-rows")
+    right.plotly_chart(fig2, width="stretch", key=f"{key}-toks")
+
+
+def length_histogram(hist: dict[str, Any] | None, *, unit: str, key: str) -> None:
+    edges, counts = (hist or {}).get("edges") or [], (hist or {}).get("counts") or []
+    if not counts or len(edges) != len(counts) + 1 or not sum(counts):
+        st.caption(f"Answer lengths: none yet ({unit}).")
+        return
+    last = max(i for i, c in enumerate(counts) if c) + 1
+    labels = [f"{edges[i]:,}-{edges[i + 1]:,}" if edges[i + 1] < 10**8 else f"≥ {edges[i]:,}" for i in range(last)]
+    fig = go.Figure(go.Bar(x=labels, y=counts[:last], marker_color=charts.colour_for("answer length"),
+                           hovertemplate="%{x} " + unit + ": %{y:,} rows<extra></extra>"))
+    fig.update_layout(template="plotly_white", height=260, margin=dict(l=10, r=10, t=40, b=10),
+                      title=dict(text=f"Answer lengths ({unit})", font=dict(size=14)),
+                      xaxis_title=unit, yaxis_title="rows", bargap=0.05)
+    st.plotly_chart(fig, width="stretch", key=f"{key}-hist")
+
+
+def error_table(errors: dict[str, Any] | None) -> None:
+    if not errors:
+        st.caption("No failed row.")
+        return
+    rows = sorted(((k, v.get("count", 0), str(v.get("example") or "")) for k, v in errors.items()),
+                  key=lambda r: -r[1])
+    st.markdown("**What went wrong** (permanent failures by class)")
+    for cls, n, example in rows:
+        with st.expander(f"{cls}: {fmt.count(n)} row{'s' if n != 1 else ''}"):
+            st.code(example[:2000] or "no example kept", language=None, wrap_lines=True)
+
+
+def server_table(snap: dict[str, Any]) -> None:
+    servers = snap.get("servers") or {}
+    if not servers:
+        return
+    df = pd.DataFrame([{
+        "server": url, "name": s.get("name") or "", "state": s.get("state") or fmt.NA,
+        "in flight": _num(s.get("in_flight")), "done": _num(s.get("done")), "failed": _num(s.get("failed")),
+        "retries": _num(s.get("retries")), "rows/s": s.get("req_s"), "tok/s": s.get("tok_s"),
+        "last error": s.get("last_error") or "",
+    } for url, s in servers.items()])
+    st.dataframe(df, hide_index=True, width="stretch",
+                 column_config={"rows/s": st.column_config.NumberColumn(format="%.2f"),
+                                "tok/s": st.column_config.NumberColumn(format="%.1f")})
+
+
+def _answer(record: dict[str, Any] | None) -> tuple[str | None, str | None]:
+    """(the last assistant answer, its reasoning) of a record."""
+    for t in reversed((record or {}).get("conversations") or []):
+        if isinstance(t, dict) and t.get("role", t.get("from")) in ("assistant", "gpt"):
+            c = t.get("content", t.get("value"))
+            return (c if isinstance(c, str) else None), t.get("reasoning_content")
+    return None, None
+
+
+def sample_columns(row: dict[str, Any], original: dict[str, Any] | None, *, original_why: str = "") -> None:
+    """Prompt, original answer and regenerated answer side by side."""
+    prompt = [t for t in turns(original or row) if t["role"] != "assistant"]
+    regen = row.get("regen") or {}
+    meta = [f"id `{row.get('id', fmt.NA)}`"]
+    if regen.get("dataset"):
+        meta.append(f"dataset {regen['dataset']}")
+    if regen.get("server"):
+        meta.append(f"server {regen['server']}")
+    if regen.get("completion_tokens") is not None:
+        meta.append(f"{fmt.count(regen.get('completion_tokens'))} answer tokens")
+    if regen.get("finish_reason"):
+        meta.append(f"finish: {regen['finish_reason']}")
+    st.caption(" · ".join(meta))
+    c1, c2, c3 = st.columns(3)
+    with c1:
+        st.markdown("**Prompt**")
+        for t in prompt:
+            st.caption(t["role"])
+            st.text(t["content"][:6000])
+    with c2:
+        st.markdown("**Original answer**")
+        ans, _ = _answer(original)
+        if ans is None:
+            st.caption(original_why or "The input record has no assistant answer (a prompt-only row).")
+        else:
+            st.text(ans[:12000])
+    with c3:
+        st.markdown("**Regenerated answer**")
+        ans, reasoning = _answer(row)
+        if reasoning:
+            with st.expander("reasoning"):
+                st.text(str(reasoning)[:12000])
+        st.text((ans or "")[:12000] if ans is not None else fmt.NA)
