@@ -40,6 +40,7 @@ SAMPLE_ABOVE_BYTES = 4 * 1024 * 1024  # a progress log larger than this is sampl
 READ_CHUNK = 4 * 1024 * 1024
 RECENT_S = 1800.0  # the window the recent rate and its spread are measured over
 MIN_WINDOWS = 4  # rate windows needed before the band comes from the rate spread
+WINDOW_S = 60.0  # a rate window is at least this long
 STALL_AFTER_S = 600.0  # default: a running job with no completion for this long is stalled
 
 
@@ -193,13 +194,23 @@ def hist_quantile(edges: Sequence[float], counts: Sequence[int], q: float) -> fl
     return float(edges[-1])
 
 
-def rate_windows(points: Sequence[tuple[float, int]], *, now: float, recent_s: float = RECENT_S) -> list[float]:
-    """Rows per second between consecutive ``(t, done)`` points of the last ``recent_s`` seconds."""
+def rate_windows(points: Sequence[tuple[float, int]], *, now: float, recent_s: float = RECENT_S,
+                 min_window_s: float = WINDOW_S) -> list[float]:
+    """Rows per second over consecutive windows of at least ``min_window_s`` seconds, from the
+    ``(t, done)`` points of the last ``recent_s`` seconds.  (Snapshots 2 s apart hold 0, 1 or 2
+    rows each at 0.5 rows/s: their spread would say nothing about the rate's.)"""
+    recent = [(t, d) for t, d in points if t >= now - recent_s]
     rates = []
-    for (t0, d0), (t1, d1) in zip(points, points[1:]):
-        if t1 < now - recent_s or t1 <= t0 or d1 < d0:
+    if not recent:
+        return rates
+    t0, d0 = recent[0]
+    for t1, d1 in recent[1:]:
+        if d1 < d0:  # counts went down (a requeue): start a new window here
+            t0, d0 = t1, d1
             continue
-        rates.append((d1 - d0) / (t1 - t0))
+        if t1 - t0 >= min_window_s:
+            rates.append((d1 - d0) / (t1 - t0))
+            t0, d0 = t1, d1
     return rates
 
 
@@ -229,7 +240,7 @@ def eta_band(remaining: int | None, points: Sequence[tuple[float, int]], *, now:
     if not rate:
         return Eta(None, None, None, "no row completed recently: no rate to go by")
     point = remaining / rate
-    windows = [r for r in rate_windows(points, now=now, recent_s=recent_s)]
+    windows = rate_windows(points, now=now, recent_s=recent_s)
     if len(windows) >= MIN_WINDOWS:
         lo_r, hi_r = quantile(windows, 0.1), quantile(windows, 0.9)
         low = remaining / hi_r if hi_r else point
@@ -239,7 +250,7 @@ def eta_band(remaining: int | None, points: Sequence[tuple[float, int]], *, now:
         minutes = recent_s / 60
         return Eta(point, min(low, point), max(high, point),
                    f"remaining ÷ the rate of the last {minutes:.0f} min ({rate:,.2f} rows/s); band: "
-                   f"p10-p90 of the rate over {len(windows)} windows")
+                   f"p10-p90 of the rate over {len(windows)} windows of {WINDOW_S:.0f} s or more")
     if length_hist is not None and tok_s:
         edges, counts = length_hist
         p10, p90 = hist_quantile(edges, counts, 0.1), hist_quantile(edges, counts, 0.9)

@@ -129,7 +129,7 @@ def find_row(path: str | os.PathLike[str], row_id: str) -> RowAt | None:
 # -- the original input record of a row ----------------------------------------------------------
 
 
-def _input_entries(job: dict[str, Any]) -> list[dict[str, Any]]:
+def input_entries(job: dict[str, Any]) -> list[dict[str, Any]]:
     """``[{dataset, file, first_turn_only, max_prompt_chars}]`` of a run's ``.job.json``."""
     root = Path(job.get("root") or ".")
     mix = job.get("mix")

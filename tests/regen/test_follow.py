@@ -198,3 +198,12 @@ def test_follower_stall_uses_the_time_of_the_last_completion(tmp_path):
     append(prog, snap(T0 + 302, 5, state="paused"))
     f.poll()
     assert f.stall("j", running=True, after_s=1, now=T0 + 900) is None  # paused is not stalled
+
+
+def test_eta_band_measures_the_rate_over_windows_of_a_minute_not_per_snapshot():
+    # a snapshot every 2 s at 0.25 rows/s: each holds 0 or 1 new row, yet the rate never varies
+    pts = [(T0 + 2 * k, k // 2) for k in range(900)]  # 30 min
+    eta = eta_band(3600, pts, now=T0 + 1798)
+    assert eta.point_s == pytest.approx(14400, rel=0.01)  # 3,600 rows at 0.25 rows/s
+    assert eta.low_s == pytest.approx(14400, rel=0.05)
+    assert eta.high_s == pytest.approx(14400, rel=0.05)

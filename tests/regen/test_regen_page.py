@@ -101,7 +101,7 @@ def test_page_shows_the_run_at_a_glance(workspace):
     labels = [e.label for e in at.expander]
     assert "context_length: 50 rows" in labels and "bad_request: 10 rows" in labels
     assert any("prompt is 9000 tokens" in c.value for c in at.code)
-    assert len(at.get("plotly_chart")) == 3  # rows/s, tok/s, answer lengths
+    assert len(at.get("plotly_chart")) == 2  # speed (rows/s and tok/s), answer lengths
     # the sample viewer: the newest row beside its original
     texts = [t.value for t in at.text]
     assert "regenerated answer 2" in texts
