@@ -11,7 +11,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import numpy as np
-import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
@@ -48,7 +47,7 @@ def progress_block(snap: dict[str, Any], eta: Eta, *, now: float | None = None) 
                                f"({fmt.pct(frac * 100)}): done, failed or skipped")
     else:
         st.progress(0.0, text="counting the rows of the inputs…" if total is None else "no rows in the inputs")
-    c = st.columns(6)
+    c = st.columns(3) + st.columns(3)  # two rows: nothing cut at 1024 px
     c[0].metric("done", fmt.count(done), help="rows answered and written to the output")
     c[1].metric("failed", fmt.count(failed), help="permanent failures, in the _error.jsonl file (requeue them "
                                                  "below once the cause is fixed)")
@@ -198,19 +197,27 @@ def error_table(errors: dict[str, Any] | None) -> None:
             st.code(example[:2000] or "no example kept", language=None, wrap_lines=True)
 
 
-def server_table(snap: dict[str, Any]) -> None:
+SERVER_STATE = {"up": ":green[● up]", "waiting": ":orange[◐ waiting]", "down": ":red[✕ down]"}
+
+
+def server_lines(snap: dict[str, Any]) -> None:
+    """One line per server of the run (lines wrap, so nothing is cut at 1024 px)."""
     servers = snap.get("servers") or {}
     if not servers:
         return
-    df = pd.DataFrame([{
-        "server": url, "name": s.get("name") or "", "state": s.get("state") or fmt.NA,
-        "in flight": _num(s.get("in_flight")), "done": _num(s.get("done")), "failed": _num(s.get("failed")),
-        "retries": _num(s.get("retries")), "rows/s": s.get("req_s"), "tok/s": s.get("tok_s"),
-        "last error": s.get("last_error") or "",
-    } for url, s in servers.items()])
-    st.dataframe(df, hide_index=True, width="stretch",
-                 column_config={"rows/s": st.column_config.NumberColumn(format="%.2f"),
-                                "tok/s": st.column_config.NumberColumn(format="%.1f")})
+    st.markdown("**Servers**")
+    for url, s in servers.items():
+        name = f"**{s['name']}** · {url}" if s.get("name") else f"**{url}**"
+        state = SERVER_STATE.get(str(s.get("state")), str(s.get("state") or fmt.NA))
+        rate = s.get("req_s")
+        bits = [name, state, f"{fmt.count(_num(s.get('in_flight')))} in flight",
+                f"{fmt.count(_num(s.get('done')))} done", f"{fmt.count(_num(s.get('failed')))} failed",
+                f"{fmt.count(_num(s.get('retries')))} retries",
+                f"{rate:,.2f} rows/s" if isinstance(rate, (int, float)) else "rows/s N/A",
+                fmt.tok_s(s.get("tok_s"))]
+        st.markdown(" · ".join(bits))
+        if s.get("last_error"):
+            st.caption(f"last error: {s['last_error']}")
 
 
 def _answer(record: dict[str, Any] | None) -> tuple[str | None, str | None]:
@@ -222,8 +229,19 @@ def _answer(record: dict[str, Any] | None) -> tuple[str | None, str | None]:
     return None, None
 
 
-def sample_columns(row: dict[str, Any], original: dict[str, Any] | None, *, original_why: str = "") -> None:
-    """Prompt, original answer and regenerated answer side by side."""
+def _show(text: str, raw: bool, limit: int) -> None:
+    if len(text) > limit:
+        st.caption(f"first {limit:,} of {len(text):,} characters")
+        text = text[:limit]
+    if raw:
+        st.code(text, language=None, wrap_lines=True)
+    else:
+        st.markdown(text)
+
+
+def sample_columns(row: dict[str, Any], original: dict[str, Any] | None, *, original_why: str = "",
+                   raw: bool = False) -> None:
+    """Prompt, original answer and regenerated answer side by side (as Markdown, or ``raw`` text)."""
     prompt = [t for t in turns(original or row) if t["role"] != "assistant"]
     regen = row.get("regen") or {}
     meta = [f"id `{row.get('id', fmt.NA)}`"]
@@ -241,18 +259,21 @@ def sample_columns(row: dict[str, Any], original: dict[str, Any] | None, *, orig
         st.markdown("**Prompt**")
         for t in prompt:
             st.caption(t["role"])
-            st.text(t["content"][:6000])
+            _show(t["content"], raw, 6000)
     with c2:
         st.markdown("**Original answer**")
         ans, _ = _answer(original)
         if ans is None:
             st.caption(original_why or "The input record has no assistant answer (a prompt-only row).")
         else:
-            st.text(ans[:12000])
+            _show(ans, raw, 12000)
     with c3:
         st.markdown("**Regenerated answer**")
         ans, reasoning = _answer(row)
         if reasoning:
             with st.expander("reasoning"):
-                st.text(str(reasoning)[:12000])
-        st.text((ans or "")[:12000] if ans is not None else fmt.NA)
+                _show(str(reasoning), raw, 12000)
+        if ans is None:
+            st.caption(fmt.NA)
+        else:
+            _show(ans, raw, 12000)

@@ -37,7 +37,8 @@ def job_controls(rt, out: str) -> None:
     state = snap.get("state")
     lock = control_lock(rt)
     name = job.name if job is not None else control.job_name(Path(out))
-    c = st.columns([1, 1, 1.4, 1, 2])
+    bar = st.container(horizontal=True)
+    c = [bar] * 4
     can_pause = state in ("starting", "running", "waiting") and (live or view is None)
     if c[0].button("Pause", key="regen-pause", icon=":material/pause:", disabled=not can_pause or bool(lock),
                    help=lock or "stop submitting, finish what is in flight, flush, exit"):
@@ -74,7 +75,8 @@ def job_controls(rt, out: str) -> None:
             confirm_label="Yes, stop") is True:
         _do("stop", lambda: rt.stop(view.name, actor=actor(), source="dashboard"))
     if view is None and state in LIVE_STATES:
-        c[4].caption("Started outside the dashboard: Pause works; to stop it, signal its process.")
+        st.caption("Started outside the dashboard: Pause works; Stop needs the job started from here (or "
+                   "Ctrl-C / SIGTERM to its process, which flushes and exits).")
 
 
 def start_form(rt) -> None:

@@ -71,11 +71,8 @@ def live_job(rt, out: str) -> None:
         blocks.speed_chart(f.history, blocks.server_series(snap, rt.fleet), key="regen")
     with right:
         blocks.length_histogram(snap.get("completion_tokens_hist"), unit="tokens", key="regen")
-    left, right = st.columns([3, 2])
-    with left:
-        blocks.server_table(snap)
-    with right:
-        blocks.error_table(snap.get("errors"))
+    blocks.server_lines(snap)
+    blocks.error_table(snap.get("errors"))
     if snap.get("state") in LIVE_STATES:
         freshness(snap.get("t"), REFRESH_S, "progress logged")
     else:
@@ -89,7 +86,8 @@ def _pos(row) -> tuple[int, int] | None:
 def sample_viewer(out: str, inputs: list[dict], key: str) -> None:
     """One output row at a time, read at its byte offset, beside its original input record."""
     st.subheader("Samples")
-    c = st.columns([1, 1, 1, 1, 3])
+    bar = st.container(horizontal=True, vertical_alignment="center")
+    c = [bar] * 5
     pos_key = f"{key}-pos"
     cur = st.session_state.get(pos_key)
     row = None
@@ -105,7 +103,9 @@ def sample_viewer(out: str, inputs: list[dict], key: str) -> None:
         size = Path(out).stat().st_size if Path(out).exists() else 0
         row = row_at(out, random.randrange(size)) if size else None
         row = row or last_row(out)
-    find = c[4].text_input("Find id", key=f"{key}-find", placeholder="a row id", label_visibility="collapsed")
+    find = c[4].text_input("Find id", key=f"{key}-find", placeholder="find a row id", label_visibility="collapsed",
+                           width=220)
+    raw = bar.toggle("Raw text", key=f"{key}-raw", help="show the texts as they are, instead of as Markdown")
     if find and st.session_state.get(f"{key}-found") != find:
         st.session_state[f"{key}-found"] = find
         row = find_row(out, find.strip())
@@ -130,7 +130,7 @@ def sample_viewer(out: str, inputs: list[dict], key: str) -> None:
         "The original record was not found in the run's inputs." if inputs else
         "The run's inputs are not known (no .job.json), so the original answer cannot be shown.")
     st.caption(f"byte {fmt.count(row.start)} of `{out}`")
-    blocks.sample_columns(row.record, original, original_why=why)
+    blocks.sample_columns(row.record, original, original_why=why, raw=raw)
 
 
 @st.fragment(run_every=REFRESH_S)

@@ -103,7 +103,7 @@ def test_page_shows_the_run_at_a_glance(workspace):
     assert any("prompt is 9000 tokens" in c.value for c in at.code)
     assert len(at.get("plotly_chart")) == 2  # speed (rows/s and tok/s), answer lengths
     # the sample viewer: the newest row beside its original
-    texts = [t.value for t in at.text]
+    texts = [t.value for t in at.markdown]
     assert "regenerated answer 2" in texts
     assert "original answer 2" in texts
     assert "prompt 2" in texts
@@ -114,11 +114,14 @@ def test_sample_viewer_steps_back_and_finds_by_id(workspace):
     write_run(workspace)
     at = _page(AppTest.from_file(str(REPO / "app.py"), default_timeout=30))
     at.button(key="regen-sample-prev").click().run()
-    texts = [t.value for t in at.text]
+    texts = [t.value for t in at.markdown]
     assert "regenerated answer 1" in texts and "original answer 1" in texts
     at.text_input(key="regen-sample-find").input("s0").run()
-    texts = [t.value for t in at.text]
+    texts = [t.value for t in at.markdown]
     assert "regenerated answer 0" in texts and "original answer 0" in texts
+    at.toggle(key="regen-sample-raw").set_value(True).run()  # the texts as they are
+    codes = [c.value for c in at.code]
+    assert "regenerated answer 0" in codes and "original answer 0" in codes and "prompt 0" in codes
 
 
 @pytest.mark.timeout(120)
@@ -160,5 +163,5 @@ def test_specforge_mode_counts_its_three_files(workspace):
     assert _metric(at, "remaining").value == "5"
     assert _metric(at, "in flight").value == "N/A"
     assert "timeout: 1 row" in [e.label for e in at.expander]
-    texts = [t.value for t in at.text]
+    texts = [t.value for t in at.markdown]
     assert "new 4" in texts and "orig 4" in texts
