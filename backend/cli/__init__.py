@@ -11,6 +11,7 @@
     python -m backend.cli [--workspace DIR] supervise [--interval S]
     python -m backend.cli [--workspace DIR] users add|passwd|remove|list [NAME]
     python -m backend.cli init DIR
+    python -m backend.cli [--workspace DIR] regen run|status|validate|requeue ...   (backend/regen/cli.py)
 
 The workspace is the ``--workspace`` folder, else ``$SPECDECK_WORKSPACE``,
 else the demo workspace.  Every start/stop/restart is written to the audit
@@ -44,6 +45,7 @@ __all__ = ["DOMAINS", "CommandError", "build_parser", "main"]
 
 DOMAINS = (
     "backend.cli.processes",
+    "backend.cli.regen",
     "backend.cli.servers",
     "backend.cli.supervise",
     "backend.cli.users",

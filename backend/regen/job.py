@@ -1,0 +1,589 @@
+"""The regeneration job: every input row asked again, written exactly once.
+
+:class:`Job` reads the inputs twice, streamed: once at start to count them (``total``), write the
+skipped rows not yet written and recount what earlier runs wrote (backend.regen.output.scan), then
+again to ask every row whose id is in none of the output files.
+
+Dispatch
+    Each row goes to the server with the fewest requests in flight among those that are up and
+    under their cap (``concurrency``, per server), so a slow server never holds back a fast one.
+    A row's user turns are asked in order, each with the regenerated history (system turns kept,
+    the original assistant turns dropped), on one server.  What is written passes SpecForge's
+    ``validate_regenerated_data.py``: system turns after the first user turn and empty turns are
+    left out, and an empty answer is an error (``empty_answer``), not a row.
+
+Failures (backend.regen.client classifies them)
+    permanent   the row goes to the error file with the reason;
+    transient   the row is asked again.  When the server did not answer at all it is marked
+                ``waiting`` and probed with backoff until it answers; its rows go to the other
+                servers, or wait for it, and that never counts against the row.  An HTTP 5xx, 429,
+                timeout or abort while the server is up is retried after an exponential backoff
+                with full jitter, at most ``max_attempts`` times; then the row is an error.
+
+Control
+    SIGTERM / SIGINT: stop submitting, cancel what is in flight (asked again on resume), flush,
+    state ``stopping``, exit 130.  Pause (SIGUSR1, or ``pause`` in ``OUT.control``, checked every
+    second): stop submitting, let what is in flight finish, flush, state ``paused``, exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import re
+import signal
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from backend.regen.catalog import MixConfig, MixEntry
+from backend.regen.client import PERMANENT, SUCCESS, Outcome, ServerClient, backoff
+from backend.regen.datasets import Skipped, read_mix
+from backend.regen.output import (OutputWriter, RunFiles, error_record, scan, skipped_key, skipped_record,
+                                  success_record)
+from backend.regen.progress import SNAPSHOT_SECONDS, ProgressLog, Stats, last_snapshot
+from backend.regen.records import Row
+
+REASONING = ("none", "save", "disable")
+EXIT_DONE, EXIT_FAILED, EXIT_STOPPED = 0, 1, 130
+PROBE_MAX_S = 2.0      # a server that went away is probed at least this often
+CONTROL_EVERY_S = 1.0  # how often OUT.control is read
+TICK_S = 0.1
+_KEEP = object()
+_THINK = re.compile(r"</?think>", re.I)
+_TRANSIENT_MESSAGES = ("not answering", "waiting for", "reading the inputs")
+
+
+@dataclass
+class ServerSpec:
+    url: str
+    name: str | None = None
+
+
+@dataclass
+class JobConfig:
+    out: Path
+    servers: list[ServerSpec]
+    inputs: list[str] = field(default_factory=list)   # input files (each its own dataset)
+    mix: dict[str, Any] | None = None                 # a MixConfig as a dict (entries with files)
+    root: str | None = None                           # where the mix's relative files are
+    concurrency: int = 64
+    max_tokens: int = 4096
+    temperature: float = 0.7
+    top_p: float | None = None
+    reasoning: str = "none"
+    system_prompt: str | None = None
+    model: str | None = None
+    request_timeout: float = 3600.0
+    max_attempts: int = 10
+
+    def check(self) -> None:
+        if not self.servers:
+            raise ValueError("no server: give --server URL_OR_NAME")
+        if bool(self.inputs) == bool(self.mix):
+            raise ValueError("give the inputs (--input FILE ...) or a mix (--mix NAME), one of the two")
+        if self.concurrency < 1:
+            raise ValueError(f"concurrency: {self.concurrency} is not >= 1")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens: {self.max_tokens} is not >= 1")
+        if not 0.0 <= self.temperature <= 2.0:
+            raise ValueError(f"temperature: {self.temperature} is not in [0, 2]")
+        if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p: {self.top_p} is not in (0, 1]")
+        if self.reasoning not in REASONING:
+            raise ValueError(f"reasoning: {self.reasoning!r} is not one of {', '.join(REASONING)}")
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["out"] = str(self.out)
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "JobConfig":
+        d = dict(d)
+        d["out"] = Path(d["out"])
+        d["servers"] = [ServerSpec(**s) for s in d.get("servers") or []]
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+    def mix_config(self) -> MixConfig:
+        if self.mix is not None:
+            return MixConfig.model_validate(self.mix)
+        entries, names = [], set()
+        for p in self.inputs:
+            name = dataset_name(Path(p), names)
+            names.add(name)
+            entries.append(MixEntry(name="inputs", dataset=name, file=str(Path(p).expanduser().resolve())))
+        return MixConfig(name="inputs", entries=entries)
+
+
+def dataset_name(path: Path, taken: set[str]) -> str:
+    """The dataset name of an input file: its stem in catalog characters, unique among ``taken``."""
+    stem = path.name.split(".")[0] or "input"
+    base = re.sub(r"[^A-Za-z0-9_.-]+", "-", stem).strip("-._")[:60] or "input"
+    if not base[0].isalnum():
+        base = "d" + base
+    name, n = base, 2
+    while name in taken:
+        name, n = f"{base}-{n}", n + 1
+    return name
+
+
+def write_job_json(files: RunFiles, cfg: JobConfig) -> None:
+    tmp = files.job.with_name(files.job.name + ".tmp")
+    tmp.write_text(json.dumps(cfg.to_json(), indent=2, ensure_ascii=False) + "\n")
+    os.replace(tmp, files.job)
+
+
+def read_job_json(files: RunFiles) -> JobConfig:
+    try:
+        return JobConfig.from_json(json.loads(files.job.read_text()))
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        raise ValueError(f"{files.job}: cannot read the run's parameters: {exc}") from None
+
+
+# -- the work of one row --------------------------------------------------------------------
+
+
+@dataclass
+class Task:
+    row: Row
+    history: list[dict[str, Any]] = field(default_factory=list)  # regenerated so far
+    pos: int = 0               # next message of row.messages to take
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    finish_reason: str | None = None
+    retries: int = 0           # every transient failure
+    strikes: int = 0           # transient failures while the server was up (bounded)
+
+
+class _Server:
+    def __init__(self, spec: ServerSpec, cfg: JobConfig, stats: Stats) -> None:
+        self.client = ServerClient(spec.url, name=spec.name, pool=cfg.concurrency,
+                                   request_timeout=cfg.request_timeout)
+        self.url = self.client.url
+        self.cap = cfg.concurrency
+        self.stats = stats.server(self.url, spec.name)
+        self.stats.state = "down"
+        self.down_since: float | None = None
+        self.down_reason = ""
+        self.prober: asyncio.Task | None = None
+
+
+class Job:
+    def __init__(self, cfg: JobConfig, *, say: Callable[[str], None] = lambda s: None,
+                 rng: random.Random | None = None) -> None:
+        cfg.check()
+        self.cfg = cfg
+        self.files = RunFiles.of(cfg.out)
+        self.say = say
+        self.rng = rng or random.Random()
+        self.mode = "run"          # run | pause | stop
+        self.wake = asyncio.Event()
+        self.retry: deque[Task] = deque()
+        self.backing_off = 0
+        self.tasks: set[asyncio.Task] = set()
+        self.sleepers: set[asyncio.Task] = set()
+        self.stats: Stats | None = None
+        self.writer: OutputWriter | None = None
+        self.log: ProgressLog | None = None
+        self.servers: list[_Server] = []
+        self.exhausted = False
+        self.fatal: Exception | None = None
+
+    # -- control ------------------------------------------------------------------------
+    def request_pause(self, why: str) -> None:
+        if self.mode == "run":
+            self.mode = "pause"
+            self._state("pausing", f"pausing ({why}): finishing {self.stats.in_flight()} rows in flight")
+            for t in list(self.sleepers):
+                t.cancel()
+            self.wake.set()
+
+    def request_stop(self, why: str) -> None:
+        if self.mode != "stop":
+            self.mode = "stop"
+            self._state("stopping", f"stopping ({why}): {self.stats.in_flight()} rows in flight are asked "
+                                    "again on resume")
+            for t in list(self.tasks) + list(self.sleepers):
+                t.cancel()
+            self.wake.set()
+
+    def _state(self, state: str, message: str | None | object = _KEEP, *, snap: bool = True) -> None:
+        st = self.stats
+        if st is None:
+            return
+        changed = st.state != state or (message is not _KEEP and message != st.message)
+        st.state = state
+        if message is not _KEEP:
+            st.message = message  # type: ignore[assignment]
+        if changed and snap:
+            self._snapshot()
+
+    def _snapshot(self) -> None:
+        if self.writer is not None:
+            self.writer.flush()
+        if self.log is not None and self.stats is not None:
+            self.log.write(self.stats.snapshot())
+
+    # -- main -----------------------------------------------------------------------------
+    async def run(self) -> int:
+        self.log = ProgressLog(self.files.progress)
+        try:
+            return await self._run()
+        finally:
+            for s in self.servers:
+                await s.client.close()
+            if self.writer is not None:
+                self.writer.close()
+            self.log.close()
+
+    async def _run(self) -> int:
+        loop = asyncio.get_running_loop()
+        prev = last_snapshot(self.files.progress)
+        self.stats = Stats(started_at=float(prev["started_at"]) if prev and prev.get("started_at") else time.time())
+        self.files.control.unlink(missing_ok=True)
+        write_job_json(self.files, self.cfg)
+        handlers = {signal.SIGTERM: lambda: self.request_stop("SIGTERM"),
+                    signal.SIGINT: lambda: self.request_stop("SIGINT"),
+                    signal.SIGUSR1: lambda: self.request_pause("SIGUSR1")}
+        for sig, fn in handlers.items():
+            loop.add_signal_handler(sig, fn)
+        try:
+            self._state("starting", "reading the inputs and the output written so far")
+            existing = scan(self.files)
+            notes = existing.repaired + existing.bad_lines
+            for n in notes:
+                self.say(n)
+            self.writer = OutputWriter(self.files)
+            self.servers = [_Server(s, self.cfg, self.stats) for s in self.cfg.servers]
+            mix = self.cfg.mix_config()
+            await self._count(mix, existing)
+            if self.mode == "stop":
+                return self._finish(EXIT_STOPPED)
+            self.say(f"{self.stats.total} rows: {self.stats.done} done, {self.stats.failed} failed, "
+                     f"{self.stats.skipped} skipped; {self._remaining()} to ask")
+            self.stats.message = "; ".join(notes)[:500] if notes else None
+            await asyncio.gather(*(self._first_probe(s) for s in self.servers))
+            ticker = asyncio.create_task(self._ticker())
+            try:
+                await self._dispatch(mix, existing)
+            finally:
+                ticker.cancel()
+                await asyncio.gather(ticker, return_exceptions=True)
+            if self.fatal is not None:
+                raise self.fatal
+            if self.mode == "stop":
+                return self._finish(EXIT_STOPPED)
+            if self.mode == "pause":
+                self.files.control.unlink(missing_ok=True)
+                self._state("paused", f"paused: {self._remaining()} rows left; resume with the same command")
+                return EXIT_DONE
+            self._state("done", f"done: {self.stats.done} regenerated, {self.stats.failed} failed, "
+                                f"{self.stats.skipped} skipped")
+            return EXIT_DONE
+        except Exception as exc:
+            self.stats.message = f"failed: {type(exc).__name__}: {exc}"[:500]
+            self.stats.state = "failed"
+            try:
+                self._snapshot()
+            except Exception:
+                pass
+            raise
+        finally:
+            for s in self.servers:
+                if s.prober is not None:
+                    s.prober.cancel()
+            for sig in handlers:
+                loop.remove_signal_handler(sig)
+
+    def _finish(self, code: int) -> int:
+        self.stats.state = "stopping"
+        self.stats.message = f"stopped: {self._remaining()} rows left; resume with the same command"
+        self._snapshot()
+        return code
+
+    def _remaining(self) -> int:
+        st = self.stats
+        return max(0, st.total - st.done - st.failed - st.skipped)
+
+    def _items(self, mix: MixConfig) -> Iterator[Row | Skipped]:
+        return read_mix(mix, Path(self.cfg.root or "."))
+
+    async def _count(self, mix: MixConfig, existing) -> None:
+        st, n = self.stats, 0
+        for item in self._items(mix):
+            n += 1
+            if n % 2000 == 0:
+                await asyncio.sleep(0)
+                if self.mode == "stop":
+                    return
+            st.total += 1
+            ds = st.dataset(item.dataset)
+            ds["total"] += 1
+            if isinstance(item, Skipped):
+                key = skipped_key(item.dataset, item.line, item.id)
+                if key not in existing.skipped:
+                    existing.skipped.add(key)
+                    self.writer.add("skipped", skipped_record(item.id, item.record, item.reason, item.dataset,
+                                                              item.line))
+                st.record_skipped(item.dataset)
+                continue
+            regen = existing.done.get(item.id)
+            if regen is not None:
+                st.record_done(item.dataset, str(regen.get("server") or ""), int(regen.get("prompt_tokens") or 0),
+                               int(regen.get("completion_tokens") or 0), live=False)
+                st.answer_tokens(int(regen.get("completion_tokens") or 0))
+                continue
+            regen = existing.failed.get(item.id)
+            if regen is not None:
+                st.record_failed(item.dataset, regen.get("server"), str(regen.get("class") or "error"),
+                                 str(regen.get("error") or ""))
+        self.writer.flush()
+        # From here on only the ids matter: keep sets, not every row's accounting.
+        existing.done, existing.failed = set(existing.done), set(existing.failed)
+
+    # -- servers --------------------------------------------------------------------------
+    async def _first_probe(self, s: _Server) -> None:
+        ok, why = await s.client.probe()
+        if ok:
+            s.stats.state = "up"
+        else:
+            self._server_away(s, why, first=True)
+
+    def _server_away(self, s: _Server, why: str, first: bool = False) -> None:
+        s.stats.last_error = why
+        if s.prober is not None and not s.prober.done():
+            return
+        s.stats.state = "down" if first else "waiting"
+        s.down_since = time.monotonic()
+        s.down_reason = why
+        s.prober = asyncio.create_task(self._probe_until_up(s))
+        self._update_state()
+
+    async def _probe_until_up(self, s: _Server) -> None:
+        attempt = 0
+        while self.mode != "stop":
+            await asyncio.sleep(max(0.05, backoff(attempt, self.rng, base=0.25, cap=PROBE_MAX_S)))
+            attempt += 1
+            ok, why = await s.client.probe()
+            if ok:
+                s.stats.state = "up"
+                s.down_since = None
+                self.say(f"{s.url} answers again")
+                self._update_state()
+                self.wake.set()
+                return
+            s.down_reason = why
+
+    def _update_state(self, snap: bool = True) -> None:
+        if self.mode != "run" or self.stats is None:
+            return
+        away = [s for s in self.servers if s.stats.state != "up"]
+        if not away:
+            msg = self.stats.message
+            self._state("running", None if msg and msg.startswith(_TRANSIENT_MESSAGES) else msg, snap=snap)
+            return
+        parts = [f"{s.url} ({s.down_reason}), {int(time.monotonic() - (s.down_since or time.monotonic()))} s"
+                 for s in away]
+        if len(away) == len(self.servers):
+            self._state("waiting", "waiting for " + "; ".join(parts), snap=snap)
+        else:
+            self._state("running", "not answering: " + "; ".join(parts) + f"; {len(self.servers) - len(away)} "
+                                   "server(s) serving", snap=snap)
+
+    def _pick(self) -> _Server | None:
+        best = None
+        for s in self.servers:
+            if s.stats.state == "up" and s.stats.in_flight < s.cap:
+                if best is None or s.stats.in_flight < best.stats.in_flight:
+                    best = s
+        return best
+
+    # -- dispatch -------------------------------------------------------------------------
+    async def _dispatch(self, mix: MixConfig, existing) -> None:
+        source = (it for it in self._items(mix) if not isinstance(it, Skipped) and not existing.seen(it.id))
+        self._update_state()
+        while self.mode == "run":
+            self.wake.clear()
+            s = self._pick()
+            if s is None:
+                await self.wake.wait()
+                continue
+            task = self.retry.popleft() if self.retry else None
+            if task is None and not self.exhausted:
+                row = next(source, None)
+                if row is None:
+                    self.exhausted = True
+                else:
+                    task = Task(row)
+            if task is None:
+                if not self.tasks and not self.backing_off and not self.retry:
+                    break
+                await self.wake.wait()
+                continue
+            s.stats.in_flight += 1
+            t = asyncio.create_task(self._ask(task, s))
+            self.tasks.add(t)
+            t.add_done_callback(self._task_done)
+        if self.mode == "pause":
+            while self.tasks:
+                await asyncio.gather(*list(self.tasks), return_exceptions=True)
+        elif self.mode == "stop":
+            await asyncio.gather(*list(self.tasks), *list(self.sleepers), return_exceptions=True)
+        if self.writer is not None:
+            self.writer.flush()
+
+    def _task_done(self, t: asyncio.Task) -> None:
+        self.tasks.discard(t)
+        self.sleepers.discard(t)
+        self.wake.set()
+
+    def _body(self, model: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        cfg = self.cfg
+        body: dict[str, Any] = {"model": model, "messages": messages, "max_tokens": cfg.max_tokens,
+                                "temperature": cfg.temperature, "stream": False}
+        if cfg.top_p is not None:
+            body["top_p"] = cfg.top_p
+        if cfg.reasoning == "disable":
+            body["chat_template_kwargs"] = {"enable_thinking": False}
+        return body
+
+    async def _ask(self, task: Task, s: _Server) -> None:
+        out: Outcome | None = None
+        try:
+            msgs = task.row.messages
+            if task.pos == 0 and not task.history and self.cfg.system_prompt and \
+                    not any(m.role == "system" for m in msgs):
+                task.history.append({"role": "system", "content": self.cfg.system_prompt})
+            model = self.cfg.model or s.client.model or "default"
+            while task.pos < len(msgs):
+                m = msgs[task.pos]
+                if m.role != "user" or not m.content.strip():
+                    # SpecForge's validator takes system turns only before the first user turn and
+                    # no empty message: those are left out of what is asked and written.
+                    if m.role == "system" and m.content.strip() and not any(
+                            h["role"] == "user" for h in task.history):
+                        task.history.append(m.as_dict())
+                    task.pos += 1
+                    continue
+                sent = [{"role": h["role"], "content": h["content"]} for h in task.history]
+                sent.append(m.as_dict())
+                out = await s.client.chat(self._body(model, sent))
+                if out.kind != SUCCESS:
+                    break
+                if not out.content.strip():
+                    out = Outcome(PERMANENT, "empty_answer", f"the answer has no text (finish_reason "
+                                  f"{out.finish_reason}); raise --max-tokens if it was cut", status=200)
+                    break
+                if self.cfg.reasoning == "disable" and _THINK.search(out.content):
+                    out = Outcome(PERMANENT, "reasoning_contract", "reasoning disable: the answer still "
+                                  "holds a <think> marker", status=200)
+                    break
+                if self.cfg.reasoning == "save" and not (out.reasoning or "").strip():
+                    out = Outcome(PERMANENT, "reasoning_contract", "reasoning save: the answer has no "
+                                  "reasoning_content (is the server launched with --reasoning-parser?)", status=200)
+                    break
+                answer: dict[str, Any] = {"role": "assistant", "content": out.content}
+                if self.cfg.reasoning == "save":
+                    answer["reasoning_content"] = out.reasoning
+                task.history.append(m.as_dict())
+                task.history.append(answer)
+                task.prompt_tokens += out.prompt_tokens
+                task.completion_tokens += out.completion_tokens
+                task.finish_reason = out.finish_reason
+                task.pos += 1
+                out = None
+        finally:
+            s.stats.in_flight -= 1
+            self.wake.set()
+        try:
+            self._settle(task, s, out)
+        except Exception as exc:  # the output cannot be written: end the run, keep what is on disk
+            if self.fatal is None:
+                self.fatal = exc
+            self.request_stop(f"{type(exc).__name__}: {exc}")
+
+    def _settle(self, task: Task, s: _Server, out: Outcome | None) -> None:
+        st, row = self.stats, task.row
+        if out is None:  # every turn answered
+            regen = {"server": s.url, "prompt_tokens": task.prompt_tokens,
+                     "completion_tokens": task.completion_tokens, "finish_reason": task.finish_reason,
+                     "dataset": row.dataset, "t": round(time.time(), 3), "retries": task.retries}
+            self.writer.add("success", success_record(row.id, row.record, task.history, regen))
+            st.record_done(row.dataset, s.url, task.prompt_tokens, task.completion_tokens)
+            st.answer_tokens(task.completion_tokens)
+        elif out.kind == PERMANENT:
+            self._fail(task, s, out.error_class or "error", out.message, out.status)
+        else:
+            s.stats.last_error = out.message
+            if out.server_down:
+                self._server_away(s, out.message)
+            else:
+                task.strikes += 1
+                if task.strikes >= self.cfg.max_attempts:
+                    self._fail(task, s, out.error_class or "transient",
+                               f"gave up after {task.strikes} attempts: {out.message}", out.status)
+                    return
+            if self.mode != "run":
+                return  # asked again on resume
+            task.retries += 1
+            s.stats.retries += 1
+            if out.server_down:
+                self.retry.append(task)
+                self.wake.set()
+            else:
+                t = asyncio.create_task(self._later(task, backoff(task.strikes, self.rng)))
+                self.sleepers.add(t)
+                t.add_done_callback(self._task_done)
+        if self.writer.due():
+            self.writer.flush()
+
+    def _fail(self, task: Task, s: _Server, cls: str, message: str, status: int | None) -> None:
+        row = task.row
+        regen = {"server": s.url, "dataset": row.dataset, "class": cls, "status": status,
+                 "t": round(time.time(), 3), "retries": task.retries}
+        self.writer.add("error", error_record(row.id, row.record, message, regen))
+        self.stats.record_failed(row.dataset, s.url, cls, message)
+
+    async def _later(self, task: Task, delay: float) -> None:
+        self.backing_off += 1
+        try:
+            await asyncio.sleep(delay)
+            self.retry.append(task)
+        finally:
+            self.backing_off -= 1
+            self.wake.set()
+
+    async def _ticker(self) -> None:
+        last_snap = last_ctl = time.monotonic()
+        while True:
+            await asyncio.sleep(TICK_S)
+            now = time.monotonic()
+            if self.writer.due():
+                self.writer.flush()
+            if now - last_ctl >= CONTROL_EVERY_S:
+                last_ctl = now
+                if self._control() == "pause":
+                    self.request_pause(f"{self.files.control.name}")
+            if now - last_snap >= SNAPSHOT_SECONDS:
+                last_snap = now
+                self._update_state(snap=False)
+                self._snapshot()
+
+    def _control(self) -> str | None:
+        try:
+            text = self.files.control.read_text(errors="replace").strip().lower()
+        except OSError:
+            return None
+        return text.split()[0] if text else None
+
+
+def run_job(cfg: JobConfig, *, say: Callable[[str], None] = lambda s: None) -> int:
+    """Run ``cfg`` in this process until done, paused or stopped; the exit status."""
+    return asyncio.run(Job(cfg, say=say).run())
