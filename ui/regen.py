@@ -176,7 +176,8 @@ def length_histogram(hist: dict[str, Any] | None, *, unit: str, key: str) -> Non
         st.caption(f"Answer lengths: none yet ({unit}).")
         return
     last = max(i for i, c in enumerate(counts) if c) + 1
-    labels = [f"{edges[i]:,}-{edges[i + 1]:,}" if edges[i + 1] < 10**8 else f"≥ {edges[i]:,}" for i in range(last)]
+    # the last bin also holds every answer above its upper edge (the job's histogram and SpecForge's)
+    labels = [f"≥ {edges[i]:,}" if i == len(counts) - 1 else f"{edges[i]:,}-{edges[i + 1]:,}" for i in range(last)]
     fig = go.Figure(go.Bar(x=labels, y=counts[:last], marker_color=charts.colour_for("answer length"),
                            hovertemplate="%{x} " + unit + ": %{y:,} rows<extra></extra>"))
     fig.update_layout(template="plotly_white", height=300, margin=dict(l=10, r=10, t=40, b=10),
