@@ -124,3 +124,35 @@ def test_pause_then_resume_from_the_page_finishes_every_row_once(setup):
     assert sorted(ids) == sorted(setup[2] + more) and len(ids) == len(set(ids))
     actions = [(e.action, e.outcome) for e in audit.recent(rt.store, target="regen-slow")]
     assert ("pause", "ok") in actions and actions.count(("start", "ok")) == 2
+
+
+def test_requeue_failed_from_the_page_moves_them_back_and_is_audited(tmp_path, monkeypatch):
+    from tests.regen.test_job_client import StandIn, _run
+
+    (tmp_path / "specdeck.toml").write_text('[workspace]\nname = "requeue"\n')
+    monkeypatch.setenv("SPECDECK_WORKSPACE", str(tmp_path))
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("".join(json.dumps({"id": rid, "conversations": [{"role": "user", "content": text}]}) + "\n"
+                           for rid, text in (("a", "plain"), ("b", "too-long prompt"), ("c", "too-long again"))))
+    out = tmp_path / "outputs" / "regen" / "rq.jsonl"
+    assert _run(StandIn(), {"out": out, "inputs": [str(inp)], "concurrency": 2, "max_tokens": 16,
+                            "temperature": 0.0, "max_attempts": 2}) == 0
+    error_file = out.with_name("rq_error.jsonl")
+    assert len(read_jsonl(error_file)) == 2 and progress_lines(out)[-1]["failed"] == 2
+    try:
+        at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60)
+        at.run()
+        at.switch_page("pages/regeneration.py")
+        at.run()
+        assert next(m for m in at.metric if m.label == "failed").value == "2"
+        assert "context_length: 2 rows" in [e.label for e in at.expander]
+        at.button(key="regen-requeue").click().run()
+        assert error_file.exists() and len(read_jsonl(error_file)) == 2  # asked first, nothing moved yet
+        at.button(key="regen-confirm-requeue-yes").click().run()
+        assert not at.exception, at.exception
+        assert read_jsonl(error_file) == []  # moved back: the next run asks them again
+        entry = audit.recent(runtime_mod.get_runtime().store, target="regen-rq")[0]
+        assert (entry.action, entry.outcome, entry.source) == ("requeue", "ok", "dashboard")
+        assert "2 failed rows moved back" in entry.detail
+    finally:
+        runtime_mod.close_all()
