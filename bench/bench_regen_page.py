@@ -13,6 +13,8 @@ writes them).  Then prints:
   and the following ones (warm), the median of the warm runs;
 * the sample viewer's reads: the newest row, a step back, an id found in the 350 MB output, and its
   original found in the input;
+* SpecForge mode: attaching to the same output as if SpecForge's script had written it (polls of a
+  bounded number of bytes until caught up, and the memory its id sets hold);
 * the process's peak resident memory.
 
 The files are deleted at the end unless --keep is given.
@@ -162,6 +164,30 @@ def main() -> None:
         assert mid is not None and orig is not None
         print(f"sample viewer: newest row {ms(t_last)}, previous {ms(t_prev)}, find an id in the middle of the "
               f"output {ms(t_find)}, its original in the input {ms(t_orig)}")
+
+        from backend.regen.follow_specforge import SpecForgeFollower
+
+        tracemalloc.start()
+        base = tracemalloc.get_traced_memory()[0]
+        sf = SpecForgeFollower(inp, out)
+        polls, t_all = [], time.perf_counter()
+        while True:
+            t = time.perf_counter()
+            sf.poll()
+            polls.append(time.perf_counter() - t)
+            if not sf.catching_up:
+                break
+        t_all = time.perf_counter() - t_all
+        sf_held = tracemalloc.get_traced_memory()[0] - base
+        tracemalloc.stop()
+        t = time.perf_counter()
+        sf.poll()
+        caught = time.perf_counter() - t
+        print(f"SpecForge mode on the same output (traced by tracemalloc, so slower than untraced): "
+              f"{len(polls)} polls of at most {sf.budget / 2**20:.0f} MiB per file to read it all, median "
+              f"{ms(statistics.median(polls))} each, {t_all:,.1f} s in all; then a poll with nothing new "
+              f"{ms(caught)}; {sf.done:,} rows counted of {sf.total:,}; holds {sf_held / 1e6:,.1f} MB (ids)")
+        del sf
 
         os.environ["SPECDECK_WORKSPACE"] = str(root)
         import streamlit.runtime.scriptrunner.script_runner as script_runner
