@@ -156,3 +156,35 @@ def test_requeue_failed_from_the_page_moves_them_back_and_is_audited(tmp_path, m
         assert "2 failed rows moved back" in entry.detail
     finally:
         runtime_mod.close_all()
+
+
+def test_a_run_started_from_a_terminal_can_be_resumed_from_the_page(setup):
+    from tests.regen.jobkit import end_process, start_cli
+
+    root, sim, ids = setup
+    more = write_rows(root / "datasets" / "code.jsonl", 170, start=30)
+    out = root / "outputs" / "regen" / "term.jsonl"
+    out.parent.mkdir(parents=True)
+    proc = start_cli("run", "--input", str(root / "datasets" / "code.jsonl"), "--server", sim.url, "--out", str(out),
+                     "--concurrency", "1", "--max-tokens", "64", log=root / "term.log")
+    try:
+        wait_for(lambda: (progress_lines(out) or [{}])[-1].get("state") == "running", 60, "the run", every=0.1)
+        at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60)
+        at.run()
+        at.switch_page("pages/regeneration.py")
+        at.run()
+        assert at.selectbox(key="regen-run").value == str(out)
+        assert at.button(key="regen-stop").disabled  # not ours to stop
+        at.button(key="regen-pause").click().run()  # the control file works whoever started it
+        assert proc.wait(60) == 0
+    finally:
+        end_process(proc)
+    assert progress_lines(out)[-1]["state"] == "paused"
+    at.run()
+    at.button(key="regen-resume").click().run()
+    assert not at.exception, at.exception
+    rt = runtime_mod.get_runtime()
+    assert rt.supervisor.view("regen-term").spec.argv[-4:] == ("regen", "run", "--out", str(out))
+    wait_for(lambda: (progress_lines(out) or [{}])[-1].get("state") == "done", 180, "the resumed run", every=0.2)
+    got = [r["id"] for r in read_jsonl(out)]
+    assert sorted(got) == sorted(ids + more)
