@@ -19,7 +19,7 @@ from tests.helpers import free_port
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
 SHOTS = REPO / "artifacts" / "screenshots"
-PAGES = [("servers", "Servers"), ("processes", "Processes"), ("gpus", "GPUs")]
+PAGES = [("servers", "Servers"), ("regeneration", "Regeneration"), ("processes", "Processes"), ("gpus", "GPUs")]
 
 pytestmark = pytest.mark.browser
 
