@@ -6,8 +6,6 @@ from pathlib import Path
 
 import streamlit as st
 
-from backend.regen.follow import RunPaths
-from backend.regen.samples import input_entries, read_job
 from ui import regen_control
 from ui import regen_live as live
 from ui.components import page_header
@@ -56,5 +54,4 @@ if st.session_state.get("regen-run") not in outs:
 chosen = st.selectbox("Run", outs, format_func=lambda o: f"{runs[o]} · {o}", key="regen-run")
 live.live_job(rt, chosen)
 regen_control.job_controls(rt, chosen)
-job_json = read_job(RunPaths.of(chosen)) or {}
-live.sample_viewer(chosen, input_entries(job_json), key="regen-sample")
+live.sample_viewer(chosen, None, key="regen-sample")

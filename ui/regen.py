@@ -255,21 +255,22 @@ def sample_columns(row: dict[str, Any], original: dict[str, Any] | None, *, orig
     if regen.get("finish_reason"):
         meta.append(f"finish: {regen['finish_reason']}")
     st.caption(" · ".join(meta))
-    c1, c2, c3 = st.columns(3)
+    heads = st.columns(3)
+    for col, title in zip(heads, ("Prompt", "Original answer", "Regenerated answer")):
+        col.markdown(f"**{title}**")
+    # each text scrolls in its own box: a long answer does not push the page down
+    c1, c2, c3 = (col.container(height=520, border=False) for col in st.columns(3))
     with c1:
-        st.markdown("**Prompt**")
         for t in prompt:
             st.caption(t["role"])
             _show(t["content"], raw, 6000)
     with c2:
-        st.markdown("**Original answer**")
         ans, _ = _answer(original)
         if ans is None:
             st.caption(original_why or "The input record has no assistant answer (a prompt-only row).")
         else:
             _show(ans, raw, 12000)
     with c3:
-        st.markdown("**Regenerated answer**")
         ans, reasoning = _answer(row)
         if reasoning:
             with st.expander("reasoning"):

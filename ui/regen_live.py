@@ -9,14 +9,15 @@ from pathlib import Path
 import streamlit as st
 
 from backend.regen import control
-from backend.regen.follow import History, progress_follower
+from backend.regen.follow import History, RunPaths, progress_follower
 from backend.regen.follow_specforge import specforge_follower
-from backend.regen.samples import find_original, find_row, last_row, row_at, row_before
+from backend.regen.samples import find_original, find_row, input_entries, last_row, read_job, row_at, row_before
 from ui import fmt
 from ui import regen as blocks
 from ui.components import freshness
 
 REFRESH_S = 2
+SAMPLE_REFRESH_S = 5
 LIVE_STATES = ("starting", "running", "waiting", "pausing", "stopping")
 
 
@@ -83,9 +84,19 @@ def _pos(row) -> tuple[int, int] | None:
     return (row.start, row.end) if row is not None else None
 
 
-def sample_viewer(out: str, inputs: list[dict], key: str) -> None:
-    """One output row at a time, read at its byte offset, beside its original input record."""
+def sample_viewer(out: str, inputs: list[dict] | None, key: str) -> None:
+    """``inputs``: the run's input files (see samples.input_entries); None: those its .job.json names,
+    read when a row is shown (a job started after the page was opened writes it then)."""
     st.subheader("Samples")
+    _samples(out, inputs, key)
+
+
+@st.fragment(run_every=SAMPLE_REFRESH_S)
+def _samples(out: str, inputs: list[dict] | None, key: str) -> None:
+    """One output row at a time, read at its byte offset, beside its original input record.
+
+    It stays on the row shown until a button moves it; until the first row is written it looks
+    again every few seconds."""
     bar = st.container(horizontal=True, vertical_alignment="center")
     c = [bar] * 5
     pos_key = f"{key}-pos"
@@ -122,12 +133,17 @@ def sample_viewer(out: str, inputs: list[dict], key: str) -> None:
         return
     rid = str(row.record.get("id", ""))
     cache = st.session_state.setdefault(f"{key}-originals", {})
-    if rid and rid not in cache:
-        cache.clear()  # one at a time: the viewer shows one row
-        cache[rid] = find_original(inputs, rid, (row.record.get("regen") or {}).get("dataset")) if inputs else None
-    original = cache.get(rid)
+    if rid in cache:
+        original, known = cache[rid]
+    else:
+        ins = inputs if inputs is not None else input_entries(read_job(RunPaths.of(out)) or {})
+        dataset = (row.record.get("regen") or {}).get("dataset")
+        original, known = (find_original(ins, rid, dataset) if ins and rid else None), bool(ins)
+        if known:  # inputs not known yet (no .job.json so far): look again next time
+            cache.clear()  # one at a time: the viewer shows one row
+            cache[rid] = (original, known)
     why = "" if original is not None else (
-        "The original record was not found in the run's inputs." if inputs else
+        "The original record was not found in the run's inputs." if known else
         "The run's inputs are not known (no .job.json), so the original answer cannot be shown.")
     st.caption(f"byte {fmt.count(row.start)} of `{out}`")
     blocks.sample_columns(row.record, original, original_why=why, raw=raw)

@@ -165,3 +165,17 @@ def test_specforge_mode_counts_its_three_files(workspace):
     assert "timeout: 1 row" in [e.label for e in at.expander]
     texts = [t.value for t in at.markdown]
     assert "new 4" in texts and "orig 4" in texts
+
+
+@pytest.mark.timeout(120)
+def test_original_appears_once_the_run_names_its_inputs(workspace):
+    out = write_run(workspace)
+    job = out.with_name("code.job.json")
+    saved = job.read_text()
+    job.unlink()  # a job that has not written its parameters yet
+    at = _page(AppTest.from_file(str(REPO / "app.py"), default_timeout=30))
+    assert any("The run's inputs are not known" in c.value for c in at.caption)
+    assert "original answer 2" not in [t.value for t in at.markdown]
+    job.write_text(saved)
+    at.run()
+    assert "original answer 2" in [t.value for t in at.markdown]
