@@ -8,7 +8,8 @@ restart the supervisor still knows the job: it re-adopts the running process by 
 time like any other, and a finished job can be started again (a resume) with the same argv.
 
 Files are written whole to a temporary name and renamed.  A file that cannot be read is skipped
-with a warning naming it; the others still load.
+with a warning naming it; the others still load.  Deleting a job's file (while it is not running)
+forgets it at the next config reload or dashboard start.
 """
 
 from __future__ import annotations
@@ -78,13 +79,3 @@ def load_jobs(run_dir: str | os.PathLike[str]) -> list[AdhocJob]:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log.warning("%s: not a job file, skipped: %s", p, exc)
     return sorted(jobs, key=lambda j: j.created_at)
-
-
-def forget_job(run_dir: str | os.PathLike[str], name: str) -> bool:
-    """Remove the saved job ``name``; False when there was none."""
-    p = _dir(run_dir) / f"{name}.json"
-    try:
-        p.unlink()
-    except FileNotFoundError:
-        return False
-    return True
