@@ -23,6 +23,7 @@ def _pages() -> list:
     pages = []
     for file, title, icon in (
         ("pages/servers.py", "Servers", ":material/dns:"),
+        ("pages/regeneration.py", "Regeneration", ":material/autorenew:"),
         ("pages/processes.py", "Processes", ":material/terminal:"),
         ("pages/gpus.py", "GPUs", ":material/memory:"),
     ):

@@ -125,7 +125,53 @@ class Runtime:
     # -- specs -----------------------------------------------------------
 
     def all_specs(self) -> list[ProcessSpec]:
-        return list(self.workspace.process_specs()) + self.fleet.specs()
+        """The workspace's processes, its servers, and the jobs started from a page."""
+        specs = list(self.workspace.process_specs()) + self.fleet.specs()
+        taken = {s.name for s in specs}
+        return specs + [j.spec for j in self.jobs() if j.name not in taken]
+
+    def jobs(self) -> list:
+        """Jobs started from a page (backend.supervisor.adhoc), oldest first."""
+        from backend.supervisor.adhoc import load_jobs
+
+        return load_jobs(self.workspace.run_dir)
+
+    def start_job(self, spec: ProcessSpec, meta: dict, *, actor: str | Caller, source: str):
+        """Save an ad-hoc job (so a dashboard restart re-adopts it) and start it, audited."""
+        from backend.supervisor.adhoc import save_job
+
+        who, client = self.authorise(actor, "start", spec.name, source)
+        with audit.acting_from(client):
+            configured = {s.name for s in list(self.workspace.process_specs()) + self.fleet.specs()}
+            if spec.name in configured:
+                msg = f"{spec.name} is a process of the workspace file; choose another output name"
+                audit.record(self.store, who, source, "start", spec.name, msg, "refused", client=client)
+                raise ValueError(msg)
+            view = self.supervisor.view(spec.name)
+            if view is not None and view.live:
+                msg = f"{spec.name} is already {view.state.value}; pause or stop it first"
+                audit.record(self.store, who, source, "start", spec.name, msg, "refused", client=client)
+                raise ValueError(msg)
+            save_job(self.workspace.run_dir, spec, meta)
+            self.supervisor.register(spec)
+            return self.supervisor.start(spec.name, actor=who, source=source)
+
+    def act(self, action: str, target: str, fn, *, actor: str | Caller, source: str, detail: str = ""):
+        """Run ``fn()`` (an action on files, not on a process) authorised and audited.
+
+        ``fn`` returns ``(ok, message)``; the audit records the message with ``ok`` or ``error``.
+        """
+        who, client = self.authorise(actor, action, target, source)
+        with audit.acting_from(client):
+            try:
+                ok, message = fn()
+            except Exception as exc:
+                audit.record(self.store, who, source, action, target, f"{detail} {exc}".strip(), "error",
+                             client=client)
+                raise
+            audit.record(self.store, who, source, action, target, f"{detail} {message}".strip(),
+                         "ok" if ok else "error", client=client)
+            return ok, message
 
     def _autostart(self) -> None:
         """Start ``autostart`` processes and servers that have never run in this workspace."""
@@ -158,7 +204,29 @@ class Runtime:
         snap = self.telemetry.latest()
         if snap is not None:
             out.extend(snap.alerts)
+        out.extend(self._job_alerts())
         return out
+
+    def _job_alerts(self) -> list:
+        """A running regeneration that completed nothing for its stall time (see backend.regen.follow)."""
+        from backend.regen.follow import STALL_AFTER_S, progress_follower
+
+        found = []
+        for job in self.jobs():
+            if job.meta.get("kind") != "regen" or not job.meta.get("out"):
+                continue
+            view = self.supervisor.view(job.name)
+            if view is None or view.state.value != "RUNNING":
+                continue
+            try:
+                alert = progress_follower(job.meta["out"]).poll().stall(
+                    job.name, running=True, after_s=float(job.meta.get("stall_after_s") or STALL_AFTER_S))
+            except (OSError, ValueError):
+                log.exception("reading the progress of %s failed", job.name)
+                continue
+            if alert is not None:
+                found.append(alert)
+        return found
 
     # -- control (authorisation, preflight for servers, audit for everything) --
 

@@ -10,11 +10,11 @@
     python -m backend.cli [--workspace DIR] bench list [--server S] [--concurrency N] [--json]
     python -m backend.cli [--workspace DIR] servers list
     python -m backend.cli [--workspace DIR] servers preflight NAME [--json]
-    python -m backend.cli regen run|status|validate|requeue ...   (backend/regen/cli.py)
     python -m backend.cli [--workspace DIR] supervise [--interval S]
     python -m backend.cli train parselog LOG [--json] | tracker DIR | checkpoints DIR | inspect CKPT
     python -m backend.cli [--workspace DIR] users add|passwd|remove|list [NAME]
     python -m backend.cli init DIR
+    python -m backend.cli [--workspace DIR] regen run|status|validate|requeue ...   (backend/regen/cli.py)
 
 The workspace is the ``--workspace`` folder, else ``$SPECDECK_WORKSPACE``,
 else the demo workspace.  Every start/stop/restart is written to the audit

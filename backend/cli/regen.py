@@ -1,7 +1,4 @@
-"""``regen``: regeneration runs in the foreground; the commands live in :mod:`backend.regen.cli`.
-
-A run opens its own workspace (``regen ... --workspace DIR``) only when it names servers or a mix,
-so the command needs no supervisor session."""
+"""``regen``: run, follow, check and requeue a regeneration; the commands live in :mod:`backend.regen.cli`."""
 
 from __future__ import annotations
 
@@ -16,6 +13,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     return regen_cli.main(args, out, sys.stderr)
 
 
-def register(sub) -> None:
+def register(sub: argparse._SubParsersAction) -> None:
     regen_cli.add_parser(sub)
+    # A regeneration reads and writes its own files; it opens no supervisor session.
     sub.choices["regen"].set_defaults(func=_run, session=False)

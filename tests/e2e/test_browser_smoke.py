@@ -13,7 +13,7 @@ from tests.e2e._dashboard import serve as _serve
 
 REPO = Path(__file__).resolve().parents[2]
 SHOTS = REPO / "artifacts" / "screenshots"
-PAGES = [("servers", "Servers"), ("processes", "Processes"), ("gpus", "GPUs")]
+PAGES = [("servers", "Servers"), ("regeneration", "Regeneration"), ("processes", "Processes"), ("gpus", "GPUs")]
 
 pytestmark = pytest.mark.browser
 

@@ -1,0 +1,281 @@
+"""The Regeneration page's blocks: progress, per-dataset bars, rate charts, lengths, errors, samples.
+
+Each block draws one snapshot (a progress-log line of Specdeck's job, or what
+``SpecForgeFollower.snapshot()`` gives for SpecForge's own script) and reads nothing itself.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+import numpy as np
+import plotly.graph_objects as go
+import streamlit as st
+
+from backend.regen.follow import Eta, History
+from backend.regen.samples import turns
+from ui import charts, fmt
+
+STATE_TEXT = {
+    "starting": ":orange[◐ starting]", "running": ":green[● running]", "waiting": ":orange[◐ waiting for a server]",
+    "pausing": ":orange[◐ pausing]", "paused": ":gray[○ paused]", "stopping": ":orange[◐ stopping]",
+    "done": ":gray[○ done]", "failed": ":red[✕ failed]", "following": ":blue[● following]",
+    "catching up": ":orange[◐ reading the files]",
+}
+
+
+def _num(v: Any) -> int | None:
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def progress_block(snap: dict[str, Any], eta: Eta, *, now: float | None = None) -> None:
+    """The big bar, the counts and the ETA band."""
+    now = time.time() if now is None else now
+    total = _num(snap.get("total"))
+    done, failed, skipped = _num(snap.get("done")), _num(snap.get("failed")), _num(snap.get("skipped"))
+    finished = sum(v or 0 for v in (done, failed, skipped))
+    state = str(snap.get("state") or "")
+    line = STATE_TEXT.get(state, state)
+    if snap.get("message"):
+        line += f" · {snap['message']}"
+    st.markdown(line)
+    if total:
+        frac = min(1.0, finished / total)
+        st.progress(frac, text=f"**{fmt.count(finished)} of {fmt.count(total)} rows** "
+                               f"({fmt.pct(frac * 100)}): done, failed or skipped")
+    else:
+        st.progress(0.0, text="counting the rows of the inputs…" if total is None else "no rows in the inputs")
+    c = st.columns(3) + st.columns(3)  # two rows: nothing cut at 1024 px
+    c[0].metric("done", fmt.count(done), help="rows answered and written to the output")
+    c[1].metric("failed", fmt.count(failed), help="permanent failures, in the _error.jsonl file (requeue them "
+                                                 "below once the cause is fixed)")
+    c[2].metric("skipped", fmt.count(skipped), help="rows that were not asked (bad input, duplicates, filters), "
+                                                   "in the _skipped.jsonl file")
+    inflight = snap.get("in_flight")
+    c[3].metric("in flight", fmt.count(_num(inflight)),
+                help="requests sent and not answered yet" if inflight is not None else
+                "N/A: SpecForge's files do not say what it has in flight")
+    c[4].metric("remaining", fmt.count(_num(snap.get("remaining"))), help="rows not finished yet (in flight included)")
+    if eta.point_s == 0:
+        c[5].metric("ETA", "done", help=eta.basis)
+    else:
+        mid = fmt.duration(eta.point_s) if eta.point_s is not None else fmt.NA
+        c[5].metric("ETA", fmt.eta_range(eta.low_s, eta.high_s), delta=f"point {mid}" if eta.known else None,
+                    delta_color="off", delta_arrow="off", help=eta.basis)
+    rate = snap.get("req_s")
+    tok = snap.get("tok_s")
+    started = snap.get("started_at")
+    bits = [f"{rate:,.2f} rows/s" if isinstance(rate, (int, float)) else "rows/s N/A",
+            fmt.tok_s(tok) if isinstance(tok, (int, float)) else "tok/s N/A"]
+    if isinstance(started, (int, float)):
+        bits.append(f"running for {fmt.duration(now - started)} since the last (re)start")
+    if eta.known and eta.point_s:
+        bits.append(f"done around {time.strftime('%a %H:%M', time.localtime(now + eta.point_s))}")
+    st.caption(" · ".join(bits))
+
+
+def dataset_bars(snap: dict[str, Any]) -> None:
+    """One bar per dataset of the mix: done, failed and skipped of its rows."""
+    ds = snap.get("datasets") or {}
+    if not ds:
+        return
+    st.markdown("**Per dataset**")
+    cols = st.columns(2)
+    for i, (name, d) in enumerate(ds.items()):
+        total = _num(d.get("total")) or 0
+        done, failed, skipped = (_num(d.get(k)) or 0 for k in ("done", "failed", "skipped"))
+        frac = min(1.0, (done + failed + skipped) / total) if total else 0.0
+        extra = []
+        if failed:
+            extra.append(f"{fmt.count(failed)} failed")
+        if skipped:
+            extra.append(f"{fmt.count(skipped)} skipped")
+        text = f"{name}: {fmt.count(done)} / {fmt.count(total)}" + (f" ({', '.join(extra)})" if extra else "")
+        cols[i % 2].progress(frac, text=text)
+
+
+def _host_port(url: str) -> tuple[str, int | None]:
+    u = urlsplit(url if "://" in url else f"http://{url}")
+    host = (u.hostname or "").lower()
+    if host in ("localhost", "0.0.0.0", "::1", "::"):
+        host = "127.0.0.1"
+    return host, u.port
+
+
+def server_series(snap: dict[str, Any], fleet) -> dict[str, tuple[list, list]]:
+    """The servers' own gen throughput (their decode log lines), for the servers of the run."""
+    out: dict[str, tuple[list, list]] = {}
+    if fleet is None:
+        return out
+    names = fleet.names()
+    for url, s in (snap.get("servers") or {}).items():
+        match = s.get("name") if s.get("name") in names else None
+        if match is None:
+            want = _host_port(url)
+            for n in names:
+                cfg = fleet.config(n)
+                if _host_port(f"http://{cfg.host}:{cfg.port}") == want:
+                    match = n
+                    break
+        if match is None or match in out:
+            continue
+        try:
+            dec = fleet.snapshot(match).decode
+        except Exception:  # a server removed meanwhile: no series
+            continue
+        out[match] = (list(dec["ts"]), list(dec["gen_throughput"]))
+    return out
+
+
+def _series(fig: go.Figure, name: str, ts, ys, *, fmt: str, breaks=(), dash: str | None = None,
+            yaxis: str = "y") -> None:
+    """``charts.add_series`` with the points handed to plotly as numpy arrays: the same breaks,
+    min/max downsampling and local time, without plotly checking 2,000 Python objects one by one
+    (4 times faster for a 2,000-point trace, measured in bench/bench_regen_page.py's setting)."""
+    timed = [(t, y) for t, y in zip(ts, ys) if t is not None]
+    xs, vals = charts.downsample(*charts.with_breaks([t for t, _ in timed], [y for _, y in timed], breaks))
+    offset = time.localtime().tm_gmtoff  # local wall-clock time, as charts.to_local gives
+    x = ((np.asarray(xs, dtype=float) + offset) * 1000).astype("datetime64[ms]")
+    y = np.asarray([np.nan if v is None else v for v in vals], dtype=float)
+    fig.add_trace(go.Scatter(x=x, y=y, name=name, mode="lines", connectgaps=False, yaxis=yaxis,
+                             line=dict(color=charts.colour_for(name), dash=dash),
+                             hovertemplate=f"%{{y:{fmt}}}<extra>{name}</extra>"))
+
+
+def speed_chart(history: History, servers: dict[str, tuple[list, list]], *, key: str) -> None:
+    """rows/s (left axis) and tok/s (right axis), each server's own gen throughput beside ours.
+
+    One figure with two axes rather than two figures: every plotly figure costs the page a fixed
+    ~50 ms to build and validate, and this chart is redrawn every 2 s."""
+    if len(history) < 2:
+        st.caption("The speed chart starts with the second progress snapshot.")
+        return
+    starts = history.run_starts()
+    fig = charts.figure("Speed", y_title="rows/s", height=300)
+    _series(fig, "rows/s (completed)", history.t, history.values["req_s"], fmt=",.2f", breaks=starts)
+    _series(fig, "answer tok/s (this job)", history.t, history.values["tok_s"], fmt=",.1f", breaks=starts,
+            yaxis="y2")
+    lo = history.t[0]
+    for name, (ts, ys) in servers.items():
+        pts = [(t, y) for t, y in zip(ts, ys) if t is not None and t >= lo]
+        if pts:
+            _series(fig, f"{name} gen throughput (server log)", [p[0] for p in pts], [p[1] for p in pts],
+                    fmt=",.1f", dash="dot", yaxis="y2")
+    fig.update_layout(yaxis2=dict(title="tok/s", overlaying="y", side="right", showgrid=False, rangemode="tozero"),
+                      yaxis=dict(rangemode="tozero"))
+    charts.mark_restarts(fig, starts, label="resume")
+    charts.legend_below(fig)
+    st.plotly_chart(fig, width="stretch", key=f"{key}-speed")
+
+
+def length_histogram(hist: dict[str, Any] | None, *, unit: str, key: str) -> None:
+    edges, counts = (hist or {}).get("edges") or [], (hist or {}).get("counts") or []
+    if not counts or len(edges) != len(counts) + 1 or not sum(counts):
+        st.caption(f"Answer lengths: none yet ({unit}).")
+        return
+    last = max(i for i, c in enumerate(counts) if c) + 1
+    # the last bin also holds every answer above its upper edge (the job's histogram and SpecForge's)
+    labels = [f"≥ {edges[i]:,}" if i == len(counts) - 1 else f"{edges[i]:,}-{edges[i + 1]:,}" for i in range(last)]
+    fig = go.Figure(go.Bar(x=labels, y=counts[:last], marker_color=charts.colour_for("answer length"),
+                           hovertemplate="%{x} " + unit + ": %{y:,} rows<extra></extra>"))
+    fig.update_layout(template="plotly_white", height=300, margin=dict(l=10, r=10, t=40, b=10),
+                      title=dict(text=f"Answer lengths ({unit})", font=dict(size=14)),
+                      xaxis_title=unit, yaxis_title="rows", bargap=0.05)
+    st.plotly_chart(fig, width="stretch", key=f"{key}-hist")
+
+
+def error_table(errors: dict[str, Any] | None) -> None:
+    if not errors:
+        st.caption("No failed row.")
+        return
+    rows = sorted(((k, v.get("count", 0), str(v.get("example") or "")) for k, v in errors.items()),
+                  key=lambda r: -r[1])
+    st.markdown("**What went wrong** (permanent failures by class)")
+    for cls, n, example in rows:
+        with st.expander(f"{cls}: {fmt.count(n)} row{'s' if n != 1 else ''}"):
+            st.code(example[:2000] or "no example kept", language=None, wrap_lines=True)
+
+
+SERVER_STATE = {"up": ":green[● up]", "waiting": ":orange[◐ waiting]", "down": ":red[✕ down]"}
+
+
+def server_lines(snap: dict[str, Any]) -> None:
+    """One line per server of the run (lines wrap, so nothing is cut at 1024 px)."""
+    servers = snap.get("servers") or {}
+    if not servers:
+        return
+    st.markdown("**Servers**")
+    for url, s in servers.items():
+        name = f"**{s['name']}** · {url}" if s.get("name") else f"**{url}**"
+        state = SERVER_STATE.get(str(s.get("state")), str(s.get("state") or fmt.NA))
+        rate = s.get("req_s")
+        bits = [name, state, f"{fmt.count(_num(s.get('in_flight')))} in flight",
+                f"{fmt.count(_num(s.get('done')))} done", f"{fmt.count(_num(s.get('failed')))} failed",
+                f"{fmt.count(_num(s.get('retries')))} retries",
+                f"{rate:,.2f} rows/s" if isinstance(rate, (int, float)) else "rows/s N/A",
+                fmt.tok_s(s.get("tok_s"))]
+        st.markdown(" · ".join(bits))
+        if s.get("last_error"):
+            st.caption(f"last error: {s['last_error']}")
+
+
+def _answer(record: dict[str, Any] | None) -> tuple[str | None, str | None]:
+    """(the last assistant answer, its reasoning) of a record."""
+    for t in reversed((record or {}).get("conversations") or []):
+        if isinstance(t, dict) and t.get("role", t.get("from")) in ("assistant", "gpt"):
+            c = t.get("content", t.get("value"))
+            return (c if isinstance(c, str) else None), t.get("reasoning_content")
+    return None, None
+
+
+def _show(text: str, raw: bool, limit: int) -> None:
+    if len(text) > limit:
+        st.caption(f"first {limit:,} of {len(text):,} characters")
+        text = text[:limit]
+    if raw:
+        st.code(text, language=None, wrap_lines=True)
+    else:
+        st.markdown(text)
+
+
+def sample_columns(row: dict[str, Any], original: dict[str, Any] | None, *, original_why: str = "",
+                   raw: bool = False) -> None:
+    """Prompt, original answer and regenerated answer side by side (as Markdown, or ``raw`` text)."""
+    prompt = [t for t in turns(original or row) if t["role"] != "assistant"]
+    regen = row.get("regen") or {}
+    meta = [f"id `{row.get('id', fmt.NA)}`"]
+    if regen.get("dataset"):
+        meta.append(f"dataset {regen['dataset']}")
+    if regen.get("server"):
+        meta.append(f"server {regen['server']}")
+    if regen.get("completion_tokens") is not None:
+        meta.append(f"{fmt.count(regen.get('completion_tokens'))} answer tokens")
+    if regen.get("finish_reason"):
+        meta.append(f"finish: {regen['finish_reason']}")
+    st.caption(" · ".join(meta))
+    heads = st.columns(3)
+    for col, title in zip(heads, ("Prompt", "Original answer", "Regenerated answer")):
+        col.markdown(f"**{title}**")
+    # each text scrolls in its own box: a long answer does not push the page down
+    c1, c2, c3 = (col.container(height=520, border=False) for col in st.columns(3))
+    with c1:
+        for t in prompt:
+            st.caption(t["role"])
+            _show(t["content"], raw, 6000)
+    with c2:
+        ans, _ = _answer(original)
+        if ans is None:
+            st.caption(original_why or "The input record has no assistant answer (a prompt-only row).")
+        else:
+            _show(ans, raw, 12000)
+    with c3:
+        ans, reasoning = _answer(row)
+        if reasoning:
+            with st.expander("reasoning"):
+                _show(str(reasoning), raw, 12000)
+        if ans is None:
+            st.caption(fmt.NA)
+        else:
+            _show(ans, raw, 12000)

@@ -1,0 +1,188 @@
+"""The Regeneration page's live parts: a job's figures, a SpecForge run's figures, the sample viewer."""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+import streamlit as st
+
+from backend.regen import control
+from backend.regen.follow import History, RunPaths, progress_follower
+from backend.regen.follow_specforge import specforge_follower
+from backend.regen.samples import find_original, find_row, input_entries, last_row, read_job, row_at, row_before
+from ui import fmt
+from ui import regen as blocks
+from ui.components import freshness
+
+REFRESH_S = 2
+SAMPLE_REFRESH_S = 5
+LIVE_STATES = ("starting", "running", "waiting", "pausing", "stopping")
+
+
+def known_runs(rt) -> dict[str, str]:
+    """Output paths of the runs this workspace knows: its jobs, and progress logs in its outputs."""
+    found: dict[str, str] = {}
+    for job in rt.jobs():
+        if job.meta.get("kind") == "regen" and job.meta.get("out"):
+            found[job.meta["out"]] = job.name
+    for pattern in ("*.progress.jsonl", "*/*.progress.jsonl", "*/*/*.progress.jsonl"):
+        for p in sorted(rt.workspace.outputs_dir.glob(pattern)):
+            out = str(p.with_name(p.name[: -len(".progress.jsonl")] + ".jsonl"))
+            found.setdefault(out, control.job_name(Path(out)))
+    return found
+
+
+def job_for(rt, out: str):
+    for job in rt.jobs():
+        if job.meta.get("out") == out:
+            return job
+    return None
+
+
+@st.fragment(run_every=REFRESH_S)
+def live_job(rt, out: str) -> None:
+    f = progress_follower(out).poll()
+    snap = f.latest
+    job = job_for(rt, out)
+    view = rt.supervisor.view(job.name) if job is not None else None
+    if view is not None:
+        badge = fmt.state_badge(view.state.value, view.exit_code)
+        st.markdown(f"{badge.markdown()} &nbsp; **{view.name}**" + (f" · pid {view.pid}" if view.pid else "")
+                    + f" · log `{view.log_path}`")
+    if snap is None:
+        st.info(f"No progress yet: `{f.paths.progress}` is empty or missing. A job writes its first snapshot "
+                "when it starts; its log (above) says what it is doing.", icon=":material/hourglass_empty:")
+        return
+    if f.bad_lines:
+        st.warning(f"{fmt.count(f.bad_lines)} line(s) of the progress log could not be read and were skipped; "
+                   f"the last: {f.last_bad}")
+    running = view is not None and view.state.value == "RUNNING"
+    stall_s = float(job.meta.get("stall_after_s") or 600) if job is not None else 600.0
+    alert = f.stall(view.name if view else Path(out).name, running=running, after_s=stall_s)
+    if alert is not None:
+        st.warning(f"**{alert.title}**. {alert.message} Likely: " + "; ".join(alert.causes),
+                   icon=":material/warning:")
+    eta = f.eta()
+    blocks.progress_block(snap, eta)
+    blocks.dataset_bars(snap)
+    left, right = st.columns([3, 2])
+    with left:
+        blocks.speed_chart(f.history, blocks.server_series(snap, rt.fleet), key="regen")
+    with right:
+        blocks.length_histogram(snap.get("completion_tokens_hist"), unit="tokens", key="regen")
+    blocks.server_lines(snap)
+    blocks.error_table(snap.get("errors"))
+    if snap.get("state") in LIVE_STATES:
+        freshness(snap.get("t"), REFRESH_S, "progress logged")
+    else:
+        st.caption(f"last snapshot {fmt.age(time.time() - (snap.get('t') or time.time()))} · `{f.paths.progress}`")
+
+
+def _pos(row) -> tuple[int, int] | None:
+    return (row.start, row.end) if row is not None else None
+
+
+def sample_viewer(out: str, inputs: list[dict] | None, key: str) -> None:
+    """``inputs``: the run's input files (see samples.input_entries); None: those its .job.json names,
+    read when a row is shown (a job started after the page was opened writes it then)."""
+    st.subheader("Samples")
+    _samples(out, inputs, key)
+
+
+@st.fragment(run_every=SAMPLE_REFRESH_S)
+def _samples(out: str, inputs: list[dict] | None, key: str) -> None:
+    """One output row at a time, read at its byte offset, beside its original input record.
+
+    It stays on the row shown until a button moves it; until the first row is written it looks
+    again every few seconds."""
+    bar = st.container(horizontal=True, vertical_alignment="center")
+    c = [bar] * 5
+    pos_key = f"{key}-pos"
+    cur = st.session_state.get(pos_key)
+    row = None
+    if c[0].button("Newest", key=f"{key}-newest", icon=":material/last_page:"):
+        row = last_row(out)
+    elif c[1].button("Previous", key=f"{key}-prev", icon=":material/chevron_left:"):
+        ref = cur or _pos(last_row(out))
+        row = (row_before(out, ref[0]) or row_at(out, ref[0])) if ref else None
+    elif c[2].button("Next", key=f"{key}-next", icon=":material/chevron_right:"):
+        ref = cur or _pos(last_row(out))
+        row = (row_at(out, ref[1]) or row_at(out, ref[0])) if ref else None
+    elif c[3].button("Random", key=f"{key}-random", icon=":material/shuffle:"):
+        size = Path(out).stat().st_size if Path(out).exists() else 0
+        row = row_at(out, random.randrange(size)) if size else None
+        row = row or last_row(out)
+    find = c[4].text_input("Find id", key=f"{key}-find", placeholder="find a row id", label_visibility="collapsed",
+                           width=220)
+    raw = bar.toggle("Raw text", key=f"{key}-raw", help="show the texts as they are, instead of as Markdown")
+    if find and st.session_state.get(f"{key}-found") != find:
+        st.session_state[f"{key}-found"] = find
+        row = find_row(out, find.strip())
+        if row is None:
+            st.warning(f"No row with id `{find}` in `{out}` (yet).")
+    if row is None:
+        row = row_at(out, cur[0]) if cur is not None else last_row(out)
+    if row is None:
+        st.caption(f"No complete row in `{out}` yet.")
+        return
+    st.session_state[pos_key] = (row.start, row.end)
+    if row.record is None:
+        st.error(row.error)
+        return
+    rid = str(row.record.get("id", ""))
+    cache = st.session_state.setdefault(f"{key}-originals", {})
+    if rid in cache:
+        original, known = cache[rid]
+    else:
+        ins = inputs if inputs is not None else input_entries(read_job(RunPaths.of(out)) or {})
+        dataset = (row.record.get("regen") or {}).get("dataset")
+        original, known = (find_original(ins, rid, dataset) if ins and rid else None), bool(ins)
+        if known:  # inputs not known yet (no .job.json so far): look again next time
+            cache.clear()  # one at a time: the viewer shows one row
+            cache[rid] = (original, known)
+    why = "" if original is not None else (
+        "The original record was not found in the run's inputs." if known else
+        "The run's inputs are not known (no .job.json), so the original answer cannot be shown.")
+    st.caption(f"byte {fmt.count(row.start)} of `{out}`")
+    blocks.sample_columns(row.record, original, original_why=why, raw=raw)
+
+
+@st.fragment(run_every=REFRESH_S)
+def live_specforge(inp: str, out: str, stall_min: float) -> None:
+    f = specforge_follower(inp, out).poll()
+    if not f.exists:
+        st.info(f"No output yet at `{out}` (nor its _error / _skipped files). Check the path; SpecForge "
+                "creates them when the script starts writing.", icon=":material/hourglass_empty:")
+        return
+    if f.input_error:
+        st.error(f"{f.input_error}: the total, the remaining rows and the ETA stay N/A until it can be read.")
+    if f.catching_up:
+        st.progress(f.read_fraction, text=f"Reading the existing output: {fmt.pct(f.read_fraction * 100)}; the rate "
+                                          "and ETA start once everything written so far is read")
+    snap = f.snapshot()
+    blocks.progress_block(snap, f.eta())
+    if f.duplicates:
+        st.warning(f"{fmt.count(f.duplicates)} row(s) are in the files more than once (SpecForge's --resume counts "
+                   "lines, so a crash can write a row twice); each is counted once here.")
+    if f.last_completion_t is not None and time.time() - f.last_completion_t > stall_min * 60:
+        st.warning(f"No new row for {fmt.duration(time.time() - f.last_completion_t)}: is the script still "
+                   "running, and are its servers up?", icon=":material/warning:")
+    h = History()
+    if len(f.points) >= 2:
+        prev = None
+        for t, done in f.points:
+            rate = None if prev is None or t <= prev[0] else (done - prev[1]) / (t - prev[0])
+            h.add({"t": t, "done": done, "req_s": rate})
+            prev = (t, done)
+    left, right = st.columns([3, 2])
+    with left:
+        if len(h):
+            blocks.speed_chart(h, {}, key="sf")
+    with right:
+        blocks.length_histogram(snap.get("answer_chars_hist"), unit="characters", key="sf")
+    blocks.error_table(snap.get("errors"))
+    st.caption("SpecForge's tqdm bar moves when a request is sent; these counts are the rows in its three output "
+               f"files (`{f.paths.out.name}`, `{f.paths.error.name}`, `{f.paths.skipped.name}`), read by byte offset.")
+    freshness(f.polled_at, REFRESH_S, "files read")
