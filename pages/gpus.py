@@ -128,7 +128,6 @@ def _key_figures(snap) -> None:
     total = [g.mem_total for g in alive if g.mem_used is not None and g.mem_total]
     power = [g.power_w for g in alive if g.power_w is not None]
     limit = [g.power_limit_w for g in alive if g.power_w is not None and g.power_limit_w is not None]
-    temps = [g.temp_c for g in alive if g.temp_c is not None]
     c = st.columns(3) + st.columns(3)  # two rows of three: every figure whole at 1024 px
     lost = len(gpus) - len(alive)
     counted = bool(gpus) or snap.state.ok

@@ -105,7 +105,6 @@ def control(proc: str) -> None:
         st.info(f"**{proc}** is no longer in the workspace config.", icon=":material/info:")
         return
     with st.container(border=True):
-        state = view.state.value
         active = view.live
         st.markdown(f"{fmt.view_badge(view).markdown()} &nbsp; **{view.name}** · {view.kind.value}"
                     + (f" · pid {view.pid}" if view.pid else "") + (f" · {view.detail}" if view.detail else ""))

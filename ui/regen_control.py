@@ -9,7 +9,8 @@ import streamlit as st
 
 from backend.regen import control
 from backend.regen.catalog import mixes
-from backend.regen.follow import RunPaths, progress_follower
+from backend.regen.follow import progress_follower
+from backend.regen.output import RunFiles
 from ui import fmt
 from ui.auth import control_lock
 from ui.components import confirm_box
@@ -44,7 +45,7 @@ def job_controls(rt, out: str) -> None:
                    help=lock or "stop submitting, finish what is in flight, flush, exit"):
         _do("pause", lambda: rt.act("pause", name, lambda: (True, f"wrote {control.request_pause(out)}"),
                                     actor=actor(), source="dashboard"))
-    has_job_json = RunPaths.of(out).job.exists()
+    has_job_json = RunFiles.of(out).job.exists()
     can_resume = not live and state != "done" and (job is not None or has_job_json)
     if c[1].button("Resume", key="regen-resume", icon=":material/play_arrow:", disabled=not can_resume or bool(lock),
                    help=lock or "start the job again on the same output: it asks only the rows not written yet"):
@@ -133,7 +134,7 @@ def start_form(rt) -> None:
         return
     spec, meta = pending
     with st.container(border=True):
-        resumes = RunPaths.of(meta["out"]).out.exists()
+        resumes = RunFiles.of(meta["out"]).out.exists()
         st.markdown(f"**{spec.name}** will run as a supervised process"
                     + (" and **resume** the existing output (rows already written are not asked again)"
                        if resumes else "") + ":")

@@ -9,7 +9,8 @@ from pathlib import Path
 import streamlit as st
 
 from backend.regen import control
-from backend.regen.follow import History, RunPaths, progress_follower
+from backend.regen.follow import History, progress_follower
+from backend.regen.output import RunFiles
 from backend.regen.follow_specforge import specforge_follower
 from backend.regen.samples import find_original, find_row, input_entries, last_row, read_job, row_at, row_before
 from ui import fmt
@@ -48,7 +49,7 @@ def live_job(rt, out: str) -> None:
     job = job_for(rt, out)
     view = rt.supervisor.view(job.name) if job is not None else None
     if view is not None:
-        badge = fmt.state_badge(view.state.value, view.exit_code)
+        badge = fmt.view_badge(view)  # a job the user stopped reads STOPPED, not its exit code
         st.markdown(f"{badge.markdown()} &nbsp; **{view.name}**" + (f" · pid {view.pid}" if view.pid else "")
                     + f" · log `{view.log_path}`")
     if snap is None:
@@ -136,7 +137,7 @@ def _samples(out: str, inputs: list[dict] | None, key: str) -> None:
     if rid in cache:
         original, known = cache[rid]
     else:
-        ins = inputs if inputs is not None else input_entries(read_job(RunPaths.of(out)) or {})
+        ins = inputs if inputs is not None else input_entries(read_job(RunFiles.of(out)) or {})
         dataset = (row.record.get("regen") or {}).get("dataset")
         original, known = (find_original(ins, rid, dataset) if ins and rid else None), bool(ins)
         if known:  # inputs not known yet (no .job.json so far): look again next time

@@ -23,7 +23,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from backend.regen.follow import RunPaths
+from backend.regen.output import RunFiles
 from backend.supervisor.spec import Kind, ProcessSpec, RestartPolicy
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -133,7 +133,7 @@ def resume_spec(out: Path, root: Path, log_dir: Path, python: str = sys.executab
 
 def request_pause(out: str | os.PathLike[str]) -> Path:
     """Write ``pause`` to ``OUT.control`` (whole, by rename); the job reads it within a second."""
-    path = RunPaths.of(out).control
+    path = RunFiles.of(out).control
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".control.", suffix=".tmp")
     with os.fdopen(fd, "w") as f:
         f.write("pause\n")
@@ -142,7 +142,7 @@ def request_pause(out: str | os.PathLike[str]) -> Path:
 
 
 def requeue_argv(out: str | os.PathLike[str], python: str = sys.executable) -> list[str]:
-    return [python, "-m", "backend.cli", "regen", "requeue", str(RunPaths.of(out).out)]
+    return [python, "-m", "backend.cli", "regen", "requeue", str(RunFiles.of(out).out)]
 
 
 def requeue(out: str | os.PathLike[str], *, timeout_s: float = REQUEUE_TIMEOUT_S) -> tuple[bool, str]:

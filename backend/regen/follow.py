@@ -30,10 +30,12 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from backend.regen.output import RunFiles
 
 MAX_POINTS = 2000  # history points kept per run (about; see ProgressFollower)
 SAMPLE_ABOVE_BYTES = 4 * 1024 * 1024  # a progress log larger than this is sampled when first opened
@@ -43,45 +45,6 @@ MIN_WINDOWS = 4  # rate windows needed before the band comes from the rate sprea
 WINDOW_S = 60.0  # a rate window is at least this long
 STALL_AFTER_S = 600.0  # default: a running job with no completion for this long is stalled
 
-
-# -- paths --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RunPaths:
-    """The files of a run with output ``OUT`` (``x.jsonl``): SpecForge's three and Specdeck's own."""
-
-    out: Path
-
-    @classmethod
-    def of(cls, out: str | os.PathLike[str]) -> "RunPaths":
-        p = Path(out).expanduser()
-        if p.suffix != ".jsonl":
-            raise ValueError(f"{p}: an output path ends in .jsonl (SpecForge's format)")
-        return cls(p.absolute())
-
-    def _sibling(self, tail: str) -> Path:
-        return self.out.with_name(self.out.name[: -len(".jsonl")] + tail)
-
-    @property
-    def error(self) -> Path:
-        return self._sibling("_error.jsonl")
-
-    @property
-    def skipped(self) -> Path:
-        return self._sibling("_skipped.jsonl")
-
-    @property
-    def progress(self) -> Path:
-        return self._sibling(".progress.jsonl")
-
-    @property
-    def job(self) -> Path:
-        return self._sibling(".job.json")
-
-    @property
-    def control(self) -> Path:
-        return self._sibling(".control")
 
 
 # -- complete lines by byte offset ------------------------------------------------------------
@@ -370,7 +333,7 @@ class ProgressFollower:
 
     def __init__(self, out: str | os.PathLike[str], *, max_points: int = MAX_POINTS,
                  clock: Callable[[], float] = time.time):
-        self.paths = RunPaths.of(out)
+        self.paths = RunFiles.of(out)
         self.max_points = max_points
         self._clock = clock
         self._reader = LineReader(self.paths.progress)
@@ -475,7 +438,7 @@ _followers: dict[Path, ProgressFollower] = {}
 def progress_follower(out: str | os.PathLike[str]) -> ProgressFollower:
     """One shared follower per output path: the page's sessions and the sidebar's stall check
     read the same offsets, so the log is read once however many look at it."""
-    key = RunPaths.of(out).out
+    key = RunFiles.of(out).out
     with _lock:
         f = _followers.get(key)
         if f is None:

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from backend.regen.follow import MAX_POINTS, READ_CHUNK, Eta, LineReader, RunPaths, eta_band
+from backend.regen.follow import MAX_POINTS, READ_CHUNK, Eta, LineReader, eta_band
+from backend.regen.output import RunFiles
 
 BUDGET_BYTES = 8 * 1024 * 1024  # per file per poll
 # answer length in characters (SpecForge's output has no token counts)
@@ -88,7 +89,7 @@ class SpecForgeFollower:
                  budget_bytes: int = BUDGET_BYTES, clock: Callable[[], float] = time.time,
                  max_points: int = MAX_POINTS):
         self.input = Path(input_path).expanduser()
-        self.paths = RunPaths.of(output_path)
+        self.paths = RunFiles.of(output_path)
         self.budget = budget_bytes
         self.max_points = max_points
         self._clock = clock
@@ -274,7 +275,7 @@ _followers: dict[tuple[Path, Path], SpecForgeFollower] = {}
 
 def specforge_follower(input_path: str | os.PathLike[str], output_path: str | os.PathLike[str]) -> SpecForgeFollower:
     """One shared follower per (input, output): every page session reads the same offsets."""
-    key = (Path(input_path).expanduser().absolute(), RunPaths.of(output_path).out)
+    key = (Path(input_path).expanduser().absolute(), RunFiles.of(output_path).out)
     with _lock:
         f = _followers.get(key)
         if f is None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from backend.regen.follow import RunPaths
+from backend.regen.output import RunFiles
 
 # -- one output row by offset (the sample viewer) -------------------------------------------------
 
@@ -147,7 +147,7 @@ def input_entries(job: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def read_job(paths: RunPaths) -> dict[str, Any] | None:
+def read_job(paths: RunFiles) -> dict[str, Any] | None:
     try:
         obj = json.loads(paths.job.read_text(encoding="utf-8"))
     except (OSError, ValueError):

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -33,7 +32,7 @@ from backend.sglang.config import ServerConfig
 from backend.sglang.findings import Finding
 from backend.sglang.flagtable import Emulated, emulate, flag_table, full_table, table_label
 from backend.sglang.launch import build_env, server_args
-from backend.sglang.version import Capabilities, detect_version, parse_version
+from backend.sglang.version import Capabilities, detect_version, end_probe_group, parse_version
 
 PROBE_PATH = Path(__file__).with_name("argprobe.py")
 PROBE_PREFIX = "specdeck-argcheck: "
@@ -166,7 +165,7 @@ def run_probe(python: str, base: list[str], groups: list[list[str]], *, env: dic
     try:
         out, err = proc.communicate(request, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        _end_group(proc)
+        end_probe_group(proc)
         return {"ok": False, "kind": "failed", "error": f"SGLang's parser did not answer within {timeout_s:.0f} s"}
     answer = None
     for line in reversed(out.splitlines()):
@@ -182,19 +181,6 @@ def run_probe(python: str, base: list[str], groups: list[list[str]], *, env: dic
     with _cache_lock:
         _cache[key] = answer
     return answer
-
-
-def _end_group(proc: subprocess.Popen) -> None:
-    for sig, grace in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except OSError:
-            break
-        try:
-            proc.communicate(timeout=grace)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 # -- the check ------------------------------------------------------------------------

@@ -61,7 +61,7 @@ def detect_version(python: str, *, timeout_s: float = 15.0, use_cache: bool = Tr
                 parse_version(lines[-1])
                 version = lines[-1].strip()
         except subprocess.TimeoutExpired:
-            _end_group(proc)
+            end_probe_group(proc)
         except ValueError:
             version = None
     with _cache_lock:
@@ -69,8 +69,8 @@ def detect_version(python: str, *, timeout_s: float = 15.0, use_cache: bool = Tr
     return version
 
 
-def _end_group(proc: subprocess.Popen) -> None:
-    """SIGTERM to the probe's process group, a short grace, then SIGKILL."""
+def end_probe_group(proc: subprocess.Popen) -> None:
+    """SIGTERM to a probe subprocess's process group (started with start_new_session), a short grace, then SIGKILL."""
     for sig, grace in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 5.0)):
         try:
             os.killpg(proc.pid, sig)
