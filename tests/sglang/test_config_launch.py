@@ -12,6 +12,7 @@ from backend.sglang.config import ServerConfig, describe_validation_error
 from backend.sglang.launch import build_argv, build_env, endpoints, server_args, to_process_spec
 from backend.sglang.version import capabilities, clear_cache, detect_version, parse_version
 from backend.supervisor.spec import Kind
+from backend.workspace import ConfigError, parse_config
 
 
 def cfg(**kw) -> ServerConfig:
@@ -179,3 +180,11 @@ def test_detect_version_runs_the_interpreter_once(tmp_path):
     slow = _fake_python(tmp_path / "python-slow", "sleep 5\necho 0.5.4")
     assert detect_version(slow, timeout_s=0.5) is None
     clear_cache()
+
+
+@pytest.mark.parametrize("field, value", [("baseline_tok_s", "inf"), ("baseline_tok_s", "nan"),
+                                          ("mem_fraction_static", "nan")])
+def test_nan_and_inf_are_not_numbers_a_server_config_takes(field, value):
+    text = f'[[server]]\nname = "s"\nmodel_path = "/m"\n{field} = {value}\n'
+    with pytest.raises(ConfigError, match=rf"{field}.*finite number"):
+        parse_config(text)
