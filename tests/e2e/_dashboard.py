@@ -21,21 +21,28 @@ CHROMIUM = "/usr/bin/chromium"
 
 
 @contextmanager
-def serve(home: Path, env_extra: dict[str, str] | None = None):
-    """`streamlit run app.py` on a free port with the demo workspace under ``home``."""
+def serve(home: Path, env_extra: dict[str, str] | None = None, *, workspace: Path | None = None,
+          timeout_s: float = 60.0, address: str = "127.0.0.1", args: tuple[str, ...] = ()):
+    """`streamlit run app.py [ARGS]` on ``address`` and a free port, with ``workspace``, or else the
+    demo workspace under ``home``; yields its URL.  At the end the dashboard is stopped and so is
+    every process of that workspace."""
     port = free_port()
+    home.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, SPECDECK_HOME=str(home), PYTHONUNBUFFERED="1")
     env.pop("SPECDECK_WORKSPACE", None)
+    if workspace is not None:
+        env["SPECDECK_WORKSPACE"] = str(workspace)
     env.update(env_extra or {})
+    ws = workspace or home / "demo"
     log = open(home / "streamlit.log", "wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
-         "--server.headless", "true", "--global.developmentMode", "false"],
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.address", address, "--server.port", str(port),
+         "--server.headless", "true", "--global.developmentMode", "false", *args],
         cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
-    url = f"http://127.0.0.1:{port}"
+    url = f"http://{address}:{port}"
     try:
-        deadline = time.time() + 60
+        deadline = time.time() + timeout_s
         while True:
             try:
                 with urllib.request.urlopen(url + "/_stcore/health", timeout=2) as r:
@@ -56,9 +63,9 @@ def serve(home: Path, env_extra: dict[str, str] | None = None):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         log.close()
-        # end the demo workspace's managed processes too
-        if (home / "demo" / "specdeck.toml").exists():
-            subprocess.run([sys.executable, "-m", "backend.cli", "--workspace", str(home / "demo"),
+        # end the workspace's managed processes too
+        if (ws / "specdeck.toml").exists():
+            subprocess.run([sys.executable, "-m", "backend.cli", "--workspace", str(ws),
                             "processes", "stop-all"], cwd=REPO, env=env, timeout=60,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 

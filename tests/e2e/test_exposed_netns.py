@@ -14,19 +14,17 @@ import os
 import queue
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from state import Store, audit
-from tests.helpers import free_port
+from tests.e2e._dashboard import serve
 
 REPO = Path(__file__).resolve().parents[2]
 SHOTS = REPO / "artifacts" / "screenshots"
@@ -119,42 +117,14 @@ stop_grace_s = 5
 """)
     r = _cli(ws, "users", "add", "alice", "--password-stdin", stdin=PASSWORD + "\n")
     assert r.returncode == 0, r.stderr
-    port = free_port()
-    env = dict(os.environ, SPECDECK_WORKSPACE=str(ws), SPECDECK_HOME=str(tmp / "home"), PYTHONUNBUFFERED="1")
-    log = open(tmp / "streamlit.log", "wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.address", host_ip, "--server.port",
-         str(port), "--server.headless", "true", "--global.developmentMode", "false",
-         # browsers reach it by this address: let Streamlit's Host check accept it (as a deployment would)
-         "--server.allowedHosts", "localhost", "--server.allowedHosts", "127.0.0.1",
-         "--server.allowedHosts", host_ip],
-        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://{host_ip}:{port}"
-    try:
-        deadline = time.time() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/_stcore/health", timeout=2) as resp:
-                    if resp.read().strip() == b"ok":
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError("streamlit did not become healthy: "
-                                   + (tmp / "streamlit.log").read_text(errors="replace")[-2000:])
-            time.sleep(0.3)
+    # browsers reach it by this address: let Streamlit's Host check accept it (as a deployment would)
+    hosts = ("--server.allowedHosts", "localhost", "--server.allowedHosts", "127.0.0.1",
+             "--server.allowedHosts", host_ip)
+    with serve(tmp / "home", workspace=ws, timeout_s=90, address=host_ip, args=hosts) as url:
+        port = int(url.rsplit(":", 1)[1])
         _first_session(host_ip, port)  # the dashboard's backend (and autostart) begins with a session
         _wait_ticker(ws, "RUNNING")
         yield ws, port, url
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
-        _cli(ws, "processes", "stop-all")
 
 
 def _first_session(host: str, port: int) -> None:
