@@ -331,9 +331,12 @@ num_draft_tokens = 4
         wait_for(lambda: (v := sup.view("sim")).run_id != first_run and v.state.value == "RUNNING", 120,
                  "the relaunched server ready")
         assert p.wait(180) == 0, (tmp_path / "job.log").read_text()
-        assert read_jsonl(sibling(out, "_error.jsonl")) == []
+        # the only error rows allowed are the simulated model's own empty answers (an end-of-sequence
+        # token drawn first), which have nothing to do with the relaunch
+        errors = read_jsonl(sibling(out, "_error.jsonl"))
+        assert [e for e in errors if e["regen"]["class"] != "empty_answer"] == []
         got = [row["id"] for row in read_jsonl(out)]
-        assert len(got) == len(set(got)) and set(got) == set(ids)
+        assert len(got) == len(set(got)) and set(got) | {e["id"] for e in errors} == set(ids)
         assert any(l["state"] == "waiting" for l in progress_lines(out))  # it noticed the server go away
     finally:
         for v in sup.views():

@@ -40,7 +40,7 @@ port = {free_port()}
 simulate = true
 sglang_version = "0.5.10"
 decode_log_interval = 5
-mem_fraction_static = 0.8   # keep some memory for the draft
+mem_fraction_static = 0.5   # keep some memory for the draft
 gpus = [0]
 env = {{ SPECDECK_SIM_SPEED = "100" }}
 
@@ -188,8 +188,8 @@ def test_relaunch_with_each_field_edited_on_a_workspace_with_the_optional_tables
     v = _relaunch(at, rt, lambda a: a.checkbox(key=K + "nograph").uncheck())
     check(v, ("cuda_graph", "disable"), False, "--cuda-graph-max-bs", "8")
     assert "--disable-cuda-graph" not in v.spec.argv
-    v = _relaunch(at, rt, lambda a: a.number_input(key=K + "mem").set_value(0.7))
-    check(v, ("mem_fraction_static",), 0.7, "--mem-fraction-static", "0.7")
+    v = _relaunch(at, rt, lambda a: a.number_input(key=K + "mem").set_value(0.45))
+    check(v, ("mem_fraction_static",), 0.45, "--mem-fraction-static", "0.45")
     v = _relaunch(at, rt, lambda a: a.text_input(key=K + "gpus").input("1,2"))
     check(v, ("gpus",), [1, 2])
     assert v.spec.env["CUDA_VISIBLE_DEVICES"] == "1,2"
@@ -242,8 +242,8 @@ def test_relaunch_with_each_field_edited_on_a_workspace_without_the_optional_tab
     assert "--disable-cuda-graph" in v.spec.argv
     v = _relaunch(at, rt, lambda a: a.checkbox(key=K + "nograph").uncheck())
     check(v, ("cuda_graph", "disable"), False, "--cuda-graph-max-bs", "8")
-    v = _relaunch(at, rt, lambda a: a.number_input(key=K + "mem").set_value(0.75))
-    check(v, ("mem_fraction_static",), 0.75, "--mem-fraction-static", "0.75")
+    v = _relaunch(at, rt, lambda a: a.number_input(key=K + "mem").set_value(0.45))
+    check(v, ("mem_fraction_static",), 0.45, "--mem-fraction-static", "0.45")
     v = _relaunch(at, rt, lambda a: a.text_input(key=K + "gpus").input("0"))
     check(v, ("gpus",), [0])
     assert v.spec.env["CUDA_VISIBLE_DEVICES"] == "0"
