@@ -230,6 +230,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     train = sub.add_parser("train", help="SpecForge training: parse logs and tracker files, list and inspect "
                                          "checkpoints")
     ts = train.add_subparsers(dest="action", required=True, metavar="ACTION")
+    from backend.train.cli_deploy import register as register_deploy  # train deploy (backend/train/cli_deploy.py)
+    register_deploy(ts)
     a = ts.add_parser("parselog", help="parse a training log: one record per line (Gen-1, Gen-2, Gen-3)")
     a.add_argument("log")
     a.add_argument("--json", action="store_true", help="one JSON object per line")
