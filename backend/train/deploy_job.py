@@ -104,13 +104,18 @@ class _Job:
         return BenchStore(self.s.store).insert(r).result
 
     def stored(self) -> list[BenchResult]:
-        from state.bench import BenchFilter, BenchStore
+        return stored_results(self.s.store, self.s.fleet, self.req.server)
 
-        bench = BenchStore(self.s.store)
-        target = self.s.fleet.config(self.req.server).model_path
-        by_server = bench.list(BenchFilter(server=self.req.server))
-        by_target = [r for r in bench.list(BenchFilter(target_model=target)) if not r.server]
-        return by_server + by_target
+
+def stored_results(store, fleet, server: str) -> list[BenchResult]:
+    """Stored benchmark results of ``server``, and those of its target model that name no server."""
+    from state.bench import BenchFilter, BenchStore
+
+    bench = BenchStore(store)
+    target = fleet.config(server).model_path
+    by_server = bench.list(BenchFilter(server=server))
+    by_target = [r for r in bench.list(BenchFilter(target_model=target)) if not r.server]
+    return by_server + by_target
 
 
 def _label_parts(info) -> tuple[int | None, int | None]:
@@ -390,4 +395,4 @@ def deploy_jobs(rt) -> list:
 
 
 __all__ = ["KEEP", "RESTORE", "Stopped", "command_line", "deploy_jobs", "deploy_process_spec", "run_deploy",
-           "start_deploy", "state_path", "stop_on_sigterm"]
+           "start_deploy", "state_path", "stop_on_sigterm", "stored_results"]

@@ -1,0 +1,277 @@
+"""The Training page's deploy panel: a checkpoint to a benchmarked server, in one guided flow.
+
+Choose the server, the speculative values (the server's by default) and the load (the stored
+baseline's by default); the checkpoint's preflight against the server's target shows before
+anything starts.  Start runs ``train deploy`` as a supervised job (backend/train/deploy_job.py);
+its state file drives the live step list, and at the end the result row sits beside the baseline
+and the previous draft, with the speedup and the break-even accept_len.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from pathlib import Path
+
+import streamlit as st
+
+from backend.train.deploy import (DONE, FAILED, KEEP, RESTORE, RUNNING, SKIPPED, STOPPED, DeployRequest, plan_loads,
+                                  read_state, speculative_values, stored_baselines, DeployError)
+from backend.train.deploy_job import (command_line, deploy_jobs, start_deploy, stored_results)
+from ui import fmt
+from ui.auth import control_lock
+from ui.components import confirm_box, findings_list, freshness
+from ui.context import actor
+
+REFRESH_S = 2
+_ICON = {DONE: ":green[✔ done]", FAILED: ":red[✖ failed]", STOPPED: ":orange[■ stopped]",
+         RUNNING: ":orange[● running]", SKIPPED: ":grey[– skipped]", "pending": ":grey[○ pending]"}
+_KEY = "train-deploy"
+
+
+def deploy_panel(rt, run_name: str | None, checkpoint_path: str | None) -> None:
+    """Deploy ``checkpoint_path`` (of training run ``run_name``) to a server of the workspace."""
+    st.subheader("Deploy a checkpoint")
+    st.caption("Preflight it against a server's target, relaunch the server with it as its EAGLE3 draft, "
+               "benchmark it at the baseline's load, and compare with the baseline and the previous draft.")
+    job = _job_to_show(rt, checkpoint_path)
+    if job is not None:
+        _live(rt, job.name, job.meta["state"])
+    if not checkpoint_path:
+        st.info("No checkpoint chosen: pick one of the run's checkpoints above to deploy it.",
+                icon=":material/info:")
+        return
+    servers = rt.fleet.names()
+    if not servers:
+        st.info("No server in the workspace: add a [[server]] entry to the workspace file to deploy to.",
+                icon=":material/info:")
+        return
+    _form(rt, run_name, checkpoint_path, servers)
+
+
+def _job_to_show(rt, checkpoint_path: str | None):
+    """The deploy job started from this session, else the newest one of this checkpoint."""
+    jobs = deploy_jobs(rt)
+    wanted = st.session_state.get(f"{_KEY}-job")
+    for j in jobs:
+        if j.name == wanted:
+            return j
+    if checkpoint_path:
+        ck = str(Path(checkpoint_path).expanduser().resolve())
+        return next((j for j in jobs if j.meta.get("checkpoint") == ck), None)
+    return None
+
+
+# -- the form -------------------------------------------------------------------------------------
+
+def _form(rt, run_name: str | None, checkpoint_path: str, servers: list[str]) -> None:
+    from backend.train.checkpoints import preflight_checkpoint
+
+    ckpt = str(Path(checkpoint_path).expanduser().resolve())
+    with st.container(border=True):
+        a, b, c, d = st.columns([2, 1, 1, 1])
+        server = a.selectbox("Server", servers, key=f"{_KEY}-server",
+                             help="the workspace server whose draft the checkpoint replaces")
+        cfg = rt.fleet.config(server)
+        steps0, topk0, ndt0 = speculative_values(cfg, DeployRequest(ckpt, server))
+        steps = b.number_input("Steps", 1, 64, steps0, key=f"{_KEY}-steps-{server}",
+                               help="--speculative-num-steps (default: the server's)")
+        topk = c.number_input("Top-k", 1, 64, topk0, key=f"{_KEY}-topk-{server}",
+                              help="--speculative-eagle-topk (default: the server's)")
+        ndt = d.number_input("Draft tokens", 1, 1024, ndt0, key=f"{_KEY}-ndt-{server}",
+                             help="--speculative-num-draft-tokens (default: the server's)")
+        findings = preflight_checkpoint(ckpt, cfg.model_path, server=cfg, num_steps=int(steps), eagle_topk=int(topk),
+                                        num_draft_tokens=int(ndt))
+        errors = [f for f in findings if f.severity == "error"]
+        st.markdown(f"**Preflight** of `{Path(ckpt).name}` against `{cfg.model_path}`: "
+                    + (f":red[{len(errors)} error(s): the server will not be touched]" if errors else
+                       ":green[no errors]"))
+        findings_list(findings, info=False)
+
+        try:
+            baselines = stored_baselines(stored_results(rt.store, rt.fleet, server), server, cfg.model_path)
+        except Exception as exc:  # the store unreadable: say so, the form still works with a given load
+            st.warning(f"The stored benchmarks could not be read: {exc}")
+            baselines = []
+        req, ready = _load_inputs(server, ckpt, baselines)
+        e, f, g = st.columns([2, 2, 1])
+        after = e.radio("Afterwards", [KEEP, RESTORE], horizontal=True, key=f"{_KEY}-after",
+                        format_func=lambda x: "keep the checkpoint on the server" if x == KEEP else
+                        "put the previous config back")
+        mode = f.radio("Benchmark client", ["auto", "builtin", "sglang"], horizontal=True, key=f"{_KEY}-mode",
+                       help="auto: SGLang's bench_serving where the server's environment has sglang, "
+                            "else the built-in client")
+        timeout = g.number_input("Ready timeout (s)", 10, 7200, 900, key=f"{_KEY}-timeout")
+        req = DeployRequest(**{**req.to_dict(), "concurrency": tuple(req.concurrency), "num_steps": int(steps),
+                               "eagle_topk": int(topk), "num_draft_tokens": int(ndt), "after": after,
+                               "mode": mode, "run_name": run_name, "ready_timeout_s": float(timeout)})
+        st.caption("Runs as a supervised job: `" + shlex.join(["python", "-m", "backend.cli", "train", "deploy",
+                                                                 *command_line(req)]) + "`")
+        lock = control_lock(rt)
+        blocked = lock or ("preflight found errors" if errors else "") or ("" if ready else "choose the load")
+        if st.button("Start deploy", key=f"{_KEY}-start", type="primary", icon=":material/rocket_launch:",
+                     disabled=bool(blocked), help=blocked or None):
+            st.session_state[f"{_KEY}-confirm"] = True
+            st.session_state[f"{_KEY}-pending"] = req
+    pending = st.session_state.get(f"{_KEY}-pending")
+    if pending is not None and confirm_box(
+            f"{_KEY}-confirm", f"Relaunch **{pending.server}** with `{Path(pending.checkpoint).name}`? Its current run "
+            "stops while the checkpoint is served and benchmarked; a failure puts the previous config back.",
+            confirm_label="Yes, deploy") is True:
+        st.session_state.pop(f"{_KEY}-pending", None)
+        try:
+            spec, _ = start_deploy(rt, pending, actor=actor(), source="dashboard")
+        except Exception as exc:  # refused or failed: the audit log has it
+            st.error(f"Could not start the deploy: {exc}")
+        else:
+            st.session_state[f"{_KEY}-job"] = spec.name
+            st.rerun()
+
+
+def _load_inputs(server: str, ckpt: str, baselines) -> tuple[DeployRequest, bool]:
+    """The load part of the request, and whether it is complete."""
+    options = ["baseline", "given"] if baselines else ["given"]
+    if baselines:
+        b = baselines[0]
+        lo = b.load
+        st.markdown(f"**Load**: the newest baseline of {server} is result #{b.id}: concurrency "
+                    f"{lo.concurrency if lo.concurrency is not None else fmt.NA}, "
+                    f"{fmt.count(lo.num_prompts)} prompts of {lo.input_len or fmt.NA}/{lo.output_len or fmt.NA} "
+                    f"tokens, {fmt.tok_s(b.results.output_tok_s)}.")
+    else:
+        st.warning(f"No baseline of {server} is stored, so there is nothing to compare with yet. Give the load "
+                   "below and measure the baseline first (the server runs without speculation for it), or "
+                   "benchmark the server without speculation and come back.", icon=":material/warning:")
+    how = st.radio("Measure at", options, horizontal=True, key=f"{_KEY}-load-{server}",
+                   format_func=lambda x: "the baseline's load" if x == "baseline" else "a load I give")
+    if how == "baseline":
+        req = DeployRequest(ckpt, server)
+        try:
+            loads, where = plan_loads(req, baselines)
+        except DeployError as exc:
+            st.error(str(exc))
+            return req, False
+        st.caption(f"Measures at {where}.")
+        return req, True
+    c = st.columns(5)
+    conc = c[0].text_input("Concurrency (several: spaces)", "1", key=f"{_KEY}-conc")
+    n = c[1].number_input("Prompts", 1, 100_000, 200, key=f"{_KEY}-n")
+    i = c[2].number_input("Input tokens", 1, 1_000_000, 1024, key=f"{_KEY}-in")
+    o = c[3].number_input("Output tokens", 1, 1_000_000, 512, key=f"{_KEY}-out")
+    measure = c[4].checkbox("Measure the baseline first where none is stored", value=not baselines,
+                            key=f"{_KEY}-measure")
+    try:
+        values = tuple(int(x) for x in conc.replace(",", " ").split())
+    except ValueError:
+        st.error(f"Concurrency {conc!r}: write whole numbers, e.g. `1 4 16`.")
+        return DeployRequest(ckpt, server), False
+    if not values or min(values) < 1:
+        st.error("Concurrency: at least one value, each 1 or more.")
+        return DeployRequest(ckpt, server), False
+    req = DeployRequest(ckpt, server, concurrency=values, num_prompts=int(n), input_len=int(i), output_len=int(o),
+                        measure_baseline=bool(measure))
+    return req, True
+
+
+# -- the job, live ----------------------------------------------------------------------------------
+
+@st.fragment(run_every=REFRESH_S)
+def _live(rt, name: str, state_file: str) -> None:
+    view = rt.supervisor.view(name)
+    state = read_state(state_file)
+    live = view is not None and view.live
+    with st.container(border=True):
+        head = f"**{name}**"
+        if view is not None:
+            head = f"{fmt.view_badge(view).markdown()} &nbsp; " + head + f" · log `{view.log_path}`"
+        st.markdown(head)
+        if state is None:
+            st.info(f"No state yet: `{state_file}` is written when the job starts.", icon=":material/hourglass_empty:")
+            return
+        if state.label:
+            st.markdown(f"`{state.request.get('checkpoint')}` → **{state.request.get('server')}** · {state.label}")
+        if state.state == RUNNING and not live and view is not None:
+            st.error(f"The job ended without finishing its steps ({fmt.state_text(view.state.value, view.exit_code)}); "
+                     f"its log `{view.log_path}` says why. The server may need a look on the Servers page.")
+        _steps(state, live)
+        if state.state == RUNNING and live:
+            freshness(state.updated_at, REFRESH_S, "state written")
+            lock = control_lock(rt)
+            if st.button("Stop", key=f"{_KEY}-stop", icon=":material/stop:", disabled=bool(lock), help=lock or
+                         "SIGTERM: the job stops and puts the previous server config back"):
+                st.session_state[f"{_KEY}-confirm-stop"] = True
+            if confirm_box(f"{_KEY}-confirm-stop", f"Stop **{name}**? The benchmark ends and the server gets its "
+                           "previous config back.", confirm_label="Yes, stop") is True:
+                try:
+                    rt.stop(name, actor=actor(), source="dashboard")
+                except Exception as exc:  # refused: the audit log has it
+                    st.error(f"Could not stop {name}: {exc}")
+        if state.rows:
+            _result(state)
+
+
+def _steps(state, live: bool) -> None:
+    now = time.time()
+    lines = []
+    for s in state.steps:
+        took = ""
+        if s.started_at:
+            took = f" · {fmt.duration((s.ended_at or now) - s.started_at)}"
+        msg = f" — {s.message}" if s.message else ""
+        lines.append(f"- {_ICON.get(s.status, s.status)} **{s.title}**{took}{msg}")
+    st.markdown("\n".join(lines))
+    cur = state.current
+    if cur is not None and live:
+        st.caption(f"{cur.title}: {state.detail or 'working'} · elapsed {fmt.duration(now - state.started_at)}")
+        if cur.name in ("benchmark", "baseline") and state.total:
+            st.progress(min(1.0, state.done / state.total), text=f"{fmt.count(state.done)} of "
+                        f"{fmt.count(state.total)} requests")
+    if state.state in (FAILED, STOPPED):
+        what = "stopped" if state.state == STOPPED else "failed"
+        step = state.step(state.failed_step).title if state.failed_step else "a step"
+        restore = state.step("restore")
+        where = {"previous": "The server runs its previous configuration.",
+                 "checkpoint": "The server serves the checkpoint.",
+                 "unknown": "How the server was left is not known: check it on the Servers page."}
+        text = f"**{step}** {what}: {state.error}\n\n**Server:** {state.restore or restore.message} " \
+               f"{where.get(state.server_left, '')}"
+        (st.warning if state.state == STOPPED else st.error)(text, icon=":material/error:")
+
+
+def _result(state) -> None:
+    """The result row next to the baseline and the previous draft, per load."""
+    for r in state.row_objects():
+        st.markdown(f"**Result at concurrency {r.concurrency}, {r.input_len or fmt.NA}/{r.output_len or fmt.NA} "
+                    "tokens**")
+        m = st.columns(4)
+        m[0].metric("Output tok/s", fmt.tok_s(r.tok_s),
+                    delta=None if r.baseline_tok_s is None or r.tok_s is None else
+                    f"{r.tok_s - r.baseline_tok_s:+.1f} vs baseline")
+        m[1].metric("Speedup vs baseline", fmt.NA if r.speedup is None else f"{r.speedup:.2f}×",
+                    help=r.reason or "output tok/s over the baseline's at the same concurrency and lengths")
+        m[2].metric("accept_len", fmt.accept_len(r.accept_len), help="this run's, from the server's metrics or log")
+        m[3].metric("Break-even accept_len", fmt.accept_len(r.break_even_accept_len),
+                    help=r.reason or "the accept_len at which a speculative round pays for its cost")
+        rows = [{"": "Baseline (no speculation)", "result": _id(r.baseline_id), "tok/s": fmt.tok_s(r.baseline_tok_s),
+                 "accept_len": fmt.NA, "vs baseline": "1.00×" if r.baseline_tok_s else fmt.NA,
+                 "break-even accept_len": fmt.NA}]
+        if r.previous_id is not None:
+            rows.append({"": f"Previous draft: {Path(r.previous_draft or '?').name}", "result": _id(r.previous_id),
+                         "tok/s": fmt.tok_s(r.previous_tok_s), "accept_len": fmt.accept_len(r.previous_accept_len),
+                         "vs baseline": _x(r.previous_speedup), "break-even accept_len": fmt.NA})
+        rows.append({"": state.label or "This checkpoint", "result": _id(r.result_id), "tok/s": fmt.tok_s(r.tok_s),
+                     "accept_len": fmt.accept_len(r.accept_len), "vs baseline": _x(r.speedup),
+                     "break-even accept_len": fmt.accept_len(r.break_even_accept_len)})
+        st.dataframe(rows, hide_index=True, width="stretch")
+        if r.explanation:
+            st.markdown(r.explanation)
+        elif r.reason:
+            st.info(f"Speedup N/A: {r.reason}.", icon=":material/info:")
+
+
+def _id(v: int | None) -> str:
+    return f"#{v}" if v is not None else fmt.NA
+
+
+def _x(v: float | None) -> str:
+    return fmt.NA if v is None else f"{v:.2f}×"
