@@ -153,13 +153,15 @@ def _load_inputs(server: str, ckpt: str, baselines) -> tuple[DeployRequest, bool
             return req, False
         st.caption(f"Measures at {where}.")
         return req, True
-    c = st.columns(5)
-    conc = c[0].text_input("Concurrency (several: spaces)", "1", key=f"{_KEY}-conc")
+    c = st.columns(4)
+    conc = c[0].text_input("Concurrency", "1", key=f"{_KEY}-conc", help="several values, separated by spaces, "
+                           "run one after the other: `1 4 16`")
     n = c[1].number_input("Prompts", 1, 100_000, 200, key=f"{_KEY}-n")
     i = c[2].number_input("Input tokens", 1, 1_000_000, 1024, key=f"{_KEY}-in")
     o = c[3].number_input("Output tokens", 1, 1_000_000, 512, key=f"{_KEY}-out")
-    measure = c[4].checkbox("Measure the baseline first where none is stored", value=not baselines,
-                            key=f"{_KEY}-measure")
+    measure = st.checkbox("Measure missing baselines", value=not baselines, key=f"{_KEY}-measure",
+                          help="where no baseline is stored at this load, measure one first: the server runs "
+                                "without speculation for it")
     try:
         values = tuple(int(x) for x in conc.replace(",", " ").split())
     except ValueError:
@@ -208,6 +210,12 @@ def _live(rt, name: str, state_file: str) -> None:
                     st.error(f"Could not stop {name}: {exc}")
         if state.rows:
             _result(state)
+    # the job's results changed what the form shows (a measured baseline, the server's config): once, as the
+    # job finishes, the whole panel is drawn again
+    seen = st.session_state.get(f"{_KEY}-seen-{name}")
+    st.session_state[f"{_KEY}-seen-{name}"] = state.state
+    if seen == RUNNING and state.finished:
+        st.rerun(scope="app")
 
 
 def _steps(state, live: bool) -> None:
@@ -258,11 +266,17 @@ def _result(state) -> None:
         if r.previous_id is not None:
             rows.append({"": f"Previous draft: {Path(r.previous_draft or '?').name}", "result": _id(r.previous_id),
                          "tok/s": fmt.tok_s(r.previous_tok_s), "accept_len": fmt.accept_len(r.previous_accept_len),
-                         "vs baseline": _x(r.previous_speedup), "break-even accept_len": fmt.NA})
-        rows.append({"": state.label or "This checkpoint", "result": _id(r.result_id), "tok/s": fmt.tok_s(r.tok_s),
+                         "vs baseline": _x(r.previous_speedup),
+                         "break-even accept_len": fmt.accept_len(r.previous_break_even_accept_len)})
+        name = Path(str(state.request.get("checkpoint") or "?")).name
+        rows.append({"": f"This checkpoint: {name}", "result": _id(r.result_id), "tok/s": fmt.tok_s(r.tok_s),
                      "accept_len": fmt.accept_len(r.accept_len), "vs baseline": _x(r.speedup),
                      "break-even accept_len": fmt.accept_len(r.break_even_accept_len)})
-        st.dataframe(rows, hide_index=True, width="stretch")
+        st.dataframe(rows, hide_index=True, width="stretch",
+                     column_config={"": st.column_config.TextColumn(width="large"),
+                                    "result": st.column_config.TextColumn(width="small"),
+                                    "break-even accept_len": st.column_config.TextColumn(
+                                        "break-even", help="accept_len at which speculation matches the baseline")})
         if r.explanation:
             st.markdown(r.explanation)
         elif r.reason:

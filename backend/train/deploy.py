@@ -35,10 +35,10 @@ STEPS = ("inspect", "preflight", "load", "baseline", "relaunch", "benchmark", "c
 STEP_TITLES = {
     "inspect": "Inspect the checkpoint",
     "preflight": "Preflight against the server's target",
-    "load": "Choose the load (the baseline's)",
+    "load": "Choose the load",
     "baseline": "Measure the baseline",
     "relaunch": "Relaunch the server with the checkpoint",
-    "benchmark": "Benchmark at the baseline's load",
+    "benchmark": "Benchmark the checkpoint at that load",
     "compare": "Compare with the baseline and the previous draft",
     "restore": "Restore the previous server",
 }
@@ -206,6 +206,7 @@ class Row:
     previous_tok_s: float | None = None
     previous_accept_len: float | None = None
     previous_speedup: float | None = None
+    previous_break_even_accept_len: float | None = None
     speedup: float | None = None
     break_even_accept_len: float | None = None
     pays: bool | None = None
@@ -239,6 +240,9 @@ def compare(new: BenchResult, stored: Iterable[BenchResult], checkpoint: str | P
     row.update(baseline_id=base.id, baseline_tok_s=bt)
     if prev is not None and prev.results.output_tok_s:
         row["previous_speedup"] = prev.results.output_tok_s / bt
+        if prev.accept_len:
+            row["previous_break_even_accept_len"] = BreakEven(bt, prev.results.output_tok_s, prev.accept_len,
+                                                              new.load.concurrency or 1).break_even_accept_len
     if not tok:
         return Row(**row, reason="the benchmark recorded no tok/s")
     row["speedup"] = tok / bt

@@ -111,9 +111,11 @@ def test_start_runs_the_job_and_shows_the_result_row_beside_the_baseline(ws):
     [table] = at.dataframe
     df = table.value
     assert list(df[""]) == ["Baseline (no speculation)", f"Previous draft: {Path(ws['previous']).name}",
-                            "checkpoint tiny-run/epoch_1_step_40 (epoch 1, step 40)"]
+                            "This checkpoint: epoch_1_step_40"]
     assert list(df["result"])[:2] == [f"#{base_id}", f"#{prev_id}"]
     assert list(df["tok/s"])[:2] == ["90.0 tok/s", "82.3 tok/s"] and df["vs baseline"][1] == "0.91×"
+    # the previous draft's break-even at this load: (2 × 2.1 / 82.3) / (2 / 90) = 2.30, as the seeds' story says
+    assert df["break-even accept_len"][1] == "2.30"
     speed = next(m for m in at.metric if m.label == "Speedup vs baseline")
     tok = float(df["tok/s"][2].split()[0].replace(",", ""))
     assert speed.value == f"{tok / BASELINE_TOK_S:.2f}×"  # at the same load as the baseline

@@ -67,6 +67,7 @@ def test_compare_pairs_the_baseline_at_the_same_load_and_the_previous_draft():
     assert (row.baseline_id, row.baseline_tok_s, row.previous_id, row.previous_tok_s) == (2, 90.0, 4, 82.3)
     assert row.speedup == pytest.approx(120.0 / 90.0)
     assert row.previous_speedup == pytest.approx(82.3 / 90.0)
+    assert row.previous_break_even_accept_len == pytest.approx(2.30, abs=0.005)  # the seeds' 2.3
     # a round: 2.4 / 120 s = 20 ms; a plain step 1 / 90 s = 11.1 ms: break-even 1.8, and 2.4 pays
     assert row.break_even_accept_len == pytest.approx(1.8) and row.pays is True
     assert "Break-even is accept_len 1.80" in row.explanation
