@@ -256,3 +256,25 @@ def test_sigterm_while_waiting_for_the_server_puts_the_previous_config_back(tmp_
         v = s.sup.view(SERVER)
         assert v.live and tuple(v.spec.argv) == original_argv
         assert (ws["root"] / "specdeck.toml").read_text() == text
+
+
+@pytest.mark.timeout(300)
+def test_a_benchmark_that_cannot_run_fails_at_its_step_and_the_server_gets_its_config_back(tmp_path):
+    ws = make_ws(tmp_path)
+    ckpt = make_ckpt(ws["runs"] / "tiny-run")
+    hand_rows(ws)
+    with session(ws["root"]) as s:
+        start_server(s)
+        original_argv = tuple(s.sup.view(SERVER).spec.argv)
+        text = (ws["root"] / "specdeck.toml").read_text()
+        # SGLang's own benchmark asked for, in a serving environment without sglang (the simulator's)
+        st = run_deploy(s, DeployRequest(checkpoint=str(ckpt), server=SERVER, mode="sglang", ready_timeout_s=120),
+                        tmp_path / "state.json", actor="t", source="test")
+        assert (st.state, st.failed_step) == ("failed", "benchmark")
+        assert "has no sglang" in st.error
+        assert st.step("relaunch").status == "done" and st.step("compare").status == "pending"
+        assert st.step("restore").status == "done" and st.restore.startswith("restored")
+        v = s.sup.view(SERVER)
+        assert v.state == ProcState.RUNNING and tuple(v.spec.argv) == original_argv
+        assert (ws["root"] / "specdeck.toml").read_text() == text
+        assert BenchStore(s.store).count() == 2
