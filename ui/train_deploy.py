@@ -226,7 +226,8 @@ def _steps(state, live: bool) -> None:
         if s.started_at:
             took = f" · {fmt.duration((s.ended_at or now) - s.started_at)}"
         msg = f" — {s.message}" if s.message else ""
-        lines.append(f"- {_ICON.get(s.status, s.status)} **{s.title}**{took}{msg}")
+        icon = ":grey[○ not run]" if s.status == "pending" and state.finished else _ICON.get(s.status, s.status)
+        lines.append(f"- {icon} **{s.title}**{took}{msg}")
     st.markdown("\n".join(lines))
     cur = state.current
     if cur is not None and live:

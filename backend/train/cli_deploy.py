@@ -77,8 +77,8 @@ def _check(args: argparse.Namespace) -> str | None:
         return "--concurrency values must be at least 1"
     if args.ready_timeout <= 0 or args.restore_timeout <= 0:
         return "--ready-timeout and --restore-timeout must be positive"
-    if (args.input_len or args.output_len or args.num_prompts) and not args.concurrency and args.measure_baseline:
-        return "--measure-baseline needs the load: give --concurrency too"
+    if args.measure_baseline and not args.concurrency:
+        return "--measure-baseline needs the load to measure at: give --concurrency (and the lengths)"
     return None
 
 

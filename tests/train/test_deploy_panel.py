@@ -142,6 +142,7 @@ def test_a_failed_deploy_shows_the_step_and_how_the_server_was_left(ws):
     assert err.startswith("**Relaunch the server with the checkpoint** failed: spec did not become ready")
     assert "**Server:** restored: spec runs its previous configuration again" in err
     assert "The server runs its previous configuration." in err
+    assert _texts(at).count(":grey[○ not run]") == 2  # benchmark and compare never ran
     # a finished state with rows but no speedup says why, instead of a number
     st.state, st.failed_step, st.error = "done", None, None
     st.rows = [Row(concurrency=2, input_len=32, output_len=24, result_id=5, tok_s=150.0, accept_len=2.0,

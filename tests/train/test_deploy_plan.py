@@ -139,3 +139,10 @@ def test_the_supervised_command_line_parses_back_to_the_same_request(tmp_path):
     args = build_parser().parse_args(argv[argv.index("--workspace"):])
     assert args.state_file == meta["state"]
     assert _request(args) == req
+
+
+def test_measuring_a_baseline_needs_the_load(capsys):
+    from backend.cli import main
+
+    assert main(["train", "deploy", CKPT, "--server", "srv", "--measure-baseline"]) == 2
+    assert "--measure-baseline needs the load to measure at" in capsys.readouterr().err
