@@ -43,12 +43,19 @@ def plan_of(args: argparse.Namespace) -> SweepPlan:
                            mode=args.mode, backend=args.backend, ready_timeout_s=args.ready_timeout, **lists)
 
 
+def _flag(problem: str) -> str:
+    """A plan problem ("draft_tokens: ...") in the command line's words ("--draft-tokens: ...")."""
+    field, sep, rest = problem.partition(": ")
+    if sep and field in SweepPlan.model_fields and field != "server":
+        field = "--ready-timeout" if field == "ready_timeout_s" else "--" + field.replace("_", "-")
+    return field + sep + rest
+
+
 def _check(args: argparse.Namespace) -> str | None:
     try:
         plan_of(args)
     except PlanError as exc:
-        return "; ".join(p.replace("draft_tokens", "--draft-tokens").replace("baseline_only", "--baseline-only")
-                         for p in exc.problems)
+        return "; ".join(_flag(p) for p in exc.problems)
     return None
 
 
