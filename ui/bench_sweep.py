@@ -85,18 +85,19 @@ def _form(rt, servers: list[str]) -> None:
         st.markdown("**Queue a sweep**")
         a, b, c = st.columns(3)
         server = a.selectbox("Server", servers, key="sweep-f-server")
-        spec = rt.fleet.config(server).speculative
-        steps = a.text_input("Steps", key="sweep-f-steps", placeholder=f"server's: {spec.num_steps or 'auto'}",
-                             help="comma-separated, e.g. 3,5; empty keeps the server's value")
-        topk = b.text_input("Top-k", key="sweep-f-topk", placeholder=f"server's: {spec.eagle_topk or 'auto'}",
-                            help="e.g. 1,4; at top-k 1 the draft tokens are steps + 1 (SGLang sets them so)")
-        drafts = b.text_input("Draft tokens", key="sweep-f-drafts",
-                              placeholder=f"server's: {spec.num_draft_tokens or 'auto'}", help="e.g. 4,8")
-        baseline = c.radio("Baseline (speculation off)", ["also", "only", "no"], key="sweep-f-baseline",
+        baseline = b.radio("Baseline (speculation off)", ["also", "only", "no"], key="sweep-f-baseline",
                            horizontal=True, help="the baseline runs first, at the same loads")
         mode = c.selectbox("Benchmark", MODES, key="sweep-f-mode",
                            help="auto: SGLang's bench_serving where the server's environment has sglang, "
                                 "else the built-in client")
+        spec = rt.fleet.config(server).speculative
+        a, b, c = st.columns(3)
+        steps = a.text_input("Steps", key="sweep-f-steps", placeholder=f"server's: {spec.num_steps or 'auto'}",
+                             help="comma-separated, e.g. 3,5; empty keeps the server's value")
+        topk = b.text_input("Top-k", key="sweep-f-topk", placeholder=f"server's: {spec.eagle_topk or 'auto'}",
+                            help="e.g. 1,4; at top-k 1 the draft tokens are steps + 1 (SGLang sets them so)")
+        drafts = c.text_input("Draft tokens", key="sweep-f-drafts",
+                              placeholder=f"server's: {spec.num_draft_tokens or 'auto'}", help="e.g. 4,8")
         d = st.columns(5)
         conc = d[0].text_input("Concurrency", "1", key="sweep-f-conc", help="loads, e.g. 1,16")
         prompts = d[1].number_input("Prompts per load", 1, 1_000_000, 200, key="sweep-f-prompts")
@@ -255,17 +256,21 @@ def _chart(s: SweepState) -> None:
         ys = [r["output_tok_s"] / base[conc] if ratio else r["output_tok_s"] for r in these]
         fig.add_trace(go.Bar(
             x=[labels.get(r["config"], r["config"]) for r in these], y=ys, name=f"concurrency {conc}",
-            marker_color=["#16a34a" if (y >= 1 if ratio else True) else "#dc2626" for y in ys],
+            marker_color=charts.colour_for(f"concurrency {conc}"),
+            text=[f"{y:.2f}×" if ratio else f"{y:.1f}" for y in ys], textposition="outside",
             customdata=[[r["output_tok_s"], r.get("accept_len") or 0.0] for r in these],
             hovertemplate="%{x}<br>%{customdata[0]:.1f} tok/s, accept_len %{customdata[1]:.2f}"
                           f"<extra>concurrency {conc}</extra>"))
     if ratio:
-        fig.add_hline(y=1.0, line_dash="dash", line_color="#6b7280", annotation_position="top left",
-                      annotation_text="baseline at each load: " + ", ".join(
-                          f"{fmt.tok_s(base[c])} at concurrency {c}" for c in sorted(base)))
+        fig.add_hline(y=1.0, line_dash="dash", line_color="#6b7280", annotation_position="bottom right",
+                      annotation_text="baseline")
     fig.update_layout(hovermode="closest", barmode="group")
+    fig.update_yaxes(rangemode="tozero")
     charts.legend_below(fig)
     st.plotly_chart(fig, key="sweep-chart")
+    if ratio:
+        st.caption("Above 1× speculation pays at that load. Baseline (speculation off) at each load: " + ", ".join(
+            f"{fmt.tok_s(base[c])} at concurrency {c}" for c in sorted(base)) + ".")
 
 
 def _tables(s: SweepState) -> None:
@@ -292,9 +297,11 @@ def _tables(s: SweepState) -> None:
               "error": fmt.pct(r["error_pct"]) if r["error_pct"] is not None else fmt.NA,
               "accept_len": fmt.accept_len(r["accept_len"]),
               "break-even accept_len": fmt.accept_len(r["cost_ratio"]),
-              "vs baseline": fmt.NA if r["pays"] is None else ("faster" if r["pays"] else "slower"),
-              "how": r["basis"]} for r in s.check]
+              "vs baseline": fmt.NA if r["pays"] is None else ("faster" if r["pays"] else "slower")}
+             for r in s.check]
     st.dataframe(pd.DataFrame(table), hide_index=True)
+    with st.expander("How each prediction was made"):
+        st.markdown("\n".join(f"- **{r['label']}** at concurrency {r['concurrency']}: {r['basis']}" for r in s.check))
     csv = pd.DataFrame(s.check).to_csv(index=False)
     st.download_button("Model vs measured (CSV)", csv, file_name=f"sweep-{s.sweep_id}-check.csv",
                        mime="text/csv", key="sweep-check-csv", icon=":material/download:")

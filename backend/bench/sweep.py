@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -331,7 +331,3 @@ def command_line(plan: SweepPlan) -> list[str]:
              "--input-len", str(plan.input_len), "--output-len", str(plan.output_len), "--mode", plan.mode,
              "--backend", plan.backend, "--ready-timeout", f"{plan.ready_timeout_s:g}"]
     return tail
-
-
-def state_dict(st: SweepState) -> dict[str, Any]:
-    return asdict(st)

@@ -75,14 +75,14 @@ def _fit(points: list[Measured]) -> tuple[float, float, str] | None:
     if len(points) >= 2 and det > 1e-9 * max(1.0, s11 * s22):
         a = (y1 * s22 - y2 * s12) / det
         b = (y2 * s11 - y1 * s12) / det
-        return a, b, f"round = 1 + {a:.3f} x steps + {b:.3f} x (draft tokens - 1) plain steps"
+        return a, b, f"round = 1 + {a:.3f} × steps + {b:.3f} × (draft tokens − 1) plain steps"
     # the others cannot separate steps from draft tokens: one cost per step (draft tokens follow)
     t = [(a + b, y) for a, b, y in xs]
     den = sum(x * x for x, _ in t)
     if den <= 0:
         return None
     k = sum(x * y for x, y in t) / den
-    return k, k, f"round = 1 + {k:.3f} x (steps + draft tokens - 1) plain steps"
+    return k, k, f"round = 1 + {k:.3f} × (steps + draft tokens − 1) plain steps"
 
 
 def check(rows: Iterable[Measured]) -> list[CheckRow]:

@@ -113,8 +113,10 @@ class SweepConfig:
     def label(self) -> str:
         if self.baseline:
             return "baseline (speculation off)"
-        return (f"{self.steps or 'auto'} steps · top-k {self.topk or 'auto'} · "
-                f"{self.draft_tokens or 'auto'} draft tokens")
+        steps = "auto steps" if self.steps is None else f"{self.steps} step{'s' if self.steps != 1 else ''}"
+        drafts = "auto draft tokens" if self.draft_tokens is None else \
+            f"{self.draft_tokens} draft token{'s' if self.draft_tokens != 1 else ''}"
+        return f"{steps} · top-k {self.topk or 'auto'} · {drafts}"
 
     def apply(self, cfg: ServerConfig) -> ServerConfig:
         """``cfg`` with this configuration's speculative settings."""

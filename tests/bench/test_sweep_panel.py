@@ -53,14 +53,14 @@ def _state(root: Path, **over) -> Path:
     d = {"sweep_id": "20250101-000000", "server": SERVER,
          "plan": SweepPlan.build(server=SERVER, steps=[1, 3, 5], topk=[1], baseline=True).to_dict(),
          "configs": [_cfg("baseline", "baseline (speculation off)", "done", baseline=True, results={"1": 1}),
-                     _cfg("s1-k1-d2", "1 steps · top-k 1 · 2 draft tokens", "done", 1, 2, results={"1": 2}),
+                     _cfg("s1-k1-d2", "1 step · top-k 1 · 2 draft tokens", "done", 1, 2, results={"1": 2}),
                      _cfg("s3-k1-d4", "3 steps · top-k 1 · 4 draft tokens", "running", 3, 4),
                      _cfg("s5-k1-d6", "5 steps · top-k 1 · 6 draft tokens", "pending", 5, 6)],
          "original": {}, "state": "running", "phase": "benchmarking", "detail": "concurrency 1", "current": 2,
          "done": 3, "total": 6,
          "results": [{"config": "baseline", "concurrency": 1, "id": 1, "output_tok_s": 90.0, "accept_len": None},
                      {"config": "s1-k1-d2", "concurrency": 1, "id": 2, "output_tok_s": 110.77, "accept_len": 1.6}],
-         "check": [{"key": "s1-k1-d2", "label": "1 steps · top-k 1 · 2 draft tokens", "concurrency": 1,
+         "check": [{"key": "s1-k1-d2", "label": "1 step · top-k 1 · 2 draft tokens", "concurrency": 1,
                     "baseline_tok_s": 90.0, "measured_tok_s": 110.77, "accept_len": 1.6, "cost_ratio": 1.3,
                     "pays": True, "predicted_tok_s": None, "error_pct": None,
                     "basis": "needs another speculative configuration measured at this load"}],
@@ -134,7 +134,7 @@ def test_the_form_queues_a_sweep_that_runs_as_a_supervised_job_and_is_shown_fini
                            mode="builtin")
     assert [c.value for c in at.code] == [preview(plan)]
     assert list(at.dataframe[0].value["configuration"]) == ["baseline (speculation off)",
-                                                            "1 steps · top-k 1 · 2 draft tokens"]
+                                                            "1 step · top-k 1 · 2 draft tokens"]
     at.button(key="sweep-start-go").click().run()
     assert not at.exception, at.exception
     rt = runtime_mod.get_runtime()

@@ -117,7 +117,7 @@ def test_the_check_separates_steps_from_draft_tokens_when_top_k_is_above_1():
     rows = {r["key"]: r for r in check_sweep(configs, results)}
     assert rows["x"]["predicted_tok_s"] == pytest.approx(100 * 2.4 / 1.95, rel=1e-6)
     assert rows["y"]["predicted_tok_s"] == pytest.approx(100 * 2.5 / 2.15, rel=1e-6)
-    assert "0.200 x steps + 0.050 x (draft tokens - 1)" in rows["z"]["basis"]
+    assert "round = 1 + 0.200 × steps + 0.050 × (draft tokens − 1) plain steps" in rows["z"]["basis"]
 
 
 def test_the_check_says_what_it_lacks():
