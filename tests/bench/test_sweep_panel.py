@@ -152,3 +152,32 @@ def test_the_form_queues_a_sweep_that_runs_as_a_supervised_job_and_is_shown_fini
     assert not at.exception, at.exception
     assert any(x.value.startswith(f"Sweep {final.sweep_id} finished: 2 of 2 configurations measured; "
                                   f"{SERVER} restored.") for x in at.success)
+
+
+@pytest.mark.timeout(120)
+def test_stop_asks_first_then_stops_the_job(ws):
+    import sys
+
+    from backend.supervisor.spec import Kind, ProcessSpec
+
+    path = _state(ws)
+    rt = runtime_mod.get_runtime()
+    name = "sweep-spec-20250101-000000"
+    spec = ProcessSpec(name=name, kind=Kind.BENCHMARK, log_path=str(ws / "logs" / f"{name}.log"),
+                       cwd=str(Path(__file__).resolve().parents[2]), stop_grace_s=5,
+                       argv=(sys.executable, "-m", "backend.demo", "ticker", "--interval", "0.2"))
+    rt.start_job(spec, {"kind": "sweep", "server": SERVER, "state_file": str(path)}, actor="alice",
+                 source="dashboard")
+    wait_until(lambda: (rt.supervisor.poll() or True) and rt.supervisor.view(name).live, 30, "the job running")
+    at = AppTest.from_string(PAGE, default_timeout=30).run()
+    assert not at.exception, at.exception
+    at.button(key="sweep-stop").click().run()
+    assert rt.supervisor.view(name).live  # not before the confirmation
+    assert any("restores the server's original configuration" in w.value for w in at.warning)
+    at.button(key="sweep-confirm-stop-yes").click().run()
+    assert not at.exception, at.exception
+    v = wait_until(lambda: (rt.supervisor.poll() or True) and (v := rt.supervisor.view(name)).state.value == "EXITED"
+                   and v, 30, "the job stopped")
+    assert v.state.value == "EXITED"
+    entry = [e for e in audit.recent(rt.store, target=name) if e.action == "stop"][-1]
+    assert (entry.source, entry.outcome) == ("dashboard", "ok")
