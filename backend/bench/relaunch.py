@@ -22,6 +22,7 @@ does its work, and then brings the server back as it was:
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -48,6 +49,10 @@ class PreflightFailed(RelaunchError):
         errors = [f for f in self.findings if f.severity == "error"]
         lines = [f"{f.code}: {f.found}" + (f" (fix: {f.fix})" if f.fix else "") for f in errors]
         super().__init__(f"preflight of {name} found {len(errors)} error(s): " + "; ".join(lines))
+
+
+class RelaunchStopped(RelaunchError):
+    """``stop`` was set while waiting for the server."""
 
 
 class RelaunchFailed(RelaunchError):
@@ -113,11 +118,11 @@ def _log_tail(session, name: str) -> str:
 
 
 def wait_ready(session, name: str, *, run_id: str | None, timeout_s: float, started: float | None = None,
-               clock: Callable[[], float] = time.monotonic) -> Any:
+               clock: Callable[[], float] = time.monotonic, stop: threading.Event | None = None) -> Any:
     """Poll the supervisor until run ``run_id`` of ``name`` is RUNNING; returns its view.
 
     Raises :class:`RelaunchFailed` when it ends (or another run replaced it) or when
-    ``timeout_s`` passes first."""
+    ``timeout_s`` passes first, :class:`RelaunchStopped` once ``stop`` is set."""
     started = clock() if started is None else started
     deadline = started + timeout_s
     while True:
@@ -133,16 +138,22 @@ def wait_ready(session, name: str, *, run_id: str | None, timeout_s: float, star
         if v.state not in (ProcState.STARTING,):
             raise RelaunchFailed(f"{name} did not become ready: {v.state.value} ({v.detail})",
                                  _log_tail(session, name))
+        if stop is not None and stop.is_set():
+            raise RelaunchStopped(f"stopped while waiting for {name} to become ready")
         if clock() >= deadline:
             raise RelaunchFailed(f"{name} was not ready after {timeout_s:g} s "
                                  f"(readiness: {v.readiness}; state {v.state.value}: {v.detail})",
                                  _log_tail(session, name))
-        time.sleep(POLL_S)
+        if stop is not None:
+            stop.wait(POLL_S)
+        else:
+            time.sleep(POLL_S)
 
 
 def relaunch_and_wait(session, name: str, cfg: ServerConfig, *, actor: str, source: str, timeout_s: float,
-                      on_phase: PhaseHook | None = None) -> LaunchResult:
-    """Preflight ``cfg``, relaunch server ``name`` with it and wait until the new run is ready."""
+                      on_phase: PhaseHook | None = None, stop: threading.Event | None = None) -> LaunchResult:
+    """Preflight ``cfg``, relaunch server ``name`` with it and wait until the new run is ready
+    (``stop``, when set meanwhile, ends the wait with :class:`RelaunchStopped`)."""
     from backend.sglang.fleet import PreflightBlocked
     from backend.supervisor.supervisor import SupervisorError
     from backend.workspace import ConfigError
@@ -163,7 +174,7 @@ def relaunch_and_wait(session, name: str, cfg: ServerConfig, *, actor: str, sour
         raise RelaunchFailed(f"could not relaunch {name}: {exc}", _log_tail(session, name)) from exc
     v = session.sup.view(name)
     _phase(on_phase, "waiting for ready", f"{name} is starting (run {v.run_id if v else '?'})")
-    v = wait_ready(session, name, run_id=v.run_id if v else None, timeout_s=timeout_s, started=t0)
+    v = wait_ready(session, name, run_id=v.run_id if v else None, timeout_s=timeout_s, started=t0, stop=stop)
     return LaunchResult(name, tuple(res.argv), tuple(findings), v.run_id, v.pid, time.monotonic() - t0)
 
 
