@@ -39,8 +39,10 @@ def _request(args: argparse.Namespace):
 def cmd_deploy(s, args: argparse.Namespace, out: TextIO) -> int:
     from backend.cli.session import SOURCE, actor
     from backend.train.deploy import DONE
-    from backend.train.deploy_job import run_deploy, state_path, stop_on_sigterm
     import threading
+
+    from backend.bench.job import stop_on_sigterm
+    from backend.train.deploy_job import run_deploy, state_path
 
     req = _request(args)
     path = Path(args.state_file) if args.state_file else state_path(s.ws, req.server, time.strftime("%Y%m%d-%H%M%S"))

@@ -10,7 +10,6 @@ preflight; from then on any failure, and a stop (SIGTERM), restores the server's
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import threading
 import time
@@ -20,7 +19,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from backend.bench.client import ClientError, Load
-from backend.bench.relaunch import PreflightFailed, RelaunchError, relaunch_and_wait, remember, restore
+from backend.bench.relaunch import (PreflightFailed, RelaunchError, RelaunchStopped, relaunch_and_wait, remember,
+                                    restore)
 from backend.bench.runner import BenchRunError, run_benchmark
 from backend.supervisor.spec import Kind, ProcessSpec, RestartPolicy
 from backend.train.deploy import (DONE, FAILED, KEEP, RESTORE, RUNNING, SKIPPED, STOPPED, DeployError, DeployRequest,
@@ -34,7 +34,7 @@ STOP_GRACE_S = 120.0  # time for a stopped job to put the server back
 
 
 class Stopped(Exception):
-    """SIGTERM (or Ctrl-C) while the job waited on the server."""
+    """The job was asked to stop (SIGTERM, Ctrl-C) and left the step it was in."""
 
 
 class _Job:
@@ -80,8 +80,11 @@ class _Job:
         if self.original is None:
             self.original = remember(self.s, self.req.server)
         self.st.server_left = "unknown"
-        relaunch_and_wait(self.s, self.req.server, cfg, actor=self.actor, source=self.source,
-                          timeout_s=self.req.ready_timeout_s, on_phase=self.phase)
+        try:
+            relaunch_and_wait(self.s, self.req.server, cfg, actor=self.actor, source=self.source,
+                              timeout_s=self.req.ready_timeout_s, on_phase=self.phase, stop=self.stop)
+        except RelaunchStopped:
+            raise Stopped() from None
 
     def bench(self, load: PlannedLoad, label: str, work: Path) -> BenchResult:
         from backend.bench.cli_run import target_of
@@ -318,28 +321,6 @@ def _fail(job: _Job, step: str | None, message: str, state: str, tell) -> None:
 
 # -- as a supervised process ----------------------------------------------------------------------
 
-def stop_on_sigterm(stop: threading.Event) -> None:
-    """SIGTERM and SIGINT set ``stop``; while the job waits on the server they also end the wait, so the
-    server is put back without waiting for it to come up."""
-    def handler(signum, frame):  # noqa: ANN001 - signal protocol
-        already = stop.is_set()
-        stop.set()
-        if not already and _waiting_on_server(frame):
-            raise Stopped()
-
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
-
-
-def _waiting_on_server(frame) -> bool:
-    """True when the signal came in while relaunch_and_wait / wait_ready ran (not during a restore)."""
-    names = set()
-    while frame is not None:
-        names.add(frame.f_code.co_name)
-        frame = frame.f_back
-    return "relaunch_and_wait" in names and "restore" not in names and "_restore" not in names
-
-
 def job_name(server: str, run_id: str) -> str:
     return f"deploy-{server}-{run_id}"
 
@@ -395,4 +376,4 @@ def deploy_jobs(rt) -> list:
 
 
 __all__ = ["KEEP", "RESTORE", "Stopped", "command_line", "deploy_jobs", "deploy_process_spec", "run_deploy",
-           "start_deploy", "state_path", "stop_on_sigterm", "stored_results"]
+           "start_deploy", "state_path", "stored_results"]
