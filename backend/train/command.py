@@ -130,10 +130,18 @@ def gen3_yaml_path(output_dir: str) -> str:
     return str(p.parent / f"{p.name}.yaml")
 
 
+def target_path(target: str, root: Path) -> str:
+    """The target as SpecForge gets it: a hub id (``meta-llama/Llama-3.1-8B-Instruct``) stays as written; a
+    path (absolute, ``./``, ``~``, or a folder that exists under the workspace) is made absolute."""
+    if target.startswith(("/", "./", "../", "~")) or (Path(root) / target).exists():
+        return resolve_path(target, root) or target
+    return target
+
+
 def spec_flags(cfg: TrainRunConfig, generation: str, root: Path, output_dir: str) -> list[str]:
     """Gen-1/Gen-2 flags of ``cfg``, in the order of the reference's examples."""
     r = lambda p: resolve_path(p, root)  # noqa: E731
-    a = ["--target-model-path", cfg.target_model]
+    a = ["--target-model-path", target_path(cfg.target_model, root)]
     if cfg.draft_config:
         a += ["--draft-model-config", r(cfg.draft_config)]
     a += ["--train-data-path", r(cfg.train_data)]
@@ -181,7 +189,7 @@ def spec_flags(cfg: TrainRunConfig, generation: str, root: Path, output_dir: str
 def gen3_document(cfg: TrainRunConfig, root: Path, output_dir: str) -> dict[str, Any]:
     """The Gen-3 YAML as a dict (schema: reference §1.2), with ``gen3_yaml`` merged over it."""
     r = lambda p: resolve_path(p, root)  # noqa: E731
-    model: dict[str, Any] = {"target_model_path": cfg.target_model}
+    model: dict[str, Any] = {"target_model_path": target_path(cfg.target_model, root)}
     if cfg.draft_config:
         model["draft_model_config"] = r(cfg.draft_config)
     data: dict[str, Any] = {}
