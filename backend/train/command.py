@@ -300,7 +300,7 @@ def build_command(cfg: TrainRunConfig, generation: str | None, *, root: Path, ou
             said.append(f"{cfg.nproc} process(es): data parallel {cfg.nproc // cfg.tp_size} × tensor parallel "
                         f"{cfg.tp_size}")
     if not cfg.draft_config:
-        said.append("no draft_config: SpecForge derives the draft's config from the target")
+        said.append("no draft_config: the draft's config is derived from the target")
     env.update(cfg.env)
     return TrainCommand(argv=tuple(argv), env=env, cwd=resolve_path(cwd, root) or str(root), generation=generation,
                         output_dir=out_dir, yaml_text=yaml_text, yaml_path=yaml_path, notes=tuple(said),
