@@ -217,8 +217,7 @@ class TrainRuns:
         from state import audit
 
         who, client = self._authorise(actor, "stop", name, source)
-        self.config(name)
-        with audit.acting_from(client):
+        with audit.acting_from(client):  # a run removed from the file while running can still be stopped
             return self.supervisor.stop(name, actor=who, source=source, wait=wait)
 
     def _launch(self, name: str, action: str, *, resume: bool, actor: Any, source: str, confirmed: bool = False):
