@@ -179,6 +179,13 @@ class TrainRuns:
     def view(self, name: str):
         return self.supervisor.view(name)
 
+    def checkpoints(self, name: str):
+        """The run's checkpoints (backend.train.checkpoints.RunCheckpoints) in its output folder."""
+        from backend.train.checkpoints import list_checkpoints
+
+        cfg = self.config(name)
+        return list_checkpoints(output_dir_of(cfg, self.workspace.root, self.workspace.outputs_dir))
+
     # -- resume ------------------------------------------------------------------
 
     def _checkpoint_count(self, output_dir: str | Path, run_id: str) -> int:
