@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from backend.supervisor.spec import Kind, ProcessSpec, RestartPolicy
 from backend.train.command import CommandError, TrainCommand, build_command, config_problems, output_dir_of
-from backend.train.generation import EnvProbe, GenerationInfo, detect_generation, probe_env
+from backend.train.generation import EnvProbe, GenerationInfo, clear_cache, detect_generation, probe_env
 from backend.train.runconfig import TrainRunConfig
 
 log = logging.getLogger(__name__)
@@ -126,11 +126,14 @@ class TrainRuns:
     def output_dir(self, name: str) -> Path:
         return Path(output_dir_of(self.config(name), self.workspace.root, self.workspace.outputs_dir))
 
-    def generation(self, name: str, cfg: TrainRunConfig | None = None) -> GenerationInfo:
-        """The run's generation: chosen, or detected from its interpreter and checkout (cached per
-        interpreter).  A ``module:`` entry speaks Gen-2's flags unless another generation is chosen, and
-        its interpreter is not asked."""
+    def generation(self, name: str, cfg: TrainRunConfig | None = None, *, refresh: bool = False) -> GenerationInfo:
+        """The run's generation: chosen, or detected from its interpreter and checkout (the interpreter's
+        answer is cached; ``refresh`` asks it again, e.g. after SpecForge was installed or upgraded).  A
+        ``module:`` entry speaks Gen-2's flags unless another generation is chosen, and its interpreter is
+        not asked."""
         cfg = cfg or self.config(name)
+        if refresh:
+            clear_cache(cfg.python)
         if cfg.entry_kind == "module":
             gen = cfg.generation if cfg.generation != "auto" else "gen2"
             return GenerationInfo(generation=gen, version=None, chosen=cfg.generation != "auto",
