@@ -283,3 +283,34 @@ def test_gen3_start_writes_the_yaml_and_runs_the_environments_specforge(tmp_path
     finally:
         runtime.close()
         clear_cache()
+
+
+@pytest.mark.timeout(120)
+def test_cli_start_and_stop(tmp_path):
+    clear_cache()
+    ws = _config(tmp_path, "0.3.0")
+    log = ws / "logs" / "sf.log"
+    out = io.StringIO()
+    try:
+        assert cli_main(["--workspace", str(ws), "train", "start", "sf"], out, io.StringIO()) == 0
+        assert out.getvalue() == f"sf: STARTING\nlog: {log}\n"  # the pid is known once the wrapper reports it
+        wait_for(lambda: log.exists() and "Saved model configuration" in log.read_text(), timeout_s=60)
+        out = io.StringIO()
+        assert cli_main(["--workspace", str(ws), "train", "stop", "sf"], out, io.StringIO()) == 0
+        assert out.getvalue().startswith("sf: EXITED")
+        assert "got SIGTERM, leaving" in log.read_text()
+        from state import Store
+
+        store = Store(ws / "state.db")
+        try:
+            rows = [(r.action, r.source, r.outcome) for r in audit.recent(store, target="sf")][::-1]
+        finally:
+            store.close()
+        assert rows == [("start", "cli", "ok"), ("stop", "cli", "ok")]
+    finally:
+        for d in (ws / "run").iterdir() if (ws / "run").exists() else ():
+            ident = d / "identity.json"
+            if ident.exists():
+                rec = json.loads(ident.read_text())
+                _end_group(int(rec["pid"]), rec.get("create_time"))
+        clear_cache()
