@@ -129,11 +129,15 @@ def _demo_train_text(python: str, root: Path) -> str:
     Its target folder is written by the trainer itself on the first start (``--size tiny``); its data is
     a regeneration-shaped file of conversations (``DEMO_TRAIN_DATA``).
     """
+    from backend.train.tiny.demo_data import write_demo_data
+
+    write_demo_data(root / DEMO_TRAIN_DATA)
     s = _toml_str
     return f"""
 # A training run ready to start (Training page, or `python -m backend.cli train start {DEMO_TRAIN}`):
 # Specdeck's own EAGLE-3 trainer takes SpecForge Gen-2's flags and prints its log lines, and
-# really trains a small draft for a small target network, on the CPU, in about a minute.
+# really trains a small draft for a small target network on the CPU (100 steps, about
+# a minute and a half of CPU time).
 [[train]]
 name = "{DEMO_TRAIN}"
 python = {s(python)}

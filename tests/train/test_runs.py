@@ -314,3 +314,53 @@ def test_cli_start_and_stop(tmp_path):
                 rec = json.loads(ident.read_text())
                 _end_group(int(rec["pid"]), rec.get("create_time"))
         clear_cache()
+
+
+@pytest.mark.timeout(400)
+def test_demo_run_trains_with_the_cpu_trainer_and_resumes(tmp_path):
+    """The demo workspace's run, shortened through save() (as the Training page's form edits it), really
+    trains: checkpoints in SpecForge's layout, Gen-2 lines the reader parses, and a resume that continues."""
+    from backend.demo import DEMO_TRAIN, write_demo_workspace
+
+    root = tmp_path / "demo"
+    write_demo_workspace(root)
+    text = (root / "specdeck.toml").read_text()
+    # this test needs none of the demo's other processes and servers
+    (root / "specdeck.toml").write_text(text.replace("autostart = true", "autostart = false"))
+    runtime = Runtime(load_workspace(root), background=False)
+    sup = runtime.supervisor
+    try:
+        runs = runtime.train
+        assert DEMO_TRAIN in runs.names()
+        cfg = runs.config(DEMO_TRAIN)
+        runs.save(cfg.model_copy(update={"max_steps": 4, "save_interval": 2, "log_interval": 2, "num_epochs": 1}),
+                  actor="carol", source="test")
+        assert "max_steps = 4\n" in (root / "specdeck.toml").read_text()
+        argv = runs.command(DEMO_TRAIN).argv
+        assert argv[1:4] == ("-m", "backend.train.tiny", "train")
+        assert argv[argv.index("--max-num-steps") + 1] == "4"
+
+        runs.start(DEMO_TRAIN, actor="carol", source="test")
+        wait_for(lambda: sup.view(DEMO_TRAIN).state == S.EXITED, timeout_s=300, interval_s=0.5, poll=sup.poll)
+        log = runs.log_path(DEMO_TRAIN).read_text()
+        assert sup.view(DEMO_TRAIN).exit_code == 0, log[-2000:]
+        names = [c.name for c in runs.checkpoints(DEMO_TRAIN).checkpoints]
+        assert names == ["epoch_0_step_2", "epoch_0_step_4"]
+        reader = TrainLogReader(runs.log_path(DEMO_TRAIN))
+        recs = reader.poll().records + reader.flush()
+        assert reader.stats.unparsed == 0
+        assert {r.step for r in recs if r.kind == "metrics" and "acc_0" in r.metrics} == {2, 4}
+
+        assert runs.resume_warning(DEMO_TRAIN) == ""  # its own resume continues; checkpoints are there
+        runs.save(runs.config(DEMO_TRAIN).model_copy(update={"max_steps": 6}), actor="carol", source="test")
+        runs.resume(DEMO_TRAIN, actor="carol", source="test")
+        wait_for(lambda: sup.view(DEMO_TRAIN).state == S.EXITED, timeout_s=300, interval_s=0.5, poll=sup.poll)
+        log = runs.log_path(DEMO_TRAIN).read_text()
+        assert sup.view(DEMO_TRAIN).exit_code == 0, log[-2000:]
+        assert "Starting training from epoch:0          step:4" in log
+        assert [c.name for c in runs.checkpoints(DEMO_TRAIN).checkpoints][-1] == "epoch_0_step_6"
+    finally:
+        v = sup.view(DEMO_TRAIN)
+        if v is not None and v.live:
+            sup.stop(DEMO_TRAIN, actor="test", source="teardown", wait=True)
+        runtime.close()
