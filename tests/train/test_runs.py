@@ -364,3 +364,28 @@ def test_demo_run_trains_with_the_cpu_trainer_and_resumes(tmp_path):
         if v is not None and v.live:
             sup.stop(DEMO_TRAIN, actor="test", source="teardown", wait=True)
         runtime.close()
+
+
+def test_a_run_added_to_the_file_is_registered_at_the_next_reload(tmp_path):
+    clear_cache()
+    ws = _config(tmp_path, "0.3.0")
+    runtime = Runtime(load_workspace(ws), background=False)
+    try:
+        assert runtime.supervisor.view("sf").state == S.NEVER
+        assert runtime.supervisor.view("second") is None
+        cfg = ws / "specdeck.toml"
+        cfg.write_text(cfg.read_text() + textwrap.dedent("""
+            [[train]]
+            name = "second"
+            generation = "gen2"
+            entry = "module:backend.train.tiny train"
+            target_model = "/models/t"
+            train_data = "/data/t.jsonl"
+            """))
+        assert runtime.maybe_reload()
+        v = runtime.supervisor.view("second")
+        assert (v.state, v.kind, v.spec.argv[1:4]) == (S.NEVER, Kind.TRAINING, ("-m", "backend.train.tiny", "train"))
+        assert v.log_path == str(ws / "logs" / "second.log")
+    finally:
+        runtime.close()
+        clear_cache()
