@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from backend.sglang.version import end_probe_group

@@ -148,7 +148,7 @@ class TrainRuns:
         info = self.generation(name, cfg)
         notes = list(info.evidence) + list(info.problems)
         cmd: TrainCommand = build_command(cfg, info.generation, root=self.workspace.root,
-                                          outputs_dir=self.workspace.outputs_dir, version=info.version,
+                                          outputs_dir=self.workspace.outputs_dir,
                                           console_script=info.console_script, resume=resume,
                                           notes=tuple(notes))
         extra = []

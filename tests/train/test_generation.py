@@ -4,7 +4,6 @@ each generation, a python that is missing, and one that never answers."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
