@@ -389,3 +389,17 @@ def test_a_run_added_to_the_file_is_registered_at_the_next_reload(tmp_path):
     finally:
         runtime.close()
         clear_cache()
+
+
+@pytest.mark.timeout(120)
+def test_restart_after_a_resume_starts_without_resume(rt):
+    sup = rt.supervisor
+    out = rt.train.output_dir("sf")
+    (out / "epoch_0_step_2").mkdir(parents=True)
+    (rt.workspace.root.parent / "SpecForge" / "version.txt").write_text("0.3.0\n")
+    rt.train.resume("sf", actor="dave", source="test")
+    wait_for(lambda: "resume=True" in _log(rt), timeout_s=60, poll=sup.poll)
+    assert "Starting training from epoch:0          step:2" in _log(rt)
+    rt.restart("sf", actor="dave", source="test")  # the Processes page's Restart
+    wait_for(lambda: "resume=False" in _log(rt), timeout_s=60, poll=sup.poll)
+    assert sup.view("sf").spec.argv[-1] != "--resume"
