@@ -403,3 +403,16 @@ def test_restart_after_a_resume_starts_without_resume(rt):
     rt.restart("sf", actor="dave", source="test")  # the Processes page's Restart
     wait_for(lambda: "resume=False" in _log(rt), timeout_s=60, poll=sup.poll)
     assert sup.view("sf").spec.argv[-1] != "--resume"
+
+
+def test_command_unpacks_as_argv_env_yaml_generation_notes(tmp_path):
+    from backend.train.runs import TrainRuns
+
+    clear_cache()
+    ws = load_workspace(_config(tmp_path, "0.2.0"))
+    argv, env, yaml_text, gen, notes = TrainRuns(ws, supervisor=None).command("sf")
+    assert argv[-2:] == ("--ttt-length", "7") and env == {"PYTHONUNBUFFERED": "1"} and yaml_text is None
+    assert (gen.generation, gen.version) == ("gen2", "0.2.0")
+    assert notes[-2:] == ("1 process(es): data parallel 1 × tensor parallel 1",
+                          "no draft_config: the draft's config is derived from the target")
+    clear_cache()
