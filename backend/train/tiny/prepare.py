@@ -8,6 +8,7 @@ import argparse
 import hashlib
 import logging
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,6 +95,10 @@ def _load_data(args: argparse.Namespace, path: str, log: logging.Logger) -> data
 
 def prepare(args: argparse.Namespace, log: logging.Logger) -> Run:
     device = device_of(args.device)
+    if device.type == "cpu" and not os.environ.get("OMP_NUM_THREADS"):
+        # the tiny sizes' matrices are too small to share out: a second thread only waits (and spins
+        # for its share on a busy machine); OMP_NUM_THREADS chooses otherwise
+        torch.set_num_threads(1)
     folder, tcfg = _target(args, log)
     try:
         cfg = read_draft_config(args.draft_model_config, tcfg) if args.draft_model_config else auto_draft_config(tcfg)
