@@ -87,8 +87,8 @@ def _load_data(args: argparse.Namespace, path: str, log: logging.Logger) -> data
     if len(ds.skipped) > 10:
         log.warning(f"{len(ds.skipped) - 10} more rows of {ds.path} left out")
     if ds.no_loss:
-        log.warning(f"{ds.no_loss} rows of {ds.path} have no assistant token within --max-length "
-                    f"{args.max_length}: left out")
+        log.warning(f"Rows left out of {ds.path}: {ds.no_loss} without an assistant token within --max-length "
+                    f"{args.max_length}")
     log.info(f"Read {len(ds.samples)} conversations ({ds.tokens:,} tokens) from {ds.path}")
     return ds
 
