@@ -22,7 +22,7 @@ class DraftConfigError(ValueError):
 
 
 def default_draft_vocab(vocab_size: int) -> int:
-    """A quarter of the vocabulary, at least 128 tokens (128 of 320 for tiny, 1,024 of 4,096 for large)."""
+    """A quarter of the vocabulary, at least 128 tokens (528 of 2,112 for tiny, 1,024 of 4,096 for large)."""
     return min(vocab_size, max(128, vocab_size // 4))
 
 
@@ -37,7 +37,8 @@ def auto_draft_config(target: TargetConfig, draft_vocab_size: int | None = None)
 
 
 def draft_config_json(cfg: DraftConfig) -> dict:
-    return cfg.to_json(pad=tokenizer.PAD, bos=tokenizer.BOS, eos=tokenizer.EOT)
+    sp = tokenizer.specials()
+    return cfg.to_json(pad=sp.pad, bos=sp.bos, eos=sp.eot)
 
 
 def write_draft_config(cfg: DraftConfig, path: str | Path) -> Path:

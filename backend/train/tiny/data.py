@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from backend.regen.datasets import DatasetError, Skipped, read_rows
-from backend.train.tiny.tokenizer import PAD, Sample, encode_chat
+from backend.train.tiny.tokenizer import Sample, encode_chat, specials
 
 
 class DataError(ValueError):
@@ -76,9 +76,9 @@ def steps_per_epoch(n: int, batch_size: int) -> int:
 
 
 def collate(samples: list[Sample], device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
-    """ids (B, T) right-padded with PAD and loss mask (B, T), T the longest sample of the batch."""
+    """ids (B, T) right-padded (with ``<|end_of_text|>``) and loss mask (B, T), T the longest sample of the batch."""
     t = max(len(s.ids) for s in samples)
-    ids = torch.full((len(samples), t), PAD, dtype=torch.int64)
+    ids = torch.full((len(samples), t), specials().pad, dtype=torch.int64)
     mask = torch.zeros((len(samples), t), dtype=torch.float32)
     for i, s in enumerate(samples):
         ids[i, :len(s.ids)] = torch.tensor(s.ids, dtype=torch.int64)

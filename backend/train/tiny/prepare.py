@@ -8,6 +8,7 @@ import argparse
 import hashlib
 import logging
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,14 +87,18 @@ def _load_data(args: argparse.Namespace, path: str, log: logging.Logger) -> data
     if len(ds.skipped) > 10:
         log.warning(f"{len(ds.skipped) - 10} more rows of {ds.path} left out")
     if ds.no_loss:
-        log.warning(f"{ds.no_loss} rows of {ds.path} have no assistant token within --max-length "
-                    f"{args.max_length}: left out")
+        log.warning(f"Rows left out of {ds.path}: {ds.no_loss} without an assistant token within --max-length "
+                    f"{args.max_length}")
     log.info(f"Read {len(ds.samples)} conversations ({ds.tokens:,} tokens) from {ds.path}")
     return ds
 
 
 def prepare(args: argparse.Namespace, log: logging.Logger) -> Run:
     device = device_of(args.device)
+    if device.type == "cpu" and not os.environ.get("OMP_NUM_THREADS"):
+        # the tiny sizes' matrices are too small to share out: a second thread only waits (and spins
+        # for its share on a busy machine); OMP_NUM_THREADS chooses otherwise
+        torch.set_num_threads(1)
     folder, tcfg = _target(args, log)
     try:
         cfg = read_draft_config(args.draft_model_config, tcfg) if args.draft_model_config else auto_draft_config(tcfg)

@@ -1,14 +1,16 @@
 """The fixed target network the tiny trainer drafts for: a small Llama-shaped causal LM with seeded weights.
 
-Its model folder holds only ``config.json`` (sizes, architecture, tokenizer, seed): the weights are made
-from the seed on load, the same on every machine, so a folder of a few hundred bytes stands for the
-model.  ``make_target(DIR, size)`` writes one; :func:`load_target` reads it back.
+Its model folder holds ``config.json`` (sizes, architecture, tokenizer, seed) and the tokenizer files
+(``tokenizer.json``, ``tokenizer_config.json``); the weights are made from the seed on load, the same on
+every machine, so a folder of a few kilobytes stands for the model.  ``make_target(DIR, size)`` writes one; :func:`load_target` reads it back.
 
 The forward pass returns what EAGLE-3 trains on: the hidden states leaving three layers (low, mid and
 high; ``aux_layer_ids`` counts layers from 0 and takes each one's output, as SpecForge's
 ``eagle_aux_hidden_state_layer_ids`` do) concatenated, and the final logits.  The logits carry a fixed
-prior that favours printable text bytes, so the network's greedy next tokens are mostly the tokens the
-data is made of (what a trained model would predict), not uniform noise over the vocabulary.
+prior from the tokenizer alone, a unigram-like preference for its earlier merges (BPE merges the most
+frequent pieces first) over single bytes and against special and reserved ids, and for the words the
+simulated server generates; so the network's greedy next tokens are mostly words, as a trained model's
+are, not uniform noise over the vocabulary.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from backend.sim.tokenizer import write_tokenizer
 from backend.train.tiny import tokenizer
 from backend.train.tiny.layers import MLP, CausalAttention, RMSNorm, rope_tables
 
@@ -31,7 +34,7 @@ MODEL_TYPE = "specdeck_tiny"
 SIZES: dict[str, dict[str, int]] = {
     # tens of seconds for a demo run on two CPU cores
     "tiny": dict(hidden_size=64, num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=2,
-                 intermediate_size=176, vocab_size=320, max_position_embeddings=4096),
+                 intermediate_size=176, vocab_size=2112, max_position_embeddings=4096),
     # a few minutes of real work for one H200
     "large": dict(hidden_size=1024, num_hidden_layers=16, num_attention_heads=16, num_key_value_heads=8,
                   intermediate_size=2816, vocab_size=4096, max_position_embeddings=8192),
@@ -64,9 +67,10 @@ class TargetConfig:
     def to_json(self) -> dict:
         d = asdict(self)
         seed, size = d.pop("seed"), d.pop("size")
+        sp = tokenizer.specials()
         return {"architectures": [ARCHITECTURE], "model_type": MODEL_TYPE, **d,
                 "hidden_act": "silu", "torch_dtype": "float32", "tie_word_embeddings": False,
-                "pad_token_id": tokenizer.PAD, "bos_token_id": tokenizer.BOS, "eos_token_id": tokenizer.EOT,
+                "pad_token_id": sp.pad, "bos_token_id": sp.bos, "eos_token_id": sp.eot,
                 "tokenizer": tokenizer.NAME, "seed": seed, "size": size}
 
 
@@ -77,10 +81,11 @@ def config_for(size: str, seed: int = 0) -> TargetConfig:
 
 
 def make_target(folder: str | Path, size: str = "tiny", seed: int = 0) -> Path:
-    """Write the target's model folder (``config.json``, replaced atomically); returns the folder."""
+    """Write the target's model folder (``config.json``, replaced atomically, and the tokenizer files);
+    returns the folder."""
     d = Path(folder)
-    d.mkdir(parents=True, exist_ok=True)
     cfg = config_for(size, seed)
+    write_tokenizer(d, model_max_length=cfg.max_position_embeddings)
     tmp = d / "config.json.tmp"
     tmp.write_text(json.dumps(cfg.to_json(), indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, d / "config.json")
@@ -113,9 +118,9 @@ def read_target_config(folder: str | Path) -> TargetConfig:
         if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "seed" else 1):
             raise TargetError(f"{p}: field {name!r} should be a positive integer, found {v!r}")
         fields[name] = v
-    if fields["vocab_size"] < tokenizer.MIN_VOCAB:
-        raise TargetError(f"{p}: field 'vocab_size' is {fields['vocab_size']}; the byte tokenizer needs "
-                          f"at least {tokenizer.MIN_VOCAB}")
+    if fields["vocab_size"] < tokenizer.vocab_size():
+        raise TargetError(f"{p}: field 'vocab_size' is {fields['vocab_size']}; the tokenizer has "
+                          f"{tokenizer.vocab_size()} ids")
     if fields["num_hidden_layers"] < 4:
         raise TargetError(f"{p}: field 'num_hidden_layers' is {fields['num_hidden_layers']}; EAGLE-3 takes "
                           "three distinct layers before the last, so at least 4")
@@ -129,13 +134,20 @@ def read_target_config(folder: str | Path) -> TargetConfig:
     return TargetConfig(**fields, size=size if isinstance(size, str) else None)
 
 
-def _text_prior(vocab: int) -> torch.Tensor:
-    """+2 for printable ASCII, tab and newline, 0 for other bytes (UTF-8 pieces), -4 for special and
-    reserved ids: a fixed table, not learned from any data."""
-    prior = torch.full((vocab,), -4.0)
-    prior[:256] = 0.0
-    for b in list(range(32, 127)) + [9, 10]:
-        prior[b] = 2.0
+def _prior(vocab: int) -> torch.Tensor:
+    """A fixed logit offset per id from the tokenizer alone: merges from 0 down by the log of their rank,
+    single bytes -3, special and reserved ids -8 (``<|eot_id|>`` 0, so replies end), and +3 for the words
+    and punctuation the simulated server generates (the network speaks the simulated model's words)."""
+    n = tokenizer.vocab_size()
+    first_merge = tokenizer.FIRST_MERGE
+    prior = torch.full((vocab,), -8.0)
+    prior[first_merge - 256:first_merge] = -3.0
+    ranks = torch.arange(n - first_merge, dtype=torch.float32)
+    prior[first_merge:n] = -torch.log1p(ranks / 256.0)
+    prior[tokenizer.specials().eot] = 0.0
+    sim = tokenizer.tokenizer()
+    for piece in (*sim.words, *sim.punct):
+        prior[piece.id] += 3.0
     return prior
 
 
@@ -160,7 +172,7 @@ class TinyTarget(nn.Module):
         self.layers = nn.ModuleList(Block(c) for _ in range(c.num_hidden_layers))
         self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
         self.lm_head = nn.Linear(c.hidden_size, c.vocab_size, bias=False)
-        self.register_buffer("prior", _text_prior(c.vocab_size))
+        self.register_buffer("prior", _prior(c.vocab_size))
         self._init_weights()
         self.requires_grad_(False)
         self.eval()

@@ -1,15 +1,14 @@
-"""Byte tokenizer, chat template and the draft vocabulary mapping of the tiny trainer.
+"""Tokenizer, chat template and the draft vocabulary mapping of the tiny trainer.
 
-Tokens 0-255 are the UTF-8 bytes of the text; then come the special tokens below; the rest of the
-vocabulary is reserved (never produced by the tokenizer, as real models keep reserved ids).  Nothing is
-downloaded and every machine tokenizes the same way.
+The tokenizer is the project's own small byte-level BPE (:mod:`backend.sim.tokenizer`, trained with the
+``tokenizers`` library from fixed text with a fixed seed: nothing downloaded, the same ids everywhere),
+the one the simulated SGLang server counts and streams tokens with.  Its chat template is Llama 3's::
 
-Chat template::
+    <|begin_of_text|> (<|start_header_id|> role <|end_header_id|> "\n\n" content <|eot_id|>) ...
 
-    <|bos|> (<|system|> | <|user|> | <|assistant|>) content-bytes <|eot|> ...
-
-The loss mask covers each assistant message's content and its ``<|eot|>`` (only the last assistant
+The loss mask covers each assistant message's content and its ``<|eot_id|>`` (only the last assistant
 message with ``train_only_last_turn``), as SpecForge masks everything but the assistant's replies.
+Padding uses ``<|end_of_text|>`` (masked out).
 
 The draft vocabulary follows SpecForge's rule (reference §5): the ``draft_vocab_size`` most frequent
 loss-masked tokens of the training data (ties to the lower id; ids never seen fill up a short list),
@@ -18,16 +17,48 @@ sorted; ``d2t[i] = used[i] - i`` (an offset) and ``t2d`` a mask over the target 
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
 
-NAME = "specdeck-bytes"
-PAD, BOS, EOT, SYSTEM, USER, ASSISTANT = 256, 257, 258, 259, 260, 261
-ROLE_TOKEN = {"system": SYSTEM, "user": USER, "assistant": ASSISTANT}
-MIN_VOCAB = 262
+from backend.sim.tokenizer import BOS as BOS_TEXT
+from backend.sim.tokenizer import END_HEADER, EOS, EOT as EOT_TEXT, SPECIAL_TOKENS, START_HEADER, SimTokenizer
+
+NAME = "specdeck-sim-bpe"
+FIRST_MERGE = len(SPECIAL_TOKENS) + 256  # ids: the special tokens, the 256 byte pieces, then merges by rank
+
+
+@functools.lru_cache(maxsize=1)
+def tokenizer() -> SimTokenizer:
+    return SimTokenizer.builtin()
+
+
+def _id(text: str) -> int:
+    i = tokenizer().tok.token_to_id(text)
+    assert i is not None, text
+    return i
+
+
+@dataclass(frozen=True)
+class Specials:
+    pad: int
+    bos: int
+    eot: int
+    start_header: int
+    end_header: int
+
+
+@functools.lru_cache(maxsize=1)
+def specials() -> Specials:
+    return Specials(_id(EOS), _id(BOS_TEXT), _id(EOT_TEXT), _id(START_HEADER), _id(END_HEADER))
+
+
+def vocab_size() -> int:
+    """Ids the tokenizer produces (a target's vocabulary may be larger: reserved ids)."""
+    return tokenizer().vocab_size
 
 
 @dataclass(frozen=True)
@@ -40,17 +71,25 @@ class Sample:
         return sum(self.loss_mask)
 
 
+@functools.lru_cache(maxsize=8)
+def _header(role: str) -> tuple[int, ...]:
+    sp = specials()
+    return (sp.start_header, *tokenizer().encode(role), sp.end_header, *tokenizer().encode("\n\n"))
+
+
 def encode_chat(messages: Iterable[tuple[str, str]], max_length: int, *, only_last_turn: bool = False) -> Sample:
     """Token ids and loss mask of a conversation of (role, content) pairs, cut to ``max_length`` tokens."""
     msgs = list(messages)
     last_assistant = max((i for i, (r, _) in enumerate(msgs) if r == "assistant"), default=-1)
-    ids = [BOS]
+    sp = specials()
+    ids = [sp.bos]
     mask = [0]
     for i, (role, content) in enumerate(msgs):
-        body = list(content.encode("utf-8", "surrogatepass")) + [EOT]
+        head = _header(role)
+        body = tokenizer().encode(content) + [sp.eot]
         learn = role == "assistant" and (not only_last_turn or i == last_assistant)
-        ids.append(ROLE_TOKEN[role])
-        mask.append(0)
+        ids.extend(head)
+        mask.extend([0] * len(head))
         ids.extend(body)
         mask.extend([1 if learn else 0] * len(body))
         if len(ids) >= max_length:
@@ -59,22 +98,8 @@ def encode_chat(messages: Iterable[tuple[str, str]], max_length: int, *, only_la
 
 
 def decode(ids: Iterable[int]) -> str:
-    """Text of token ids (special tokens by name, reserved ids as ``<|reserved_N|>``)."""
-    names = {PAD: "<|pad|>", BOS: "<|bos|>", EOT: "<|eot|>", SYSTEM: "<|system|>", USER: "<|user|>",
-             ASSISTANT: "<|assistant|>"}
-    out: list[str] = []
-    raw = bytearray()
-    for i in ids:
-        if i < 256:
-            raw.append(i)
-            continue
-        if raw:
-            out.append(raw.decode("utf-8", "replace"))
-            raw.clear()
-        out.append(names.get(i, f"<|reserved_{i}|>"))
-    if raw:
-        out.append(raw.decode("utf-8", "replace"))
-    return "".join(out)
+    """Text of token ids, special tokens written out."""
+    return tokenizer().tok.decode(list(ids), skip_special_tokens=False)
 
 
 @dataclass(frozen=True)
