@@ -104,15 +104,13 @@ class TrainRuns:
     def save(self, cfg: TrainRunConfig, *, actor: Any = "specdeck", source: str = "dashboard") -> None:
         """Write ``cfg`` (new or edited) into its ``[[train]]`` entry, comments kept; a config that does
         not validate raises backend.workspace.ConfigError (file:line: field: reason) before anything is
-        written."""
+        written.  The fields ``cfg`` sets are written (one set to ``None`` is removed from the file); a key
+        of the entry that ``cfg`` does not set stays as it is."""
         from backend.workspace import update_entry
 
         who, client = self._authorise(actor, "edit", cfg.name, source)
         new = cfg.name not in self.names()
         values = cfg.model_dump(mode="json", exclude_unset=True)
-        if not new:  # keys the edit clears: removed from the file rather than left behind
-            old = self.config(cfg.name).model_dump(mode="json", exclude_unset=True)
-            values.update({k: None for k in old if k not in values})
         with self._lock:
             update_entry(self.workspace, "train", cfg.name, values, create=True)
         self._audit(who, source, "edit", cfg.name, "added the training run" if new else "edited the training run",

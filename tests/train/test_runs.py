@@ -416,3 +416,21 @@ def test_command_unpacks_as_argv_env_yaml_generation_notes(tmp_path):
     assert notes[-2:] == ("1 process(es): data parallel 1 × tensor parallel 1",
                           "no draft_config: the draft's config is derived from the target")
     clear_cache()
+
+
+def test_save_writes_what_the_config_sets_and_keeps_the_rest(tmp_path):
+    from backend.train.runconfig import TrainRunConfig
+    from backend.train.runs import TrainRuns
+
+    clear_cache()
+    root = _config(tmp_path, "0.3.0")
+    runs = TrainRuns(load_workspace(root), supervisor=None)
+    before = (root / "specdeck.toml").read_text()
+    # a form that knows only some fields: the others (python, specforge_dir, stop_grace_s) stay
+    runs.save(TrainRunConfig(name="sf", target_model="/models/other", train_data="data.jsonl", max_steps=None,
+                             learning_rate=5e-5), actor="erin", source="test")
+    after = (root / "specdeck.toml").read_text()
+    assert after == before.replace('target_model = "/models/target"', 'target_model = "/models/other"').replace(
+        "learning_rate = 2e-4", "learning_rate = 5e-05")
+    assert runs.config("sf").specforge_dir == str(tmp_path / "SpecForge")
+    clear_cache()
