@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 import time
+from pathlib import Path
 
 import pandas as pd
 import streamlit as st
@@ -79,7 +80,11 @@ def measure_offer(server: str, choice: baseline.BaselineChoice, running: int | N
     """No baseline stored at all, or none at the concurrency the server runs: say so and how to measure it."""
     at = running if running else 1
     if not choice.stored:
-        head = (f"**No measured baseline of this target is stored** ({choice.label}). Until one is, tok/s is "
+        cfg = fleet.config(server)
+        left_out = (f"; {choice.unplaced:,} without a recorded concurrency cannot be placed" if choice.unplaced
+                    else "")
+        head = (f"**No measured baseline of this target is stored** (a benchmark without speculation on "
+                f"`{cfg.served_model_name or Path(cfg.model_path).name}`{left_out}). Until one is, tok/s is "
                 f"compared with the configured single-stream `baseline_tok_s` (the fallback below). "
                 f"Measure it at concurrency {at}")
     else:
