@@ -3,6 +3,7 @@
     bench import FILE... [--server NAME] [--json]
     bench list [--server S] [--concurrency N] [--target T] [--source S] [--limit N] [--json]
     bench run SERVER [--concurrency N ...] [--num-prompts N] [--input-len N] [--output-len N] [--builtin|--sglang]
+    bench sweep SERVER [--steps 3,5] [--topk 1,4] [--draft-tokens 4,8] [--baseline] ...  (cli_sweep.py)
 
 ``import`` recognises the format of each file (see :mod:`backend.bench.importers`),
 stores every result in the workspace's state and prints one line per result
@@ -143,9 +144,11 @@ def _register_list(bs: argparse._SubParsersAction) -> None:
 
 def register(sub: argparse._SubParsersAction) -> None:
     from backend.bench.cli_run import register_run  # `bench run`: see that module
+    from backend.bench.cli_sweep import register_sweep  # `bench sweep`: see that module
 
-    bench = sub.add_parser("bench", help="benchmark results: import, list, run")
+    bench = sub.add_parser("bench", help="benchmark results: import, list, run, sweep")
     bs = bench.add_subparsers(dest="action", required=True, metavar="ACTION")
     _register_import(bs)
     _register_list(bs)
     register_run(bs)
+    register_sweep(bs)

@@ -1,0 +1,160 @@
+"""``bench sweep`` against the simulator: three configurations and the baseline, measured in a
+real command-line process; the server given back as it was (file and argv); results stored
+with the sweep's tag; a stop half-way restores, and the same state file resumes."""
+
+from __future__ import annotations
+
+import io
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from backend.bench.relaunch import relaunch_and_wait
+from backend.bench.sweep import read_state
+from backend.cli import main
+from backend.supervisor.spec import ProcState
+from tests.bench.sweep_kit import SERVER, make_models, wait_until, write_workspace
+
+ROOT = Path(__file__).resolve().parents[2]
+# one stream at 200 tok/s; a draft token is accepted with p = 0.55 while the one before it was
+SIM_ENV = {"SPECDECK_SIM_BASELINE_TOK_S": "200", "SPECDECK_SIM_PEAK_TOK_S": "2000", "SPECDECK_SIM_ACCEPT_P": "0.55"}
+# accept_len = 1 + p + p^2 + ... + p^steps, by hand: steps 1: 1.55; 3: 2.0189; 5: 2.1607
+EXPECTED_ACCEPT = {1: 1.55, 3: 2.0189, 5: 2.1607}
+# the simulator's round, in plain steps: 1 + 0.05 x (draft tokens - 1) + 0.276 x steps (backend/sim/engine.py),
+# so tok/s = 200 x accept_len / round: steps 1: 233.8; 3: 204.2; 5: 164.3
+EXPECTED_TOK_S = {1: 233.8, 3: 204.2, 5: 164.3}
+
+
+@pytest.fixture
+def ws(tmp_path):
+    target, draft = make_models(tmp_path / "models")
+    return write_workspace(tmp_path / "ws", target, draft, env=SIM_ENV)
+
+
+def _start(ws: Path) -> tuple[str, tuple[str, ...]]:
+    """Start the server as configured and leave it running; (the file's text, the run's argv)."""
+    from backend.cli.session import Session
+
+    s = Session(str(ws))
+    try:
+        relaunch_and_wait(s, SERVER, s.fleet.config(SERVER), actor="t", source="test", timeout_s=90)
+        return (ws / "specdeck.toml").read_text(), tuple(s.sup.view(SERVER).spec.argv)
+    finally:
+        s.close()
+
+
+def _view(ws: Path):
+    from backend.cli.session import Session
+
+    s = Session(str(ws), act=False)
+    try:
+        s.sup.poll(sync_probes=True)
+        return s.sup.view(SERVER)
+    finally:
+        s.close()
+
+
+def _sweep_cmd(ws: Path, state: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "backend.cli", "--workspace", str(ws), "bench", "sweep", SERVER,
+            "--steps", "1,3,5", "--topk", "1", "--baseline", "--concurrency", "1", "--input-len", "16",
+            "--mode", "builtin", "--state-file", str(state), *extra]
+
+
+def _stored(ws: Path) -> list[dict]:
+    out = io.StringIO()
+    assert main(["--workspace", str(ws), "bench", "list", "--json", "--source", "run"], out=out, err=io.StringIO()) == 0
+    return [json.loads(x) for x in out.getvalue().splitlines()]
+
+
+def _stop_all(ws: Path) -> None:
+    main(["--workspace", str(ws), "processes", "stop-all"], out=io.StringIO(), err=io.StringIO())
+
+
+@pytest.mark.timeout(300)
+def test_a_sweep_of_three_configurations_and_the_baseline(ws, tmp_path):
+    text, argv = _start(ws)
+    state = tmp_path / "sweep" / "state.json"
+    try:
+        proc = subprocess.run(_sweep_cmd(ws, state, "--num-prompts", "6", "--output-len", "160", "--json"),
+                              cwd=str(ROOT), capture_output=True, text=True, timeout=240)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+        *lines, final = [json.loads(x) for x in proc.stdout.splitlines()]
+        # the baseline first, then each configuration as the server reported it
+        assert [(d["config"]["algorithm"], d["config"]["num_steps"], d["config"]["num_draft_tokens"])
+                for d in lines] == [("NONE", None, None), ("EAGLE3", 1, 2), ("EAGLE3", 3, 4), ("EAGLE3", 5, 6)]
+        tok = {d["config"]["num_steps"]: d["results"]["output_tok_s"] for d in lines}
+        acc = {d["config"]["num_steps"]: d["results"]["accept_len"] for d in lines}
+        for steps in (1, 3, 5):
+            assert abs(acc[steps] - EXPECTED_ACCEPT[steps]) <= 0.15 * EXPECTED_ACCEPT[steps], acc
+        # timings on a shared machine: the order and a margin, not the figures (1.42x apart by the table)
+        assert tok[1] > tok[3] > tok[5] and tok[1] > 1.15 * tok[5], tok
+        for d in lines:
+            assert d["label"].startswith(f"sweep {final['sweep_id']} · ") and d["results"]["completed"] == 6
+        # stored, with the sweep's tag
+        assert [d["id"] for d in _stored(ws)] == [d["id"] for d in lines]
+        # the break-even model, checked: each configuration's tok/s predicted from the other two
+        assert final["state"] == "done" and final["restored"] is True and final["errors"] == []
+        check = {row["key"]: row for row in final["check"]}
+        assert set(check) == {"s1-k1-d2", "s3-k1-d4", "s5-k1-d6"}
+        for row in check.values():
+            assert row["baseline_tok_s"] == pytest.approx(tok[None])
+            assert row["predicted_tok_s"] is not None and abs(row["error_pct"]) <= 15, row
+        assert check["s1-k1-d2"]["pays"] is True and check["s5-k1-d6"]["pays"] is False
+        assert check["s5-k1-d6"]["cost_ratio"] == pytest.approx(2.63, rel=0.15)  # 1 + 0.05 x 5 + 0.276 x 5
+        # the server is back as it was: file byte for byte, the same argv, ready
+        assert (ws / "specdeck.toml").read_text() == text
+        v = _view(ws)
+        assert v.state == ProcState.RUNNING and tuple(v.spec.argv) == argv
+        st = read_state(state)
+        assert st.state == "done" and [c["status"] for c in st.configs] == ["done"] * 4 and st.restored
+    finally:
+        _stop_all(ws)
+
+
+@pytest.mark.timeout(400)
+def test_a_stopped_sweep_restores_the_server_and_resumes_from_its_state_file(ws, tmp_path):
+    text, argv = _start(ws)
+    state = tmp_path / "sweep" / "state.json"
+    cmd = _sweep_cmd(ws, state, "--num-prompts", "24", "--output-len", "64")
+    try:
+        proc = subprocess.Popen(cmd, cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            # stop while the second configuration (one step) is being measured
+            wait_until(lambda: (s := read_state(state)) is not None and s.current == 1
+                       and s.phase == "benchmarking" and s.done >= 2 or proc.poll() is not None, 120,
+                       "the second configuration's benchmark")
+            assert proc.poll() is None, proc.communicate()
+            proc.send_signal(signal.SIGTERM)
+            out, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert proc.returncode == 1 and "stopped" in err, out + err
+        st = read_state(state)
+        assert st.state == "stopped" and st.restored is True
+        assert [c["status"] for c in st.configs] == ["done", "pending", "pending", "pending"]
+        assert (ws / "specdeck.toml").read_text() == text
+        v = _view(ws)
+        assert v.state == ProcState.RUNNING and tuple(v.spec.argv) == argv
+        first = _stored(ws)
+        assert [d["config"]["algorithm"] for d in first] == ["NONE"]  # the baseline, kept
+
+        # the same command again: the baseline is not measured twice
+        proc = subprocess.run(cmd, cwd=str(ROOT), capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+        st = read_state(state)
+        assert st.state == "done" and st.starts == 2 and st.sweep_id == read_state(state).sweep_id
+        rows = _stored(ws)
+        assert [d["config"]["num_steps"] for d in rows] == [None, 1, 3, 5]
+        assert rows[0]["id"] == first[0]["id"] and len({d["label"].split(" · ")[0] for d in rows}) == 1
+        assert (ws / "specdeck.toml").read_text() == text
+        assert tuple(_view(ws).spec.argv) == argv
+    finally:
+        _stop_all(ws)
+
