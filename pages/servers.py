@@ -16,7 +16,7 @@ from backend.bench import baseline
 from backend.sglang import livefigures
 from backend.sglang.alerts import ACCEPT_FLOOR
 from backend.sglang.preflight import has_errors
-from ui import charts, fmt
+from ui import baseline_measure, charts, fmt
 from backend.logview import newest_line_age
 from ui.auth import control_lock
 from ui.components import confirm_box, findings_list, freshness, log_block, page_header
@@ -69,33 +69,16 @@ def _stored_baselines(key: str, _store) -> baseline.StoredBaselines:
     return baseline.StoredBaselines(_store)
 
 
+def _model_name(server: str) -> str:
+    cfg = fleet.config(server)
+    return cfg.served_model_name or Path(cfg.model_path).name
+
+
 def baseline_choice(server: str, running: int | None) -> baseline.BaselineChoice:
     """The stored baseline of this server's target at (or nearest to) the concurrency it runs now."""
     cfg = fleet.config(server)
     store = _stored_baselines(f"{rt.store.path}:{id(rt.store)}", rt.store)
     return store.choose(server, cfg.model_path, cfg.served_model_name, running)
-
-
-def measure_offer(server: str, choice: baseline.BaselineChoice, running: int | None) -> None:
-    """No baseline stored at all, or none at the concurrency the server runs: say so and how to measure it."""
-    at = running if running else 1
-    if not choice.stored:
-        cfg = fleet.config(server)
-        left_out = (f"; {choice.unplaced:,} without a recorded concurrency cannot be placed" if choice.unplaced
-                    else "")
-        head = (f"**No measured baseline of this target is stored** (a benchmark without speculation on "
-                f"`{cfg.served_model_name or Path(cfg.model_path).name}`{left_out}). Until one is, tok/s is "
-                f"compared with the configured single-stream `baseline_tok_s` (the fallback below). "
-                f"Measure it at concurrency {at}")
-    else:
-        head = (f"**No baseline measured at concurrency {at}** (measured at "
-                f"{', '.join(map(str, choice.measured))}). Measure it there")
-    if baseline.sweep_available():
-        st.markdown(head + ": this relaunches the server without speculation, benchmarks it and restores it.")
-        st.code(shlex.join(baseline.sweep_argv(server, at)), language="bash", wrap_lines=True)
-    else:
-        st.markdown(head + ":\n" + "\n".join(f"{i}. {step}" for i, step in
-                                               enumerate(baseline.measure_steps(server, at), 1)))
 
 
 def live_figures(snap, server: str) -> baseline.BaselineChoice:
@@ -156,13 +139,13 @@ def live_figures(snap, server: str) -> baseline.BaselineChoice:
             line = f":{colour}[{measured.comparison}]" if measured.level != "none" else measured.comparison
             st.caption(f"{line} · colours at the same concurrency only: {livefigures.THRESHOLDS_TEXT}")
             if running and not choice.exact:
-                measure_offer(server, choice, running)
+                baseline_measure.offer(server, choice, running, _model_name(server))
         else:
             colour = LEVEL_COLOUR[speed.level]
             line = f":{colour}[{speed.comparison}]" if speed.ratio is not None else speed.comparison
             st.caption(f"Fallback, configured: {line} · {speed.aggregate_text}, not compared with the "
                        f"single-stream baseline · colours: {livefigures.THRESHOLDS_TEXT}")
-            measure_offer(server, choice, running)
+            baseline_measure.offer(server, choice, running, _model_name(server))
     elif not snap.run_live:
         st.caption("No run in progress: the figures above stay blank until the next run logs its own; the "
                    "charts keep the previous runs.")
@@ -247,6 +230,7 @@ def live(server: str) -> None:
             st.caption(snap.phase_detail[:200])
 
     choice = live_figures(snap, server)
+    baseline_measure.progress(rt, server)
     if snap.decode["ts"]:
         live_charts(snap, choice)
     elif snap.status == "ready":
@@ -439,6 +423,14 @@ if row.button("Relaunch…" if active else "Start…", key="srv-launch", disable
 if st.session_state.get("srv-launch-open"):
     with st.container(border=True):
         launch_panel(name, active)
+if row.button("Measure baseline…", key="srv-measure", disabled=bool(lock), help=lock or None,
+              icon=":material/speed:"):
+    st.session_state[baseline_measure.OPEN] = True
+if st.session_state.get(baseline_measure.OPEN):
+    with st.container(border=True):
+        _snap = fleet.snapshot(name)
+        _dec = _snap.run_decode if _snap.run_decode is not None else _snap.decode
+        baseline_measure.panel(rt, name, _dec["running_req"][-1] if _dec["running_req"] else None)
 if row.button("Stop", key="srv-stop", disabled=not active or bool(lock), help=lock or None,
               icon=":material/stop:"):
     st.session_state["srv-confirm-stop"] = True

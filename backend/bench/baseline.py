@@ -21,7 +21,6 @@ same load.
 from __future__ import annotations
 
 import math
-import shlex
 import time
 from dataclasses import dataclass
 from typing import Iterable
@@ -165,35 +164,11 @@ def choose_baseline(results: Iterable[BenchResult], *, server: str, names: Itera
 
 # -- measuring one ------------------------------------------------------------
 
-def sweep_available() -> bool:
-    """The baseline-only sweep (``bench sweep SERVER --baseline-only``) is part of this install."""
-    try:
-        from backend.bench import sweep  # noqa: PLC0415
-    except ImportError:
-        return False
-    return callable(getattr(sweep, "sweep_process_spec", None))
-
-
 def sweep_argv(server: str, concurrency: int) -> list[str]:
     """The command that measures the baseline of ``server`` at ``concurrency``: relaunch without
-    speculation, benchmark, restore the server as it was."""
+    speculation, benchmark, restore the server as it was (``bench sweep --baseline-only``)."""
     return ["python", "-m", "backend.cli", "bench", "sweep", server, "--baseline-only",
             "--concurrency", str(concurrency)]
-
-
-def run_argv(server: str, concurrency: int) -> list[str]:
-    """``bench run`` at ``concurrency``: a baseline when the server runs without speculation."""
-    return ["python", "-m", "backend.cli", "bench", "run", server, "--concurrency", str(concurrency)]
-
-
-def measure_steps(server: str, concurrency: int) -> list[str]:
-    """How to measure the baseline by hand, step by step (when the sweep is not installed)."""
-    return [
-        f"Relaunch {server} with the speculative algorithm set to (off) (Relaunch… below).",
-        f"Run `{shlex.join(run_argv(server, concurrency))}`: with speculation off the result is stored "
-        "as a baseline of this target.",
-        f"Relaunch {server} with its speculative settings again.",
-    ]
 
 
 # -- reading the store --------------------------------------------------------

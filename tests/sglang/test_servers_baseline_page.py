@@ -103,7 +103,7 @@ def _run(at: AppTest) -> tuple[dict, str]:
 
 
 @pytest.mark.timeout(120)
-def test_the_baseline_measured_at_the_concurrency_the_server_runs(page):
+def test_the_baseline_measured_at_the_concurrency_the_server_runs(page, monkeypatch):
     rt, decode = page
     bench = BenchStore(rt.store)
     for r in (_baseline(90.0, 1), _baseline(620.0, 16), _baseline(300.0, 4, target="GLM-5-NVFP4")):
@@ -139,7 +139,27 @@ def test_the_baseline_measured_at_the_concurrency_the_server_runs(page):
     assert agg.delta == "1.13× base @16" and _colour(agg) == "gray"
     assert "(nearest measured: 16, the server runs 12): 1.13×, but not at the same load" in text
     assert "**No baseline measured at concurrency 12** (measured at 1, 16)" in text
-    assert "bench run sim --concurrency 12" in text or "bench sweep sim --baseline-only --concurrency 12" in text
+    assert "`python -m backend.cli bench sweep sim --baseline-only --concurrency 12`" in text
+
+    # the offer, taken: the form starts a baseline-only sweep at the concurrency the server runs
+    started = []
+    monkeypatch.setattr(rt, "start_job", lambda spec, meta, **kw: started.append((spec, meta, kw)))
+    at.button(key="srv-measure").click().run()
+    assert not at.exception, at.exception
+    assert at.text_input(key="srv-measure-conc").value == "12"
+    at.number_input(key="srv-measure-n").set_value(40).run()
+    preview = [c.value for c in at.code if "bench sweep" in c.value]
+    assert preview == ["python -m backend.cli bench sweep sim --baseline-only --concurrency 12 --num-prompts 40 "
+                       "--input-len 1024 --output-len 512 --mode auto --backend sglang --ready-timeout 1800"]
+    at.button(key="srv-measure-go").click().run()
+    assert not at.exception, at.exception
+    (spec, meta, kw), = started
+    argv = list(spec.argv)
+    assert argv[argv.index("sweep"):argv.index("sweep") + 6] == ["sweep", "sim", "--baseline-only",
+                                                                   "--concurrency", "12", "--num-prompts"]
+    assert "--state-file" in argv and meta["kind"] == "baseline-sweep" and meta["server"] == "sim"
+    assert meta["state"] == argv[argv.index("--state-file") + 1] and kw["source"] == "dashboard"
+    assert not any(b.key == "srv-measure-go" for b in at.button)  # the form closed
 
 
 @pytest.mark.timeout(120)
@@ -151,9 +171,8 @@ def test_no_baseline_stored_says_so_offers_to_measure_and_falls_back_to_the_conf
     m, text = _run(at)
     assert ("**No measured baseline of this target is stored** (a benchmark without speculation on "
             "`Llama-3.1-8B-Instruct`)") in text
-    assert "Measure it at concurrency 4" in text
-    assert "python -m backend.cli bench run sim --concurrency 4" in text or \
-        "python -m backend.cli bench sweep sim --baseline-only --concurrency 4" in text
+    assert "Measure it at concurrency 4 with **Measure baseline…** under Control, or run " \
+           "`python -m backend.cli bench sweep sim --baseline-only --concurrency 4`" in text
     # the fallback, labelled: per request against the configured single-stream 90.0
     assert "Fallback, configured: " in text
     assert "per-request decode (4 running requests) 34.1 tok/s (= aggregate 136.5 ÷ 4) vs single-stream " \
@@ -166,3 +185,38 @@ def test_no_baseline_stored_says_so_offers_to_measure_and_falls_back_to_the_conf
     m, text = _run(at)
     assert m["aggregate tok/s"].delta == "0.39× baseline" and _colour(m["aggregate tok/s"]) == "red"
     assert "Fallback" not in text and "No measured baseline" not in text
+
+
+@pytest.mark.timeout(120)
+def test_the_last_measurement_says_how_it_ended(page):
+    """A baseline measurement's state file (as the sweep job writes it) is read on the page."""
+    import json
+
+    from backend.bench.sweep import state_path, sweep_process_spec
+    from backend.supervisor.adhoc import save_job
+
+    rt, decode = page
+    spec = sweep_process_spec(rt.workspace, "sim", "20261129-120000", ["--baseline-only", "--concurrency", "12"])
+    path = state_path(rt.workspace, "sim", "20261129-120000")
+    save_job(rt.workspace.run_dir, spec, {"kind": "baseline-sweep", "server": "sim", "state": str(path),
+                                          "concurrency": [12]})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({
+        "sweep_id": "20261129-120000", "server": "sim", "plan": {"concurrency": [12], "baseline_only": True},
+        "configs": [{"status": "done", "results": {"12": 7}}], "original": {}, "state": "done", "phase": "done",
+        "results": [{"id": 7}], "restored": True}))
+    decode(700.0, 12)
+    at = AppTest.from_file(PAGE, default_timeout=30)
+    _m, text = _run(at)
+    assert ("Last baseline measurement (sweep-sim-20261129-120000, concurrency 12): done, 1 result(s) stored, "
+            "server restored.") in text
+
+    # one that could not give the server back is a warning, with its error
+    state = json.loads(path.read_text())
+    state.update(state="failed", restored=False, errors=["relaunch failed: port 1 in use"], results=[])
+    path.write_text(json.dumps(state))
+    at.run()
+    assert not at.exception, at.exception
+    warned = [w.value for w in at.warning if "Last baseline measurement" in w.value]
+    assert warned and ("failed, 0 result(s) stored, the server could NOT be restored: check it. Error: relaunch "
+                       "failed: port 1 in use") in warned[0]
