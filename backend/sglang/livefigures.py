@@ -135,11 +135,16 @@ class MeasuredFigures:
                     f"(measured at concurrency {', '.join(map(str, self.choice.measured))})")
         head = f"aggregate {self.aggregate:,.1f} tok/s at {_requests(self.running)} vs {self.choice.label}"
         if self.ratio is None:
-            return head
-        if self.choice.exact:
-            return f"{head} ({self.ratio:.2f}×)"
-        return (f"{head}: {self.ratio:.2f}×, but not at the same load, so neither faster nor slower "
-                f"(uncoloured); measure the baseline at concurrency {self.running} to compare")
+            text = head
+        elif self.choice.exact:
+            text = f"{head} ({self.ratio:.2f}×)"
+        else:
+            text = (f"{head}: {self.ratio:.2f}×, but not at the same load, so neither faster nor slower "
+                    f"(uncoloured); measure the baseline at concurrency {self.running} to compare")
+        if self.choice.other_lengths:
+            text += (f"; at concurrency {self.choice.concurrency} also measured with "
+                     f"{' and '.join(self.choice.other_lengths)}")
+        return text
 
 
 def measured_figures(gen_throughput: float | None, running_req: int | None,

@@ -97,6 +97,9 @@ def test_lengths_where_known():
     # lengths not asked: the newest, and the other lengths measured there are named
     c = choose(rows[:2], 1)
     assert c.tok_s == 120.0 and c.other_lengths == ("1,024/512 tokens in/out",)
+    assert measured_figures(110.0, 1, c).comparison == (
+        "aggregate 110.0 tok/s at 1 running request vs baseline 120.0 tok/s measured at concurrency 1, 2026-12-01, "
+        "128/128 tokens in/out (0.92×); at concurrency 1 also measured with 1,024/512 tokens in/out")
 
 
 def test_none_stored_says_so():
