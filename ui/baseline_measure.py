@@ -56,17 +56,24 @@ def measuring(rt, server: str) -> bool:
     return False
 
 
+def close_panel() -> None:
+    st.session_state[OPEN] = False
+    st.session_state.pop("srv-measure-conc", None)  # the next form starts from the concurrency then
+
+
 def panel(rt, server: str, running: int | None) -> None:
     """The form: concurrencies, prompts and lengths, the command it runs, and the start."""
     head, close = st.columns([6, 1])
     head.markdown(f"**Measure the baseline of {server}**: stop it (requests in flight fail), relaunch it without "
                   "speculation, benchmark it at each concurrency, store the results, and relaunch it as it is now.")
     if close.button("Cancel", key="srv-measure-cancel"):
-        st.session_state[OPEN] = False
+        close_panel()
         st.rerun()
     defaults = SweepPlan(server=server)
+    # the concurrency the server ran when the form opened; what the user types then stays
+    st.session_state.setdefault("srv-measure-conc", str(running or 1))
     c1, c2, c3, c4 = st.columns(4)
-    conc = c1.text_input("concurrency", str(running or 1), key="srv-measure-conc",
+    conc = c1.text_input("concurrency", key="srv-measure-conc",
                          help="requests in flight; several values run one after the other, e.g. 1,16")
     prompts = c2.number_input("prompts per load", 1, 1_000_000, defaults.num_prompts, key="srv-measure-n")
     in_len = c3.number_input("input tokens", 1, 10_000_000, defaults.input_len, key="srv-measure-in")
@@ -91,7 +98,7 @@ def panel(rt, server: str, running: int | None) -> None:
         except Exception as exc:  # refused or failed: the audit log has it
             st.error(f"Could not start {spec.name}: {exc}")
             return
-        st.session_state[OPEN] = False
+        close_panel()
         st.toast(f"Measuring the baseline of {server} ({spec.name})", icon=":material/check_circle:")
         st.rerun()
 

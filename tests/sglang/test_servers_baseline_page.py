@@ -147,7 +147,9 @@ def test_the_baseline_measured_at_the_concurrency_the_server_runs(page, monkeypa
     at.button(key="srv-measure").click().run()
     assert not at.exception, at.exception
     assert at.text_input(key="srv-measure-conc").value == "12"
+    decode(310.0, 4)  # the server moves on; the open form keeps the concurrency it opened with
     at.number_input(key="srv-measure-n").set_value(40).run()
+    assert at.text_input(key="srv-measure-conc").value == "12"
     preview = [c.value for c in at.code if "bench sweep" in c.value]
     assert preview == ["python -m backend.cli bench sweep sim --baseline-only --concurrency 12 --num-prompts 40 "
                        "--input-len 1024 --output-len 512 --mode auto --backend sglang --ready-timeout 1800"]
