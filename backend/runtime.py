@@ -196,11 +196,12 @@ class Runtime:
         """(index, total bytes, free bytes) per GPU from the latest telemetry, None without a driver.
 
         Memory held by the managed process ``exclude`` (a server about to be
-        relaunched) counts as free.
+        relaunched) counts as free; the GPUs are then read afresh, process list
+        included (see probe_free_memory).
         """
-        from backend.telemetry.attribution import free_memory_by_gpu
+        from backend.telemetry.attribution import probe_free_memory
 
-        return free_memory_by_gpu(self.telemetry.latest(), exclude)
+        return probe_free_memory(self.telemetry, exclude)
 
     def active_alerts(self) -> list:
         """Alerts for the sidebar: server alerts first, then GPU alerts."""

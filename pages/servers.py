@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 import time
+from pathlib import Path
 
 import pandas as pd
 import streamlit as st
@@ -11,10 +12,11 @@ from pydantic import ValidationError
 
 from backend.sglang.config import ALGORITHMS, ServerConfig
 from backend.sglang.fleet import PreflightBlocked, findings_as_rows
+from backend.bench import baseline
 from backend.sglang import livefigures
 from backend.sglang.alerts import ACCEPT_FLOOR
 from backend.sglang.preflight import has_errors
-from ui import charts, fmt
+from ui import baseline_measure, charts, fmt
 from backend.logview import newest_line_age
 from ui.auth import control_lock
 from ui.components import confirm_box, findings_list, freshness, log_block, page_header
@@ -62,15 +64,35 @@ def _reading_age(r) -> str:
 LEVEL_COLOUR = {"good": "green", "warn": "orange", "bad": "red", "none": "gray"}
 
 
-def live_figures(snap) -> None:
-    """Key figures of the current run; tok/s against the single-stream baseline only per request."""
+@st.cache_resource(show_spinner=False)
+def _stored_baselines(key: str, _store) -> baseline.StoredBaselines:
+    return baseline.StoredBaselines(_store)
+
+
+def _model_name(server: str) -> str:
+    cfg = fleet.config(server)
+    return cfg.served_model_name or Path(cfg.model_path).name
+
+
+def baseline_choice(server: str, running: int | None) -> baseline.BaselineChoice:
+    """The stored baseline of this server's target at (or nearest to) the concurrency it runs now."""
+    cfg = fleet.config(server)
+    store = _stored_baselines(f"{rt.store.path}:{id(rt.store)}", rt.store)
+    return store.choose(server, cfg.model_path, cfg.served_model_name, running)
+
+
+def live_figures(snap, server: str) -> baseline.BaselineChoice:
+    """Key figures of the current run; tok/s against the baseline measured at the same concurrency, or
+    (none stored) per request against the configured single-stream one.  Returns the baseline chosen."""
     dec = snap.run_decode if snap.run_decode is not None else snap.decode
     acc = _latest(dec["accept_len"])
     life = snap.lifetime_accept_len
     last = len(dec["ts"]) - 1
     tput = dec["gen_throughput"][last] if last >= 0 else None
     running = dec["running_req"][last] if last >= 0 else None
-    speed = livefigures.speed_figures(tput, running, snap.baseline_tok_s)
+    choice = baseline_choice(server, running)
+    measured = livefigures.measured_figures(tput, running, choice) if choice.stored else None
+    speed = livefigures.speed_figures(tput, running, None if measured else snap.baseline_tok_s)
     delta = livefigures.accept_vs_lifetime(acc, life)
     c = st.columns(3) + st.columns(3)  # two rows: nothing cut at 1024 px
     c[0].metric("accept_len", fmt.accept_len(acc), delta=delta.text, delta_color=LEVEL_COLOUR[delta.level],
@@ -81,16 +103,29 @@ def live_figures(snap) -> None:
     c[1].metric("lifetime accept_len", fmt.accept_len(life),
                 help="this run's lifetime accept_len: /server_info avg_spec_accept_length, "
                      f"{_reading_age(snap.server_info)}")
-    c[2].metric("per-request tok/s", fmt.NA if speed.per_request is None else f"{speed.per_request:,.1f}",
-                delta=None if speed.ratio is None else f"{speed.ratio:.2f}× baseline",
-                delta_color=LEVEL_COLOUR[speed.level],
-                delta_arrow="off" if speed.ratio is None else ("up" if speed.ratio >= 1 else "down"),
-                help="decode speed of one request: gen throughput ÷ #running-req of the latest decode line "
-                     "(the single-stream figure when one request runs). Only this is compared with the "
-                     f"single-stream baseline_tok_s; colour by the ratio: {livefigures.THRESHOLDS_TEXT}.")
-    c[3].metric("aggregate tok/s", fmt.NA if tput is None else f"{tput:,.1f}",
-                help="gen throughput of the latest decode line: all running requests together. Not comparable "
-                     "with the single-stream baseline; a baseline at the same concurrency is needed for that.")
+    if measured is None:
+        c[2].metric("per-request tok/s", fmt.NA if speed.per_request is None else f"{speed.per_request:,.1f}",
+                    delta=None if speed.ratio is None else f"{speed.ratio:.2f}× baseline",
+                    delta_color=LEVEL_COLOUR[speed.level],
+                    delta_arrow="off" if speed.ratio is None else ("up" if speed.ratio >= 1 else "down"),
+                    help="decode speed of one request: gen throughput ÷ #running-req of the latest decode line "
+                         "(the single-stream figure when one request runs). No measured baseline of this target "
+                         "is stored, so this is compared with the configured single-stream baseline_tok_s "
+                         f"(the fallback); colour by the ratio: {livefigures.THRESHOLDS_TEXT}.")
+        c[3].metric("aggregate tok/s", fmt.NA if tput is None else f"{tput:,.1f}",
+                    help="gen throughput of the latest decode line: all running requests together. Not "
+                         "comparable with the single-stream baseline; a baseline measured at the same "
+                         "concurrency is needed for that.")
+    else:
+        c[2].metric("per-request tok/s", fmt.NA if speed.per_request is None else f"{speed.per_request:,.1f}",
+                    help="decode speed of one request: gen throughput ÷ #running-req of the latest decode line. "
+                         "The measured baseline is compared with the aggregate figure at the same concurrency.")
+        c[3].metric("aggregate tok/s", fmt.NA if tput is None else f"{tput:,.1f}",
+                    delta=measured.delta, delta_color=LEVEL_COLOUR[measured.level],
+                    delta_arrow="off" if measured.level == "none" else ("up" if measured.ratio >= 1 else "down"),
+                    help="gen throughput of the latest decode line (all running requests together) against the "
+                         "output tok/s of the baseline measured at the same concurrency. At another concurrency "
+                         f"the ratio stays uncoloured; colours: {livefigures.THRESHOLDS_TEXT}. {choice.label}.")
     c[4].metric("running · queued", f"{fmt.count(running)} · {fmt.count(_latest(dec['queue_req']))}",
                 help="#running-req and #queue-req of the latest decode line of this run")
     usage = _latest(dec["token_usage"])
@@ -99,10 +134,18 @@ def live_figures(snap) -> None:
     c[5].metric("KV used · cache hit", f"{fmt.pct(None if usage is None else usage * 100)} · {fmt.pct(hit)}",
                 help="KV cache token usage of the latest decode line; prefix cache hit from " + hit_from)
     if dec["ts"]:
-        colour = LEVEL_COLOUR[speed.level]
-        line = f":{colour}[{speed.comparison}]" if speed.ratio is not None else speed.comparison
-        st.caption(f"{line} · {speed.aggregate_text}, not compared with the single-stream baseline · "
-                   f"colours: {livefigures.THRESHOLDS_TEXT}")
+        if measured is not None:
+            colour = LEVEL_COLOUR[measured.level]
+            line = f":{colour}[{measured.comparison}]" if measured.level != "none" else measured.comparison
+            st.caption(f"{line} · colours at the same concurrency only: {livefigures.THRESHOLDS_TEXT}")
+            if running and not choice.exact:
+                baseline_measure.offer(server, choice, running, _model_name(server))
+        else:
+            colour = LEVEL_COLOUR[speed.level]
+            line = f":{colour}[{speed.comparison}]" if speed.ratio is not None else speed.comparison
+            st.caption(f"Fallback, configured: {line} · {speed.aggregate_text}, not compared with the "
+                       f"single-stream baseline · colours: {livefigures.THRESHOLDS_TEXT}")
+            baseline_measure.offer(server, choice, running, _model_name(server))
     elif not snap.run_live:
         st.caption("No run in progress: the figures above stay blank until the next run logs its own; the "
                    "charts keep the previous runs.")
@@ -110,9 +153,10 @@ def live_figures(snap) -> None:
         st.caption(f"New run since {_when(snap.run_started_ts)}: its figures appear with its first decode line.")
     else:
         st.caption("No decode line yet.")
+    return choice
 
 
-def live_charts(snap) -> None:
+def live_charts(snap, choice: baseline.BaselineChoice) -> None:
     """Every run in the series; each restart breaks the lines and is marked."""
     dec = snap.decode
     ts, starts = dec["ts"], snap.run_starts
@@ -123,9 +167,13 @@ def live_charts(snap) -> None:
     fig2 = charts.figure("Per-request decode (tok/s)", y_title="tok/s per request", height=260)
     per_req = [None if t is None or not r else t / r for t, r in zip(dec["gen_throughput"], dec["running_req"])]
     charts.add_series(fig2, "per request", ts, per_req, fmt=",.1f", breaks=starts)
-    charts.add_baseline(fig2, snap.baseline_tok_s, "single-stream baseline")
     fig3 = charts.figure("Aggregate tok/s (all requests)", y_title="tok/s", height=260)
     charts.add_series(fig3, "aggregate tok/s", ts, dec["gen_throughput"], fmt=",.1f", breaks=starts)
+    if choice.stored:  # measured: it meets the aggregate, at the concurrency it was measured at
+        if choice.tok_s is not None:
+            charts.add_baseline(fig3, choice.tok_s, f"baseline at concurrency {choice.concurrency}")
+    else:
+        charts.add_baseline(fig2, snap.baseline_tok_s, "configured single-stream baseline")
     fig4 = charts.figure("Requests", y_title="requests", height=260)
     charts.add_series(fig4, "running", ts, dec["running_req"], fmt=".0f", breaks=starts)
     charts.add_series(fig4, "queued", ts, dec["queue_req"], fmt=".0f", breaks=starts)
@@ -181,9 +229,10 @@ def live(server: str) -> None:
         if snap.phase_detail:
             st.caption(snap.phase_detail[:200])
 
-    live_figures(snap)
+    choice = live_figures(snap, server)
+    baseline_measure.progress(rt, server)
     if snap.decode["ts"]:
-        live_charts(snap)
+        live_charts(snap, choice)
     elif snap.status == "ready":
         st.info("Ready, but no decode line yet: lines appear every `decode_log_interval` decode steps "
                 "once requests arrive.", icon=":material/info:")
@@ -374,6 +423,14 @@ if row.button("Relaunch…" if active else "Start…", key="srv-launch", disable
 if st.session_state.get("srv-launch-open"):
     with st.container(border=True):
         launch_panel(name, active)
+if row.button("Measure baseline…", key="srv-measure", disabled=bool(lock), help=lock or None,
+              icon=":material/speed:"):
+    st.session_state[baseline_measure.OPEN] = True
+if st.session_state.get(baseline_measure.OPEN):
+    with st.container(border=True):
+        _snap = fleet.snapshot(name)
+        _dec = _snap.run_decode if _snap.run_decode is not None else _snap.decode
+        baseline_measure.panel(rt, name, _dec["running_req"][-1] if _dec["running_req"] else None)
 if row.button("Stop", key="srv-stop", disabled=not active or bool(lock), help=lock or None,
               icon=":material/stop:"):
     st.session_state["srv-confirm-stop"] = True

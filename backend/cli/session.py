@@ -85,14 +85,15 @@ class Session:
 
     def gpu_probe(self, exclude: str | None = None) -> list[tuple[int, int, int]] | None:
         """GPUs and free memory for preflight, from the workspace's telemetry source
-        (as the dashboard sees them), read once per command."""
-        from backend.telemetry.attribution import free_memory_by_gpu
+        (as the dashboard sees them): read once per command, and afresh whenever a
+        server's own memory is to count as free (a relaunch; see probe_free_memory)."""
+        from backend.telemetry.attribution import probe_free_memory
         from backend.telemetry.sampler import make_workspace_sampler
 
         if self._telemetry is None:
-            sampler = make_workspace_sampler(self.ws, None, managed=self.sup.views)
-            self._telemetry = sampler.sample_once()
-        return free_memory_by_gpu(self._telemetry, exclude)
+            self._telemetry = make_workspace_sampler(self.ws, None, managed=self.sup.views)
+            self._telemetry.sample_once()
+        return probe_free_memory(self._telemetry, exclude)
 
     def close(self) -> None:
         self.fleet.close()

@@ -11,14 +11,25 @@ Colours follow the ratio to the reference, never the sign of a difference:
 ``≥ 1.00×`` green, ``0.90-1.00×`` amber, ``< 0.90×`` red.  An accept_len at or
 below the alert floor is red whatever its delta: "+0.00 vs lifetime" at 1.00
 means speculation gains nothing.
+
+A baseline MEASURED at the server's concurrency (a stored benchmark without
+speculation, :mod:`backend.bench.baseline`) is compared with the aggregate
+figure: aggregate tok/s at ``c`` running requests against the baseline's output
+tok/s at concurrency ``c``.  Measured at another concurrency only, the ratio is
+shown with the concurrency it was measured at, uncoloured: it is not the same
+load.  The configured single-stream figure is the fallback where no baseline of
+the target is stored.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from backend.sglang.alerts import ACCEPT_FLOOR
+
+if TYPE_CHECKING:
+    from backend.bench.baseline import BaselineChoice
 
 GOOD_RATIO = 1.0  # at or above: green
 WARN_RATIO = 0.9  # at or above (and below GOOD_RATIO): amber; below: red
@@ -88,6 +99,59 @@ def speed_figures(gen_throughput: float | None, running_req: int | None,
         per = gen_throughput / running_req
     ratio = per / baseline_tok_s if per is not None and baseline_tok_s else None
     return SpeedFigures(gen_throughput, running_req, per, baseline_tok_s, ratio, ratio_level(ratio))
+
+
+def _requests(n: int | None) -> str:
+    return f"{'?' if n is None else f'{n:,}'} running request{'' if n == 1 else 's'}"
+
+
+@dataclass(frozen=True)
+class MeasuredFigures:
+    """Aggregate tok/s now against the baseline measured at (or nearest to) the same concurrency."""
+
+    aggregate: float | None  # gen throughput of the latest decode line
+    running: int | None  # #running-req of that line
+    choice: "BaselineChoice"
+    ratio: float | None  # aggregate / the baseline's output tok/s
+    level: Level  # by the ratio at the same concurrency; "none" at another one
+
+    @property
+    def delta(self) -> str | None:
+        """Short enough for a metric at 1024 px: ``0.93× baseline`` or ``0.93× base @16``."""
+        if self.ratio is None:
+            return None
+        if self.choice.exact:
+            return f"{self.ratio:.2f}× baseline"
+        return f"{self.ratio:.2f}× base @{self.choice.concurrency}"
+
+    @property
+    def comparison(self) -> str:
+        """The sentence the page shows, e.g. 'aggregate 82.3 tok/s at 1 running request vs baseline 90.0 tok/s
+        measured at concurrency 1, 2026-11-29 (0.91×)'."""
+        if self.aggregate is None:
+            return "no decode line in this run yet"
+        if not self.running:
+            return ("no request running in the latest decode line: nothing to compare with the baseline "
+                    f"(measured at concurrency {', '.join(map(str, self.choice.measured))})")
+        head = f"aggregate {self.aggregate:,.1f} tok/s at {_requests(self.running)} vs {self.choice.label}"
+        if self.ratio is None:
+            text = head
+        elif self.choice.exact:
+            text = f"{head} ({self.ratio:.2f}×)"
+        else:
+            text = (f"{head}: {self.ratio:.2f}×, but not at the same load, so neither faster nor slower "
+                    f"(uncoloured); measure the baseline at concurrency {self.running} to compare")
+        if self.choice.other_lengths:
+            text += (f"; at concurrency {self.choice.concurrency} also measured with "
+                     f"{' and '.join(self.choice.other_lengths)}")
+        return text
+
+
+def measured_figures(gen_throughput: float | None, running_req: int | None,
+                     choice: "BaselineChoice") -> MeasuredFigures:
+    ratio = choice.ratio(gen_throughput) if running_req else None
+    level = ratio_level(ratio) if choice.exact else "none"
+    return MeasuredFigures(gen_throughput, running_req, choice, ratio, level)
 
 
 @dataclass(frozen=True)

@@ -336,3 +336,24 @@ def free_memory_by_gpu(snap: Any, exclude: str | None = None) -> list[tuple[int,
         used = (g.mem_used or 0) - held.get(g.index, 0)
         out.append((g.index, g.mem_total, g.mem_total - max(0, used)))
     return out
+
+
+def probe_free_memory(sampler: Any, exclude: str | None = None) -> list[tuple[int, int, int]] | None:
+    """Free memory per GPU for preflight, from a telemetry ``sampler``.
+
+    Without ``exclude`` the latest snapshot serves.  With it (a server about
+    to be relaunched, whose memory counts as free) the GPUs are read now,
+    process list included: the sampler reads that list only every few
+    seconds, and right after a relaunch the latest one still names the
+    server's previous pid, which no managed process owns any more, so its
+    memory would read as someone else's.  Memory and processes then come
+    from the same pass, joined with the managed processes as they are now.
+    """
+    if sampler is None:
+        return None
+    if exclude is None:
+        return free_memory_by_gpu(sampler.latest())
+    want = getattr(getattr(sampler, "adapter", None), "want_processes", None)
+    if want is not None:
+        want()
+    return free_memory_by_gpu(sampler.sample_once(), exclude)

@@ -29,6 +29,7 @@ It is thread-safe and deterministic for a given clock.
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 from collections import Counter
@@ -86,6 +87,16 @@ INIT_ERRORS = {
 
 # Which managed kinds hold GPUs in the demo, and how much memory each.
 _FOLLOW_MEM = {"server": 61 * GIB + 512 * 1024**2, "training": 38 * GIB}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
 
 
 @dataclass(frozen=True)
@@ -242,10 +253,13 @@ class FakeNvml:
         on a real machine: a process whose spec sets CUDA_VISIBLE_DEVICES
         on those GPUs; otherwise a server on as many GPUs as its tensor
         parallelism (``--tp-size``, 1 when absent) from GPU 0 on, and each
-        training run on one GPU counting from 3."""
+        training run on one GPU counting from 3.  The placement is kept for a
+        second, but never past the end of a process it names: a real GPU does
+        not list a process that has exited (a relaunched server's old pid)."""
         now = time.monotonic()
         cached = getattr(self, "_follow_cache", None)
-        if cached is not None and now - cached[0] < 1.0:
+        if cached is not None and now - cached[0] < 1.0 and all(
+                _alive(pid) for procs in cached[1].values() for pid, _ in procs):
             return cached[1]
         out: dict[int, list[tuple[int, int | None]]] = {}
         self._follow_cache = (now, out)

@@ -40,7 +40,7 @@ port = {free_port()}
 simulate = true
 sglang_version = "0.5.10"
 decode_log_interval = 5
-mem_fraction_static = 0.5   # keep some memory for the draft
+mem_fraction_static = 0.8   # keep some memory for the draft
 gpus = [0]
 env = {{ SPECDECK_SIM_SPEED = "100" }}
 
@@ -124,6 +124,10 @@ def _relaunch(at: AppTest, rt, edit) -> object:
     at.run()
     assert not at.exception, at.exception
     assert not [e.value for e in at.error if "not valid" in e.value], "the form refused the edit"
+    # the server's own memory is free again once it is replaced: never a gpu-memory error here, however
+    # recently the previous relaunch changed its pid (the fake GPUs hold 61.5 GiB per server)
+    reserved = [e.value for e in at.error if "mem_fraction_static" in e.value and "reserves" in e.value]
+    assert not reserved, reserved
     if any(c.key == "srv-anyway" for c in at.checkbox):
         at.checkbox(key="srv-anyway").check().run()
     go = at.button(key="srv-launch-go")
@@ -188,8 +192,11 @@ def test_relaunch_with_each_field_edited_on_a_workspace_with_the_optional_tables
     v = _relaunch(at, rt, lambda a: a.checkbox(key=K + "nograph").uncheck())
     check(v, ("cuda_graph", "disable"), False, "--cuda-graph-max-bs", "8")
     assert "--disable-cuda-graph" not in v.spec.argv
-    v = _relaunch(at, rt, lambda a: a.number_input(key=K + "mem").set_value(0.45))
-    check(v, ("mem_fraction_static",), 0.45, "--mem-fraction-static", "0.45")
+    # 0.85 and 0.9 of a 140.4 GiB GPU need the 61.5 GiB the running server holds
+    v = _relaunch(at, rt, lambda a: a.number_input(key=K + "mem").set_value(0.85))
+    check(v, ("mem_fraction_static",), 0.85, "--mem-fraction-static", "0.85")
+    v = _relaunch(at, rt, lambda a: a.number_input(key=K + "mem").set_value(0.9))
+    check(v, ("mem_fraction_static",), 0.9, "--mem-fraction-static", "0.9")
     v = _relaunch(at, rt, lambda a: a.text_input(key=K + "gpus").input("1,2"))
     check(v, ("gpus",), [1, 2])
     assert v.spec.env["CUDA_VISIBLE_DEVICES"] == "1,2"
@@ -242,8 +249,10 @@ def test_relaunch_with_each_field_edited_on_a_workspace_without_the_optional_tab
     assert "--disable-cuda-graph" in v.spec.argv
     v = _relaunch(at, rt, lambda a: a.checkbox(key=K + "nograph").uncheck())
     check(v, ("cuda_graph", "disable"), False, "--cuda-graph-max-bs", "8")
-    v = _relaunch(at, rt, lambda a: a.number_input(key=K + "mem").set_value(0.45))
-    check(v, ("mem_fraction_static",), 0.45, "--mem-fraction-static", "0.45")
+    v = _relaunch(at, rt, lambda a: a.number_input(key=K + "mem").set_value(0.85))
+    check(v, ("mem_fraction_static",), 0.85, "--mem-fraction-static", "0.85")
+    v = _relaunch(at, rt, lambda a: a.number_input(key=K + "mem").set_value(0.9))
+    check(v, ("mem_fraction_static",), 0.9, "--mem-fraction-static", "0.9")
     v = _relaunch(at, rt, lambda a: a.text_input(key=K + "gpus").input("0"))
     check(v, ("gpus",), [0])
     assert v.spec.env["CUDA_VISIBLE_DEVICES"] == "0"
@@ -287,3 +296,48 @@ def test_the_panel_lists_what_the_edit_changes_before_the_relaunch(ws):
     changes = next(m.value for m in at.markdown if m.value.startswith("**Changes:**"))
     assert changes == ("**Changes:** `speculative.num_steps` 3 → 4; `cuda_graph.disable` False → True; "
                        "`extra_args` none → --chunked-prefill-size 4096")
+
+
+GiB = 1024 ** 3
+SERVER_MEM = 61 * GiB + 512 * 1024 ** 2
+
+
+@pytest.mark.timeout(60)
+def test_preflight_counts_a_just_relaunched_servers_own_memory_as_free(ws, monkeypatch):
+    """Right after a relaunch the telemetry's process list (read every 5 s) still names the server's
+    previous pid while the memory figures already count the new one: the probe for a relaunch reads
+    the GPUs afresh, so the server's memory is its own, not someone else's."""
+    from backend.telemetry.fake import FakeNvml
+    from backend.telemetry.nvml import NvmlAdapter
+    from backend.telemetry.sampler import Sampler
+
+    ws(_with_tables)
+    rt = runtime_mod.get_runtime()
+    fake = FakeNvml(gpus=2)
+    managed = [("sim", "server", 3_999_001)]
+    # the join with the managed processes runs on its own timer; here it falls due before the process
+    # list does, as it does when a relaunch lands just after a join
+    sampler = Sampler(NvmlAdapter(fake, source="fake"), managed=lambda: list(managed), attribution_interval_s=0.0)
+    rt.telemetry.stop()
+    rt.telemetry = sampler
+    fake.set_processes(0, [(3_999_001, SERVER_MEM)])
+    sampler.sample_once()  # the process list is read: the server's first pid holds 61.5 GiB of GPU 0
+    total = fake.nvmlDeviceGetMemoryInfo(fake.nvmlDeviceGetHandleByIndex(0)).total
+
+    # relaunched: the same memory now held by a new pid; the background pass reads memory, not processes
+    managed[0] = ("sim", "server", 3_999_002)
+    fake.set_processes(0, [(3_999_002, SERVER_MEM)])
+    stale = sampler.sample_once()
+    assert [p.pid for p in stale.gpus[0].processes] == [3_999_001]  # what the old probe worked from
+    assert [j.name for j in stale.attribution.jobs] == []  # the old pid is nobody's now: 61.5 GiB "in use"
+
+    gpus = {i: (t, free) for i, t, free in rt.gpu_probe(exclude="sim")}
+    assert gpus[0][0] == total
+    assert gpus[0][1] > 0.99 * total  # all but the driver's own 0.6 GiB
+    assert gpus[0][1] >= 0.9 * total  # so mem_fraction_static 0.9 fits
+    # without exclude the server's memory is in use, as it is
+    assert {i: f for i, _t, f in rt.gpu_probe()}[0] < total - SERVER_MEM + GiB
+    # and a preflight of the relaunch finds no gpu-memory error
+    cfg = rt.fleet.config("sim").model_copy(update={"mem_fraction_static": 0.9})
+    monkeypatch.setattr(rt.fleet, "_running", lambda name: True)  # it runs now (this test starts no process)
+    assert "gpu-memory" not in [f.code for f in rt.fleet.preflight("sim", cfg)]
