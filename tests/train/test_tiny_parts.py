@@ -150,6 +150,10 @@ def test_broken_checkpoints_are_reported_by_inspection_and_refused_by_resume(pat
     assert main(_argv(paths, "--max-num-steps", "2")) == 0
     good = paths["out"] / "epoch_0_step_2"
     assert inspect_checkpoint(good).notes == ()
+    capsys.readouterr()
+    assert main(_argv(paths, "--resume", "--max-num-steps", "2", "--num-epochs", "2")) == 0  # no step more
+    assert "Nothing left to train: step 2 of 4" in capsys.readouterr().err
+    assert sorted(p.name for p in paths["out"].glob("epoch_*")) == ["epoch_0_step_2"]
     tensors = load_file(str(good / "model.safetensors"))
     narrow = paths["tmp"] / "narrow" / "epoch_0_step_2"
     shutil.copytree(good, narrow)

@@ -106,8 +106,9 @@ def train(run: Run, args: argparse.Namespace, log: logging.Logger, stream: TextI
     params = [p for p in run.draft.parameters() if p.requires_grad]
     grad_norm: float | None = None
     run.draft.train()
+    limit = args.max_num_steps
     try:
-        for epoch in range(run.start_epoch, args.num_epochs):
+        for epoch in range(run.start_epoch, args.num_epochs if not limit or step < limit else run.start_epoch):
             batches = data.epoch_batches(len(run.train.samples), args.batch_size, args.seed, epoch)
             skip = run.skip if epoch == run.start_epoch else 0
             bar = Bar(f"Training Epoch {epoch}", len(batches), stream, initial=skip)
@@ -141,11 +142,11 @@ def train(run: Run, args: argparse.Namespace, log: logging.Logger, stream: TextI
                     _evaluate(run, args, epoch, step, stream, log, tb)
                 if step % args.save_interval == 0:
                     _save(run, args, epoch, step, log)
-                if stop.signal is not None or (args.max_num_steps and step >= args.max_num_steps):
+                if stop.signal is not None or (limit and step >= limit):
                     break
                 bar.update()
             bar.close()
-            if stop.signal is not None or (args.max_num_steps and step >= args.max_num_steps):
+            if stop.signal is not None or (limit and step >= limit):
                 break
         if stop.signal is not None:
             log.info(f"Stopping at step {step} on {signal.Signals(stop.signal).name}")
