@@ -180,6 +180,13 @@ def test_broken_checkpoints_are_reported_by_inspection_and_refused_by_resume(pat
     assert f"{torn / 'training_state.pt'}: cannot be read" in capsys.readouterr().err
 
 
+def test_an_output_folder_that_cannot_be_made_is_one_line(paths, capsys):
+    blocker = paths["tmp"] / "a-file"
+    blocker.write_text("not a folder")
+    assert main(_argv(dict(paths, out=blocker / "out"))) == 1
+    assert f"ERROR - {blocker / 'out'}: Not a directory" in capsys.readouterr().err
+
+
 def test_unusable_data_is_a_clear_error(paths, capsys):
     assert main(_argv(dict(paths, data=paths["tmp"] / "missing.jsonl"))) == 1
     assert f"{paths['tmp'] / 'missing.jsonl'}: training data file not found" in capsys.readouterr().err

@@ -59,10 +59,13 @@ def _train(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     torch.manual_seed(ns.seed)
     try:
         run = prepare(ns, log)
+        return train(run, ns, log, sys.stderr)
     except SetupError as exc:
         log.error(str(exc))
-        return 1
-    return train(run, ns, log, sys.stderr)
+    except OSError as exc:  # a folder that cannot be made, a full disk: one line; saved checkpoints stay
+        where = f"{exc.filename}: " if exc.filename else ""
+        log.error(f"{where}{exc.strerror or exc}")
+    return 1
 
 
 def main(argv: list[str] | None = None) -> int:

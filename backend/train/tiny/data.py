@@ -40,7 +40,7 @@ class Dataset:
 def load(path: str | Path, max_length: int, *, only_last_turn: bool = False) -> Dataset:
     p = Path(path)
     if not p.is_file():
-        raise DataError(f"{p}: training data file not found")
+        raise DataError(f"{p}: {'not a file' if p.exists() else 'training data file not found'}")
     ds = Dataset(p, [])
     try:
         for row in read_rows(p, dataset=p.stem):
