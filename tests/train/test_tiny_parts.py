@@ -137,6 +137,15 @@ def test_target_folder_reads_as_preflight_reads_a_target(paths, capsys):
     assert (paths["target"] / "tokenizer.json").is_file()
     assert main(_argv(paths, "--size", "large")) == 1
     assert "--size large: " in capsys.readouterr().err
+    assert main(["make-target", str(paths["target"])]) == 0  # the same target again: nothing changes
+    assert main(["make-target", str(paths["target"]), "--size", "large"]) == 1
+    assert (f"{paths['target'] / 'config.json'}: already there and not the large target with seed 0"
+            in capsys.readouterr().err)
+    assert read_target(paths["target"]).hidden_size == 64
+    fresh = paths["tmp"] / "made-on-the-fly"  # --size writes the target where there is none
+    assert main(_argv(dict(paths, target=fresh, out=paths["tmp"] / "fresh-out"), "--size", "tiny",
+                      "--max-num-steps", "1")) == 0
+    assert read_target(fresh).hidden_size == 64 and (paths["tmp"] / "fresh-out" / "epoch_0_step_1").is_dir()
     other = paths["tmp"] / "other"
     other.mkdir()
     (other / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "hidden_size": 8}))

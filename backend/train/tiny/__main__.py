@@ -9,9 +9,13 @@ from pathlib import Path
 
 
 def _make_target(ns: argparse.Namespace) -> int:
-    from backend.train.tiny.target import make_target
+    from backend.train.tiny.target import TargetError, make_target
 
-    folder = make_target(ns.dir, ns.size, seed=ns.seed)
+    try:
+        folder = make_target(ns.dir, ns.size, seed=ns.seed)
+    except (TargetError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     print(f"wrote {folder / 'config.json'} ({ns.size} target, seed {ns.seed})")
     return 0
 

@@ -82,13 +82,24 @@ def config_for(size: str, seed: int = 0) -> TargetConfig:
 
 def make_target(folder: str | Path, size: str = "tiny", seed: int = 0) -> Path:
     """Write the target's model folder (``config.json``, replaced atomically, and the tokenizer files);
-    returns the folder."""
+    returns the folder.  Writing the same target again changes nothing; a folder that holds another model
+    is refused (drafts trained against it would no longer fit)."""
     d = Path(folder)
     cfg = config_for(size, seed)
+    text = json.dumps(cfg.to_json(), indent=2) + "\n"
+    existing = d / "config.json"
+    if existing.exists():
+        try:
+            same = existing.read_text(encoding="utf-8") == text
+        except (OSError, UnicodeDecodeError):
+            same = False
+        if not same:
+            raise TargetError(f"{existing}: already there and not the {size} target with seed {seed}; "
+                              "give an empty or new folder")
     write_tokenizer(d, model_max_length=cfg.max_position_embeddings)
     tmp = d / "config.json.tmp"
-    tmp.write_text(json.dumps(cfg.to_json(), indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, d / "config.json")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, existing)
     return d
 
 
