@@ -2,7 +2,8 @@
 
 Its model folder holds ``config.json`` (sizes, architecture, tokenizer, seed) and the tokenizer files
 (``tokenizer.json``, ``tokenizer_config.json``); the weights are made from the seed on load, the same on
-every machine, so a folder of a few kilobytes stands for the model.  ``make_target(DIR, size)`` writes one; :func:`load_target` reads it back.
+every machine, so a folder of some 60 kilobytes stands for the model.  :func:`make_target` writes
+one; :func:`read_target_config` reads it back and :class:`TinyTarget` builds the network.
 
 The forward pass returns what EAGLE-3 trains on: the hidden states leaving three layers (low, mid and
 high; ``aux_layer_ids`` counts layers from 0 and takes each one's output, as SpecForge's
@@ -224,8 +225,3 @@ class TinyTarget(nn.Module):
         by_id = dict(aux)
         logits = self.lm_head(self.norm(x)).float() + self.prior
         return torch.cat([by_id[i] for i in aux_layer_ids], dim=-1), logits
-
-
-def load_target(folder: str | Path, device: torch.device | str = "cpu") -> TinyTarget:
-    """The target network of ``folder``, weights made from its seed on the CPU, then moved to ``device``."""
-    return TinyTarget(read_target_config(folder)).to(device)
