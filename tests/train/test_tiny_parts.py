@@ -12,6 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from backend.regen.output import RunFiles, validate
 from backend.sglang.modelinfo import read_target
 from backend.train.checkpoints import inspect_checkpoint, preflight_checkpoint
 from backend.train.tiny.__main__ import main
@@ -80,6 +81,13 @@ def test_loss_mask_covers_the_assistant_replies():
     assert decode(t for t, m in zip(last.ids, last.loss_mask) if m) == "fast data<|eot_id|>"
     cut = encode_chat(conv, 10)
     assert len(cut.ids) == 10 and len(cut.loss_mask) == 10
+
+
+def test_demo_data_is_a_valid_regeneration_output(tmp_path):
+    out = write_demo_data(tmp_path / "demo.jsonl", rows=30)
+    v = validate(RunFiles.of(out), expected={f"demo-train-{i:04d}" for i in range(30)})
+    assert (v.rows, v.assistant_messages, v.duplicates, v.missing, v.unknown) == (30, 30, 0, [], [])
+    assert v.ok and v.problems == []
 
 
 @pytest.fixture
