@@ -204,6 +204,17 @@ def test_an_output_folder_that_cannot_be_made_is_one_line(paths, capsys):
     assert f"ERROR - {blocker / 'out'}: Not a directory" in capsys.readouterr().err
 
 
+def test_running_out_of_device_memory_is_one_line(paths, capsys, monkeypatch):
+    import backend.train.tiny.loop as loop
+
+    def oom(*a, **k):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB\nmore detail")
+    monkeypatch.setattr(loop, "train", oom)
+    assert main(_argv(paths)) == 1
+    assert ("ERROR - Out of device memory (CUDA out of memory. Tried to allocate 8.00 GiB); lower --batch-size "
+            f"or --max-length, then --resume from the last checkpoint in {paths['out']}") in capsys.readouterr().err
+
+
 def test_unusable_data_is_a_clear_error(paths, capsys):
     assert main(_argv(dict(paths, data=paths["tmp"] / "missing.jsonl"))) == 1
     assert f"{paths['tmp'] / 'missing.jsonl'}: training data file not found" in capsys.readouterr().err

@@ -66,6 +66,10 @@ def _train(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return train(run, ns, log, sys.stderr)
     except SetupError as exc:
         log.error(str(exc))
+    except torch.OutOfMemoryError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else "out of memory"
+        log.error(f"Out of device memory ({first}); lower --batch-size or --max-length, then --resume from "
+                  f"the last checkpoint in {ns.output_dir}")
     except OSError as exc:  # a folder that cannot be made, a full disk: one line; saved checkpoints stay
         where = f"{exc.filename}: " if exc.filename else ""
         log.error(f"{where}{exc.strerror or exc}")
