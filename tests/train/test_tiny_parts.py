@@ -204,6 +204,29 @@ def test_an_output_folder_that_cannot_be_made_is_one_line(paths, capsys):
     assert f"ERROR - {blocker / 'out'}: Not a directory" in capsys.readouterr().err
 
 
+def test_a_stop_during_evaluation_cuts_it_short_and_saves_the_step(paths, capsys, monkeypatch):
+    import os
+    import signal
+
+    import backend.train.tiny.loop as loop
+
+    forward = loop._forward
+
+    def term_in_eval(run, samples, ttt_length):
+        if not torch.is_grad_enabled():  # the evaluation's first batch: the supervisor's SIGTERM comes
+            monkeypatch.setattr(loop, "_forward", forward)
+            os.kill(os.getpid(), signal.SIGTERM)
+        return forward(run, samples, ttt_length)
+    monkeypatch.setattr(loop, "_forward", term_in_eval)
+    before = signal.getsignal(signal.SIGTERM)
+    assert main(_argv(paths, "--eval-data-path", str(paths["data"]), "--eval-interval", "1")) == 0
+    err = capsys.readouterr().err
+    assert "Evaluation at step 1 cut short by SIGTERM; no eval metrics" in err
+    assert "Stopping at step 1 on SIGTERM" in err and "Eval - Step" not in err
+    assert sorted(p.name for p in paths["out"].glob("epoch_*")) == ["epoch_0_step_1"]
+    assert signal.getsignal(signal.SIGTERM) is before  # the trainer's handler is gone again
+
+
 def test_running_out_of_device_memory_is_one_line(paths, capsys, monkeypatch):
     import backend.train.tiny.loop as loop
 
