@@ -21,6 +21,6 @@ A demo-size run (tiny target, 200 conversations, 150 steps at about five a secon
         --train-data-path data/tiny-train.jsonl --output-dir outputs/tiny-eagle3 --num-epochs 3 \
         --batch-size 4 --max-length 128 --learning-rate 1e-2 --log-interval 10 --save-interval 50
 
-On one H200, ``--size large --device cuda`` (hidden 1024, 16 target layers) with ``--batch-size 32`` runs about
-seven steps a second with the GPU 60-80 % busy (``bench/bench_tiny_train.py``).
+On one H200, ``--size large --device cuda`` (hidden 1024, 16 target layers) with ``--batch-size 32`` runs seven to
+eleven steps a second with the GPU 60-80 % busy (``bench/bench_tiny_train.py``, two sessions).
 """
