@@ -3,12 +3,15 @@
     python bench/bench_tiny_train.py [--device cpu|cuda|all] [--repeat 3] [--rows 200] [--epochs 3]
                                      [--batch-size 4] [--max-length 128] [--ttt-length 7] [--size tiny]
                                      [--large-batch-size 32] [--large-rows 2000] [--large-steps 300]
+                                     [--threads 1,2]
 
 For each device (``all``: cpu, and cuda when torch sees a GPU) it writes a target and a data file, runs the
 trainer ``--repeat`` times as a child process and prints per run: seconds from start to exit, training steps,
 steps per second of the training loop (steps over the time between the log's "Starting training" line and
 its last checkpoint line, both read by the project's own log reader) and the last acc_0 it printed.
 CPU runs the demo size (``--size``, default tiny); cuda runs ``--size large`` with the ``--large-*`` settings.
+``--threads 1,2`` runs the CPU case once per thread count (``OMP_NUM_THREADS``), side by side in one run,
+and also prints each run's CPU seconds (the child's user + system time).
 """
 
 from __future__ import annotations
@@ -30,14 +33,22 @@ from backend.train.tiny.demo_data import write_demo_data  # noqa: E402
 from backend.train.tiny.target import make_target  # noqa: E402
 
 
-def one_run(root: Path, i: int, device: str, size: str, data: Path, flags: list[str]) -> dict:
-    out, log = root / f"out-{device}-{i}", root / f"train-{device}-{i}.log"
+def one_run(root: Path, i: int, device: str, size: str, data: Path, flags: list[str],
+            threads: str | None = None) -> dict:
+    tag = f"{device}-{threads or 'default'}-{i}"
+    out, log = root / f"out-{tag}", root / f"train-{tag}.log"
+    env = dict(os.environ)
+    if threads:
+        env["OMP_NUM_THREADS"] = threads
     cmd = [sys.executable, "-m", "backend.train.tiny", "train", "--target-model-path", str(root / f"target-{size}"),
            "--train-data-path", str(data), "--output-dir", str(out), "--device", device, "--seed", "0", *flags]
     t0 = time.perf_counter()
+    c0 = os.times()
     with open(log, "wb") as f:
-        rc = subprocess.run(cmd, cwd=REPO, stdout=f, stderr=subprocess.STDOUT, env=dict(os.environ)).returncode
+        rc = subprocess.run(cmd, cwd=REPO, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
     wall = time.perf_counter() - t0
+    c1 = os.times()
+    cpu = (c1.children_user - c0.children_user) + (c1.children_system - c0.children_system)
     if rc != 0:
         sys.stdout.write(log.read_text(encoding="utf-8", errors="replace")[-3000:])
         raise SystemExit(f"trainer exited {rc}")
@@ -47,7 +58,7 @@ def one_run(root: Path, i: int, device: str, size: str, data: Path, flags: list[
     steps = max(r.step for r in recs if r.source == "bar" and r.step is not None)
     loop_s = saved[-1].wall_time - start.wall_time
     acc0 = [r.metrics["acc_0"] for r in recs if r.source == "step_line" and "acc_0" in r.metrics]
-    return {"wall_s": wall, "steps": steps, "steps_per_s": steps / loop_s if loop_s > 0 else float("nan"),
+    return {"wall_s": wall, "cpu_s": cpu, "steps": steps, "steps_per_s": steps / loop_s if loop_s > 0 else float("nan"),
             "acc0_first": acc0[0] if acc0 else None, "acc0_last": acc0[-1] if acc0 else None}
 
 
@@ -65,6 +76,7 @@ def main() -> int:
     ap.add_argument("--large-rows", type=int, default=2000)
     ap.add_argument("--large-batch-size", type=int, default=32)
     ap.add_argument("--large-steps", type=int, default=300)
+    ap.add_argument("--threads", default="", help="comma-separated CPU thread counts to compare (OMP_NUM_THREADS)")
     a = ap.parse_args()
     import torch
 
@@ -90,15 +102,18 @@ def main() -> int:
                      "--learning-rate", "1e-3", "--log-interval", "50", "--save-interval", "100000"]
             what = f"large, {a.large_rows} rows, batch {a.large_batch_size}, {a.large_steps} steps, TTT {a.ttt_length}"
         make_target(root / f"target-{size}", size)
-        print(f"\n{device}: {what}")
-        runs = []
-        for i in range(a.repeat):
-            r = one_run(root, i, device, size, data, flags)
-            runs.append(r)
-            print(f"  run {i + 1}: {r['wall_s']:.1f} s start to exit, {r['steps']} steps, "
-                  f"{r['steps_per_s']:.2f} steps/s in the loop, acc_0 {r['acc0_first']} -> {r['acc0_last']}")
-        print(f"  median: {statistics.median(r['wall_s'] for r in runs):.1f} s per run, "
-              f"{statistics.median(r['steps_per_s'] for r in runs):.2f} steps/s")
+        for threads in (a.threads.split(",") if device == "cpu" and a.threads else [None]):
+            print(f"\n{device}: {what}" + (f", OMP_NUM_THREADS={threads}" if threads else ""))
+            runs = []
+            for i in range(a.repeat):
+                r = one_run(root, i, device, size, data, flags, threads)
+                runs.append(r)
+                print(f"  run {i + 1}: {r['wall_s']:.1f} s start to exit ({r['cpu_s']:.1f} s of CPU), {r['steps']} "
+                      f"steps, {r['steps_per_s']:.2f} steps/s in the loop, acc_0 {r['acc0_first']} -> "
+                      f"{r['acc0_last']}")
+            print(f"  median: {statistics.median(r['wall_s'] for r in runs):.1f} s per run, "
+                  f"{statistics.median(r['cpu_s'] for r in runs):.1f} s of CPU, "
+                  f"{statistics.median(r['steps_per_s'] for r in runs):.2f} steps/s")
     return 0
 
 

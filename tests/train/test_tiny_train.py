@@ -178,6 +178,16 @@ def test_resume_from_mid_epoch_matches_the_uninterrupted_run(run):
     # the same batches, optimizer and schedule: the steps after 16 print what the first run printed ...
     before = {b.step: b.metrics["loss"] for b in _bars(run["records"])}
     assert {b.step: b.metrics["loss"] for b in _bars(recs)} == {s: before[s] for s in range(17, 37)}
+    # the supervisor appends the resumed run to the same log after its own line: read as the runs they are
+    joined = run["dir"] / "joined.log"
+    joined.write_text(run["text"] + "===== specdeck: tiny run r2 starting at 2026-11-30 13:00:00: python -m "
+                      "backend.train.tiny train --resume\n" + text, encoding="utf-8")
+    both = TrainLogReader(joined)
+    recs2 = both.read_all()
+    cut = next(i for i, r in enumerate(recs2) if r.kind == "run_start")
+    assert [b.step for b in _bars(recs2[:cut])] == list(range(1, 37))
+    assert [b.step for b in _bars(recs2[cut:])] == list(range(17, 37))
+    assert both.stats.unparsed == 0 and both.progress().step == 36
     # ... and the last checkpoint holds the same weights
     a = load_file(str(run["out"] / "epoch_2_step_36" / "model.safetensors"))
     b = load_file(str(out / "epoch_2_step_36" / "model.safetensors"))

@@ -9,9 +9,13 @@ from pathlib import Path
 
 
 def _make_target(ns: argparse.Namespace) -> int:
-    from backend.train.tiny.target import make_target
+    from backend.train.tiny.target import TargetError, make_target
 
-    folder = make_target(ns.dir, ns.size, seed=ns.seed)
+    try:
+        folder = make_target(ns.dir, ns.size, seed=ns.seed)
+    except (TargetError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     print(f"wrote {folder / 'config.json'} ({ns.size} target, seed {ns.seed})")
     return 0
 
@@ -59,10 +63,17 @@ def _train(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     torch.manual_seed(ns.seed)
     try:
         run = prepare(ns, log)
+        return train(run, ns, log, sys.stderr)
     except SetupError as exc:
         log.error(str(exc))
-        return 1
-    return train(run, ns, log, sys.stderr)
+    except torch.OutOfMemoryError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else "out of memory"
+        log.error(f"Out of device memory ({first}); lower --batch-size or --max-length, then --resume from "
+                  f"the last checkpoint in {ns.output_dir}")
+    except OSError as exc:  # a folder that cannot be made, a full disk: one line; saved checkpoints stay
+        where = f"{exc.filename}: " if exc.filename else ""
+        log.error(f"{where}{exc.strerror or exc}")
+    return 1
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,7 +40,7 @@ class Dataset:
 def load(path: str | Path, max_length: int, *, only_last_turn: bool = False) -> Dataset:
     p = Path(path)
     if not p.is_file():
-        raise DataError(f"{p}: training data file not found")
+        raise DataError(f"{p}: {'not a file' if p.exists() else 'training data file not found'}")
     ds = Dataset(p, [])
     try:
         for row in read_rows(p, dataset=p.stem):
@@ -58,7 +58,7 @@ def load(path: str | Path, max_length: int, *, only_last_turn: bool = False) -> 
     except OSError as exc:
         raise DataError(f"{p}: cannot read: {exc.strerror or exc}") from None
     if not ds.samples:
-        why = f"; {len(ds.skipped)} rows unusable, first: {ds.skipped[0]}" if ds.skipped else ""
+        why = f"; {len(ds.skipped)} unusable, the first: {ds.skipped[0]}" if ds.skipped else ""
         raise DataError(f"{p}: no conversation with an assistant reply to train on "
                         f"({ds.no_loss} without one within --max-length {max_length}{why})")
     return ds

@@ -1,17 +1,18 @@
-"""A small training file in the shape a regeneration writes (``{"id", "status": "success", "regen",
-"conversations"}`` with role/content turns ending in the assistant's), made from fixed tables: the demo
-catalog's coding tasks and languages as prompts, its code snippets and the simulated model's words as
-replies.  For runs on a fresh workspace, before any regeneration has produced data, and for tests.
+"""A small training file written as a regeneration writes its output (the regeneration's own
+``success_record`` and ``encode``: ``{"id", "status": "success", "regen", "conversations"}`` with role/content
+turns ending in the assistant's), made from fixed tables: the demo catalog's coding tasks and languages as
+prompts, its code snippets and the simulated model's words as replies.  For runs on a fresh workspace,
+before any regeneration has produced data, and for tests.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import random
 from pathlib import Path
 
 from backend.regen.demo_data import LANGS, SNIPPETS, TASKS
+from backend.regen.output import encode, success_record
 from backend.sim.tokenizer import GEN_WORDS
 
 
@@ -26,10 +27,10 @@ def demo_rows(rows: int = 200, seed: int = 0) -> list[dict]:
         words = " ".join(rng.choice(GEN_WORDS) for _ in range(rng.randint(12, 40)))
         reply = (f"Here is a {code_lang} helper that the {lang} version can follow:\n{code}\n"
                  f"To {task}, {words}.")
-        out.append({"id": f"demo-train-{i:04d}", "status": "success",
-                    "regen": {"dataset": "demo", "line": i + 1},
-                    "conversations": [{"role": "user", "content": f"In {lang}, {task}."},
-                                      {"role": "assistant", "content": reply}]})
+        prompt = {"role": "user", "content": f"In {lang}, {task}."}
+        out.append(success_record(f"demo-train-{i:04d}", {"conversations": [prompt]},
+                                  [prompt, {"role": "assistant", "content": reply}],
+                                  {"dataset": "demo", "line": i + 1}))
     return out
 
 
@@ -38,8 +39,8 @@ def write_demo_data(path: str | Path, rows: int = 200, seed: int = 0) -> Path:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_name(p.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+    with open(tmp, "wb") as f:
         for r in demo_rows(rows, seed):
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+            f.write(encode(r))
     os.replace(tmp, p)
     return p

@@ -24,7 +24,8 @@ class RMSNorm(nn.Module):
         return self.weight * x.to(dtype)
 
 
-def rope_tables(head_dim: int, length: int, theta: float, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_tables(head_dim: int, length: int, theta: float,
+                device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of shape (length, head_dim) for positions 0..length-1."""
     inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim))
     pos = torch.arange(length, dtype=torch.float32, device=device)

@@ -67,7 +67,9 @@ def _scalars(mode: str, stats: list[StepStats]) -> dict[str, float]:
 
 
 def _evaluate(run: Run, args: argparse.Namespace, epoch: int, step: int, stream: TextIO,
-              log: logging.Logger, tb: TensorboardWriter | None) -> None:
+              log: logging.Logger, tb: TensorboardWriter | None, stop: _Stop) -> None:
+    """One pass over the eval data; a stop signal cuts it short (no metrics printed for a partial pass),
+    so the step's checkpoint is written within the supervisor's grace time."""
     ds = run.eval
     assert ds is not None
     batches = data.epoch_batches(len(ds.samples), args.batch_size, args.seed, 0)
@@ -76,12 +78,17 @@ def _evaluate(run: Run, args: argparse.Namespace, epoch: int, step: int, stream:
     bar = Bar(f"Evaluating Epoch {epoch}", len(batches), stream)
     with torch.no_grad():
         for b in batches:
+            if stop.signal is not None:
+                break
             _, stats = _forward(run, [ds.samples[i] for i in b], args.ttt_length)
             for t, s in zip(totals, stats):
                 t.add(s)
             bar.update()
     bar.close()
     run.draft.train()
+    if stop.signal is not None:
+        log.info(f"Evaluation at step {step} cut short by {signal.Signals(stop.signal).name}; no eval metrics")
+        return
     _metric_lines(log, step, args.num_epochs, totals)
     if tb is not None:
         tb.log(_scalars("eval", totals), step)
@@ -106,8 +113,9 @@ def train(run: Run, args: argparse.Namespace, log: logging.Logger, stream: TextI
     params = [p for p in run.draft.parameters() if p.requires_grad]
     grad_norm: float | None = None
     run.draft.train()
+    limit = args.max_num_steps
     try:
-        for epoch in range(run.start_epoch, args.num_epochs):
+        for epoch in range(run.start_epoch, args.num_epochs if not limit or step < limit else run.start_epoch):
             batches = data.epoch_batches(len(run.train.samples), args.batch_size, args.seed, epoch)
             skip = run.skip if epoch == run.start_epoch else 0
             bar = Bar(f"Training Epoch {epoch}", len(batches), stream, initial=skip)
@@ -138,14 +146,14 @@ def train(run: Run, args: argparse.Namespace, log: logging.Logger, stream: TextI
                     postfix["grad_norm"] = f"{grad_norm:.2f}"
                 bar.set_postfix(postfix)
                 if run.eval is not None and step % args.eval_interval == 0:
-                    _evaluate(run, args, epoch, step, stream, log, tb)
+                    _evaluate(run, args, epoch, step, stream, log, tb, stop)
                 if step % args.save_interval == 0:
                     _save(run, args, epoch, step, log)
-                if stop.signal is not None or (args.max_num_steps and step >= args.max_num_steps):
+                if stop.signal is not None or (limit and step >= limit):
                     break
                 bar.update()
             bar.close()
-            if stop.signal is not None or (args.max_num_steps and step >= args.max_num_steps):
+            if stop.signal is not None or (limit and step >= limit):
                 break
         if stop.signal is not None:
             log.info(f"Stopping at step {step} on {signal.Signals(stop.signal).name}")

@@ -96,8 +96,10 @@ def _load_data(args: argparse.Namespace, path: str, log: logging.Logger) -> data
 def prepare(args: argparse.Namespace, log: logging.Logger) -> Run:
     device = device_of(args.device)
     if device.type == "cpu" and not os.environ.get("OMP_NUM_THREADS"):
-        # the tiny sizes' matrices are too small to share out: a second thread only waits (and spins
-        # for its share on a busy machine); OMP_NUM_THREADS chooses otherwise
+        # one thread unless OMP_NUM_THREADS says otherwise: the tiny matrices hardly share out, and on a
+        # busy two-core machine (the dashboard's, with its servers) a second thread mostly spins.
+        # bench_tiny_train --threads 1,2: busy 2 cores, 1 thread 104 s / 24 s of CPU, 2 threads 239 s / 129 s;
+        # a quiet 16-core host, 1 thread 28 s, 2 threads 22 s.
         torch.set_num_threads(1)
     folder, tcfg = _target(args, log)
     try:

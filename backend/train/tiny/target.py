@@ -2,7 +2,8 @@
 
 Its model folder holds ``config.json`` (sizes, architecture, tokenizer, seed) and the tokenizer files
 (``tokenizer.json``, ``tokenizer_config.json``); the weights are made from the seed on load, the same on
-every machine, so a folder of a few kilobytes stands for the model.  ``make_target(DIR, size)`` writes one; :func:`load_target` reads it back.
+every machine, so a folder of some 60 kilobytes stands for the model.  :func:`make_target` writes
+one; :func:`read_target_config` reads it back and :class:`TinyTarget` builds the network.
 
 The forward pass returns what EAGLE-3 trains on: the hidden states leaving three layers (low, mid and
 high; ``aux_layer_ids`` counts layers from 0 and takes each one's output, as SpecForge's
@@ -82,13 +83,24 @@ def config_for(size: str, seed: int = 0) -> TargetConfig:
 
 def make_target(folder: str | Path, size: str = "tiny", seed: int = 0) -> Path:
     """Write the target's model folder (``config.json``, replaced atomically, and the tokenizer files);
-    returns the folder."""
+    returns the folder.  Writing the same target again changes nothing; a folder that holds another model
+    is refused (drafts trained against it would no longer fit)."""
     d = Path(folder)
     cfg = config_for(size, seed)
+    text = json.dumps(cfg.to_json(), indent=2) + "\n"
+    existing = d / "config.json"
+    if existing.exists():
+        try:
+            same = existing.read_text(encoding="utf-8") == text
+        except (OSError, UnicodeDecodeError):
+            same = False
+        if not same:
+            raise TargetError(f"{existing}: already there and not the {size} target with seed {seed}; "
+                              "give an empty or new folder")
     write_tokenizer(d, model_max_length=cfg.max_position_embeddings)
     tmp = d / "config.json.tmp"
-    tmp.write_text(json.dumps(cfg.to_json(), indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, d / "config.json")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, existing)
     return d
 
 
@@ -213,8 +225,3 @@ class TinyTarget(nn.Module):
         by_id = dict(aux)
         logits = self.lm_head(self.norm(x)).float() + self.prior
         return torch.cat([by_id[i] for i in aux_layer_ids], dim=-1), logits
-
-
-def load_target(folder: str | Path, device: torch.device | str = "cpu") -> TinyTarget:
-    """The target network of ``folder``, weights made from its seed on the CPU, then moved to ``device``."""
-    return TinyTarget(read_target_config(folder)).to(device)
