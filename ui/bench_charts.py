@@ -1,0 +1,315 @@
+"""The Benchmarks page's charts (plotly, through ui/charts.py's template and colours).
+
+tok/s per configuration against concurrency with the baseline drawn at each concurrency;
+speedup against the baseline at the same load; accept_len against tok/s; latency
+percentiles; runs over time.  The figure builders are plain functions of the results; the
+``*_block`` functions draw them with their captions.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Iterable
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from backend.bench.breakeven import pair_with_baselines
+from specdeck_types.bench import BenchResult
+from ui import charts, fmt
+from ui.bench_data import config_label, lengths, load_label, series_label, server_of, when
+
+BASELINE_COLOUR = "#6b7280"
+SLOWER, FASTER = "#dc2626", "#16a34a"
+
+
+def _newest_first(results: Iterable[BenchResult]) -> list[BenchResult]:
+    return sorted(results, key=lambda r: (when(r) or 0.0, r.id or 0), reverse=True)
+
+
+def _line_key(r: BenchResult) -> str:
+    """A line of the tok/s chart: one server's configuration at one pair of lengths."""
+    return f"{series_label(r)} · {lengths(r)}" if lengths(r) != "lengths N/A" else series_label(r)
+
+
+def _points(results: list[BenchResult]) -> dict[str, dict[int, BenchResult]]:
+    """Per line, the newest run at each concurrency (with tok/s)."""
+    lines: dict[str, dict[int, BenchResult]] = {}
+    for r in _newest_first(results):
+        if r.load.concurrency is None or r.results.output_tok_s is None:
+            continue
+        lines.setdefault(_line_key(r), {}).setdefault(r.load.concurrency, r)
+    return lines
+
+
+def _log_axis(fig: go.Figure, values: Iterable[int]) -> None:
+    ticks = sorted(set(values))
+    fig.update_xaxes(type="log", tickvals=ticks, ticktext=[str(t) for t in ticks], title="concurrency")
+
+
+def tok_s_figure(results: list[BenchResult]) -> go.Figure:
+    """Output tok/s against concurrency, a line per configuration; each baseline a dashed bar at each
+    concurrency it was measured at, labelled with its value."""
+    fig = charts.figure("Output tok/s against concurrency", y_title="output tok/s", height=380,
+                        range_buttons=False)
+    fig.update_layout(hovermode="closest")
+    concs: list[int] = []
+    for name, pts in sorted(_points(results).items()):
+        xs = sorted(pts)
+        concs += xs
+        runs = [pts[c] for c in xs]
+        if runs[0].is_baseline:
+            sx: list[float | None] = []
+            sy: list[float | None] = []
+            for c, r in zip(xs, runs):  # a short dashed level at each concurrency, not a slope between them
+                sx += [c / 1.25, c * 1.25, None]
+                sy += [r.results.output_tok_s, r.results.output_tok_s, None]
+            fig.add_trace(go.Scatter(x=sx, y=sy, mode="lines", name=f"{name} (baseline)", connectgaps=False,
+                                     line=dict(color=BASELINE_COLOUR, dash="dash", width=2), hoverinfo="skip"))
+            fig.add_trace(go.Scatter(
+                x=xs, y=[r.results.output_tok_s for r in runs], mode="markers+text", showlegend=False,
+                text=[f"baseline {r.results.output_tok_s:,.1f}" for r in runs], textposition="bottom center",
+                marker=dict(color=BASELINE_COLOUR, symbol="line-ew-open", size=14),
+                textfont=dict(color=BASELINE_COLOUR, size=11), name=f"{name} (baseline)",
+                customdata=[[r.id, load_label(r)] for r in runs],
+                hovertemplate="%{y:,.1f} tok/s without speculation<br>run #%{customdata[0]}, %{customdata[1]}"
+                              "<extra></extra>"))
+        else:
+            colour = charts.colour_for(name)
+            fig.add_trace(go.Scatter(
+                x=xs, y=[r.results.output_tok_s for r in runs], mode="lines+markers", name=name,
+                line=dict(color=colour), marker=dict(size=9),
+                customdata=[[r.id, load_label(r), fmt.accept_len(r.accept_len)] for r in runs],
+                hovertemplate="%{y:,.1f} tok/s<br>run #%{customdata[0]}, %{customdata[1]}<br>"
+                              "accept_len %{customdata[2]}<extra>" + name + "</extra>"))
+    if concs:
+        _log_axis(fig, concs)
+    fig.update_yaxes(rangemode="tozero")
+    charts.legend_below(fig)
+    return fig
+
+
+@dataclass(frozen=True)
+class Speedup:
+    """A speculative run against the baseline of the same server at the same load (or why there is none)."""
+
+    run: BenchResult
+    baseline: BenchResult | None
+    ratio: float | None
+    why: str = ""
+
+
+def speedups(results: Iterable[BenchResult]) -> list[Speedup]:
+    """Every speculative run, paired by :func:`pair_with_baselines` (same server or target, same
+    concurrency and lengths, newest baseline); the ratio needs both tok/s, not the accept_len."""
+    out = []
+    for p in pair_with_baselines(results):
+        tok = p.run.results.output_tok_s
+        if p.baseline is None:
+            out.append(Speedup(p.run, None, None, p.reason))
+        elif tok is None:
+            out.append(Speedup(p.run, p.baseline, None, "tok/s of this run was not recorded"))
+        else:
+            out.append(Speedup(p.run, p.baseline, tok / p.baseline.results.output_tok_s))
+    return out
+
+
+def _ratio_colour(ratio: float) -> str:
+    """Coloured by how far from the baseline, not by the sign: near 1 is grey, far below red, far above green."""
+    t = max(-1.0, min(1.0, math.log2(ratio) / 0.5))  # ±41 % reaches the full colour
+    grey, end = (156, 163, 175), ((22, 163, 74) if t > 0 else (220, 38, 38))
+    mix = [round(g + (e - g) * abs(t)) for g, e in zip(grey, end)]
+    return f"rgb({mix[0]},{mix[1]},{mix[2]})"
+
+
+def run_name(r: BenchResult) -> str:
+    return f"#{r.id} {series_label(r)} @ {load_label(r)}"
+
+
+def speedup_figure(pairs: list[Speedup]) -> go.Figure | None:
+    shown = [p for p in pairs if p.ratio is not None]
+    if not shown:
+        return None
+    fig = charts.figure("Speedup against the baseline at the same load", y_title="× baseline tok/s",
+                        height=120 + 38 * len(shown), range_buttons=False)
+    fig.add_trace(go.Bar(
+        y=[run_name(p.run) for p in shown], x=[p.ratio for p in shown], orientation="h",
+        marker_color=[_ratio_colour(p.ratio) for p in shown],
+        text=[f"{p.ratio:.2f}×" for p in shown], textposition="auto",
+        customdata=[[p.run.results.output_tok_s, p.baseline.results.output_tok_s, p.baseline.id] for p in shown],
+        hovertemplate="%{x:.2f}× : %{customdata[0]:,.1f} against %{customdata[1]:,.1f} tok/s "
+                      "(baseline run #%{customdata[2]})<extra></extra>", showlegend=False))
+    fig.add_vline(x=1.0, line_dash="dash", line_color=BASELINE_COLOUR,
+                  annotation_text="baseline 1.00×", annotation_position="top")
+    fig.update_layout(hovermode="closest", yaxis=dict(autorange="reversed", automargin=True),
+                      xaxis=dict(title="× baseline tok/s", rangemode="tozero"))
+    return fig
+
+
+def speedup_rows(pairs: list[Speedup]) -> list[dict]:
+    rows = []
+    for p in pairs:
+        b = p.baseline
+        rows.append({
+            "run": f"#{p.run.id}", "server": server_of(p.run), "configuration": config_label(p.run),
+            "load": load_label(p.run), "tok/s": fmt.tok_s(p.run.results.output_tok_s),
+            "baseline": f"#{b.id}: {fmt.tok_s(b.results.output_tok_s)}" if b is not None else fmt.NA,
+            "speedup": f"{p.ratio:.2f}×" if p.ratio is not None else f"{fmt.NA}: {p.why}",
+        })
+    return rows
+
+
+def accept_figure(results: list[BenchResult]) -> tuple[go.Figure, int]:
+    """tok/s against accept_len, a colour per configuration; baselines at accept_len 1 (a plain step
+    yields one token).  Returns the figure and how many runs could not be placed."""
+    fig = charts.figure("tok/s against accept_len", y_title="output tok/s", height=380, range_buttons=False)
+    fig.update_layout(hovermode="closest")
+    groups: dict[str, list[tuple[float, BenchResult, bool]]] = {}
+    missing = 0
+    for r in results:
+        tok = r.results.output_tok_s
+        acc, lifetime = r.results.accept_len, False
+        if acc is None and r.results.accept_len_lifetime is not None:
+            acc, lifetime = r.results.accept_len_lifetime, True
+        if r.is_baseline:
+            acc = 1.0
+        if tok is None or acc is None:
+            missing += 1
+            continue
+        groups.setdefault(series_label(r), []).append((acc, r, lifetime))
+    for name, pts in sorted(groups.items()):
+        base = pts[0][1].is_baseline
+        colour = BASELINE_COLOUR if base else charts.colour_for(name)
+        fig.add_trace(go.Scatter(
+            x=[a for a, _, _ in pts], y=[r.results.output_tok_s for _, r, _ in pts], mode="markers",
+            name=name + (" (accept_len 1: one token per step)" if base else ""),
+            marker=dict(color=colour, size=11, symbol=["x" if base else ("circle-open" if lt else "circle")
+                                                        for _, _, lt in pts]),
+            customdata=[[r.id, load_label(r), "server lifetime" if lt else "this run"] for _, r, lt in pts],
+            hovertemplate="accept_len %{x:.2f} (%{customdata[2]}), %{y:,.1f} tok/s<br>run #%{customdata[0]}, "
+                          "%{customdata[1]}<extra></extra>"))
+    fig.update_xaxes(title="accept_len")
+    fig.update_yaxes(rangemode="tozero")
+    charts.legend_below(fig)
+    return fig, missing
+
+
+LATENCIES = (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"), ("ITL", "itl_ms"))
+
+
+def latency_figures(results: list[BenchResult], limit: int = 12) -> tuple[go.Figure | None, go.Figure | None, int]:
+    """TTFT (one chart) and TPOT / ITL (another: they are 100× smaller) p50 and p99 of the newest
+    ``limit`` runs that have them; and how many runs have none."""
+    have = [r for r in _newest_first(results)
+            if any(getattr(r.results, f).median is not None or getattr(r.results, f).p99 is not None
+                   for _, f in LATENCIES)]
+    missing = len(results) - len(have)
+    have = have[:limit]
+    if not have:
+        return None, None, missing
+    names = [run_name(r) for r in have]
+    figs = []
+    for title, which in (("Time to first token", ("TTFT",)), ("Time per output token and inter-token latency",
+                                                              ("TPOT", "ITL"))):
+        fig = charts.figure(title, y_title="ms", height=120 + 40 * len(have), range_buttons=False)
+        fig.update_layout(hovermode="closest", barmode="group", yaxis=dict(autorange="reversed", automargin=True),
+                          xaxis=dict(title="ms", rangemode="tozero"))
+        for label, f in LATENCIES:
+            if label not in which:
+                continue
+            for stat, pct in (("median", "p50"), ("p99", "p99")):
+                vals = [getattr(getattr(r.results, f), stat) for r in have]
+                fig.add_trace(go.Bar(y=names, x=vals, orientation="h", name=f"{label} {pct}",
+                                     marker_color=charts.colour_for(f"{label} {pct}"),
+                                     opacity=1.0 if pct == "p50" else 0.6,
+                                     hovertemplate=f"{label} {pct} %{{x:,.2f}} ms<extra></extra>"))
+        charts.legend_below(fig)
+        figs.append(fig)
+    return figs[0], figs[1], missing
+
+
+def over_time_figure(results: list[BenchResult]) -> go.Figure:
+    """tok/s of each run at the time it ran (hand-entered results: when they were stored)."""
+    fig = charts.figure("Runs over time", y_title="output tok/s", height=340)
+    fig.update_layout(hovermode="closest")
+    groups: dict[str, list[BenchResult]] = {}
+    for r in sorted(results, key=lambda r: (when(r) or 0.0, r.id or 0)):
+        if r.results.output_tok_s is not None and when(r) is not None:
+            groups.setdefault(series_label(r), []).append(r)
+    for name, runs in sorted(groups.items()):
+        base = runs[0].is_baseline
+        fig.add_trace(go.Scatter(
+            x=[datetime.fromtimestamp(when(r)) for r in runs], y=[r.results.output_tok_s for r in runs],
+            mode="markers", name=name, marker=dict(size=10, color=BASELINE_COLOUR if base else charts.colour_for(name),
+                                                   symbol="x" if base else "circle"),
+            customdata=[[r.id, load_label(r), "started" if r.started_at is not None else "stored"] for r in runs],
+            hovertemplate="%{y:,.1f} tok/s, %{customdata[2]} %{x|%Y-%m-%d %H:%M}<br>run #%{customdata[0]}, "
+                          "%{customdata[1]}<extra></extra>"))
+    fig.update_yaxes(rangemode="tozero")
+    charts.legend_below(fig)
+    return fig
+
+
+# -- drawing ------------------------------------------------------------------------------
+
+def tok_s_block(results: list[BenchResult]) -> None:
+    drawn = [r for r in results if r.load.concurrency is not None and r.results.output_tok_s is not None]
+    if not drawn:
+        st.caption("tok/s against concurrency: no run with both a concurrency and a tok/s yet.")
+        return
+    st.plotly_chart(tok_s_figure(results), width="stretch", key="bench-tok-chart")
+    left_out = len(results) - len(drawn)
+    st.caption("Each line is one server's configuration at one pair of input/output lengths, the newest run "
+               "at each concurrency; the grey dashes are the runs without speculation at the concurrency they "
+               "were measured at." + (f" {left_out} run(s) without a concurrency or a tok/s are not drawn."
+                                       if left_out else ""))
+
+
+def speedup_block(results: list[BenchResult]) -> None:
+    pairs = speedups(results)
+    if not pairs:
+        st.caption("Speedup: no speculative run among these results.")
+        return
+    fig = speedup_figure(pairs)
+    if fig is not None:
+        st.plotly_chart(fig, width="stretch", key="bench-speedup-chart")
+    st.caption("A run is compared only with a baseline of the same server (or target) at the same concurrency "
+               "and input/output lengths: the newest such run without speculation.")
+    st.table(speedup_rows(pairs), hide_index=True)
+    lacking = sorted({(server_of(p.run), p.run.load.concurrency) for p in pairs if p.baseline is None},
+                     key=lambda x: (x[0], x[1] or 0))
+    if lacking:
+        st.info("No baseline for " + "; ".join(f"**{s}** at concurrency {fmt.count(c)}" for s, c in lacking)
+                + ". Measure one: relaunch the server without speculation and run a benchmark at that load "
+                  "(tab **Run a benchmark**).", icon=":material/info:")
+
+
+def accept_block(results: list[BenchResult]) -> None:
+    fig, missing = accept_figure(results)
+    if not fig.data:
+        st.caption("accept_len against tok/s: no run with both figures yet.")
+        return
+    st.plotly_chart(fig, width="stretch", key="bench-accept-chart")
+    st.caption("Filled dots: the run's own accept_len; open dots: only the server's lifetime average was recorded."
+               + (f" {missing} run(s) lack accept_len or tok/s and are not drawn." if missing else ""))
+
+
+def latency_block(results: list[BenchResult]) -> None:
+    ttft, tpot, missing = latency_figures(results)
+    if ttft is None:
+        st.caption("Latency percentiles: none of these runs recorded latencies"
+                   + (" (hand-entered numbers rarely have them)." if missing else "."))
+        return
+    left, right = st.columns(2)
+    left.plotly_chart(ttft, width="stretch", key="bench-ttft-chart")
+    right.plotly_chart(tpot, width="stretch", key="bench-tpot-chart")
+    if missing:
+        st.caption(f"{missing} run(s) without latency figures are not drawn.")
+
+
+def over_time_block(results: list[BenchResult]) -> None:
+    st.plotly_chart(over_time_figure(results), width="stretch", key="bench-time-chart")
+    st.caption("A run at the time it started; a hand-entered or imported result without a start time at the "
+               "time it was stored.")
