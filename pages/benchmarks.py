@@ -32,7 +32,7 @@ k[0].metric("results", fmt.count(s.runs), help="benchmark results stored in this
 k[1].metric("servers", fmt.count(s.servers), help=", ".join(f"{n}: {c}" for n, c in sorted(s.by_server.items())))
 k[2].metric("best speedup at the same load", f"{best.ratio:.2f}×" if best else fmt.NA,
             delta=f"#{best.run.id} {data.server_of(best.run)}, concurrency {fmt.count(best.run.load.concurrency)}"
-            if best else None, delta_color="off",
+            if best else None, delta_color="off", delta_arrow="off",
             help="a speculative run's tok/s over the baseline's of the same server at the same concurrency and "
                  "lengths" + ("" if best else ": no run has a baseline at its load yet"))
 k[3].metric("newest result", fmt.age(time.time() - s.newest) if s.newest else fmt.NA,
@@ -47,14 +47,32 @@ chosen = {key: col.multiselect(label, opts[key], key=f"bench-flt-{key}", placeho
 shown = data.apply_filters(results, chosen)
 
 
+def _column_config() -> dict:
+    cc = st.column_config
+    out = {}
+    for name, (dtype, f) in data.COLUMNS.items():
+        h = data.HELP.get(name)
+        if dtype.startswith("datetime"):
+            out[name] = cc.DatetimeColumn(format=f, help=h)
+        elif f is not None:
+            out[name] = cc.NumberColumn(format=f, help=h)
+        else:
+            out[name] = cc.TextColumn(help=h, width=WIDE.get(name), pinned=name == "server" or None)
+    out["id"] = cc.NumberColumn(format="%d", pinned=True)
+    return out
+
+
+WIDE = {"label": "large", "server": "medium", "target": "medium", "draft": "medium"}
+
+
 # -- sections ----------------------------------------------------------------------------------
 def _runs() -> None:
     df = data.table(shown)
     st.caption(f"{fmt.count(len(shown))} of {fmt.count(len(results))} results · newest first · N/A: not recorded. "
                "The filters above apply here and to the charts; a baseline has no draft and stays whatever drafts "
                "are chosen, so each draft is seen beside it.")
-    st.dataframe(data.styled(df), hide_index=True, width="stretch", key="bench-table",
-                 column_config={"label": st.column_config.TextColumn(width="large")})
+    st.dataframe(df, hide_index=True, width="stretch", key="bench-table", placeholder=fmt.NA,
+                 column_config=_column_config())
     st.download_button("Download these results (CSV)", df.to_csv(index=False), "benchmarks.csv", mime="text/csv",
                        key="bench-csv")
 
@@ -63,13 +81,14 @@ def _charts() -> None:
     if not shown:
         st.caption("No result matches the filters.")
         return
-    bench_charts.tok_s_block(shown)
+    palette = bench_charts.page_palette(results)  # every configuration its colour, whatever the filters
+    bench_charts.tok_s_block(shown, palette)
     bench_charts.speedup_block(shown)
     left, right = st.columns(2)
     with left:
-        bench_charts.accept_block(shown)
+        bench_charts.accept_block(shown, palette)
     with right:
-        bench_charts.over_time_block(shown)
+        bench_charts.over_time_block(shown, palette)
     bench_charts.latency_block(shown)
 
 
@@ -78,9 +97,9 @@ def _breakeven() -> None:
 
 
 def _run() -> None:
-    bench_run.run_form(rt)
     st.markdown("**Benchmark jobs**")
     bench_run.live_progress(rt)
+    bench_run.run_form(rt)
 
 
 def _call(ref: str) -> None:
@@ -104,4 +123,7 @@ if not results:
 tabs = st.tabs([label for label, _ in SECTIONS])
 for tab, (_, draw) in zip(tabs, SECTIONS):
     with tab:
-        draw() if callable(draw) else _call(draw)
+        if callable(draw):
+            draw()
+        else:
+            _call(draw)

@@ -138,7 +138,7 @@ def panel(results: list[BenchResult]) -> None:
     k[1].metric("plain decode step", _ms(m.plain_step_s), help="concurrency / baseline tok/s")
     k[2].metric("round cost", f"{m.cost_ratio:.1f} plain steps")
     k[3].metric("break-even accept_len", _acc(m.break_even_accept_len),
-                delta=f"measured {_acc(m.accept_len)}", delta_color="off")
+                delta=f"measured {_acc(m.accept_len)}", delta_color="off", delta_arrow="off")
     k[4].metric("speedup", f"{m.speedup:.2f}×", delta=f"{(m.speedup - 1) * 100:+.0f}% vs baseline",
                 delta_color="normal")
     st.markdown(verdict(p))

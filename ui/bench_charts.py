@@ -45,18 +45,55 @@ def _points(results: list[BenchResult]) -> dict[str, dict[int, BenchResult]]:
 
 
 def _log_axis(fig: go.Figure, values: Iterable[int]) -> None:
+    """Concurrency on a log axis, a tick at each measured value, room for the baseline dashes either side."""
     ticks = sorted(set(values))
-    fig.update_xaxes(type="log", tickvals=ticks, ticktext=[str(t) for t in ticks], title="concurrency")
+    fig.update_xaxes(type="log", tickvals=ticks, ticktext=[str(t) for t in ticks], title="concurrency",
+                     range=[math.log10(ticks[0] / 2), math.log10(ticks[-1] * 2)])
 
 
-def tok_s_figure(results: list[BenchResult]) -> go.Figure:
+def colours(names: Iterable[str]) -> dict[str, str]:
+    """Each name its stable colour (ui.charts.colour_for), unless another series of the same chart has it
+    already: then the next free one of the palette, so series side by side never share a colour."""
+    out: dict[str, str] = {}
+    used: set[str] = set()
+    for name in sorted(set(names)):
+        c = charts.colour_for(name)
+        if c in used:
+            start = charts.PALETTE.index(c)
+            free = [charts.PALETTE[(start + i) % len(charts.PALETTE)] for i in range(1, len(charts.PALETTE))]
+            c = next((x for x in free if x not in used), c)
+        out[name] = c
+        used.add(c)
+    return out
+
+
+def wrap(name: str, limit: int = 60) -> str:
+    """A long series name over several legend lines (at its `` · `` joins), so a legend is never cut."""
+    lines: list[str] = []
+    for part in name.split(" · "):
+        if lines and len(lines[-1]) + 3 + len(part) <= limit:
+            lines[-1] += " · " + part
+        else:
+            lines.append(part)
+    return "<br>".join(lines)
+
+
+def page_palette(results: Iterable[BenchResult]) -> dict[str, str]:
+    """One colour per configuration (series_label) for every chart of the page."""
+    return colours(series_label(r) for r in results)
+
+
+def tok_s_figure(results: list[BenchResult], palette: dict[str, str] | None = None) -> go.Figure:
     """Output tok/s against concurrency, a line per configuration; each baseline a dashed bar at each
     concurrency it was measured at, labelled with its value."""
     fig = charts.figure("Output tok/s against concurrency", y_title="output tok/s", height=380,
                         range_buttons=False)
     fig.update_layout(hovermode="closest")
     concs: list[int] = []
-    for name, pts in sorted(_points(results).items()):
+    lines = _points(results)
+    palette = palette or page_palette(results)
+    dashes: dict[str, int] = {}  # a configuration at a second pair of lengths: same colour, another dash
+    for name, pts in sorted(lines.items()):
         xs = sorted(pts)
         concs += xs
         runs = [pts[c] for c in xs]
@@ -66,27 +103,31 @@ def tok_s_figure(results: list[BenchResult]) -> go.Figure:
             for c, r in zip(xs, runs):  # a short dashed level at each concurrency, not a slope between them
                 sx += [c / 1.25, c * 1.25, None]
                 sy += [r.results.output_tok_s, r.results.output_tok_s, None]
-            fig.add_trace(go.Scatter(x=sx, y=sy, mode="lines", name=f"{name} (baseline)", connectgaps=False,
+            fig.add_trace(go.Scatter(x=sx, y=sy, mode="lines", name=wrap(f"{name} (baseline)", 80),
+                                     connectgaps=False,
                                      line=dict(color=BASELINE_COLOUR, dash="dash", width=2), hoverinfo="skip"))
             fig.add_trace(go.Scatter(
                 x=xs, y=[r.results.output_tok_s for r in runs], mode="markers+text", showlegend=False,
-                text=[f"baseline {r.results.output_tok_s:,.1f}" for r in runs], textposition="bottom center",
+                text=[f"baseline {r.results.output_tok_s:,.1f}" for r in runs], textposition="top center",
                 marker=dict(color=BASELINE_COLOUR, symbol="line-ew-open", size=14),
                 textfont=dict(color=BASELINE_COLOUR, size=11), name=f"{name} (baseline)",
                 customdata=[[r.id, load_label(r)] for r in runs],
                 hovertemplate="%{y:,.1f} tok/s without speculation<br>run #%{customdata[0]}, %{customdata[1]}"
                               "<extra></extra>"))
         else:
-            colour = charts.colour_for(name)
+            series = series_label(runs[0])
+            colour = palette.get(series) or charts.colour_for(series)
+            n = dashes[series] = dashes.get(series, -1) + 1
             fig.add_trace(go.Scatter(
-                x=xs, y=[r.results.output_tok_s for r in runs], mode="lines+markers", name=name,
-                line=dict(color=colour), marker=dict(size=9),
+                x=xs, y=[r.results.output_tok_s for r in runs], mode="lines+markers", name=wrap(name, 80),
+                line=dict(color=colour, dash=("solid", "dot", "dashdot", "longdash")[n % 4]), marker=dict(size=9),
                 customdata=[[r.id, load_label(r), fmt.accept_len(r.accept_len)] for r in runs],
-                hovertemplate="%{y:,.1f} tok/s<br>run #%{customdata[0]}, %{customdata[1]}<br>"
-                              "accept_len %{customdata[2]}<extra>" + name + "</extra>"))
+                hovertemplate=name + "<br>%{y:,.1f} tok/s<br>run #%{customdata[0]}, "
+                              "%{customdata[1]}<br>accept_len %{customdata[2]}<extra></extra>"))
     if concs:
         _log_axis(fig, concs)
-    fig.update_yaxes(rangemode="tozero")
+    top = max((r.results.output_tok_s for pts in lines.values() for r in pts.values()), default=0.0)
+    fig.update_yaxes(range=[0, top * 1.2 or 1])
     charts.legend_below(fig)
     return fig
 
@@ -125,21 +166,29 @@ def _ratio_colour(ratio: float) -> str:
 
 
 def run_name(r: BenchResult) -> str:
+    """A run in full (hover, tables)."""
     return f"#{r.id} {series_label(r)} @ {load_label(r)}"
+
+
+def run_tag(r: BenchResult) -> str:
+    """A run in a few characters, for a chart's axis: ``#3 glm5 c1``."""
+    c = r.load.concurrency
+    return f"#{r.id} {server_of(r)} c{c if c is not None else '?'}"
 
 
 def speedup_figure(pairs: list[Speedup]) -> go.Figure | None:
     shown = [p for p in pairs if p.ratio is not None]
     if not shown:
         return None
-    fig = charts.figure("Speedup against the baseline at the same load", y_title="× baseline tok/s",
-                        height=120 + 38 * len(shown), range_buttons=False)
+    fig = charts.figure("Speedup against the baseline at the same load", height=120 + 38 * len(shown),
+                        range_buttons=False)
     fig.add_trace(go.Bar(
-        y=[run_name(p.run) for p in shown], x=[p.ratio for p in shown], orientation="h",
+        y=[run_tag(p.run) for p in shown], x=[p.ratio for p in shown], orientation="h",
         marker_color=[_ratio_colour(p.ratio) for p in shown],
         text=[f"{p.ratio:.2f}×" for p in shown], textposition="auto",
-        customdata=[[p.run.results.output_tok_s, p.baseline.results.output_tok_s, p.baseline.id] for p in shown],
-        hovertemplate="%{x:.2f}× : %{customdata[0]:,.1f} against %{customdata[1]:,.1f} tok/s "
+        customdata=[[p.run.results.output_tok_s, p.baseline.results.output_tok_s, p.baseline.id, run_name(p.run)]
+                    for p in shown],
+        hovertemplate="%{customdata[3]}<br>%{x:.2f}×: %{customdata[0]:,.1f} against %{customdata[1]:,.1f} tok/s "
                       "(baseline run #%{customdata[2]})<extra></extra>", showlegend=False))
     fig.add_vline(x=1.0, line_dash="dash", line_color=BASELINE_COLOUR,
                   annotation_text="baseline 1.00×", annotation_position="top")
@@ -161,7 +210,7 @@ def speedup_rows(pairs: list[Speedup]) -> list[dict]:
     return rows
 
 
-def accept_figure(results: list[BenchResult]) -> tuple[go.Figure, int]:
+def accept_figure(results: list[BenchResult], palette: dict[str, str] | None = None) -> tuple[go.Figure, int]:
     """tok/s against accept_len, a colour per configuration; baselines at accept_len 1 (a plain step
     yields one token).  Returns the figure and how many runs could not be placed."""
     fig = charts.figure("tok/s against accept_len", y_title="output tok/s", height=380, range_buttons=False)
@@ -179,12 +228,13 @@ def accept_figure(results: list[BenchResult]) -> tuple[go.Figure, int]:
             missing += 1
             continue
         groups.setdefault(series_label(r), []).append((acc, r, lifetime))
+    palette = palette or page_palette(results)
     for name, pts in sorted(groups.items()):
         base = pts[0][1].is_baseline
-        colour = BASELINE_COLOUR if base else charts.colour_for(name)
+        colour = BASELINE_COLOUR if base else palette.get(name) or charts.colour_for(name)
         fig.add_trace(go.Scatter(
             x=[a for a, _, _ in pts], y=[r.results.output_tok_s for _, r, _ in pts], mode="markers",
-            name=name + (" (accept_len 1: one token per step)" if base else ""),
+            name=wrap(name + (" · accept_len 1: one token per step" if base else "")),
             marker=dict(color=colour, size=11, symbol=["x" if base else ("circle-open" if lt else "circle")
                                                         for _, _, lt in pts]),
             customdata=[[r.id, load_label(r), "server lifetime" if lt else "this run"] for _, r, lt in pts],
@@ -209,11 +259,13 @@ def latency_figures(results: list[BenchResult], limit: int = 12) -> tuple[go.Fig
     have = have[:limit]
     if not have:
         return None, None, missing
-    names = [run_name(r) for r in have]
+    names = [run_tag(r) for r in have]
+    full = [run_name(r) for r in have]
+    palette = colours(f"{label} {pct}" for label, _ in LATENCIES for pct in ("p50", "p99"))
     figs = []
     for title, which in (("Time to first token", ("TTFT",)), ("Time per output token and inter-token latency",
                                                               ("TPOT", "ITL"))):
-        fig = charts.figure(title, y_title="ms", height=120 + 40 * len(have), range_buttons=False)
+        fig = charts.figure(title, height=150 + 40 * len(have), range_buttons=False)
         fig.update_layout(hovermode="closest", barmode="group", yaxis=dict(autorange="reversed", automargin=True),
                           xaxis=dict(title="ms", rangemode="tozero"))
         for label, f in LATENCIES:
@@ -221,16 +273,16 @@ def latency_figures(results: list[BenchResult], limit: int = 12) -> tuple[go.Fig
                 continue
             for stat, pct in (("median", "p50"), ("p99", "p99")):
                 vals = [getattr(getattr(r.results, f), stat) for r in have]
-                fig.add_trace(go.Bar(y=names, x=vals, orientation="h", name=f"{label} {pct}",
-                                     marker_color=charts.colour_for(f"{label} {pct}"),
+                fig.add_trace(go.Bar(y=names, x=vals, orientation="h", name=f"{label} {pct}", customdata=full,
+                                     marker_color=palette[f"{label} {pct}"],
                                      opacity=1.0 if pct == "p50" else 0.6,
-                                     hovertemplate=f"{label} {pct} %{{x:,.2f}} ms<extra></extra>"))
+                                     hovertemplate=f"%{{customdata}}<br>{label} {pct} %{{x:,.2f}} ms<extra></extra>"))
         charts.legend_below(fig)
         figs.append(fig)
     return figs[0], figs[1], missing
 
 
-def over_time_figure(results: list[BenchResult]) -> go.Figure:
+def over_time_figure(results: list[BenchResult], palette: dict[str, str] | None = None) -> go.Figure:
     """tok/s of each run at the time it ran (hand-entered results: when they were stored)."""
     fig = charts.figure("Runs over time", y_title="output tok/s", height=340)
     fig.update_layout(hovermode="closest")
@@ -238,15 +290,21 @@ def over_time_figure(results: list[BenchResult]) -> go.Figure:
     for r in sorted(results, key=lambda r: (when(r) or 0.0, r.id or 0)):
         if r.results.output_tok_s is not None and when(r) is not None:
             groups.setdefault(series_label(r), []).append(r)
+    palette = palette or page_palette(results)
     for name, runs in sorted(groups.items()):
         base = runs[0].is_baseline
         fig.add_trace(go.Scatter(
             x=[datetime.fromtimestamp(when(r)) for r in runs], y=[r.results.output_tok_s for r in runs],
-            mode="markers", name=name, marker=dict(size=10, color=BASELINE_COLOUR if base else charts.colour_for(name),
-                                                   symbol="x" if base else "circle"),
+            mode="markers", name=wrap(name),
+            marker=dict(size=10, symbol="x" if base else "circle",
+                        color=BASELINE_COLOUR if base else palette.get(name) or charts.colour_for(name)),
             customdata=[[r.id, load_label(r), "started" if r.started_at is not None else "stored"] for r in runs],
             hovertemplate="%{y:,.1f} tok/s, %{customdata[2]} %{x|%Y-%m-%d %H:%M}<br>run #%{customdata[0]}, "
                           "%{customdata[1]}<extra></extra>"))
+    times = [when(r) for runs in groups.values() for r in runs]
+    if times and max(times) - min(times) < 3600:  # runs close together (or stored at once): an hour around them
+        mid = (max(times) + min(times)) / 2
+        fig.update_xaxes(range=[datetime.fromtimestamp(mid - 1800), datetime.fromtimestamp(mid + 1800)])
     fig.update_yaxes(rangemode="tozero")
     charts.legend_below(fig)
     return fig
@@ -254,12 +312,12 @@ def over_time_figure(results: list[BenchResult]) -> go.Figure:
 
 # -- drawing ------------------------------------------------------------------------------
 
-def tok_s_block(results: list[BenchResult]) -> None:
+def tok_s_block(results: list[BenchResult], palette: dict[str, str]) -> None:
     drawn = [r for r in results if r.load.concurrency is not None and r.results.output_tok_s is not None]
     if not drawn:
         st.caption("tok/s against concurrency: no run with both a concurrency and a tok/s yet.")
         return
-    st.plotly_chart(tok_s_figure(results), width="stretch", key="bench-tok-chart")
+    st.plotly_chart(tok_s_figure(results, palette), width="stretch", key="bench-tok-chart")
     left_out = len(results) - len(drawn)
     st.caption("Each line is one server's configuration at one pair of input/output lengths, the newest run "
                "at each concurrency; the grey dashes are the runs without speculation at the concurrency they "
@@ -286,8 +344,8 @@ def speedup_block(results: list[BenchResult]) -> None:
                   "(tab **Run a benchmark**).", icon=":material/info:")
 
 
-def accept_block(results: list[BenchResult]) -> None:
-    fig, missing = accept_figure(results)
+def accept_block(results: list[BenchResult], palette: dict[str, str]) -> None:
+    fig, missing = accept_figure(results, palette)
     if not fig.data:
         st.caption("accept_len against tok/s: no run with both figures yet.")
         return
@@ -309,7 +367,7 @@ def latency_block(results: list[BenchResult]) -> None:
         st.caption(f"{missing} run(s) without latency figures are not drawn.")
 
 
-def over_time_block(results: list[BenchResult]) -> None:
-    st.plotly_chart(over_time_figure(results), width="stretch", key="bench-time-chart")
+def over_time_block(results: list[BenchResult], palette: dict[str, str]) -> None:
+    st.plotly_chart(over_time_figure(results, palette), width="stretch", key="bench-time-chart")
     st.caption("A run at the time it started; a hand-entered or imported result without a start time at the "
                "time it was stored.")

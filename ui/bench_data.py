@@ -91,7 +91,7 @@ def config_label(r: BenchResult) -> str:
 
 
 def _short(path: str) -> str:
-    """A draft given as a path shows its last component."""
+    """A model given as a path shows its last component."""
     p = path.rstrip("/")
     return p.rsplit("/", 1)[-1] if "/" in p else p
 
@@ -129,36 +129,43 @@ def _date(ts: float | None):
     return pd.Timestamp(datetime.fromtimestamp(ts)) if ts is not None else pd.NaT
 
 
-# Column name -> (dataframe dtype, display format for pandas' Styler); order is the table's order.
+# Column name -> (dataframe dtype, printf-style display format); order is the table's order.
 COLUMNS: dict[str, tuple[str, str | None]] = {
-    "id": ("Int64", "{:d}"),
+    "id": ("Int64", "%d"),
     "server": ("object", None),
     "target": ("object", None),
     "draft": ("object", None),
     "algorithm": ("object", None),
-    "steps": ("Int64", "{:d}"),
-    "topk": ("Int64", "{:d}"),
-    "draft tokens": ("Int64", "{:d}"),
+    "steps": ("Int64", "%d"),
+    "topk": ("Int64", "%d"),
+    "draft tokens": ("Int64", "%d"),
     "CUDA graph": ("object", None),
-    "TP": ("Int64", "{:d}"),
+    "TP": ("Int64", "%d"),
     "dataset": ("object", None),
-    "concurrency": ("Int64", "{:d}"),
-    "input len": ("Int64", "{:,d}"),
-    "output len": ("Int64", "{:,d}"),
-    "output tok/s": ("float64", "{:,.1f}"),
-    "req/s": ("float64", "{:,.2f}"),
-    "TTFT p50 ms": ("float64", "{:,.1f}"),
-    "TTFT p99 ms": ("float64", "{:,.1f}"),
-    "TPOT p50 ms": ("float64", "{:,.2f}"),
-    "TPOT p99 ms": ("float64", "{:,.2f}"),
-    "ITL p50 ms": ("float64", "{:,.2f}"),
-    "ITL p99 ms": ("float64", "{:,.2f}"),
-    "accept_len (run)": ("float64", "{:.2f}"),
-    "accept_len (lifetime)": ("float64", "{:.2f}"),
+    "concurrency": ("Int64", "%d"),
+    "input len": ("Int64", "%d"),
+    "output len": ("Int64", "%d"),
+    "output tok/s": ("float64", "%.1f"),
+    "req/s": ("float64", "%.2f"),
+    "TTFT p50 ms": ("float64", "%.1f"),
+    "TTFT p99 ms": ("float64", "%.1f"),
+    "TPOT p50 ms": ("float64", "%.2f"),
+    "TPOT p99 ms": ("float64", "%.2f"),
+    "ITL p50 ms": ("float64", "%.2f"),
+    "ITL p99 ms": ("float64", "%.2f"),
+    "accept_len (run)": ("float64", "%.2f"),
+    "accept_len (lifetime)": ("float64", "%.2f"),
     "source": ("object", None),
     "label": ("object", None),
-    "date": ("datetime64[ns]", "{:%Y-%m-%d %H:%M}"),
-    "stored": ("datetime64[ns]", "{:%Y-%m-%d %H:%M}"),
+    "date": ("datetime64[ns]", "YYYY-MM-DD HH:mm"),
+    "stored": ("datetime64[ns]", "YYYY-MM-DD HH:mm"),
+}
+HELP = {
+    "accept_len (run)": "accept length measured during this run only",
+    "accept_len (lifetime)": "the server's average since it started (bench_serving's accept_length)",
+    "date": "when the run started (N/A: not recorded, e.g. hand-entered numbers)",
+    "stored": "when Specdeck stored the result",
+    "CUDA graph": "on / off; N/A: not recorded",
 }
 
 
@@ -172,8 +179,8 @@ def table(results: Iterable[BenchResult]) -> pd.DataFrame:
     for r in results:
         c, ld, f = r.config, r.load, r.results
         rows.append({
-            "id": r.id, "server": server_of(r), "target": c.target_model,
-            "draft": None if r.is_baseline else c.draft_model,
+            "id": r.id, "server": server_of(r), "target": _short(c.target_model) if c.target_model else None,
+            "draft": None if r.is_baseline or not c.draft_model else _short(c.draft_model),
             "algorithm": c.algorithm, "steps": c.num_steps, "topk": c.topk, "draft tokens": c.num_draft_tokens,
             "CUDA graph": _yes_no(c.cuda_graph), "TP": c.tp, "dataset": ld.dataset, "concurrency": ld.concurrency,
             "input len": ld.input_len, "output len": ld.output_len, "output tok/s": f.output_tok_s,
@@ -189,12 +196,6 @@ def table(results: Iterable[BenchResult]) -> pd.DataFrame:
         df[name] = df[name].astype(dtype) if dtype != "object" else df[name].astype(object)
     df = df.sort_values(["_when", "id"], ascending=False, kind="stable").drop(columns="_when")
     return df.reset_index(drop=True)
-
-
-def styled(df: pd.DataFrame):
-    """The table for display: each column in its format, a missing value as N/A."""
-    fmts = {name: f for name, (_, f) in COLUMNS.items() if f is not None and name in df.columns}
-    return df.style.format(fmts, na_rep=NA).format(na_rep=NA, subset=[c for c in df.columns if c not in fmts])
 
 
 @dataclass

@@ -131,7 +131,7 @@ def run_form(rt) -> None:
                        "not. Start it on the Servers page first.", icon=":material/warning:")
         st.caption(f"{len(loads)} run(s) of {fmt.count(int(prompts))} requests, {fmt.count(int(inp))} tokens in and "
                    f"{fmt.count(int(out))} out; each stored as soon as it is measured. The job will run:")
-        st.code(preview(server, loads, mode), language="bash")
+        st.code(preview(server, loads, mode), language="bash", wrap_lines=True)
         busy = [j for j in bench_jobs(rt) if j.server == server and _live(rt, j)]
         lock = control_lock(rt)
         why = lock or (f"{busy[0].name} is still benchmarking {server}" if busy else "")
@@ -178,7 +178,7 @@ def live_progress(rt) -> None:
     """The running (or last) benchmark job: state, phase, requests done, results stored; Stop."""
     jobs = bench_jobs(rt)
     if not jobs:
-        st.caption("No benchmark job yet in this workspace: start one above, or from a terminal with "
+        st.caption("No benchmark job yet in this workspace: start one below, or from a terminal with "
                    "`python -m backend.cli bench run SERVER`.")
         return
     names = [j.name for j in jobs]
