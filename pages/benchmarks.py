@@ -84,11 +84,8 @@ def _charts() -> None:
     palette = bench_charts.page_palette(results)  # every configuration its colour, whatever the filters
     bench_charts.tok_s_block(shown, palette)
     bench_charts.speedup_block(shown)
-    left, right = st.columns(2)
-    with left:
-        bench_charts.accept_block(shown, palette)
-    with right:
-        bench_charts.over_time_block(shown, palette)
+    bench_charts.accept_block(shown, palette)  # full width: their legends name whole configurations
+    bench_charts.over_time_block(shown, palette)
     bench_charts.latency_block(shown)
 
 

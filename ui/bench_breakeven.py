@@ -119,7 +119,7 @@ def panel(results: list[BenchResult]) -> None:
         return
     servers = sorted({server_of(p.run) for p in modelled})
     newest = _newest(modelled)
-    a, b, c = st.columns([2, 3, 4])
+    a, b, c = st.columns([1, 2, 3])
     server = a.selectbox("Server", servers, index=servers.index(server_of(newest.run)), key="bench-be-server")
     of_server = [p for p in modelled if server_of(p.run) == server]
     loads = sorted({p.run.load.key() for p in of_server}, key=lambda k: tuple(x or 0 for x in k))

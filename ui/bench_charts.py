@@ -67,7 +67,7 @@ def colours(names: Iterable[str]) -> dict[str, str]:
     return out
 
 
-def wrap(name: str, limit: int = 60) -> str:
+def wrap(name: str, limit: int = 80) -> str:
     """A long series name over several legend lines (at its `` · `` joins), so a legend is never cut."""
     lines: list[str] = []
     for part in name.split(" · "):
@@ -103,7 +103,7 @@ def tok_s_figure(results: list[BenchResult], palette: dict[str, str] | None = No
             for c, r in zip(xs, runs):  # a short dashed level at each concurrency, not a slope between them
                 sx += [c / 1.25, c * 1.25, None]
                 sy += [r.results.output_tok_s, r.results.output_tok_s, None]
-            fig.add_trace(go.Scatter(x=sx, y=sy, mode="lines", name=wrap(f"{name} (baseline)", 80),
+            fig.add_trace(go.Scatter(x=sx, y=sy, mode="lines", name=wrap(f"{name} (baseline)"),
                                      connectgaps=False,
                                      line=dict(color=BASELINE_COLOUR, dash="dash", width=2), hoverinfo="skip"))
             fig.add_trace(go.Scatter(
@@ -119,7 +119,7 @@ def tok_s_figure(results: list[BenchResult], palette: dict[str, str] | None = No
             colour = palette.get(series) or charts.colour_for(series)
             n = dashes[series] = dashes.get(series, -1) + 1
             fig.add_trace(go.Scatter(
-                x=xs, y=[r.results.output_tok_s for r in runs], mode="lines+markers", name=wrap(name, 80),
+                x=xs, y=[r.results.output_tok_s for r in runs], mode="lines+markers", name=wrap(name),
                 line=dict(color=colour, dash=("solid", "dot", "dashdot", "longdash")[n % 4]), marker=dict(size=9),
                 customdata=[[r.id, load_label(r), fmt.accept_len(r.accept_len)] for r in runs],
                 hovertemplate=name + "<br>%{y:,.1f} tok/s<br>run #%{customdata[0]}, "

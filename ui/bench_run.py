@@ -127,8 +127,8 @@ def run_form(rt) -> None:
         view = rt.supervisor.view(server)
         if view is None or view.state.value != "RUNNING":
             state = fmt.view_badge(view).label
-            st.warning(f"**{server}** is {state}: the benchmark waits briefly for it to be ready and fails if it is "
-                       "not. Start it on the Servers page first.", icon=":material/warning:")
+            st.warning(f"**{server}** is {state}: a benchmark needs it ready and fails at once otherwise. Start "
+                       "it on the Servers page first.", icon=":material/warning:")
         st.caption(f"{len(loads)} run(s) of {fmt.count(int(prompts))} requests, {fmt.count(int(inp))} tokens in and "
                    f"{fmt.count(int(out))} out; each stored as soon as it is measured. The job will run:")
         st.code(preview(server, loads, mode), language="bash", wrap_lines=True)
@@ -211,7 +211,7 @@ def live_progress(rt) -> None:
     k[2].metric("elapsed", fmt.duration(end - prog.started_at))
     k[3].metric("results stored", fmt.count(len(prog.results)))
     if prog.results:
-        st.caption("Stored: " + ", ".join(f"#{i}" for i in prog.results) + " (in the table above)")
+        st.caption("Stored: " + ", ".join(f"#{i}" for i in prog.results) + " (in the Runs tab)")
     if prog.error:
         log = f" Details: `{view.log_path}`." if view is not None else ""
         st.error(f"**The benchmark {prog.state}**: {prog.error}.{log}", icon=":material/error:")

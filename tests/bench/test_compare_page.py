@@ -273,3 +273,57 @@ def test_stop_from_the_page_ends_the_benchmark_and_keeps_what_was_stored(workspa
     assert next(m for m in at.metric if m.label == "state").value == "STOPPED"
     assert any("STOPPED" in m.value and job.name in m.value for m in at.markdown)
     assert len(_rows(at)) == 9  # nothing half-measured was stored
+
+
+@pytest.mark.timeout(120)
+def test_a_benchmark_of_a_server_that_is_not_running_fails_and_the_page_says_why(workspace):
+    from backend.bench.job import read_progress
+
+    at = _page()
+    rt = runtime_mod.get_runtime()
+    _fill_form(at, conc="1", prompts=2, out_len=8)
+    assert any("**spec** is NOT STARTED" in w.value for w in at.warning)
+    at.button(key="bench-start").click().run()
+    job = _bench_job(rt)
+    wait_for(lambda: (p := read_progress(Path(job.meta["progress"]))) is not None and p.state == "failed", 60,
+             "the job to fail", every=0.1)
+    wait_for(lambda: (v := rt.supervisor.view(job.name)) is not None and v.state.value == "EXITED", 30,
+             "the job to exit", every=0.1)
+    at.run()
+    assert next(m for m in at.metric if m.label == "state").value == "FAILED"
+    (err,) = [e.value for e in at.error if "The benchmark failed" in e.value]
+    assert "is not ready" in err and "start the server" in err and f"{job.name}.log" in err
+    assert len(_rows(at)) == 9
+
+
+# --------------------------------------------------------------------------------------
+# The page's pure parts
+# --------------------------------------------------------------------------------------
+def test_concurrency_field_reads_a_list_and_names_what_is_wrong():
+    from ui.bench_run import FormError, parse_concurrency
+
+    assert parse_concurrency("1 4, 16;4") == [1, 4, 16]
+    for text, why in (("", "give at least one value"), ("1 x", "`x` is not a whole number"),
+                      ("2 0", "`0` must be at least 1"), ("1.5", "`1.5` is not a whole number")):
+        with pytest.raises(FormError, match=why):
+            parse_concurrency(text)
+
+
+def test_series_side_by_side_never_share_a_colour():
+    from ui import charts
+    from ui.bench_charts import colours
+
+    names = [f"server{i} · EAGLE3" for i in range(len(charts.PALETTE))]
+    got = colours(names)
+    assert len(set(got.values())) == len(charts.PALETTE)  # ten names, ten colours (the hash alone repeats some)
+    assert len({charts.colour_for(n) for n in names}) < len(charts.PALETTE)
+    assert colours(names[:1]) == {names[0]: charts.colour_for(names[0])}  # alone: its usual colour
+
+
+def test_long_legend_names_wrap_at_their_joins():
+    from ui.bench_charts import wrap
+
+    name = "demo-llama70b-eagle3 · EAGLE3 · Llama-3.1-70B-Instruct-EAGLE3 · 3 steps · topk 1 · 4 draft tokens"
+    assert wrap(name, 40) == ("demo-llama70b-eagle3 · EAGLE3<br>Llama-3.1-70B-Instruct-EAGLE3 · 3 steps<br>"
+                              "topk 1 · 4 draft tokens")
+    assert wrap("short", 40) == "short"
