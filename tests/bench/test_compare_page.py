@@ -170,7 +170,7 @@ def test_break_even_on_the_seeds_history_says_why_speculation_did_not_pay(worksp
     assert "tok/s of this run was not recorded" in reasons and "accept_len of this run was not recorded" in reasons
 
 
-def test_break_even_of_a_run_that_pays(workspace):
+def test_break_even_of_a_run_that_pays_and_of_one_at_concurrency_4_that_does_not(workspace):
     at = _page()
     at.selectbox(key="bench-be-server").set_value("sim8b").run()
     load = at.selectbox(key="bench-be-load")
@@ -181,6 +181,13 @@ def test_break_even_of_a_run_that_pays(workspace):
     # 2.0 / 120 s = 16.7 ms against 1 / 100 s = 10.0 ms: 1.7 steps, break-even 1.67, accept_len 2.0 pays
     assert "2.00 / 120.0 s = **16.7 ms**" in text and "1 / 100.0 s = **10.0 ms**" in text
     assert "pays for the round" in text and "**accept_len 1.67**" in text
+    at.selectbox(key="bench-be-load").set_value((4, 128, 256)).run()
+    text = "\n".join(m.value for m in at.markdown)
+    # each step serves 4 sequences: 4 × 2.2 / 270 s = 32.6 ms a round, 4 / 300 s = 13.3 ms a step; 2.44 steps
+    assert "4 × 2.20 / 270.0 s = **32.6 ms**" in text and "4 / 300.0 s = **13.3 ms**" in text
+    assert "**2.4 plain steps**" in text and "Break-even was **accept_len 2.44**" in text
+    # not the seeds' run: the data note is the general one
+    assert "a regeneration has the target answer the training prompts again" in text and "83,288" not in text
 
 
 # --------------------------------------------------------------------------------------
