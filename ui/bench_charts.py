@@ -22,6 +22,8 @@ from ui import charts, fmt
 from ui.bench_data import config_label, lengths, load_label, series_label, server_of, when
 
 BASELINE_COLOUR = "#6b7280"
+MAX_BARS = 30  # speedup bars on screen (the newest runs)
+MAX_TABLE = 25  # rows of a table shown whole; longer ones scroll
 SLOWER, FASTER = "#dc2626", "#16a34a"
 
 
@@ -330,12 +332,20 @@ def speedup_block(results: list[BenchResult]) -> None:
     if not pairs:
         st.caption("Speedup: no speculative run among these results.")
         return
-    fig = speedup_figure(pairs)
+    newest = sorted(pairs, key=lambda p: (when(p.run) or 0.0, p.run.id or 0), reverse=True)
+    fig = speedup_figure(newest[:MAX_BARS])
     if fig is not None:
         st.plotly_chart(fig, width="stretch", key="bench-speedup-chart")
+    shown = sum(p.ratio is not None for p in newest[:MAX_BARS])
+    more = sum(p.ratio is not None for p in newest) - shown
     st.caption("A run is compared only with a baseline of the same server (or target) at the same concurrency "
-               "and input/output lengths: the newest such run without speculation.")
-    st.table(speedup_rows(pairs), hide_index=True)
+               "and input/output lengths: the newest such run without speculation."
+               + (f" The chart shows the newest {shown}; the table has all {shown + more}." if more else ""))
+    rows = speedup_rows(newest)
+    if len(rows) <= MAX_TABLE:
+        st.table(rows, hide_index=True)  # wraps the reasons instead of cutting them
+    else:
+        st.dataframe(rows, hide_index=True, width="stretch", key="bench-speedup-table")
     lacking = sorted({(server_of(p.run), p.run.load.concurrency) for p in pairs if p.baseline is None},
                      key=lambda x: (x[0], x[1] or 0))
     if lacking:
