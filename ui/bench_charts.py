@@ -81,8 +81,13 @@ def wrap(name: str, limit: int = 80) -> str:
 
 
 def page_palette(results: Iterable[BenchResult]) -> dict[str, str]:
-    """One colour per configuration (series_label) for every chart of the page."""
-    return colours(series_label(r) for r in results)
+    """One colour per configuration (series_label) for every chart of the page; a lone baseline is grey."""
+    results = list(results)
+    bases = {series_label(r) for r in results if r.is_baseline}
+    pal = colours(series_label(r) for r in results if len(bases) > 1 or not r.is_baseline)
+    if len(bases) == 1:
+        pal[bases.pop()] = BASELINE_COLOUR
+    return pal
 
 
 def tok_s_figure(results: list[BenchResult], palette: dict[str, str] | None = None) -> go.Figure:
@@ -95,11 +100,18 @@ def tok_s_figure(results: list[BenchResult], palette: dict[str, str] | None = No
     lines = _points(results)
     palette = palette or page_palette(results)
     dashes: dict[str, int] = {}  # a configuration at a second pair of lengths: same colour, another dash
+    n_base = sum(1 for pts in lines.values() if next(iter(pts.values())).is_baseline)
+    k_base = 0
     for name, pts in sorted(lines.items()):
         xs = sorted(pts)
         concs += xs
         runs = [pts[c] for c in xs]
         if runs[0].is_baseline:
+            # one baseline: grey; several (servers, lengths): each its own colour, named in its label
+            colour = palette.get(series_label(runs[0])) or BASELINE_COLOUR
+            who = "" if n_base == 1 else f"{server_of(runs[0])} "
+            where = ("top center", "bottom center")[k_base % 2]  # close baselines do not write over each other
+            k_base += 1
             sx: list[float | None] = []
             sy: list[float | None] = []
             for c, r in zip(xs, runs):  # a short dashed level at each concurrency, not a slope between them
@@ -107,12 +119,12 @@ def tok_s_figure(results: list[BenchResult], palette: dict[str, str] | None = No
                 sy += [r.results.output_tok_s, r.results.output_tok_s, None]
             fig.add_trace(go.Scatter(x=sx, y=sy, mode="lines", name=wrap(f"{name} (baseline)"),
                                      connectgaps=False,
-                                     line=dict(color=BASELINE_COLOUR, dash="dash", width=2), hoverinfo="skip"))
+                                     line=dict(color=colour, dash="dash", width=2), hoverinfo="skip"))
             fig.add_trace(go.Scatter(
                 x=xs, y=[r.results.output_tok_s for r in runs], mode="markers+text", showlegend=False,
-                text=[f"baseline {r.results.output_tok_s:,.1f}" for r in runs], textposition="top center",
-                marker=dict(color=BASELINE_COLOUR, symbol="line-ew-open", size=14),
-                textfont=dict(color=BASELINE_COLOUR, size=11), name=f"{name} (baseline)",
+                text=[f"{who}baseline {r.results.output_tok_s:,.1f}" for r in runs], textposition=where,
+                marker=dict(color=colour, symbol="line-ew-open", size=14),
+                textfont=dict(color=colour, size=11), name=f"{name} (baseline)",
                 customdata=[[r.id, load_label(r)] for r in runs],
                 hovertemplate="%{y:,.1f} tok/s without speculation<br>run #%{customdata[0]}, %{customdata[1]}"
                               "<extra></extra>"))
@@ -233,7 +245,7 @@ def accept_figure(results: list[BenchResult], palette: dict[str, str] | None = N
     palette = palette or page_palette(results)
     for name, pts in sorted(groups.items()):
         base = pts[0][1].is_baseline
-        colour = BASELINE_COLOUR if base else palette.get(name) or charts.colour_for(name)
+        colour = palette.get(name) or charts.colour_for(name)
         fig.add_trace(go.Scatter(
             x=[a for a, _, _ in pts], y=[r.results.output_tok_s for _, r, _ in pts], mode="markers",
             name=wrap(name + (" · accept_len 1: one token per step" if base else "")),
@@ -299,7 +311,7 @@ def over_time_figure(results: list[BenchResult], palette: dict[str, str] | None 
             x=[datetime.fromtimestamp(when(r)) for r in runs], y=[r.results.output_tok_s for r in runs],
             mode="markers", name=wrap(name),
             marker=dict(size=10, symbol="x" if base else "circle",
-                        color=BASELINE_COLOUR if base else palette.get(name) or charts.colour_for(name)),
+                        color=palette.get(name) or charts.colour_for(name)),
             customdata=[[r.id, load_label(r), "started" if r.started_at is not None else "stored"] for r in runs],
             hovertemplate="%{y:,.1f} tok/s, %{customdata[2]} %{x|%Y-%m-%d %H:%M}<br>run #%{customdata[0]}, "
                           "%{customdata[1]}<extra></extra>"))

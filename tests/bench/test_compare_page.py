@@ -334,3 +334,15 @@ def test_long_legend_names_wrap_at_their_joins():
     assert wrap(name, 40) == ("demo-llama70b-eagle3 · EAGLE3<br>Llama-3.1-70B-Instruct-EAGLE3 · 3 steps<br>"
                               "topk 1 · 4 draft tokens")
     assert wrap("short", 40) == "short"
+
+
+def test_a_lone_baseline_is_grey_and_several_each_get_their_own_colour():
+    from ui.bench_charts import BASELINE_COLOUR, page_palette
+
+    one = [_extra(*row) for row in EXTRA]
+    assert page_palette(one)["sim8b · no speculation"] == BASELINE_COLOUR
+    two = one + [BenchResult(source="run", server="other", config=BenchConfig(algorithm="NONE"),
+                             results=BenchFigures(output_tok_s=50.0))]
+    pal = page_palette(two)
+    assert BASELINE_COLOUR not in pal.values()
+    assert len(set(pal.values())) == len(pal) == 3  # two baselines and the speculative configuration
