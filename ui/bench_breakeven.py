@@ -129,9 +129,10 @@ def panel(results: list[BenchResult]) -> None:
                        key="bench-be-load")
     at_load = sorted([p for p in of_server if p.run.load.key() == load],
                      key=lambda p: (when(p.run) or 0.0, p.run.id or 0), reverse=True)
-    chosen = c.selectbox("Speculative run", range(len(at_load)), key="bench-be-run",
-                         format_func=lambda i: f"#{at_load[i].run.id} {config_label(at_load[i].run)}")
-    p = at_load[chosen or 0]
+    by_id = {p.run.id: p for p in at_load}  # options are run ids: another server's runs are other options
+    chosen = c.selectbox("Speculative run", list(by_id), key="bench-be-run",
+                         format_func=lambda i: f"#{i} {config_label(by_id[i].run)}")
+    p = by_id.get(chosen, at_load[0])
     m = p.model
     k = st.columns(5)
     k[0].metric("speculative round", _ms(m.round_s), help="concurrency × accept_len / speculative tok/s")

@@ -101,7 +101,11 @@ def tok_s_figure(results: list[BenchResult], palette: dict[str, str] | None = No
     palette = palette or page_palette(results)
     dashes: dict[str, int] = {}  # a configuration at a second pair of lengths: same colour, another dash
     n_base = sum(1 for pts in lines.values() if next(iter(pts.values())).is_baseline)
-    k_base = 0
+    top_base: dict[int, float] = {}  # the highest baseline at each concurrency: its label above, the others below
+    for pts in lines.values():
+        for c, r in pts.items():
+            if r.is_baseline:
+                top_base[c] = max(top_base.get(c, 0.0), r.results.output_tok_s)
     for name, pts in sorted(lines.items()):
         xs = sorted(pts)
         concs += xs
@@ -110,8 +114,6 @@ def tok_s_figure(results: list[BenchResult], palette: dict[str, str] | None = No
             # one baseline: grey; several (servers, lengths): each its own colour, named in its label
             colour = palette.get(series_label(runs[0])) or BASELINE_COLOUR
             who = "" if n_base == 1 else f"{server_of(runs[0])} "
-            where = ("top center", "bottom center")[k_base % 2]  # close baselines do not write over each other
-            k_base += 1
             sx: list[float | None] = []
             sy: list[float | None] = []
             for c, r in zip(xs, runs):  # a short dashed level at each concurrency, not a slope between them
@@ -122,7 +124,8 @@ def tok_s_figure(results: list[BenchResult], palette: dict[str, str] | None = No
                                      line=dict(color=colour, dash="dash", width=2), hoverinfo="skip"))
             fig.add_trace(go.Scatter(
                 x=xs, y=[r.results.output_tok_s for r in runs], mode="markers+text", showlegend=False,
-                text=[f"{who}baseline {r.results.output_tok_s:,.1f}" for r in runs], textposition=where,
+                text=[f"{who}baseline {r.results.output_tok_s:,.1f}" for r in runs], textposition=["top center" if r.results.output_tok_s >= top_base[c] else "bottom center"
+                              for c, r in zip(xs, runs)],
                 marker=dict(color=colour, symbol="line-ew-open", size=14),
                 textfont=dict(color=colour, size=11), name=f"{name} (baseline)",
                 customdata=[[r.id, load_label(r)] for r in runs],
@@ -334,8 +337,8 @@ def tok_s_block(results: list[BenchResult], palette: dict[str, str]) -> None:
     st.plotly_chart(tok_s_figure(results, palette), width="stretch", key="bench-tok-chart")
     left_out = len(results) - len(drawn)
     st.caption("Each line is one server's configuration at one pair of input/output lengths, the newest run "
-               "at each concurrency; the grey dashes are the runs without speculation at the concurrency they "
-               "were measured at." + (f" {left_out} run(s) without a concurrency or a tok/s are not drawn."
+               "at each concurrency; the dashes are the runs without speculation at the concurrency they were "
+               "measured at." + (f" {left_out} run(s) without a concurrency or a tok/s are not drawn."
                                        if left_out else ""))
 
 

@@ -177,6 +177,10 @@ def test_break_even_of_a_run_that_pays_and_of_one_at_concurrency_4_that_does_not
     # only loads with a baseline are offered: concurrency 8 has none
     assert [x for x in load.options] == ["concurrency 1, 128/256 tok", "concurrency 4, 128/256 tok"]
     load.set_value((1, 128, 256)).run()
+    # the run picked is this server's (ids 1-4 are the demo history, 5-9 sim8b's in EXTRA's order)
+    assert at.selectbox(key="bench-be-run").value == 6
+    assert at.selectbox(key="bench-be-run").options == ["#6 EAGLE3 · sim-eagle3 · 3 steps · topk 1 · 4 draft tokens · "
+                                                        "CUDA graph"]
     text = "\n".join(m.value for m in at.markdown)
     # 2.0 / 120 s = 16.7 ms against 1 / 100 s = 10.0 ms: 1.7 steps, break-even 1.67, accept_len 2.0 pays
     assert "2.00 / 120.0 s = **16.7 ms**" in text and "1 / 100.0 s = **10.0 ms**" in text
