@@ -80,6 +80,12 @@ def wrap(name: str, limit: int = 80) -> str:
     return "<br>".join(lines)
 
 
+def _headroom(fig: go.Figure) -> None:
+    """y from 0 to a little above the highest point, so a marker at the top is drawn whole."""
+    ys = [y for t in fig.data for y in (t.y or ()) if isinstance(y, (int, float))]
+    fig.update_yaxes(range=[0, max(ys) * 1.15] if ys else None, rangemode="tozero")
+
+
 def page_palette(results: Iterable[BenchResult]) -> dict[str, str]:
     """One colour per configuration (series_label) for every chart of the page; a lone baseline is grey."""
     results = list(results)
@@ -258,7 +264,7 @@ def accept_figure(results: list[BenchResult], palette: dict[str, str] | None = N
             hovertemplate="accept_len %{x:.2f} (%{customdata[2]}), %{y:,.1f} tok/s<br>run #%{customdata[0]}, "
                           "%{customdata[1]}<extra></extra>"))
     fig.update_xaxes(title="accept_len")
-    fig.update_yaxes(rangemode="tozero")
+    _headroom(fig)
     charts.legend_below(fig)
     return fig, missing
 
@@ -322,7 +328,7 @@ def over_time_figure(results: list[BenchResult], palette: dict[str, str] | None 
     if times and max(times) - min(times) < 3600:  # runs close together (or stored at once): an hour around them
         mid = (max(times) + min(times)) / 2
         fig.update_xaxes(range=[datetime.fromtimestamp(mid - 1800), datetime.fromtimestamp(mid + 1800)])
-    fig.update_yaxes(rangemode="tozero")
+    _headroom(fig)
     charts.legend_below(fig)
     return fig
 
