@@ -57,12 +57,13 @@ def _column_config() -> dict:
         elif f is not None:
             out[name] = cc.NumberColumn(format=f, help=h)
         else:
-            out[name] = cc.TextColumn(help=h, width=WIDE.get(name), pinned=name == "server" or None)
+            out[name] = cc.TextColumn(help=h, width=WIDE.get(name))
     out["id"] = cc.NumberColumn(format="%d", pinned=True)
     return out
 
 
-WIDE = {"label": "large", "server": "medium", "target": "medium", "draft": "medium"}
+WIDE = {"label": "large", "server": "medium", "target": "medium", "draft": "medium", "dataset": "medium",
+        "source": "medium"}
 
 
 # -- sections ----------------------------------------------------------------------------------
