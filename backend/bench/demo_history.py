@@ -25,6 +25,9 @@ from state.store import Store
 CSV_NAME = "bench/history.csv"
 SERVER = "glm5"
 TARGET = "GLM-5-NVFP4"
+# What the story did about the draft's low accept_len: it had the target answer the training
+# prompts again (the regeneration), so the next draft learns the target's own words.
+REGENERATED_SAMPLES = 83_288
 
 HISTORY_CSV = f"""\
 # Benchmark history of the story behind Specdeck (see backend/bench/demo_history.py).

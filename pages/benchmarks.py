@@ -1,0 +1,127 @@
+"""Benchmarks: every stored result, compared with the baseline at the same load; the break-even model;
+running a benchmark of a managed server."""
+
+from __future__ import annotations
+
+import importlib
+import time
+
+import streamlit as st
+
+from state.bench import BenchStore
+from ui import bench_breakeven, bench_charts, bench_run, fmt
+from ui import bench_data as data
+from ui.components import page_header
+from ui.context import require_frame, runtime
+
+require_frame(__file__)
+rt = runtime()
+
+page_header("Benchmarks", "Does speculation pay on this server? Every benchmark run here or imported, each compared "
+            "with the run without speculation at the same load, and the model that says why.")
+
+results = BenchStore(rt.store).list()
+st.session_state[bench_run.SEEN] = [r.id for r in results]
+
+# -- key figures -----------------------------------------------------------------------------
+pairs = [p for p in bench_charts.speedups(results) if p.ratio is not None]
+best = max(pairs, key=lambda p: p.ratio, default=None)
+s = data.summary(results)
+k = st.columns(4)
+k[0].metric("results", fmt.count(s.runs), help="benchmark results stored in this workspace, run here or imported")
+k[1].metric("servers", fmt.count(s.servers), help=", ".join(f"{n}: {c}" for n, c in sorted(s.by_server.items())))
+k[2].metric("best speedup at the same load", f"{best.ratio:.2f}×" if best else fmt.NA,
+            delta=f"#{best.run.id} {data.server_of(best.run)}, concurrency {fmt.count(best.run.load.concurrency)}"
+            if best else None, delta_color="off", delta_arrow="off",
+            help="a speculative run's tok/s over the baseline's of the same server at the same concurrency and "
+                 "lengths" + ("" if best else ": no run has a baseline at its load yet"))
+k[3].metric("newest result", fmt.age(time.time() - s.newest) if s.newest else fmt.NA,
+            help="when the newest result ran (or, without a start time, was stored)")
+
+
+# -- filters (the table and the charts) ------------------------------------------------------
+opts = data.filter_options(results)
+cols = st.columns(len(data.FILTERS))
+chosen = {key: col.multiselect(label, opts[key], key=f"bench-flt-{key}", placeholder="all")
+          for col, (label, key) in zip(cols, data.FILTERS)}
+shown = data.apply_filters(results, chosen)
+
+
+def _column_config() -> dict:
+    cc = st.column_config
+    out = {}
+    for name, (dtype, f) in data.COLUMNS.items():
+        h = data.HELP.get(name)
+        if dtype.startswith("datetime"):
+            out[name] = cc.DatetimeColumn(format=f, help=h)
+        elif f is not None:
+            out[name] = cc.NumberColumn(format=f, help=h)
+        else:
+            out[name] = cc.TextColumn(help=h, width=WIDE.get(name))
+    out["id"] = cc.NumberColumn(format="%d", pinned=True)
+    return out
+
+
+WIDE = {"label": "large", "server": "medium", "target": "medium", "draft": "medium", "dataset": "medium",
+        "source": "medium"}
+
+
+# -- sections ----------------------------------------------------------------------------------
+def _runs() -> None:
+    df = data.table(shown)
+    st.caption(f"{fmt.count(len(shown))} of {fmt.count(len(results))} results · newest first · N/A: not recorded. "
+               "The filters above apply here and to the charts; a baseline has no draft and stays whatever drafts "
+               "are chosen, so each draft is seen beside it.")
+    st.dataframe(df, hide_index=True, width="stretch", key="bench-table", placeholder=fmt.NA,
+                 column_config=_column_config())
+    st.download_button("Download these results (CSV)", df.to_csv(index=False), "benchmarks.csv", mime="text/csv",
+                       key="bench-csv")
+
+
+def _charts() -> None:
+    if not shown:
+        st.caption("No result matches the filters.")
+        return
+    palette = bench_charts.page_palette(results)  # every configuration its colour, whatever the filters
+    bench_charts.tok_s_block(shown, palette)
+    bench_charts.speedup_block(shown)
+    bench_charts.accept_block(shown, palette)  # full width: their legends name whole configurations
+    bench_charts.over_time_block(shown, palette)
+    bench_charts.latency_block(shown)
+
+
+def _breakeven() -> None:
+    bench_breakeven.panel(results)
+
+
+def _run() -> None:
+    st.markdown("**Benchmark jobs**")
+    bench_run.live_progress(rt)
+    bench_run.run_form(rt)
+
+
+def _call(ref: str) -> None:
+    """``"module:function"``: a section another module draws (it is called with the runtime)."""
+    module, fn = ref.split(":")
+    getattr(importlib.import_module(module), fn)(rt)
+
+
+# One line per section: (tab label, what draws it: a function here, or "module:function" taking the runtime).
+SECTIONS = [
+    ("Runs", _runs),
+    ("Charts", _charts),
+    ("Break-even", _breakeven),
+    ("Run a benchmark", _run),
+]
+
+if not results:
+    st.info("No benchmark result yet: run one below, or import files with `python -m backend.cli bench import "
+            "FILE...` (bench_serving's JSONL or console report, bench_one_batch_server, bench_speculative, "
+            "SpecForge's output, or a CSV of hand-entered numbers).", icon=":material/info:")
+tabs = st.tabs([label for label, _ in SECTIONS])
+for tab, (_, draw) in zip(tabs, SECTIONS):
+    with tab:
+        if callable(draw):
+            draw()
+        else:
+            _call(draw)

@@ -1,0 +1,254 @@
+"""The Benchmarks page's "Run a benchmark": the form, the command it will run, and the job's live progress.
+
+A benchmark started here is ``python -m backend.cli bench run SERVER ...`` as a supervised job
+(:func:`backend.bench.job.bench_process_spec`), saved with the runtime's other page-started jobs so
+a dashboard restart re-adopts it.  The page reads the progress file the job rewrites as it goes.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import streamlit as st
+
+from backend.bench.cli_run import command_line, preview
+from backend.bench.client import BACKENDS, Load
+from backend.bench.job import (DONE, FAILED, RUNNING, STOPPED, Progress, bench_process_spec, job_dir, load_dict,
+                               progress_path, read_progress)
+from ui import fmt
+from ui.auth import control_lock
+from ui.components import confirm_box, freshness
+from ui.context import actor
+
+REFRESH_S = 2
+MODES = {"auto": "Auto: SGLang's benchmark where the server's environment has sglang, else the built-in client",
+         "builtin": "Built-in client", "sglang": "SGLang's bench_serving"}
+ENDPOINTS = {"sglang": "/generate", "sglang-oai-chat": "/v1/chat/completions"}
+SEEN = "bench-seen-results"  # ids the page's table showed at its last run
+JOB_KIND = "bench"
+
+
+class FormError(ValueError):
+    pass
+
+
+def parse_concurrency(text: str) -> list[int]:
+    """``"1 4, 16"`` -> [1, 4, 16]: whole numbers of at least 1, each once, in the order given."""
+    out: list[int] = []
+    words = [w for w in re.split(r"[\s,;]+", text.strip()) if w]
+    if not words:
+        raise FormError("Concurrency: give at least one value, e.g. `1 4 16`")
+    for w in words:
+        try:
+            n = int(w)
+        except ValueError:
+            raise FormError(f"Concurrency: `{w}` is not a whole number") from None
+        if n < 1:
+            raise FormError(f"Concurrency: `{w}` must be at least 1")
+        if n not in out:
+            out.append(n)
+    return out
+
+
+@dataclass(frozen=True)
+class BenchJob:
+    name: str
+    progress: Path
+    server: str
+    started_here: bool  # started from a page (the supervisor owns it); else a `bench run` from a terminal
+
+
+def bench_jobs(rt) -> list[BenchJob]:
+    """The benchmark jobs this workspace knows, oldest first: those started from the page, and the
+    progress files of runs started from a terminal."""
+    found: dict[Path, BenchJob] = {}
+    for job in rt.jobs():
+        if job.meta.get("kind") == JOB_KIND and job.meta.get("progress"):
+            p = Path(job.meta["progress"])
+            found[p] = BenchJob(job.name, p, job.meta.get("server") or "", True)
+    root = rt.workspace.outputs_dir / "bench"
+    for p in sorted(root.glob("*/progress.json")) if root.is_dir() else []:
+        if p not in found:
+            found[p] = BenchJob(f"bench-{p.parent.name}", p, "", False)
+
+    def started(j: BenchJob) -> float:
+        prog = read_progress(j.progress)
+        if prog is not None:
+            return prog.started_at
+        try:
+            return j.progress.parent.stat().st_mtime
+        except OSError:
+            return 0.0
+
+    return sorted(found.values(), key=started)
+
+
+def _run_id(ws, server: str) -> str:
+    base = time.strftime("%Y%m%d-%H%M%S")
+    run_id, n = base, 1
+    while job_dir(ws, server, run_id).exists():
+        n += 1
+        run_id = f"{base}-{n}"
+    return run_id
+
+
+def run_form(rt) -> None:
+    servers = rt.fleet.names()
+    if not servers:
+        st.info(f"No managed server to benchmark: add a `[[server]]` to `{rt.workspace.config_path}` (the demo "
+                "workspace has a simulated one). Results of benchmarks run elsewhere can be imported with "
+                "`python -m backend.cli bench import FILE`.", icon=":material/info:")
+        return
+    with st.container(border=True):
+        st.markdown("**Run a benchmark**")
+        a, b, c, d, e = st.columns([3, 2, 2, 2, 2])
+        server = a.selectbox("Server", servers, key="bench-f-server",
+                             help="a server of the workspace; its configuration is read from /server_info at the run")
+        conc_text = b.text_input("Concurrency", "1", key="bench-f-conc",
+                                 help="one or more values (e.g. `1 4 16`): each runs in turn and is stored as its own "
+                                      "result")
+        prompts = c.number_input("Prompts", 1, 1_000_000, 200, key="bench-f-prompts",
+                                 help="requests at each concurrency")
+        inp = d.number_input("Input length", 1, 1_000_000, 1024, key="bench-f-in", help="prompt tokens per request")
+        out = e.number_input("Output length", 1, 1_000_000, 512, key="bench-f-out", help="tokens to generate per request")
+        x, y = st.columns([3, 2])
+        mode = x.radio("Client", list(MODES), format_func=MODES.get, key="bench-f-mode")
+        backend = y.radio("Endpoint", BACKENDS, format_func=ENDPOINTS.get, horizontal=True, key="bench-f-backend")
+        try:
+            concs = parse_concurrency(conc_text)
+        except FormError as exc:
+            st.error(str(exc))
+            return
+        loads = [Load(concurrency=n, num_prompts=int(prompts), input_len=int(inp), output_len=int(out),
+                      backend=backend) for n in concs]
+        view = rt.supervisor.view(server)
+        if view is None or view.state.value != "RUNNING":
+            state = fmt.view_badge(view).label
+            st.warning(f"**{server}** is {state}: a benchmark needs it ready and fails at once otherwise. Start "
+                       "it on the Servers page first.", icon=":material/warning:")
+        st.caption(f"{len(loads)} run(s) of {fmt.count(int(prompts))} requests, {fmt.count(int(inp))} tokens in and "
+                   f"{fmt.count(int(out))} out; each stored as soon as it is measured. The job will run:")
+        st.code(preview(server, loads, mode), language="bash", wrap_lines=True)
+        busy = [j for j in bench_jobs(rt) if j.server == server and _live(rt, j)]
+        lock = control_lock(rt)
+        why = lock or (f"{busy[0].name} is still benchmarking {server}" if busy else "")
+        if st.button("Start", key="bench-start", type="primary", icon=":material/play_arrow:", disabled=bool(why),
+                     help=why or "start `bench run` as a supervised job"):
+            ws = rt.workspace
+            run_id = _run_id(ws, server)
+            spec = bench_process_spec(ws, server, run_id, command_line(server, loads, mode))
+            meta = {"kind": JOB_KIND, "server": server, "run_id": run_id, "mode": mode,
+                    "progress": str(progress_path(ws, server, run_id)), "loads": [load_dict(x) for x in loads]}
+            try:
+                rt.start_job(spec, meta, actor=actor(), source="dashboard")
+            except Exception as exc:  # refused or failed: the audit log has it
+                st.error(f"Could not start {spec.name}: {exc}")
+            else:
+                st.session_state["bench-job-wanted"] = spec.name
+                st.toast(f"{spec.name} started", icon=":material/check_circle:")
+                st.rerun()
+
+
+def _live(rt, job: BenchJob) -> bool:
+    """Whether the job may still be measuring: its process is live (or, started from a terminal,
+    its progress file says running)."""
+    if job.started_here:
+        view = rt.supervisor.view(job.name)
+        return view is not None and view.live
+    prog = read_progress(job.progress)
+    return prog is not None and prog.state == RUNNING
+
+
+def _state_line(prog: Progress) -> str:
+    n = len(prog.loads)
+    load = prog.loads[min(prog.step, n - 1)] if n else {}
+    where = f"load {min(prog.step + 1, n)} of {n}" + (f" (concurrency {load.get('concurrency')})" if load else "")
+    if prog.state == RUNNING:
+        return f"{prog.phase}: {where}, {fmt.count(prog.done)} of {fmt.count(prog.total)} requests"
+    if prog.state == DONE:
+        return f"done: {n} load(s) measured"
+    return f"{prog.state} during {where}"
+
+
+@st.fragment(run_every=REFRESH_S)
+def live_progress(rt) -> None:
+    """The running (or last) benchmark job: state, phase, requests done, results stored; Stop."""
+    jobs = bench_jobs(rt)
+    if not jobs:
+        st.caption("No benchmark job yet in this workspace: start one below, or from a terminal with "
+                   "`python -m backend.cli bench run SERVER`.")
+        return
+    names = [j.name for j in jobs]
+    wanted = st.session_state.pop("bench-job-wanted", None)
+    if wanted in names:
+        st.session_state["bench-job"] = wanted
+    if st.session_state.get("bench-job") not in names:
+        st.session_state["bench-job"] = names[-1]
+    name = st.selectbox("Benchmark job", names[::-1], key="bench-job")
+    job = jobs[names.index(name)]
+    view = rt.supervisor.view(job.name) if job.started_here else None
+    head = f"**{job.name}**"
+    if view is not None:
+        head = f"{fmt.view_badge(view).markdown()} &nbsp; " + head + (f" · pid {view.pid}" if view.pid else "") \
+            + f" · log `{view.log_path}`"
+    else:
+        head += " · started from a terminal"
+    st.markdown(head)
+    prog = read_progress(job.progress)
+    if prog is None:
+        st.info(f"No progress yet: `{job.progress}` is not written. The job writes it when it starts; its log "
+                "says what it is doing.", icon=":material/hourglass_empty:")
+        return
+    colour = {DONE: "green", FAILED: "red", STOPPED: "gray"}.get(prog.state, "orange")
+    st.progress(prog.fraction, text=f":{colour}[{_state_line(prog)}]")
+    end = prog.updated_at if prog.state != RUNNING else time.time()
+    k = st.columns(4)
+    k[0].metric("state", prog.state.upper())
+    k[1].metric("requests (this load)", f"{fmt.count(prog.done)} / {fmt.count(prog.total)}")
+    k[2].metric("elapsed", fmt.duration(end - prog.started_at))
+    k[3].metric("results stored", fmt.count(len(prog.results)))
+    if prog.results:
+        st.caption("Stored: " + ", ".join(f"#{i}" for i in prog.results) + " (in the Runs tab)")
+    if prog.error:
+        log = f" Details: `{view.log_path}`." if view is not None else ""
+        st.error(f"**The benchmark {prog.state}**: {prog.error}.{log}", icon=":material/error:")
+    exited = view is not None and not view.live
+    if prog.state == RUNNING and exited:
+        st.warning(f"The job's process ended ({fmt.view_badge(view).label}) without writing a final state: it "
+                   f"was killed or crashed. Its log: `{view.log_path}`.", icon=":material/warning:")
+    elif prog.state == RUNNING:
+        freshness(prog.updated_at, REFRESH_S, "progress written")
+    _stop(rt, view)
+    _show_new_results(prog)
+
+
+def _stop(rt, view) -> None:
+    if view is None:
+        return
+    lock = control_lock(rt)
+    if st.button("Stop", key="bench-stop", icon=":material/stop:", disabled=not view.live or bool(lock),
+                 help=lock or "SIGTERM: the benchmark ends, results already stored stay"):
+        st.session_state["bench-confirm-stop"] = True
+    if confirm_box("bench-confirm-stop", f"Stop **{view.name}**? The load being measured is abandoned; results "
+                   f"already stored stay. After {view.spec.stop_grace_s:.0f} s it gets SIGKILL.",
+                   confirm_label="Yes, stop") is True:
+        try:
+            rt.stop(view.name, actor=actor(), source="dashboard")
+        except Exception as exc:  # refused or failed: the audit log has it
+            st.error(f"Could not stop {view.name}: {exc}")
+        else:
+            st.toast(f"Stop of {view.name} requested", icon=":material/check_circle:")
+
+
+def _show_new_results(prog: Progress) -> None:
+    """A result the job stored that the page's table does not show yet: run the whole page once."""
+    seen = st.session_state.get(SEEN)
+    if seen is None:
+        return
+    new = tuple(sorted(set(prog.results) - set(seen)))
+    if new and st.session_state.get("bench-rerun-for") != new:
+        st.session_state["bench-rerun-for"] = new
+        st.rerun(scope="app")
