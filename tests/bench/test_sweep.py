@@ -160,3 +160,41 @@ def test_a_stopped_sweep_restores_the_server_and_resumes_from_its_state_file(ws,
     finally:
         _stop_all(ws)
 
+
+
+@pytest.mark.timeout(300)
+def test_stopping_the_supervised_job_leaves_the_server_it_relaunched_to_the_restore(ws, tmp_path):
+    """The dashboard's Stop ends the job's process and its descendants; the server the job relaunched
+    is a managed run of its own (its wrapper is the job's descendant) and must outlive the stop, here
+    in the configuration the server started with, which the restore then keeps as it is."""
+    import psutil
+
+    from backend.bench.sweep import command_line, state_path, sweep_process_spec
+    from backend.bench.sweep_plan import SweepPlan
+    from backend.cli.session import Session
+
+    text, argv = _start(ws)
+    plan = SweepPlan.build(server=SERVER, steps=[3], baseline=True, num_prompts=40, input_len=16, output_len=64,
+                           mode="builtin")  # the baseline, then the server's own configuration
+    s = Session(str(ws))
+    try:
+        spec = sweep_process_spec(s.ws, SERVER, "t1", command_line(plan))
+        s.sup.sync_specs([spec], prune=False)
+        s.sup.start(spec.name, actor="t", source="test")
+        path = state_path(s.ws, SERVER, "t1")
+        wait_until(lambda: (s.sup.poll() or True) and (st := read_state(path)) is not None and st.current == 1
+                   and st.phase == "benchmarking" and st.done >= 2, 120, "the second configuration's benchmark")
+        server = s.sup.view(SERVER)
+        assert server.state == ProcState.RUNNING and tuple(server.spec.argv) == argv
+        s.sup.stop(spec.name, actor="t", source="test", wait=True)
+        st = read_state(path)
+        assert st.state == "stopped" and st.restored is True
+        proc = psutil.Process(server.pid)
+        assert proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE  # not ended with the job
+        s.sup.poll(sync_probes=True)
+        v = s.sup.view(SERVER)
+        assert v.state == ProcState.RUNNING and v.run_id == server.run_id and v.pid == server.pid
+        assert (ws / "specdeck.toml").read_text() == text
+    finally:
+        s.close()
+        _stop_all(ws)
