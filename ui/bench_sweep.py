@@ -177,11 +177,11 @@ def live_sweep(rt, path: str, job: str | None) -> None:
                 icon=":material/hourglass_empty:")
         return
     _progress(s, view)
+    if view is not None and view.live:
+        _stop(rt, view)
     _figures(s)
     _chart(s)
     _tables(s)
-    if view is not None and view.live:
-        _stop(rt, view)
     if s.state == RUNNING:
         freshness(s.updated_at, REFRESH_S, "state written")
     else:

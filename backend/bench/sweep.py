@@ -280,6 +280,10 @@ def _measure(session, plan: SweepPlan, st: SweepState, c: dict[str, Any], cfg: S
                 st.errors.append(f"{cfg.label} at concurrency {conc}: {exc}")
                 w.update(force=True)
             return False
+        asked, got = r.load.num_prompts, r.results.completed
+        if asked is not None and got is not None and got < asked:
+            st.notes.append(f"{cfg.label} at concurrency {conc}: {asked - got} of {asked} requests failed; its "
+                            f"figures are of the {got} that completed (details in {work / cfg.key / f'c{conc}'})")
         tag = f"sweep {st.sweep_id} · {cfg.label}"
         stored = bench.insert(_tagged(r, tag)).result
         c["results"][str(conc)] = stored.id

@@ -169,3 +169,37 @@ def test_a_state_file_that_is_not_a_sweeps_or_of_another_plan_is_refused_and_kep
     rc, text = _cli(ws, SERVER, "--steps", "3", "--state-file", str(other))
     assert rc == 1 and "holds sweep x1 with another plan (steps [3, 5] there, [3] here)" in text
     assert other.read_text() == before
+
+
+def test_a_load_with_failed_requests_is_stored_with_a_note(tmp_path, monkeypatch, server):
+    """run_sweep with the relaunch and the benchmark replaced: the bookkeeping alone."""
+    from types import SimpleNamespace
+
+    import backend.bench.cli_run as cli_run
+    import backend.bench.sweep as sweep
+    from backend.bench.relaunch import LaunchResult, Original
+    from specdeck_types.bench import BenchConfig, BenchFigures, BenchLoad, BenchResult
+    from state import Store
+
+    original = Original(SERVER, server.model_dump(mode="json"), "", True)
+    monkeypatch.setattr(sweep, "remember", lambda session, name: original)
+    monkeypatch.setattr(sweep, "relaunch_and_wait",
+                        lambda *a, **k: LaunchResult(SERVER, (), (), "r1", 1, 0.5))
+    restored = []
+    monkeypatch.setattr(sweep, "restore", lambda *a, **k: restored.append(a[2]))
+    monkeypatch.setattr(cli_run, "target_of", lambda session, name: None)
+    monkeypatch.setattr(sweep, "run_benchmark", lambda target, load, **k: BenchResult(
+        source="run", config=BenchConfig(algorithm="EAGLE3", num_steps=3, num_draft_tokens=4), server=SERVER,
+        load=BenchLoad(concurrency=load.concurrency, num_prompts=load.num_prompts, input_len=8, output_len=8),
+        results=BenchFigures(output_tok_s=50.0, accept_len=2.0, completed=2)))
+    store = Store(tmp_path / "state.db")
+    try:
+        plan = SweepPlan.build(server=SERVER, num_prompts=3, input_len=8, output_len=8)
+        st = sweep.run_sweep(SimpleNamespace(store=store), plan, state_path=tmp_path / "s" / "state.json",
+                             actor="t", sweep_id="x1")
+        assert st.state == "done" and restored == [original] and len(st.results) == 1
+        assert st.notes == [f"3 steps · top-k 1 · 4 draft tokens at concurrency 1: 1 of 3 requests failed; its "
+                            f"figures are of the 2 that completed (details in {tmp_path / 's' / 's3-k1-d4' / 'c1'})"]
+        assert st.results[0]["label"] == "sweep x1 · 3 steps · top-k 1 · 4 draft tokens"
+    finally:
+        store.close()
