@@ -179,6 +179,8 @@ def live_sweep(rt, path: str, job: str | None) -> None:
     _progress(s, view)
     if view is not None and view.live:
         _stop(rt, view)
+    elif view is not None and (s.state != DONE or s.restored is not True):
+        _resume(rt, view, s)
     _figures(s)
     _chart(s)
     _tables(s)
@@ -322,3 +324,18 @@ def _stop(rt, view) -> None:
             st.error(f"Could not stop {view.name}: {exc}")
         else:
             st.toast("Stop: requested", icon=":material/check_circle:")
+
+
+def _resume(rt, view, s: SweepState) -> None:
+    """Start the job again with the same command: it skips what is measured and restores the server."""
+    lock = control_lock(rt)
+    left = sum(1 for c in s.configs if c["status"] != DONE)
+    if st.button("Resume the sweep", key="sweep-resume", icon=":material/play_arrow:", disabled=bool(lock),
+                 help=lock or f"run the same command again: the {left} configuration(s) not measured yet, "
+                              "then the restore"):
+        try:
+            rt.start(view.name, actor=actor(), source="dashboard")
+        except Exception as exc:  # refused or failed: the audit log has it
+            st.error(f"Could not resume {view.name}: {exc}")
+        else:
+            st.toast("Resume: started", icon=":material/check_circle:")
