@@ -140,8 +140,8 @@ def _pending(rt) -> None:
         for note in notes:
             st.caption(f"ⓘ {note}")
         st.code(preview(plan), language="bash")
-        busy = [v.name for v in rt.supervisor.views()
-                if v.name.startswith(f"sweep-{plan.server}-") and v.live]
+        busy = [j.name for j in rt.jobs() if j.meta.get("kind") == "sweep" and j.meta.get("server") == plan.server
+                and (v := rt.supervisor.view(j.name)) is not None and v.live]
         lock = control_lock(rt) or (f"{busy[0]} is still running on this server" if busy else "")
         x, y, _ = st.columns([1, 1, 4])
         if x.button("Start", key="sweep-start-go", type="primary", icon=":material/play_arrow:",

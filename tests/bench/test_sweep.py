@@ -174,7 +174,7 @@ def test_stopping_the_supervised_job_leaves_the_server_it_relaunched_to_the_rest
     from backend.cli.session import Session
 
     text, argv = _start(ws)
-    plan = SweepPlan.build(server=SERVER, steps=[3], baseline=True, num_prompts=40, input_len=16, output_len=64,
+    plan = SweepPlan.build(server=SERVER, steps=[3], baseline=True, num_prompts=16, input_len=16, output_len=64,
                            mode="builtin")  # the baseline, then the server's own configuration
     s = Session(str(ws))
     try:
@@ -183,7 +183,7 @@ def test_stopping_the_supervised_job_leaves_the_server_it_relaunched_to_the_rest
         s.sup.start(spec.name, actor="t", source="test")
         path = state_path(s.ws, SERVER, "t1")
         wait_until(lambda: (s.sup.poll() or True) and (st := read_state(path)) is not None and st.current == 1
-                   and st.phase == "benchmarking" and st.done >= 2, 120, "the second configuration's benchmark")
+                   and st.phase == "benchmarking" and st.done >= 2, 180, "the second configuration's benchmark")
         server = s.sup.view(SERVER)
         assert server.state == ProcState.RUNNING and tuple(server.spec.argv) == argv
         s.sup.stop(spec.name, actor="t", source="test", wait=True)
