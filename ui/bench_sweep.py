@@ -140,8 +140,8 @@ def _pending(rt) -> None:
         for note in notes:
             st.caption(f"ⓘ {note}")
         st.code(preview(plan), language="bash")
-        busy = [v.name for v in rt.supervisor.views()
-                if v.name.startswith(f"sweep-{plan.server}-") and v.live]
+        busy = [j.name for j in rt.jobs() if j.meta.get("kind") == "sweep" and j.meta.get("server") == plan.server
+                and (v := rt.supervisor.view(j.name)) is not None and v.live]
         lock = control_lock(rt) or (f"{busy[0]} is still running on this server" if busy else "")
         x, y, _ = st.columns([1, 1, 4])
         if x.button("Start", key="sweep-start-go", type="primary", icon=":material/play_arrow:",
@@ -177,11 +177,13 @@ def live_sweep(rt, path: str, job: str | None) -> None:
                 icon=":material/hourglass_empty:")
         return
     _progress(s, view)
+    if view is not None and view.live:
+        _stop(rt, view)
+    elif view is not None and (s.state != DONE or s.restored is not True):
+        _resume(rt, view, s)
     _figures(s)
     _chart(s)
     _tables(s)
-    if view is not None and view.live:
-        _stop(rt, view)
     if s.state == RUNNING:
         freshness(s.updated_at, REFRESH_S, "state written")
     else:
@@ -322,3 +324,18 @@ def _stop(rt, view) -> None:
             st.error(f"Could not stop {view.name}: {exc}")
         else:
             st.toast("Stop: requested", icon=":material/check_circle:")
+
+
+def _resume(rt, view, s: SweepState) -> None:
+    """Start the job again with the same command: it skips what is measured and restores the server."""
+    lock = control_lock(rt)
+    left = sum(1 for c in s.configs if c["status"] != DONE)
+    if st.button("Resume the sweep", key="sweep-resume", icon=":material/play_arrow:", disabled=bool(lock),
+                 help=lock or f"run the same command again: the {left} configuration(s) not measured yet, "
+                              "then the restore"):
+        try:
+            rt.start(view.name, actor=actor(), source="dashboard")
+        except Exception as exc:  # refused or failed: the audit log has it
+            st.error(f"Could not resume {view.name}: {exc}")
+        else:
+            st.toast("Resume: started", icon=":material/check_circle:")

@@ -116,15 +116,44 @@ def load_state(path: Path) -> SweepState | None:
         raise SweepStateError(f"{path}: not a sweep's state file ({exc}); give another --state-file") from exc
 
 
-def _alive(pid: int, state_path: Path) -> bool:
-    """Is ``pid`` a sweep process on ``state_path``?"""
+def _alive(pid: int, state_path: Path | None = None) -> bool:
+    """Is ``pid`` a sweep process (on ``state_path``, when given)?"""
     import psutil
 
     try:
         cmd = psutil.Process(pid).cmdline()
     except (psutil.Error, OSError):
         return False
-    return "sweep" in cmd and str(state_path) in cmd
+    return "sweep" in cmd and (state_path is None or str(state_path) in cmd)
+
+
+def lock_path(ws, server: str) -> Path:
+    return Path(ws.run_dir) / f"sweep-{server}.lock"
+
+
+def take_lock(ws, server: str, state_file: Path) -> Path:
+    """One sweep per server at a time: a lock file with this process's pid and state file.
+    A lock whose process is gone is taken over; a live one raises :class:`SweepStateError`."""
+    path = lock_path(ws, server)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                held = json.loads(path.read_text(encoding="utf-8"))
+                pid, other = int(held["pid"]), held.get("state_file")
+            except (OSError, ValueError, KeyError, TypeError):
+                pid, other = 0, None
+            if pid and pid != os.getpid() and _alive(pid):
+                raise SweepStateError(f"a sweep of {server} is already running (pid {pid}, state in {other}); "
+                                      "stop it first, or wait until it ends") from None
+            path.unlink(missing_ok=True)  # left by a sweep that is gone
+            continue
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump({"pid": os.getpid(), "state_file": str(state_file)}, f)
+        return path
+    raise SweepStateError(f"{path}: could not take the lock of {server}'s sweep")
 
 
 def _summary(key: str, r: BenchResult) -> dict[str, Any]:
@@ -181,11 +210,21 @@ def run_sweep(session, plan: SweepPlan, *, state_path: Path, actor: str, source:
               stop: threading.Event | None = None, sweep_id: str | None = None,
               emit: Callable[[BenchResult], None] | None = None,
               say: Callable[[str], None] | None = None) -> SweepState:
-    """Run (or resume) the sweep of ``plan`` with its state in ``state_path``; returns the final state."""
-    from state.bench import BenchStore
-
+    """Run (or resume) the sweep of ``plan`` with its state in ``state_path``; returns the final state.
+    One sweep runs per server at a time (:func:`take_lock`)."""
     stop = stop or threading.Event()
     say = say or (lambda text: None)
+    lock = take_lock(session.ws, plan.server, Path(state_path))
+    try:
+        return _run(session, plan, Path(state_path), actor, source, stop, sweep_id, emit, say)
+    finally:
+        lock.unlink(missing_ok=True)
+
+
+def _run(session, plan: SweepPlan, state_path: Path, actor: str, source: str, stop: threading.Event,
+         sweep_id: str | None, emit, say) -> SweepState:
+    from state.bench import BenchStore
+
     st = open_state(session, plan, Path(state_path), sweep_id or time.strftime("%Y%m%d-%H%M%S"))
     st.state, st.pid, st.starts, st.restored = RUNNING, os.getpid(), st.starts + 1, None
     w = ProgressWriter(Path(state_path), st)
@@ -240,8 +279,9 @@ def run_sweep(session, plan: SweepPlan, *, state_path: Path, actor: str, source:
         st.errors.append(f"{type(exc).__name__}: {exc}")
     finally:
         try:
-            restore(session, plan.server, original, actor=actor, source=source, timeout_s=plan.ready_timeout_s,
-                    on_phase=phase)
+            # stopped: the restore must end within the stop's grace period, before SIGKILL
+            timeout = min(plan.ready_timeout_s, STOP_GRACE_S - 60) if stop.is_set() else plan.ready_timeout_s
+            restore(session, plan.server, original, actor=actor, source=source, timeout_s=timeout, on_phase=phase)
             w.update(restored=True, force=True)
             say(f"restored {plan.server} to its original configuration")
         except Exception as exc:  # noqa: BLE001 - any failure here is reported, never hidden
@@ -280,6 +320,10 @@ def _measure(session, plan: SweepPlan, st: SweepState, c: dict[str, Any], cfg: S
                 st.errors.append(f"{cfg.label} at concurrency {conc}: {exc}")
                 w.update(force=True)
             return False
+        asked, got = r.load.num_prompts, r.results.completed
+        if asked is not None and got is not None and got < asked:
+            st.notes.append(f"{cfg.label} at concurrency {conc}: {asked - got} of {asked} requests failed; its "
+                            f"figures are of the {got} that completed (details in {work / cfg.key / f'c{conc}'})")
         tag = f"sweep {st.sweep_id} · {cfg.label}"
         stored = bench.insert(_tagged(r, tag)).result
         c["results"][str(conc)] = stored.id

@@ -85,6 +85,9 @@ def same_create_time(a: float | None, b: float | None) -> bool:
     return a is not None and b is not None and abs(a - b) <= _CT_TOLERANCE
 
 
+_WRAPPER_MODULE = "backend.supervisor.wrapper"
+
+
 class WrapperSpawner:
     """Starts each run through the wrapper module, detached in a new session."""
 
@@ -110,7 +113,7 @@ class WrapperSpawner:
         # The wrapper's own output (a traceback, say) lands in the same log.
         with open(launch.log_path, "ab") as log:
             proc = subprocess.Popen(
-                [self.python, "-m", "backend.supervisor.wrapper", str(launch.paths.launch)],
+                [self.python, "-m", _WRAPPER_MODULE, str(launch.paths.launch)],
                 cwd=str(PROJECT_ROOT),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -219,11 +222,23 @@ class OsKiller:
         if p is None or not self.is_alive(root.pid, root.create_time):
             return []
         found: dict[int, Ident] = {root.pid: root}
-        try:
-            for c in p.children(recursive=True):
-                found[c.pid] = Ident(c.pid, c.create_time())
-        except psutil.Error:
-            pass
+        # Descendants, except other managed runs (a wrapper and all it started): a job may start one
+        # (a sweep relaunches a server), and that run is stopped by its own record, not with the job.
+        stack = [p]
+        while stack:
+            cur = stack.pop()
+            try:
+                children = cur.children()
+            except psutil.Error:
+                continue
+            for c in children:
+                try:
+                    if _WRAPPER_MODULE in c.cmdline():
+                        continue
+                    found[c.pid] = Ident(c.pid, c.create_time())
+                except psutil.Error:
+                    continue
+                stack.append(c)
         for ident in self._group_members(root.pid):
             found.setdefault(ident.pid, ident)
         return list(found.values())

@@ -181,3 +181,32 @@ def test_stop_asks_first_then_stops_the_job(ws):
     assert v.state.value == "EXITED"
     entry = [e for e in audit.recent(rt.store, target=name) if e.action == "stop"][-1]
     assert (entry.source, entry.outcome) == ("dashboard", "ok")
+
+
+@pytest.mark.timeout(120)
+def test_a_stopped_sweep_can_be_resumed_from_the_panel(ws):
+    import sys
+
+    from backend.supervisor.spec import Kind, ProcessSpec
+
+    path = _state(ws, state="stopped", phase="stopped", current=None, restored=True)
+    rt = runtime_mod.get_runtime()
+    name = "sweep-spec-20250101-000000"
+    spec = ProcessSpec(name=name, kind=Kind.BENCHMARK, log_path=str(ws / "logs" / f"{name}.log"),
+                       cwd=str(Path(__file__).resolve().parents[2]), stop_grace_s=5,
+                       argv=(sys.executable, "-m", "backend.demo", "ticker", "--interval", "0.2"))
+    rt.start_job(spec, {"kind": "sweep", "server": SERVER, "state_file": str(path)}, actor="alice",
+                 source="dashboard")
+    rt.supervisor.stop(name, actor="alice", source="dashboard", wait=True)
+    first = rt.supervisor.view(name).run_id
+    at = AppTest.from_string(PAGE, default_timeout=30).run()
+    assert not at.exception, at.exception
+    assert [x.value for x in at.warning] == ["Sweep 20250101-000000 stopped: 2 of 4 configurations measured; "
+                                             "spec restored."]
+    assert all(b.key != "sweep-stop" for b in at.button)  # nothing to stop
+    at.button(key="sweep-resume").click().run()
+    assert not at.exception, at.exception
+    v = rt.supervisor.view(name)
+    assert v.live and v.run_id != first  # the same job, started again
+    entry = [e for e in audit.recent(rt.store, target=name) if e.action == "start"][-1]
+    assert (entry.source, entry.outcome) == ("dashboard", "ok")

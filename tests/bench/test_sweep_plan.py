@@ -169,3 +169,95 @@ def test_a_state_file_that_is_not_a_sweeps_or_of_another_plan_is_refused_and_kep
     rc, text = _cli(ws, SERVER, "--steps", "3", "--state-file", str(other))
     assert rc == 1 and "holds sweep x1 with another plan (steps [3, 5] there, [3] here)" in text
     assert other.read_text() == before
+
+
+def test_a_load_with_failed_requests_is_stored_with_a_note(tmp_path, monkeypatch, server):
+    """run_sweep with the relaunch and the benchmark replaced: the bookkeeping alone."""
+    from types import SimpleNamespace
+
+    import backend.bench.cli_run as cli_run
+    import backend.bench.sweep as sweep
+    from backend.bench.relaunch import LaunchResult, Original
+    from specdeck_types.bench import BenchConfig, BenchFigures, BenchLoad, BenchResult
+    from state import Store
+
+    original = Original(SERVER, server.model_dump(mode="json"), "", True)
+    monkeypatch.setattr(sweep, "remember", lambda session, name: original)
+    monkeypatch.setattr(sweep, "relaunch_and_wait",
+                        lambda *a, **k: LaunchResult(SERVER, (), (), "r1", 1, 0.5))
+    restored = []
+    monkeypatch.setattr(sweep, "restore", lambda *a, **k: restored.append(a[2]))
+    monkeypatch.setattr(cli_run, "target_of", lambda session, name: None)
+    monkeypatch.setattr(sweep, "run_benchmark", lambda target, load, **k: BenchResult(
+        source="run", config=BenchConfig(algorithm="EAGLE3", num_steps=3, num_draft_tokens=4), server=SERVER,
+        load=BenchLoad(concurrency=load.concurrency, num_prompts=load.num_prompts, input_len=8, output_len=8),
+        results=BenchFigures(output_tok_s=50.0, accept_len=2.0, completed=2)))
+    store = Store(tmp_path / "state.db")
+    try:
+        plan = SweepPlan.build(server=SERVER, num_prompts=3, input_len=8, output_len=8)
+        session = SimpleNamespace(store=store, ws=SimpleNamespace(run_dir=tmp_path / "run"))
+        lock = sweep.lock_path(session.ws, SERVER)
+        lock.parent.mkdir()
+        lock.write_text(json.dumps({"pid": 2 ** 22 + 7, "state_file": "gone"}))  # left by a sweep that is gone
+        st = sweep.run_sweep(session, plan, state_path=tmp_path / "s" / "state.json", actor="t", sweep_id="x1")
+        assert not lock.exists()  # taken over, and given back at the end
+        assert st.state == "done" and restored == [original] and len(st.results) == 1
+        assert st.notes == [f"3 steps · top-k 1 · 4 draft tokens at concurrency 1: 1 of 3 requests failed; its "
+                            f"figures are of the 2 that completed (details in {tmp_path / 's' / 's3-k1-d4' / 'c1'})"]
+        assert st.results[0]["label"] == "sweep x1 · 3 steps · top-k 1 · 4 draft tokens"
+    finally:
+        store.close()
+
+
+def test_a_second_sweep_of_the_same_server_is_refused_while_the_first_runs(ws, tmp_path):
+    import subprocess
+    import sys
+
+    from backend.bench.sweep import lock_path
+    from backend.workspace import load_workspace
+
+    # a live process that reads as a sweep
+    other = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "bench", "sweep", SERVER],
+                             stdin=subprocess.PIPE)
+    try:
+        lock = lock_path(load_workspace(str(ws)), SERVER)
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        lock.write_text(json.dumps({"pid": other.pid, "state_file": "/x/state.json"}))
+        rc, text = _cli(ws, SERVER, "--steps", "3", "--state-file", str(tmp_path / "state.json"))
+        assert rc == 1 and f"a sweep of {SERVER} is already running (pid {other.pid}, state in /x/state.json)" in text
+        assert not (tmp_path / "state.json").exists() and json.loads(lock.read_text())["pid"] == other.pid
+    finally:
+        other.stdin.close()
+        other.wait(10)
+
+
+def test_a_stopped_sweep_restores_within_the_stops_grace_period(tmp_path, monkeypatch, server):
+    import threading
+    from types import SimpleNamespace
+
+    import backend.bench.sweep as sweep
+    from backend.bench.relaunch import Original, RelaunchFailed
+    from state import Store
+
+    original = Original(SERVER, server.model_dump(mode="json"), "", True)
+    monkeypatch.setattr(sweep, "remember", lambda session, name: original)
+    calls = []
+    monkeypatch.setattr(sweep, "restore", lambda *a, **k: calls.append(k["timeout_s"]))
+    store = Store(tmp_path / "state.db")
+    try:
+        session = SimpleNamespace(store=store, ws=SimpleNamespace(run_dir=tmp_path / "run"))
+        plan = SweepPlan.build(server=SERVER, ready_timeout_s=1800)
+        stop = threading.Event()
+        stop.set()  # SIGTERM before the first configuration
+        st = sweep.run_sweep(session, plan, state_path=tmp_path / "state.json", actor="t", stop=stop)
+        assert st.state == "stopped" and st.restored is True
+        assert calls == [240.0]  # the grace period (300 s) less a minute, not the plan's 1800 s
+        def fails(*a, **k):
+            raise RelaunchFailed("spec did not become ready: EXITED")
+
+        monkeypatch.setattr(sweep, "relaunch_and_wait", fails)
+        st = sweep.run_sweep(session, plan, state_path=tmp_path / "state.json", actor="t")  # resumed, not stopped
+        assert st.starts == 2 and st.errors == ["3 steps · top-k 1 · 4 draft tokens: spec did not become ready: EXITED"]
+        assert calls[-1] == 1800.0
+    finally:
+        store.close()
