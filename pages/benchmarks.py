@@ -3,7 +3,6 @@ running a benchmark of a managed server."""
 
 from __future__ import annotations
 
-import importlib
 import time
 
 import streamlit as st
@@ -11,6 +10,7 @@ import streamlit as st
 from state.bench import BenchStore
 from ui import bench_breakeven, bench_charts, bench_run, fmt
 from ui import bench_data as data
+from ui.bench_sweep import sweep_panel
 from ui.components import page_header
 from ui.context import require_frame, runtime
 
@@ -100,18 +100,17 @@ def _run() -> None:
     bench_run.run_form(rt)
 
 
-def _call(ref: str) -> None:
-    """``"module:function"``: a section another module draws (it is called with the runtime)."""
-    module, fn = ref.split(":")
-    getattr(importlib.import_module(module), fn)(rt)
+def _sweep() -> None:
+    sweep_panel(rt)
 
 
-# One line per section: (tab label, what draws it: a function here, or "module:function" taking the runtime).
+# One line per section: (tab label, the function that draws it).
 SECTIONS = [
     ("Runs", _runs),
     ("Charts", _charts),
     ("Break-even", _breakeven),
     ("Run a benchmark", _run),
+    ("Sweep", _sweep),
 ]
 
 if not results:
@@ -121,7 +120,4 @@ if not results:
 tabs = st.tabs([label for label, _ in SECTIONS])
 for tab, (_, draw) in zip(tabs, SECTIONS):
     with tab:
-        if callable(draw):
-            draw()
-        else:
-            _call(draw)
+        draw()
