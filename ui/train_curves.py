@@ -1,0 +1,224 @@
+"""The Training page's curves: progress and key figures of a run, its curves (several runs overlaid), and
+the accept length predicted from per-position acceptance beside the one benchmarks measured."""
+
+from __future__ import annotations
+
+import time
+
+import pandas as pd
+import streamlit as st
+
+from backend.train.accept import FORMULA
+from backend.train.checkpoints import list_checkpoints
+from state.bench import BenchStore
+from ui import fmt
+from ui import train_charts as tc
+from ui.components import freshness
+from ui.train_data import (AcceptView, Curves, Measured, RunRef, Snapshot, curves, eta, follower, measured, predicted,
+                           step_times)
+
+REFRESH_S = 2
+MAX_BENCH_RESULTS = 5000
+
+
+def controls() -> dict:
+    """Smoothing, x axis, and how the accept length is predicted (outside the live part: they are choices)."""
+    with st.container(horizontal=True, vertical_alignment="bottom"):
+        smooth = st.slider("Smoothing (EMA weight)", 0.0, 0.99, 0.6, 0.01, key="train-smooth", width=260,
+                           help="exponential moving average, as TensorBoard's slider: 0 shows the values as "
+                                "logged; the raw values stay faint under the smoothed line")
+        x_mode = st.segmented_control("x axis", [tc.STEP, tc.WALL], default=tc.STEP, key="train-x") or tc.STEP
+        temp = st.segmented_control(
+            "Serving", ["greedy", "sampling"], default="greedy", key="train-serving",
+            help="greedy (temperature 0) accepts a draft token when it is the target's argmax: a_i = acc_i; "
+                 "sampling accepts with probability Σ min(p_target, p_draft): a_i = acceptance_rate_i") or "greedy"
+        steps = st.number_input("Draft steps", 1, 64, 3, key="train-num-steps", width=130,
+                                help="--speculative-num-steps of the server: only that many positions can be "
+                                     "accepted, so the prediction counts positions 0 … steps-1")
+    return {"smooth": float(smooth), "x_mode": x_mode, "temperature": 0.0 if temp == "greedy" else 1.0,
+            "num_steps": int(steps)}
+
+
+def bench_results(rt) -> list:
+    try:
+        return BenchStore(rt.store).list(limit=MAX_BENCH_RESULTS)
+    except Exception:  # a store that cannot be read leaves the measured side N/A, not the page broken
+        return []
+
+
+def _snapshot(ref: RunRef) -> Snapshot | None:
+    if ref.log is None:
+        return None
+    return follower(ref.log, ref.output_dir).poll()
+
+
+def _status_line(rt, ref: RunRef, snap: Snapshot | None) -> None:
+    bits = []
+    view = rt.supervisor.view(ref.process) if ref.process else None
+    if view is not None:
+        badge = fmt.view_badge(view)
+        bits.append(f"{badge.markdown()} &nbsp; **{view.name}**" + (f" · pid {view.pid}" if view.pid else ""))
+    if snap is not None and snap.generation:
+        bits.append(f"SpecForge Gen-{snap.generation} log")
+    bits.append(f"log `{ref.log}`")
+    st.markdown(" · ".join(bits))
+    if snap is None or not snap.exists:
+        return
+    live = view is not None and view.live
+    if live:
+        freshness(snap.written_at, REFRESH_S, "log written")
+    else:
+        st.caption(f"log last written {fmt.age(time.time() - snap.written_at)}" if snap.written_at else "")
+
+
+def _key_figures(snap: Snapshot, c: Curves, view: AcceptView, meas: list[Measured], opts: dict) -> None:
+    p = snap.progress
+    if p.step is not None and p.total_steps:
+        frac = min(1.0, p.step / p.total_steps)
+        epoch = (f" · epoch {p.epoch + 1} of {p.num_epochs}" if p.epoch is not None and p.num_epochs
+                 else "")
+        st.progress(frac, text=f"**{fmt.count(p.step)} of {fmt.count(p.total_steps)} steps** "
+                               f"({fmt.pct(frac * 100)}){epoch}")
+    elif p.step is not None:
+        st.progress(0.0, text=f"**step {fmt.count(p.step)}**: the log does not say the total yet")
+    cols = st.columns(5)
+    rate = f"{p.s_per_step:.2f} s/step" if p.s_per_step else None
+    cols[0].metric("step", fmt.count(p.step) if p.step is not None else fmt.NA,
+                   delta=rate, delta_color="off", delta_arrow="off",
+                   help=(f"of {fmt.count(p.total_steps)}; " if p.total_steps else "total not known yet; ")
+                   + "speed from tqdm's rate")
+    e = eta(p, c)
+    if e.point_s == 0:
+        cols[1].metric("ETA", "done", help=e.basis)
+    else:
+        band = fmt.eta_range(e.low_s, e.high_s) if e.low_s != e.high_s else fmt.duration(e.point_s)
+        cols[1].metric("ETA", band,
+                       delta=f"point {fmt.duration(e.point_s)}" if e.point_s is not None else None,
+                       delta_color="off", delta_arrow="off", help=e.basis)
+    loss = c.train.get("loss")
+    last, prev = (loss.last(), loss.before_last()) if loss else (None, None)
+    cols[2].metric("loss", f"{last:.3f}" if last is not None else fmt.NA,
+                   delta=f"{last - prev:+.3f}" if last is not None and prev is not None else None,
+                   delta_color="inverse", help="the latest logged loss; the change since the one before"
+                   if loss else "N/A: the log has no loss value yet")
+    lat, pre = view.latest, view.previous
+    cols[3].metric("predicted accept length", fmt.accept_len(lat.accept_length if lat else None),
+                   delta=f"{lat.accept_length - pre.accept_length:+.2f}" if lat and pre else None,
+                   help=f"{FORMULA} with a_i = {view.metric}_i of the latest logged step: a prediction from "
+                        "training metrics, not a measurement" if lat else
+                        f"N/A: the log has no {view.metric}_0 yet")
+    m = meas[-1] if meas else None
+    cols[4].metric("measured accept_len", fmt.accept_len(m.accept_len if m else None),
+                   delta=(f"{m.accept_len - lat.accept_length:+.2f} vs predicted" if m and lat else None),
+                   delta_color="off", delta_arrow="off",
+                   help=(f"benchmark #{m.result_id} of {m.checkpoint} on {m.server or 'a server'}" if m else
+                         "N/A: no benchmark in this workspace served one of this run's checkpoints"))
+    if lat is not None:
+        rates = " · ".join(f"a{i} = {a:.2f}" for i, a in enumerate(lat.rates))
+        used = min(len(lat.rates), opts["num_steps"])
+        at = f"step {fmt.count(lat.step)}" if lat.step is not None else f"epoch {lat.epoch}"
+        st.caption(f"**Predicted accept length** = {FORMULA} = **{lat.accept_length:.2f}**, with a_i = "
+                   f"`{view.metric}_i` at {at} ({rates}); {used} of {len(lat.rates)} positions counted for "
+                   f"{opts['num_steps']} draft steps. {view.why[:1].upper() + view.why[1:]}. A prediction from training metrics, not a "
+                   "measurement: the 1 is the token every verification adds (SGLang's accept len counts it).")
+
+
+def _unparsed(snap: Snapshot, key: str) -> None:
+    s = snap.stats
+    text = (f"read {fmt.count(s.lines)} lines and bar redraws: {fmt.count(s.records)} records, "
+            f"{fmt.count(s.ignored)} other lines")
+    if s.unparsed or s.values_rejected:
+        text += f", :orange[{fmt.count(s.unparsed)} not readable, {fmt.count(s.values_rejected)} values dropped]"
+    st.caption(text + (f" · {snap.tracker_note}" if snap.tracker_note else ""))
+    if snap.unparsed:
+        with st.expander(f"Lines not read ({fmt.count(len(snap.unparsed))} latest)"):
+            st.dataframe(pd.DataFrame([{"line": u.line_no, "why": u.reason, "text": u.text} for u in snap.unparsed]),
+                         hide_index=True, key=f"{key}-unparsed")
+
+
+def _missing(what: str, why: str) -> None:
+    st.caption(f"**{what}**: N/A — {why}")
+
+
+@st.fragment(run_every=REFRESH_S)
+def live_curves(rt, refs: list[RunRef], opts: dict) -> None:
+    """The first run's progress and figures; every run's curves overlaid."""
+    if not refs:
+        st.info("Choose a run to show above.", icon=":material/info:")
+        return
+    results = bench_results(rt)
+    rows: list[tuple[RunRef, Snapshot | None, Curves, AcceptView, list[Measured]]] = []
+    for ref in refs:
+        snap = _snapshot(ref)
+        if snap is None or not snap.exists:
+            rows.append((ref, snap, Curves(), AcceptView("acc", "", ()), []))
+            continue
+        c = curves(snap.records, snap.times, snap.tracker_records)
+        view = predicted(snap.records, snap.generation, temperature=opts["temperature"], num_steps=opts["num_steps"])
+        ckpts = list_checkpoints(ref.output_dir, ref.run_id).checkpoints if ref.output_dir else ()
+        rows.append((ref, snap, c, view, measured(results, ckpts)))
+    ref, snap, c, view, meas = rows[0]
+    _status_line(rt, ref, snap)
+    if snap is None or not snap.exists:
+        st.info(f"No log yet at `{ref.log}`: the run writes it when it starts." if ref.log else
+                "This run has no log path.", icon=":material/hourglass_empty:")
+    elif not snap.records:
+        st.info(f"`{ref.log}` has no training line yet ({fmt.count(snap.stats.lines)} other lines): SpecForge "
+                "prints its first bar or metrics once the data is prepared.", icon=":material/hourglass_empty:")
+    else:
+        _key_figures(snap, c, view, meas, opts)
+    shown = [(r.name, cv) for r, s, cv, _, _ in rows if s is not None and s.exists and s.records]
+    if not shown:
+        return
+    smooth, x_mode = opts["smooth"], opts["x_mode"]
+    left, right = st.columns(2)
+    with left:
+        fig = tc.metric_chart("Loss", shown, "loss", x_mode, smooth=smooth, y_title="loss")
+        if fig is not None:
+            st.plotly_chart(fig, key="train-chart-loss")
+        else:
+            _missing("Loss", "no loss in the log (Gen-1 prints per-position pLoss only)")
+    with right:
+        accept = [(r.name, v, m, step_times(cv)) for r, s, cv, v, m in rows if s is not None and s.exists]
+        fig = tc.accept_chart(accept, x_mode, smooth=smooth)
+        if fig is not None:
+            st.plotly_chart(fig, key="train-chart-accept")
+        else:
+            _missing("Accept length", f"no {view.metric}_i logged yet and no benchmark of this run's checkpoints")
+    left, right = st.columns(2)
+    for col, base, title in ((left, "acc", "acc_i per TTT position"),
+                             (right, "acceptance_rate", "acceptance_rate_i per TTT position")):
+        with col:
+            fig = tc.position_chart(title, shown, base, x_mode, smooth=smooth)
+            if fig is not None:
+                st.plotly_chart(fig, key=f"train-chart-{base}-pos")
+            else:
+                _missing(title, "not in the log" + (" (Gen-1 and SpecForge 0.2.0 log acc_i only)"
+                                                    if base == "acceptance_rate" else ""))
+    left, right = st.columns(2)
+    with left:
+        fig = tc.metric_chart("Learning rate", shown, "lr", x_mode, smooth=0.0, y_title="lr", fmt=".2e",
+                              eval_too=False)
+        if fig is not None:
+            st.plotly_chart(fig, key="train-chart-lr")
+        else:
+            _missing("Learning rate", "Gen-2 prints it to its tracker only: run with `--report-to tensorboard` "
+                     "and its files under `<output>/runs` are read")
+    with right:
+        fig = tc.metric_chart("Step time", shown, "step_time_s", x_mode, smooth=smooth, y_title="s per step",
+                              fmt=".2f", eval_too=False)
+        if fig is not None:
+            st.plotly_chart(fig, key="train-chart-time")
+        else:
+            _missing("Step time", "not in the log")
+    extra = [(m, t) for m, t in (("acc", "acc (all positions)"), ("acceptance_rate", "acceptance_rate (mean)"),
+                                 ("grad_norm", "grad norm")) if any(m in cv.train for _, cv in shown)]
+    if extra:
+        cols = st.columns(len(extra))
+        for col, (m, title) in zip(cols, extra):
+            with col:
+                fig = tc.metric_chart(title, shown, m, x_mode, smooth=smooth, y_title=m)
+                if fig is not None:
+                    st.plotly_chart(fig, key=f"train-chart-{m}")
+    if snap is not None and snap.exists:
+        _unparsed(snap, "train-log")

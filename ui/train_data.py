@@ -1,0 +1,403 @@
+"""The Training page's data, without Streamlit: one shared follower per training log, curves built from
+its records, smoothing, and the benchmarks measured on a run's checkpoints.
+
+A :class:`LogFollower` wraps :class:`backend.train.reader.TrainLogReader` (incremental by byte offset)
+and keeps every record read so far, with a time for each: the line's own timestamp where it has one,
+else the run's start (the supervisor's ``===== specdeck: … starting at`` line, or for a log started
+elsewhere the file's modification time less the elapsed time read) plus the elapsed time tqdm printed
+(bars closed before the current one summed, evaluation bars included), or for Gen-3's ``step N: {…}``
+lines the optimizer step times logged.  The page's sessions share one follower per log, so a log is read
+once however many look at it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from backend.train.accept import Prediction, metric_for, predictions
+from backend.train.logparse import TrainRecord
+from backend.train.reader import Progress, ReadStats, TrainLogReader, UnparsedLine
+from backend.train.trackers import TensorboardReader, find_tracker_files
+
+
+@dataclass(frozen=True)
+class RunRef:
+    """A training run the page can show: its log and the folder its checkpoints go to."""
+
+    name: str
+    log: Path | None
+    output_dir: Path | None
+    run_id: str | None = None  # Gen-3: checkpoints are {run_id}-step{N}
+    draft_config: str | None = None  # for the export command of Gen-3 runtime checkpoints
+    process: str | None = None  # the supervisor's process name, when it runs under the dashboard
+    target: str | None = None  # the target model path
+    source: str = "workspace"  # workspace | followed
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What a follower has read, as of ``read_at``."""
+
+    path: Path
+    records: tuple[TrainRecord, ...]
+    times: tuple[float | None, ...]  # one per record: epoch seconds, or None when nothing tells
+    progress: Progress
+    stats: ReadStats
+    unparsed: tuple[UnparsedLine, ...]
+    generation: int | None
+    read_at: float
+    written_at: float | None  # the log's modification time; None when the file is missing
+    exists: bool
+    tracker_records: tuple[TrainRecord, ...] = ()
+    tracker_note: str | None = None
+
+
+class LogFollower:
+    """Follows one training log (thread-safe; the page's sessions share it)."""
+
+    def __init__(self, path: str | os.PathLike[str], output_dir: str | os.PathLike[str] | None = None):
+        self.path = Path(path)
+        self.output_dir = Path(output_dir) if output_dir else None
+        self._lock = threading.Lock()
+        self._reader = TrainLogReader(self.path)
+        self._records: list[TrainRecord] = []
+        self._rel: list[float | None] = []  # seconds since the start of the record's run, estimated
+        self._own: list[float | None] = []  # the record's own timestamp
+        self._seg: list[int] = []  # index of the run (segment) the record belongs to
+        self._anchor: list[float | None] = [None]  # per segment: the run's start time when the log says it
+        self._first_read: tuple[float, float] | None = None  # (mtime, rel) when the log was first read
+        self._reset_time_state()
+        self._tb: TensorboardReader | None = None
+        self._tb_records: list[TrainRecord] = []
+
+    def _reset_time_state(self) -> None:
+        self._closed_s = 0.0  # elapsed time of the bars already closed in this run
+        self._bar_key: tuple | None = None
+        self._bar_elapsed = 0.0
+        self._last_rel: float | None = None
+        self._last_step3: int | None = None  # Gen-3: step of the previous dict line
+
+    def poll(self) -> Snapshot:
+        with self._lock:
+            try:
+                mtime: float | None = self.path.stat().st_mtime
+            except OSError:
+                mtime = None
+            if mtime is not None:
+                chunk = self._reader.poll()
+                if chunk.reset:
+                    self._records.clear()
+                    self._rel.clear()
+                    self._own.clear()
+                    self._seg.clear()
+                    self._anchor = [None]
+                    self._first_read = None
+                    self._reset_time_state()
+                for r in chunk.records:
+                    self._add(r)
+                if self._first_read is None and self._records:
+                    self._first_read = (mtime, self._last_rel or 0.0)
+            self._poll_tracker()
+            return Snapshot(
+                path=self.path, records=tuple(self._records), times=tuple(self._times()),
+                progress=self._reader.progress(), stats=self._reader.stats, unparsed=tuple(self._reader.unparsed),
+                generation=self._reader.generation, read_at=time.time(), written_at=mtime,
+                exists=mtime is not None, tracker_records=tuple(self._tb_records),
+                tracker_note=self._tracker_note())
+
+    def _add(self, r: TrainRecord) -> None:
+        if r.kind == "run_start":
+            self._anchor.append(r.wall_time)
+            self._reset_time_state()
+        rel = self._last_rel
+        if r.source == "bar" and r.elapsed_s is not None:
+            key = (r.info.get("desc"), r.epoch)
+            if key != self._bar_key:
+                if self._bar_key is not None:
+                    self._closed_s += self._bar_elapsed
+                self._bar_key = key
+            self._bar_elapsed = r.elapsed_s
+            rel = self._closed_s + r.elapsed_s
+        elif r.source == "step_dict" and r.step is not None:
+            dt = r.metrics.get("step_time_s")
+            if dt is not None:
+                steps = r.step - self._last_step3 if self._last_step3 is not None else r.step
+                rel = (self._last_rel or 0.0) + max(0, steps) * dt
+            self._last_step3 = r.step
+        self._last_rel = rel
+        self._records.append(r)
+        self._rel.append(rel)
+        self._own.append(r.wall_time)
+        self._seg.append(len(self._anchor) - 1)
+
+    def _times(self) -> list[float | None]:
+        anchors = list(self._anchor)
+        if anchors[0] is None and self._first_read is not None:
+            mtime, rel = self._first_read
+            anchors[0] = mtime - rel
+        out: list[float | None] = []
+        for own, rel, seg in zip(self._own, self._rel, self._seg):
+            if own is not None:
+                out.append(own)
+            elif rel is not None and anchors[seg] is not None:
+                out.append(anchors[seg] + rel)
+            else:
+                out.append(anchors[seg])
+        return out
+
+    def _poll_tracker(self) -> None:
+        if self.output_dir is None:
+            return
+        if self._tb is None:
+            found = [t for t in find_tracker_files(self.output_dir) if t.kind == "tensorboard"]
+            if not found:
+                return
+            self._tb = TensorboardReader(found[0].path)
+        self._tb_records.extend(self._tb.poll())
+
+    def _tracker_note(self) -> str | None:
+        if self._tb is None:
+            return None
+        s = self._tb.stats
+        note = f"TensorBoard files under `{self._tb.log_dir}`: {s.records:,} records"
+        if s.broken_files:
+            note += f", {s.broken_files} file(s) damaged (read up to the damage)"
+        return note
+
+
+_followers: dict[tuple[Path, Path | None], LogFollower] = {}
+_lock = threading.Lock()
+
+
+def follower(path: str | os.PathLike[str], output_dir: str | os.PathLike[str] | None = None) -> LogFollower:
+    """The shared follower of ``path`` (its tracker files looked for under ``output_dir``)."""
+    key = (Path(path).expanduser().resolve(), Path(output_dir).expanduser().resolve() if output_dir else None)
+    with _lock:
+        f = _followers.get(key)
+        if f is None:
+            f = _followers[key] = LogFollower(key[0], key[1])
+        return f
+
+
+# -- curves ---------------------------------------------------------------------------------------
+
+@dataclass
+class Series:
+    """One curve: x as step (epoch for Gen-1 logs without steps) and time; None values are gaps."""
+
+    steps: list[float | None] = field(default_factory=list)
+    times: list[float | None] = field(default_factory=list)
+    values: list[float | None] = field(default_factory=list)
+
+    def add(self, step: float | None, t: float | None, value: float | None) -> None:
+        self.steps.append(step)
+        self.times.append(t)
+        self.values.append(value)
+
+    def gap(self) -> None:
+        if self.values and self.values[-1] is not None:
+            self.add(None, None, None)
+
+    def __len__(self) -> int:
+        return sum(v is not None for v in self.values)
+
+    def last(self) -> float | None:
+        return next((v for v in reversed(self.values) if v is not None), None)
+
+    def before_last(self) -> float | None:
+        seen = [v for v in self.values if v is not None]
+        return seen[-2] if len(seen) > 1 else None
+
+
+@dataclass
+class Curves:
+    """A run's curves by metric name (``loss``, ``acc_0``, ``lr`` …), by split."""
+
+    train: dict[str, Series] = field(default_factory=dict)
+    eval: dict[str, Series] = field(default_factory=dict)
+    restarts: list[tuple[float | None, float | None]] = field(default_factory=list)  # (step, time) of each start
+    x_is_epoch: bool = False
+
+    def positions(self, base: str, split: str = "train") -> list[int]:
+        src = self.train if split == "train" else self.eval
+        out = []
+        for name in src:
+            head, _, tail = name.rpartition("_")
+            if head == base and tail.isdigit():
+                out.append(int(tail))
+        return sorted(out)
+
+
+def curves(records: Sequence[TrainRecord], times: Sequence[float | None],
+           tracker: Iterable[TrainRecord] = ()) -> Curves:
+    """Every metric of the records as curves; a run appended to the same log breaks every line.
+
+    Tracker records (TensorBoard) fill in the metrics the console does not print (``lr`` for Gen-2);
+    a metric the console has is taken from the console."""
+    out = Curves()
+    any_step = any(r.step is not None for r in records if r.kind == "metrics")
+    out.x_is_epoch = not any_step and any(r.epoch is not None for r in records if r.kind == "metrics")
+    for r, t in zip(records, times):
+        if r.kind in ("run_start", "resume") or (r.kind == "start" and r.info.get("resumed")):
+            if r.kind == "run_start" or not out.restarts or out.restarts[-1][1] != t:
+                out.restarts.append((float(r.step) if r.step is not None else None, t))
+            for s in (*out.train.values(), *out.eval.values()):
+                s.gap()
+            continue
+        if r.kind != "metrics" or not r.metrics:
+            continue
+        x = r.step if r.step is not None else (r.epoch if out.x_is_epoch else None)
+        if x is None:
+            continue
+        dest = out.eval if r.split == "eval" else out.train
+        for name, v in r.metrics.items():
+            s = dest.get(name)
+            if s is None:
+                s = dest[name] = Series()
+            s.add(float(x), t, v)
+    console = set(out.train)
+    extra: dict[str, Series] = {}
+    for r in sorted((r for r in tracker if r.kind == "metrics" and r.step is not None), key=lambda r: r.step):
+        for name, v in r.metrics.items():
+            if r.split == "eval" or name in console:
+                continue
+            extra.setdefault(name, Series()).add(float(r.step), r.wall_time, v)
+    out.train.update(extra)
+    return out
+
+
+def ema(values: Sequence[float | None], weight: float) -> list[float | None]:
+    """Exponential moving average with TensorBoard's start-up correction; a gap restarts it."""
+    if not 0.0 <= weight < 1.0:
+        raise ValueError(f"smoothing weight {weight} is outside 0..1")
+    out: list[float | None] = []
+    acc = 0.0
+    n = 0
+    for v in values:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            out.append(None)
+            acc, n = 0.0, 0
+            continue
+        n += 1
+        acc = acc * weight + (1 - weight) * v
+        out.append(acc / (1 - weight ** n) if weight else v)
+    return out
+
+
+# -- predicted and measured accept length ----------------------------------------------------------
+
+@dataclass(frozen=True)
+class AcceptView:
+    metric: str  # the per-position metric used as a_i
+    why: str
+    history: tuple[Prediction, ...]
+
+    @property
+    def latest(self) -> Prediction | None:
+        return self.history[-1] if self.history else None
+
+    @property
+    def previous(self) -> Prediction | None:
+        return self.history[-2] if len(self.history) > 1 else None
+
+
+def predicted(records: Sequence[TrainRecord], generation: int | None, *, temperature: float = 0.0,
+              num_steps: int | None = None) -> AcceptView:
+    """The predicted accept length at each logged step (training split), from ``acc_i`` for greedy
+    serving or ``acceptance_rate_i`` for sampling (see :func:`backend.train.accept.metric_for`)."""
+    seen = {name for r in records if r.kind == "metrics" for name in r.metrics}
+    metric, why = metric_for(generation, temperature, seen=seen)
+    return AcceptView(metric, why, tuple(predictions(records, metric, split="train", num_steps=num_steps)))
+
+
+@dataclass(frozen=True)
+class Measured:
+    checkpoint: str
+    step: float | None
+    accept_len: float
+    result_id: int | None
+    server: str | None
+    concurrency: int | None
+    started_at: float | None
+
+
+def _norm(p: str | os.PathLike[str]) -> str:
+    try:
+        return str(Path(p).expanduser().resolve())
+    except (OSError, RuntimeError):
+        return str(p)
+
+
+def measured(results: Iterable, checkpoints: Iterable) -> list[Measured]:
+    """Benchmarks whose draft is one of ``checkpoints`` (a result's ``config.draft_model`` names the
+    checkpoint folder, compared as resolved paths), oldest first; results without an accept length are
+    left out (N/A is not a measurement)."""
+    by_path = {_norm(c.path): c for c in checkpoints}
+    out = []
+    for r in results:
+        draft = r.config.draft_model
+        if not draft or r.accept_len is None:
+            continue
+        c = by_path.get(_norm(draft))
+        if c is None:
+            continue
+        x = c.step if c.step is not None else c.epoch
+        out.append(Measured(c.name, float(x) if x is not None else None, float(r.accept_len), r.id, r.server,
+                            r.load.concurrency, r.started_at or r.created_at))
+    return out
+
+
+# -- progress ----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Eta:
+    point_s: float | None
+    low_s: float | None
+    high_s: float | None
+    basis: str
+
+
+def eta(progress: Progress, c: Curves, *, window: int = 20) -> Eta:
+    """Time left: the point estimate from tqdm's rate, the range from the fastest and slowest of the last
+    ``window`` step times logged since the latest (re)start."""
+    if progress.step is None or progress.total_steps is None:
+        return Eta(None, None, None, "N/A: the log does not say the total steps yet")
+    left = max(0, progress.total_steps - progress.step)
+    if left == 0:
+        return Eta(0.0, 0.0, 0.0, "all steps done")
+    recent: list[float] = []
+    s = c.train.get("step_time_s")
+    if s is not None:
+        for v in reversed(s.values):
+            if v is None:
+                break  # a restart: the earlier run's speed is not this one's
+            recent.append(v)
+            if len(recent) >= window:
+                break
+    point = progress.eta_s
+    if point is None and recent:
+        point = left * sorted(recent)[len(recent) // 2]
+    if point is None:
+        return Eta(None, None, None, "N/A: no step time in the log yet")
+    if recent:
+        lo, hi = left * min(recent), left * max(recent)
+        basis = (f"{left:,} steps left; point from tqdm's rate, range from the fastest and slowest of the last "
+                 f"{len(recent)} logged step times")
+        return Eta(point, min(lo, point), max(hi, point), basis)
+    return Eta(point, point, point, f"{left:,} steps left at tqdm's rate")
+
+
+def step_times(c: Curves) -> dict[float, float]:
+    """The time of each step the curves know (for placing step-indexed points on a wall-time axis)."""
+    out: dict[float, float] = {}
+    for s in c.train.values():
+        for x, t in zip(s.steps, s.times):
+            if x is not None and t is not None:
+                out.setdefault(x, t)
+    return out
