@@ -178,3 +178,110 @@ def test_missing_log_and_unreadable_lines(workspace):
     assert _metric(at, "step").value == "3"
     assert any("1 not readable" in c.value for c in at.caption)
     assert any(e.label.startswith("Lines not read (1") for e in at.expander)
+
+
+def _ckpt_table(at: AppTest):
+    return next(d.value for d in at.dataframe if "checkpoint" in d.value.columns)
+
+
+def _runtime(workspace: Path):
+    return runtime_mod._runtimes[workspace.resolve()]
+
+
+@pytest.mark.timeout(120)
+def test_checkpoint_table_and_inspection(workspace):
+    out = workspace / "out"
+    write_checkpoint(out / "epoch_0_step_10", state=(0, 10))
+    write_checkpoint(out / "epoch_0_step_20", state=(0, 20))
+    write_checkpoint(out / "epoch_1_step_30", tensors=eagle3_tensors(d2t=False))
+    log = workspace / "train.log"
+    log.write_text(gen2_log(), encoding="utf-8")
+    at = _follow(_page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60)), log, out)
+    table = _ckpt_table(at)
+    assert list(table["checkpoint"]) == ["epoch_1_step_30", "epoch_0_step_20", "epoch_0_step_10"]
+    assert list(table["marks"]) == ["latest", "", ""]
+    assert list(table["step"]) == [30, 20, 10] and list(table["epoch"]) == [1, 0, 0]
+    assert list(table["servable"]) == ["yes", "yes", "yes"]
+    assert any("best: N/A" in c.value for c in at.caption)
+    # the latest is inspected first: no d2t in its weights, no training state
+    assert at.selectbox(key="train-ckpt-train.log-pick").value == "epoch_1_step_30"
+    assert _metric(at, "fc.weight").value == "8 × 24"
+    assert _metric(at, "d2t / t2d").value == "✕ / ✓"
+    assert _metric(at, "layers").value == "1"
+    assert _metric(at, "vocab (target / draft)").value == "32 / 16"
+    assert _metric(at, "epoch / step").value == "N/A / N/A"
+    assert any("no d2t tensor" in w.value for w in at.warning)
+    at.selectbox(key="train-ckpt-train.log-pick").set_value("epoch_0_step_20").run()
+    assert _metric(at, "epoch / step").value == "0 / 20"
+    assert _metric(at, "d2t / t2d").value == "✓ / ✓"
+    assert any(e.label == "training_state.pt args (4)" for e in at.expander)
+
+
+@pytest.mark.timeout(120)
+def test_gen3_runtime_checkpoint_offers_the_export(workspace):
+    import os
+
+    out = workspace / "out"
+    for step in (100, 200):
+        d = out / f"llama-step{step}"
+        d.mkdir(parents=True)
+        (d / "training_state_rank0.pt").write_bytes(b"")
+    os.symlink("llama-step100", out / "llama-latest")
+    os.symlink("llama-step200", out / "llama-best")
+    at = _page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60))
+    at.text_input(key="train-follow-runid").input("llama")
+    _follow(at, None, out)
+    table = _ckpt_table(at)
+    assert list(table["checkpoint"]) == ["llama-step200", "llama-step100"]
+    assert list(table["marks"]) == ["best", "latest"]
+    assert list(table["servable"]) == ["export first", "export first"]
+    assert any(e.value.startswith("**Not servable**: `llama-step100` is a SpecForge runtime checkpoint")
+               for e in at.error)
+    assert any("--draft-config <the run's draft config>" in c.value for c in at.code)
+    at.text_input(key="train-ckpt-draftcfg-out").input("configs/llama3-8B-eagle3.json").run()
+    cmd = f"specforge export --to sglang --checkpoint {out / 'llama-step100'} --draft-config " \
+          f"configs/llama3-8B-eagle3.json --output-dir {out / 'llama-step100-sglang'}"
+    assert cmd in [c.value for c in at.code]
+
+
+@pytest.mark.timeout(120)
+def test_preflight_against_a_folder(workspace):
+    out = workspace / "out"
+    write_checkpoint(out / "epoch_0_step_10")
+    write_checkpoint(out / "epoch_0_step_20", tensors=eagle3_tensors(fc_in=48))  # 3 × 16: another target's
+    target = write_target(workspace / "target", hidden=8)
+    at = _follow(_page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60)), None, out)
+    at.text_input(key="train-pf-folder").input(str(target)).run()
+    at.button(key="train-pf-run").click().run()
+    assert any("Preflight of `epoch_0_step_20`" in e.value and "2 error(s)" in e.value for e in at.error)  # fc-width, fc-config-mismatch
+    assert any(e.value.startswith("**fc-width**") and "3 aux layers × hidden size 8 = 24" in e.value
+               for e in at.error)
+    at.selectbox(key="train-ckpt-out-pick").set_value("epoch_0_step_10").run()
+    at.button(key="train-pf-run").click().run()
+    assert any("Preflight of `epoch_0_step_10`" in s.value and "0 error(s), 0 warning(s)" in s.value
+               for s in at.success)
+
+
+@pytest.mark.timeout(120)
+def test_measured_accept_len_of_a_checkpoint(workspace):
+    from specdeck_types.bench import BenchConfig, BenchFigures, BenchLoad, BenchResult
+    from state.bench import BenchStore
+
+    out = workspace / "out"
+    write_checkpoint(out / "epoch_0_step_10")
+    write_checkpoint(out / "epoch_0_step_20")
+    log = workspace / "train.log"
+    log.write_text(gen2_log(), encoding="utf-8")
+    at = _follow(_page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60)), log, out)
+    assert _metric(at, "measured accept_len").value == "N/A"
+    store = BenchStore(_runtime(workspace).store)
+    for draft, acc in ((out / "epoch_0_step_20", 2.41), (workspace / "elsewhere" / "epoch_0_step_20", 3.9)):
+        store.insert(BenchResult("run", config=BenchConfig(target_model="t", draft_model=str(draft), algorithm="EAGLE3"),
+                                 load=BenchLoad(concurrency=8), results=BenchFigures(accept_len=acc), server="demo"))
+    at.slider(key="train-smooth").set_value(0.0).run()
+    assert _metric(at, "measured accept_len").value == "2.41"
+    assert _metric(at, "measured accept_len").proto.delta == "+0.11 vs predicted"  # 2.41 - 2.30
+    table = _ckpt_table(at)
+    assert list(table["measured accept_len"].fillna(-1)) == [2.41, -1]
+    star = _trace(_figure(at, "Accept length: predicted and measured"), "measured (benchmark)")
+    assert (star["x"], star["y"]) == ([20], [2.41])
