@@ -12,6 +12,9 @@ from ui import charts
 from ui.train_data import AcceptView, Curves, Measured, Series, ema
 
 STEP, WALL = "step", "wall time"
+# positions in a fixed order of well-separated colours (position 0 always the same blue)
+POSITION_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+                    "#bcbd22", "#17becf")
 DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
 
 
@@ -85,6 +88,8 @@ def metric_chart(title: str, runs: Sequence[tuple[str, Curves]], metric: str, x_
                                      hovertemplate=f"%{{y:{fmt}}}<extra>eval</extra>"))
         if len(runs) == 1:
             mark_restarts(fig, c.restarts, x_mode)
+    if sum(t.showlegend is not False for t in fig.data) == 1:
+        fig.update_layout(showlegend=False)  # one line: the title says what it is
     return fig
 
 
@@ -99,11 +104,12 @@ def position_chart(title: str, runs: Sequence[tuple[str, Curves]], base: str, x_
         src = c.train if split == "train" else c.eval
         for i in pos:
             label = f"pos {i}" if len(runs) == 1 else f"{name} · pos {i}"
-            add_curve(fig, src[f"{base}_{i}"], label, x_mode, colour=charts.PALETTE[i % len(charts.PALETTE)],
+            add_curve(fig, src[f"{base}_{i}"], label, x_mode, colour=POSITION_COLOURS[i % len(POSITION_COLOURS)],
                       smooth=smooth, dash=DASHES[k % len(DASHES)], group=label)
         if len(runs) == 1:
             mark_restarts(fig, c.restarts, x_mode)
     fig.update_yaxes(range=[0, 1.02])
+    charts.legend_below(fig)
     return fig
 
 
@@ -136,4 +142,5 @@ def accept_chart(runs: Sequence[tuple[str, AcceptView, Sequence[Measured], dict[
                 text=[f"{m.checkpoint} · {m.server or 'server N/A'} · concurrency {m.concurrency or 'N/A'}"
                       for _, m in pts],
                 hovertemplate="%{y:.2f}<br>%{text}<extra>measured</extra>"))
+    charts.legend_below(fig)
     return fig

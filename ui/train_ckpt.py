@@ -36,13 +36,12 @@ def _table(run: RunCheckpoints, meas: dict[str, float]) -> pd.DataFrame:
     for c in reversed(run.checkpoints):  # newest first
         marks = [m for m, on in (("latest", c.latest), ("best", c.best)) if on]
         try:
-            written = time.strftime("%Y-%m-%d %H:%M", time.localtime(c.path.stat().st_mtime))
+            written = time.strftime("%m-%d %H:%M", time.localtime(c.path.stat().st_mtime))
         except OSError:
             written = fmt.NA
-        rows.append({"checkpoint": c.name, "marks": " · ".join(marks), "generation": c.generation,
-                     "epoch": c.epoch, "step": c.step,
+        rows.append({"checkpoint": c.name, "marks": " · ".join(marks), "epoch": fmt.count(c.epoch), "step": fmt.count(c.step),
                      "servable": "export first" if c.generation == 3 else "yes",
-                     "measured accept_len": meas.get(c.name), "written": written})
+                     "measured accept_len": fmt.accept_len(meas.get(c.name)), "written": written})
     return pd.DataFrame(rows)
 
 
@@ -68,7 +67,8 @@ def checkpoints_tab(rt, ref: RunRef) -> None:
         st.caption("best: N/A — Gen-1 and Gen-2 keep no best checkpoint; Gen-3 marks one with its `-best` link")
     table = _table(run, meas)
     st.dataframe(table, hide_index=True, key="train-ckpt-table",
-                 column_config={"measured accept_len": st.column_config.NumberColumn(format="%.2f")})
+                 column_config={"measured accept_len": st.column_config.TextColumn(
+                     help="the latest benchmark whose draft was this checkpoint; N/A: none yet")})
     st.download_button("Download CSV", table.to_csv(index=False).encode(), file_name=f"{ref.name}-checkpoints.csv",
                        mime="text/csv", key="train-ckpt-csv", icon=":material/download:")
     if run.best_meta:

@@ -180,45 +180,39 @@ def live_curves(rt, refs: list[RunRef], opts: dict) -> None:
             _missing("Loss", "no loss in the log (Gen-1 prints per-position pLoss only)")
     with right:
         accept = [(r.name, v, m, step_times(cv)) for r, s, cv, v, m in rows if s is not None and s.exists]
-        fig = tc.accept_chart(accept, x_mode, smooth=smooth)
+        fig = tc.accept_chart(accept, x_mode, smooth=0.0)  # as computed: the figure above reads the same
         if fig is not None:
             st.plotly_chart(fig, key="train-chart-accept")
         else:
             _missing("Accept length", f"no {view.metric}_i logged yet and no benchmark of this run's checkpoints")
-    left, right = st.columns(2)
-    for col, base, title in ((left, "acc", "acc_i per TTT position"),
-                             (right, "acceptance_rate", "acceptance_rate_i per TTT position")):
-        with col:
-            fig = tc.position_chart(title, shown, base, x_mode, smooth=smooth)
-            if fig is not None:
-                st.plotly_chart(fig, key=f"train-chart-{base}-pos")
-            else:
-                _missing(title, "not in the log" + (" (Gen-1 and SpecForge 0.2.0 log acc_i only)"
-                                                    if base == "acceptance_rate" else ""))
-    left, right = st.columns(2)
-    with left:
-        fig = tc.metric_chart("Learning rate", shown, "lr", x_mode, smooth=0.0, y_title="lr", fmt=".2e",
-                              eval_too=False)
-        if fig is not None:
-            st.plotly_chart(fig, key="train-chart-lr")
-        else:
-            _missing("Learning rate", "Gen-2 prints it to its tracker only: run with `--report-to tensorboard` "
-                     "and its files under `<output>/runs` are read")
-    with right:
-        fig = tc.metric_chart("Step time", shown, "step_time_s", x_mode, smooth=smooth, y_title="s per step",
-                              fmt=".2f", eval_too=False)
-        if fig is not None:
-            st.plotly_chart(fig, key="train-chart-time")
-        else:
-            _missing("Step time", "not in the log")
-    extra = [(m, t) for m, t in (("acc", "acc (all positions)"), ("acceptance_rate", "acceptance_rate (mean)"),
-                                 ("grad_norm", "grad norm")) if any(m in cv.train for _, cv in shown)]
-    if extra:
-        cols = st.columns(len(extra))
-        for col, (m, title) in zip(cols, extra):
+    panels = [
+        ("acc_i per TTT position", lambda: tc.position_chart("acc_i per TTT position", shown, "acc", x_mode,
+                                                              smooth=smooth),
+         "not in the log", "acc-pos"),
+        ("acceptance_rate_i per TTT position",
+         lambda: tc.position_chart("acceptance_rate_i per TTT position", shown, "acceptance_rate", x_mode,
+                                   smooth=smooth),
+         "not in the log (Gen-1 and SpecForge 0.2.0 log acc_i only)", "acceptance_rate-pos"),
+        ("Learning rate", lambda: tc.metric_chart("Learning rate", shown, "lr", x_mode, smooth=0.0, y_title="lr",
+                                                  fmt=".2e", eval_too=False),
+         "Gen-2 prints it to its tracker only: run with `--report-to tensorboard` and its files under "
+         "`<output>/runs` are read", "lr"),
+        ("Step time", lambda: tc.metric_chart("Step time", shown, "step_time_s", x_mode, smooth=smooth,
+                                              y_title="s per step", fmt=".2f", eval_too=False),
+         "not in the log", "time"),
+    ]
+    for m, title in (("acc", "acc (all positions)"), ("acceptance_rate", "acceptance_rate (mean)"),
+                     ("grad_norm", "grad norm")):
+        if any(m in cv.train for _, cv in shown):  # optional extras: shown only where the log has them
+            panels.append((title, lambda m=m, title=title: tc.metric_chart(title, shown, m, x_mode, smooth=smooth,
+                                                                           y_title=m), "", m))
+    for i in range(0, len(panels), 2):
+        for col, (title, make, why, key) in zip(st.columns(2), panels[i:i + 2]):
             with col:
-                fig = tc.metric_chart(title, shown, m, x_mode, smooth=smooth, y_title=m)
+                fig = make()
                 if fig is not None:
-                    st.plotly_chart(fig, key=f"train-chart-{m}")
+                    st.plotly_chart(fig, key=f"train-chart-{key}")
+                else:
+                    _missing(title, why)
     if snap is not None and snap.exists:
         _unparsed(snap, "train-log")
