@@ -2,7 +2,8 @@
 
 ``write_demo_workspace(root)`` writes a config that works on any machine:
 a long-running worker, a short batch job that exits, the fake 8-GPU source,
-and a simulated 70B server at tensor parallelism 8 that holds those 8 GPUs.
+a simulated 70B server at tensor parallelism 8 that holds those 8 GPUs, and
+a training run of the project's CPU trainer, ready to start.
 
 The programs are plain command-line entries so the supervisor runs them like
 any other process::
@@ -71,7 +72,8 @@ cwd = {repo}
 autostart = true
 stop_grace_s = 5
 """
-    return text + (_demo_server_text(root) + demo_catalog_text(root) if root is not None else "")
+    return text + (_demo_server_text(root) + demo_catalog_text(root) + _demo_train_text(python, root)
+                   if root is not None else "")
 
 
 def _demo_server_text(root: Path) -> str:
@@ -112,6 +114,43 @@ draft_model_path = {_toml_str(str(draft))}
 num_steps = 3
 eagle_topk = 1
 num_draft_tokens = 4
+"""
+
+
+# the demo training run: the project's CPU trainer (backend.train.tiny) on generated conversations
+DEMO_TRAIN = "demo-tiny-draft"
+DEMO_TRAIN_TARGET = "models/tiny-target"
+DEMO_TRAIN_DATA = "outputs/regen/demo-train.jsonl"
+
+
+def _demo_train_text(python: str, root: Path) -> str:
+    """A training run ready to start: the tiny trainer, SpecForge Gen-2's flags and log lines, on CPU.
+
+    Its target folder is written by the trainer itself on the first start (``--size tiny``); its data is
+    a regeneration-shaped file of conversations (``DEMO_TRAIN_DATA``).
+    """
+    s = _toml_str
+    return f"""
+# A training run ready to start (Training page, or `python -m backend.cli train start {DEMO_TRAIN}`):
+# Specdeck's own EAGLE-3 trainer takes SpecForge Gen-2's flags and prints its log lines, and
+# really trains a small draft for a small target network, on the CPU, in about a minute.
+[[train]]
+name = "{DEMO_TRAIN}"
+python = {s(python)}
+generation = "gen2"
+entry = "module:backend.train.tiny train"   # python -m backend.train.tiny train <Gen-2 flags>
+target_model = {s(str(root / DEMO_TRAIN_TARGET))}
+train_data = {s(str(root / DEMO_TRAIN_DATA))}
+num_epochs = 2
+batch_size = 4
+learning_rate = 3e-3
+max_length = 256
+ttt_length = 4
+save_interval = 20
+log_interval = 5
+seed = 0
+extra_args = ["--device", "cpu", "--size", "tiny"]
+stop_grace_s = 10
 """
 
 

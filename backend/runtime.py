@@ -56,7 +56,7 @@ class Runtime:
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
         self._closed = False
-        self.telemetry = self.fleet = self.loop = self.supervisor = None
+        self.telemetry = self.fleet = self.loop = self.supervisor = self.train = None
         self.store = Store(workspace.store_path)
         # who may control: users.toml of the workspace, sessions in this process
         self.auth = Authority(UserStore(workspace.root / USERS_FILE), audit=self._audit_auth,
@@ -69,6 +69,9 @@ class Runtime:
                 self.telemetry.start()
             self.fleet = ServerFleet(workspace, self.supervisor, self.store, background=background,
                                      gpu_probe=self.gpu_probe)
+            from backend.train.runs import TrainRuns
+
+            self.train = TrainRuns(workspace, self.supervisor, self.store, authorise=self.authorise)
             self.supervisor.sync_specs(self.all_specs())
             self.loop = SupervisorLoop(self.supervisor, interval_s=1.0)
             self._autostart()
@@ -125,8 +128,8 @@ class Runtime:
     # -- specs -----------------------------------------------------------
 
     def all_specs(self) -> list[ProcessSpec]:
-        """The workspace's processes, its servers, and the jobs started from a page."""
-        specs = list(self.workspace.process_specs()) + self.fleet.specs()
+        """The workspace's processes, its servers, its training runs, and the jobs started from a page."""
+        specs = list(self.workspace.process_specs()) + self.fleet.specs() + self.train.specs()
         taken = {s.name for s in specs}
         return specs + [j.spec for j in self.jobs() if j.name not in taken]
 
@@ -143,6 +146,7 @@ class Runtime:
         who, client = self.authorise(actor, "start", spec.name, source)
         with audit.acting_from(client):
             configured = {s.name for s in list(self.workspace.process_specs()) + self.fleet.specs()}
+            configured.update(self.train.names())
             if spec.name in configured:
                 msg = f"{spec.name} is a process of the workspace file; choose another output name"
                 audit.record(self.store, who, source, "start", spec.name, msg, "refused", client=client)
@@ -249,6 +253,8 @@ class Runtime:
         with audit.acting_from(client):
             if name in self.fleet.names():
                 return self.fleet.launch(name, actor=who, source=source, launch_anyway=force)
+            if name in self.train.names():  # its command is built (and a Gen-3 YAML written) now
+                return self.train.start(name, actor=who, source=source)
             return self.supervisor.start(name, actor=who, source=source)
 
     def restart(self, name: str, *, actor: str | Caller, source: str, force: bool = False):

@@ -133,6 +133,8 @@ class WorkspaceConfig(_Model):
     # Regeneration inputs: the dataset catalog and the mixes (backend.regen.catalog).
     dataset: list[DatasetConfig] = Field(default_factory=list)
     mix: list[MixEntry] = Field(default_factory=list)
+    # Training runs; validated by backend.train.runconfig.TrainRunConfig (see _validate_train).
+    train: list[dict[str, Any]] = Field(default_factory=list)
 
 
 @dataclass
@@ -308,6 +310,7 @@ def parse_config(text: str, path: Path | str = CONFIG_NAME) -> WorkspaceConfig:
         raise ConfigError([_describe(err, text, path) for err in exc.errors()]) from None
     problems = _unique_process_names(cfg, text, path) + _validate_servers(cfg, text, path)
     problems += _validate_regen(cfg, text, path)
+    problems += _validate_train(cfg, text, path)
     if problems:
         raise ConfigError(problems)
     return cfg
@@ -347,6 +350,41 @@ def _validate_servers(cfg: WorkspaceConfig, text: str, path: Path | str) -> list
                             f"(line {_locate(text, other)}); every process and server needs its own name")
         else:
             names[sc.name] = ("server", i, "name")
+    return problems
+
+
+def _validate_train(cfg: WorkspaceConfig, text: str, path: Path | str) -> list[str]:
+    """``[[train]]`` entries: each a valid TrainRunConfig, named unlike every process and server."""
+    from backend.train.command import config_problems
+    from backend.train.runconfig import TrainRunConfig
+
+    problems: list[str] = []
+    names: dict[str, tuple] = {p.name: ("process", i, "name") for i, p in enumerate(cfg.process)}
+    for i, entry in enumerate(cfg.server):
+        name = entry.get("name") if isinstance(entry, dict) else None
+        if isinstance(name, str) and name not in names:
+            names[name] = ("server", i, "name")
+    for i, entry in enumerate(cfg.train):
+        try:
+            tc = TrainRunConfig.model_validate(entry)
+        except ValidationError as exc:
+            for err in exc.errors():
+                err = dict(err)
+                err["loc"] = ("train", i, *err["loc"])
+                problems.append(_describe(err, text, path))
+            continue
+        for field, why in config_problems(tc):  # what the chosen generation cannot do
+            loc = ("train", i, *field.split("."))
+            line = _locate(text, loc)
+            problems.append(f"{f'{path}:{line}' if line else path}: {_dotted(loc)}: {why}")
+        if tc.name in names:
+            other = names[tc.name]
+            problems.append(f"{path}:{_locate(text, ('train', i, 'name'))}: train[{i}].name: "
+                            f"{tc.name!r} is already the name of {other[0]}[{other[1]}] "
+                            f"(line {_locate(text, other)}); every process, server and training run needs its "
+                            "own name")
+        else:
+            names[tc.name] = ("train", i, "name")
     return problems
 
 
@@ -446,16 +484,33 @@ def update_server_entry(ws: Workspace, name: str, values: dict[str, Any]) -> Non
     before it atomically replaces the file, so a bad edit never loses what
     was written.
     """
+    update_entry(ws, "server", name, values)
+
+
+def update_entry(ws: Workspace, table: str, name: str, values: dict[str, Any], *, create: bool = False) -> None:
+    """Write ``values`` into the ``[[table]]`` entry called ``name`` (see :func:`update_server_entry`).
+
+    With ``create``, an entry of that name that does not exist yet is appended at the end of the file.
+    """
     import tomlkit
 
     text = ws.config_path.read_text(encoding="utf-8")
     doc = tomlkit.parse(text)
-    for entry in doc.get("server") or []:
+    for entry in doc.get(table) or []:
         if entry.get("name") == name:
             _merge_table(entry, values)
             break
     else:
-        raise ConfigError([f"{ws.config_path}: there is no [[server]] entry named {name!r}"])
+        if not create:
+            raise ConfigError([f"{ws.config_path}: there is no [[{table}]] entry named {name!r}"])
+        entry = tomlkit.table()
+        entry.trivia.indent = "\n"  # a blank line before its [[table]] header
+        entry.add("name", name)
+        _merge_table(entry, {k: v for k, v in values.items() if k != "name"})
+        if table not in doc:
+            doc.add(tomlkit.nl())
+            doc.add(table, tomlkit.aot())
+        doc[table].append(entry)
     new_text = tomlkit.dumps(doc)
     cfg = parse_config(new_text, ws.config_path)  # raises before anything is written
     tmp = ws.config_path.with_suffix(".toml.tmp")

@@ -68,9 +68,20 @@ class Session:
             # Not pruning: a dashboard of an older config may still own records;
             # the dashboard prunes when it syncs.
             self.sup.sync_specs(self.ws.process_specs() + self.fleet.specs(), prune=False)
+            self._train = None
         except BaseException:
             self.store.close()
             raise
+
+    @property
+    def train(self):
+        """The workspace's training runs (backend.train.runs.TrainRuns), their specs registered."""
+        if self._train is None:
+            from backend.train.runs import TrainRuns
+
+            self._train = TrainRuns(self.ws, self.sup, self.store)
+            self.sup.sync_specs(self._train.specs(), prune=False)
+        return self._train
 
     def gpu_probe(self, exclude: str | None = None) -> list[tuple[int, int, int]] | None:
         """GPUs and free memory for preflight, from the workspace's telemetry source

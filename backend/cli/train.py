@@ -5,6 +5,11 @@
     python -m backend.cli train checkpoints DIR [--run-id ID] [--json]
     python -m backend.cli train inspect CHECKPOINT [--target MODEL_DIR] [--sglang-version V]
                                                    [--draft-config FILE] [--json]
+    python -m backend.cli [--workspace DIR] train runs [--json]
+    python -m backend.cli [--workspace DIR] train command NAME [--resume] [--json]
+    python -m backend.cli [--workspace DIR] train start NAME
+    python -m backend.cli [--workspace DIR] train stop NAME [--no-wait]
+    python -m backend.cli [--workspace DIR] train resume NAME [--yes]
 
 ``parselog`` prints one line per record (``--json``: one JSON object per line, with step, epoch,
 position where it has one, split and each metric) and, on stderr, every line it could not read (and every
@@ -14,6 +19,12 @@ until interrupted; the counts are printed then.
 ``tracker`` reads TensorBoard event files under DIR (SpecForge writes them to ``<output_dir>/runs``) or an
 MLflow file-store run folder.  ``inspect --target`` runs the Servers page's draft preflight for the
 checkpoint against that target model: exit 1 on errors.
+
+``runs``, ``command``, ``start``, ``stop`` and ``resume`` act on the workspace's ``[[train]]`` runs
+(backend.train.runs), audited with source ``cli``.  ``command`` prints the argv, the environment it adds,
+the working folder and, for Gen-3, the YAML that ``start`` writes.  ``resume`` prints what it must be
+confirmed against (SpecForge 0.2.0's ``--resume`` starts over; no checkpoint yet) and does nothing
+without ``--yes`` (exit 1).
 """
 
 from __future__ import annotations
@@ -226,8 +237,122 @@ def cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
     return 1 if findings and any(f.severity == "error" for f in findings) else 0
 
 
+def _run_rows(s) -> list[dict[str, Any]]:
+    from backend.train.command import CommandError
+
+    rows = []
+    for name in s.train.names():
+        info = s.train.generation(name)
+        v = s.sup.view(name)
+        try:
+            problem = None
+            s.train.command(name)
+        except CommandError as exc:
+            problem = str(exc)
+        rows.append({"name": name, "generation": info.generation, "version": info.version,
+                     "generation_chosen": info.chosen, "state": v.state.value if v else "NEVER",
+                     "pid": v.pid if v else None, "exit_code": v.exit_code if v else None,
+                     "output_dir": str(s.train.output_dir(name)), "log_path": str(s.train.log_path(name)),
+                     "problem": problem})
+    return rows
+
+
+def cmd_runs(s, args: argparse.Namespace, out: TextIO) -> int:
+    rows = _run_rows(s)
+    if args.json:
+        json.dump(rows, out, indent=2)
+        out.write("\n")
+        return 0
+    if not rows:
+        out.write(f"no [[train]] runs in {s.ws.config_path}\n")
+        return 0
+    for r in rows:
+        gen = f"Gen-{r['generation'][-1]}" if r["generation"] else "Gen-?"
+        ver = f" SpecForge {r['version']}" if r["version"] else ""
+        pid = f" pid {r['pid']}" if r["pid"] else ""
+        out.write(f"{r['name']}  {gen}{ver}  {r['state']}{pid}  {r['output_dir']}\n")
+        if r["problem"]:
+            out.write(f"  cannot start: {r['problem']}\n")
+    return 0
+
+
+def cmd_command(s, args: argparse.Namespace, out: TextIO) -> int:
+    import shlex
+
+    from backend.cli.session import CommandError as UserError
+    from backend.train.command import CommandError
+
+    try:
+        c = s.train.command(args.name, resume=args.resume)
+    except (KeyError, CommandError) as exc:
+        raise UserError(str(exc).strip("'\"")) from None
+    if args.json:
+        json.dump({"name": c.name, "argv": list(c.argv), "env": c.env, "cwd": c.cwd,
+                   "generation": c.generation.generation, "version": c.generation.version,
+                   "generation_chosen": c.generation.chosen, "yaml_path": c.yaml_path, "yaml": c.yaml_text,
+                   "output_dir": c.output_dir, "notes": list(c.notes)}, out, indent=2)
+        out.write("\n")
+        return 0
+    out.write(f"# {c.name}: {c.generation.label}\n")
+    out.write(f"cd {shlex.quote(c.cwd)}\n")
+    for k, v in c.env.items():
+        out.write(f"export {k}={shlex.quote(v)}\n")
+    out.write(shlex.join(c.argv) + "\n")
+    if c.yaml_text is not None:
+        out.write(f"\n# {c.yaml_path} (written at start)\n{c.yaml_text}")
+    for n in c.notes:
+        out.write(f"# note: {n}\n")
+    return 0
+
+
+def _act(s, name: str, fn) -> Any:
+    from backend.cli.session import CommandError as UserError
+    from backend.train.command import CommandError
+
+    try:
+        return fn()
+    except (KeyError, CommandError, ValueError) as exc:
+        raise UserError(str(exc).strip("'\"")) from None
+
+
+def cmd_start(s, args: argparse.Namespace, out: TextIO) -> int:
+    from backend.cli.session import SOURCE, actor, report
+
+    v = _act(s, args.name, lambda: s.train.start(args.name, actor=actor(), source=SOURCE))
+    report(v, out)
+    out.write(f"log: {s.train.log_path(args.name)}\n")
+    return 0
+
+
+def cmd_stop(s, args: argparse.Namespace, out: TextIO) -> int:
+    from backend.cli.session import SOURCE, actor, report
+
+    report(_act(s, args.name, lambda: s.train.stop(args.name, actor=actor(), source=SOURCE,
+                                                   wait=not args.no_wait)), out)
+    return 0
+
+
+def cmd_resume(s, args: argparse.Namespace, out: TextIO) -> int:
+    from backend.cli.session import SOURCE, actor, report
+    from backend.cli.session import CommandError as UserError
+    from backend.train.runs import ResumeNeedsConfirmation
+
+    warning = _act(s, args.name, lambda: s.train.resume_warning(args.name))
+    if warning:
+        out.write(f"warning: {warning}\n")
+    try:
+        v = _act(s, args.name, lambda: s.train.resume(args.name, actor=actor(), source=SOURCE,
+                                                      confirmed=args.yes))
+    except ResumeNeedsConfirmation:
+        raise UserError(f"{args.name} was not resumed: read the warning above, then run again with --yes "
+                        "to resume anyway") from None
+    report(v, out)
+    out.write(f"log: {s.train.log_path(args.name)}\n")
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
-    train = sub.add_parser("train", help="SpecForge training: parse logs and tracker files, list and inspect "
+    train = sub.add_parser("train", help="SpecForge training: runs (start, stop, resume), logs, tracker files, "
                                          "checkpoints")
     ts = train.add_subparsers(dest="action", required=True, metavar="ACTION")
     a = ts.add_parser("parselog", help="parse a training log: one record per line (Gen-1, Gen-2, Gen-3)")
@@ -251,3 +376,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--draft-config", default=None, help="draft config for a Gen-3 export command")
     a.add_argument("--json", action="store_true")
     a.set_defaults(func=cmd_inspect, session=False)
+    a = ts.add_parser("runs", help="the workspace's training runs: generation, state, output folder")
+    a.add_argument("--json", action="store_true")
+    a.set_defaults(func=cmd_runs, acts=False)
+    a = ts.add_parser("command", help="the command (argv, environment, Gen-3 YAML) a run starts with")
+    a.add_argument("name")
+    a.add_argument("--resume", action="store_true", help="the command of a resume")
+    a.add_argument("--json", action="store_true")
+    a.set_defaults(func=cmd_command, acts=False)
+    a = ts.add_parser("start", help="start a training run through the supervisor (audited)")
+    a.add_argument("name")
+    a.set_defaults(func=cmd_start)
+    a = ts.add_parser("stop", help="stop a training run: SIGTERM, then SIGKILL after its grace period")
+    a.add_argument("name")
+    a.add_argument("--no-wait", action="store_true", help="return once the signal is sent")
+    a.set_defaults(func=cmd_stop)
+    a = ts.add_parser("resume", help="start a run again from its latest checkpoint (--resume)")
+    a.add_argument("name")
+    a.add_argument("--yes", action="store_true", help="resume even when a warning is printed (audited)")
+    a.set_defaults(func=cmd_resume)

@@ -1,0 +1,284 @@
+"""The workspace's training runs: configs, commands, and start / stop / resume through the supervisor.
+
+:class:`TrainRuns` turns the ``[[train]]`` entries of the workspace file into supervisor specs (kind
+``training``, log ``<workspace>/logs/<name>.log``, which backend.train.reader follows) and carries out
+the Training page's and the command line's actions, each authorised and audited like a server's:
+
+* ``command(name)``: argv, environment, Gen-3 YAML, generation and notes, for showing before a start;
+* ``start(name)``: writes the Gen-3 YAML, registers the spec and starts it;
+* ``stop(name)``: SIGTERM to the process group, SIGKILL after the run's ``stop_grace_s``;
+* ``resume(name, confirmed=...)``: starts it again with ``--resume`` (Gen-3: ``training.resume_from``);
+  when :meth:`TrainRuns.resume_warning` says something (SpecForge 0.2.0, whose ``--resume`` silently
+  starts over; or no checkpoint yet) it is refused unless confirmed.
+
+``save(cfg)`` writes a new or edited run back to the workspace file, comments kept, validated first.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from backend.supervisor.spec import Kind, ProcessSpec, RestartPolicy
+from backend.train.command import CommandError, TrainCommand, build_command, config_problems, output_dir_of
+from backend.train.generation import EnvProbe, GenerationInfo, detect_generation, probe_env
+from backend.train.runconfig import TrainRunConfig
+
+log = logging.getLogger(__name__)
+
+RESUME_020 = ("SpecForge 0.2.0's --resume silently starts over: its checkpoint search does not match the "
+              "epoch_N_step_M folders it writes, and it resets the step to 0 (fixed in March 2026, after 0.2.0, "
+              "but a checkout of that time still reads 0.2.0). Resuming may train from step 0 again and write "
+              "over the checkpoints in {out}.")
+RESUME_UNKNOWN = ("SpecForge's version could not be read ({why}); if it is 0.2.0, --resume silently starts over "
+                  "from step 0.")
+RESUME_NOTHING = "There is no checkpoint in {out} yet: a resume starts from step 0."
+
+
+class ResumeNeedsConfirmation(Exception):
+    """Resume refused: :meth:`TrainRuns.resume_warning` said something and it was not confirmed."""
+
+    def __init__(self, name: str, warning: str):
+        self.name = name
+        self.warning = warning
+        super().__init__(f"resume {name}: confirm first: {warning}")
+
+
+@dataclass(frozen=True)
+class RunCommand:
+    """What ``command(name)`` returns; unpacks as ``argv, env, yaml_text, generation, notes``."""
+
+    name: str
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    yaml_text: str | None
+    generation: GenerationInfo
+    notes: tuple[str, ...]
+    cwd: str
+    output_dir: str
+    yaml_path: str | None
+    resume: bool
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter((self.argv, self.env, self.yaml_text, self.generation, self.notes))
+
+
+def _local(actor: Any, action: str, name: str, source: str) -> tuple[str, str]:
+    from state import audit
+
+    return str(actor), audit.LOCAL
+
+
+class TrainRuns:
+    def __init__(self, workspace, supervisor, store=None, *,
+                 authorise: Callable[[Any, str, str, str], tuple[str, str]] | None = None,
+                 probe: Callable[[str], EnvProbe] | None = None):
+        """``authorise(actor, action, name, source) -> (who, client)`` is the runtime's (a dashboard
+        caller is checked there); ``probe(python)`` replaces asking the training interpreter."""
+        self.workspace = workspace
+        self.supervisor = supervisor
+        self.store = store if store is not None else getattr(supervisor, "store", None)
+        self._authorise = authorise or _local
+        self._probe = probe or probe_env
+        self._lock = threading.RLock()
+
+    # -- configs ---------------------------------------------------------------
+
+    def configs(self) -> list[TrainRunConfig]:
+        # the workspace validated every entry already
+        return [TrainRunConfig.model_validate(e) for e in getattr(self.workspace.config, "train", []) or []]
+
+    def names(self) -> list[str]:
+        return [c.name for c in self.configs()]
+
+    def config(self, name: str) -> TrainRunConfig:
+        for c in self.configs():
+            if c.name == name:
+                return c
+        raise KeyError(f"no training run named {name!r} (known: {', '.join(self.names()) or 'none'})")
+
+    def save(self, cfg: TrainRunConfig, *, actor: Any = "specdeck", source: str = "dashboard") -> None:
+        """Write ``cfg`` (new or edited) into its ``[[train]]`` entry, comments kept; a config that does
+        not validate raises backend.workspace.ConfigError (file:line: field: reason) before anything is
+        written."""
+        from backend.workspace import update_entry
+
+        who, client = self._authorise(actor, "edit", cfg.name, source)
+        new = cfg.name not in self.names()
+        values = cfg.model_dump(mode="json", exclude_unset=True)
+        if not new:  # keys the edit clears: removed from the file rather than left behind
+            old = self.config(cfg.name).model_dump(mode="json", exclude_unset=True)
+            values.update({k: None for k in old if k not in values})
+        with self._lock:
+            update_entry(self.workspace, "train", cfg.name, values, create=True)
+        self._audit(who, source, "edit", cfg.name, "added the training run" if new else "edited the training run",
+                    "ok", client)
+
+    # -- commands ----------------------------------------------------------------
+
+    def log_path(self, name: str) -> Path:
+        return Path(self.workspace.log_path(name))
+
+    def output_dir(self, name: str) -> Path:
+        return Path(output_dir_of(self.config(name), self.workspace.root, self.workspace.outputs_dir))
+
+    def generation(self, name: str, cfg: TrainRunConfig | None = None) -> GenerationInfo:
+        """The run's generation: chosen, or detected from its interpreter and checkout (cached per
+        interpreter).  A ``module:`` entry speaks Gen-2's flags unless another generation is chosen, and
+        its interpreter is not asked."""
+        cfg = cfg or self.config(name)
+        if cfg.entry_kind == "module":
+            gen = cfg.generation if cfg.generation != "auto" else "gen2"
+            return GenerationInfo(generation=gen, version=None, chosen=cfg.generation != "auto",
+                                  evidence=(f"entry {cfg.entry!r} takes Gen-{gen[-1]}'s flags",))
+        return detect_generation(cfg.python, _abs(cfg.specforge_dir, self.workspace.root), cfg.generation,
+                                 probe=self._probe(cfg.python))
+
+    def command(self, name: str, *, resume: bool = False, cfg: TrainRunConfig | None = None) -> RunCommand:
+        """The run's command (``cfg``: an edited config not saved yet); raises :class:`CommandError`
+        naming the fields that prevent it."""
+        cfg = cfg or self.config(name)
+        info = self.generation(name, cfg)
+        notes = list(info.evidence) + list(info.problems)
+        cmd: TrainCommand = build_command(cfg, info.generation, root=self.workspace.root,
+                                          outputs_dir=self.workspace.outputs_dir, version=info.version,
+                                          console_script=info.console_script, resume=resume,
+                                          notes=tuple(notes))
+        extra = []
+        n = self._checkpoint_count(cmd.output_dir, cfg.name)
+        if n and not resume:
+            extra.append(f"{cmd.output_dir} already holds {n} checkpoint(s): Start trains from step 0 "
+                         "(Resume continues from the latest)")
+        return RunCommand(name=cfg.name, argv=cmd.argv, env=cmd.env, yaml_text=cmd.yaml_text, generation=info,
+                          notes=cmd.notes + tuple(extra), cwd=cmd.cwd, output_dir=cmd.output_dir,
+                          yaml_path=cmd.yaml_path, resume=resume)
+
+    def spec(self, name: str, *, resume: bool = False) -> ProcessSpec:
+        cfg = self.config(name)
+        return self._spec(cfg, self.command(name, resume=resume, cfg=cfg))
+
+    def _spec(self, cfg: TrainRunConfig, cmd: RunCommand) -> ProcessSpec:
+        return ProcessSpec(name=cfg.name, kind=Kind.TRAINING, argv=cmd.argv, log_path=str(self.log_path(cfg.name)),
+                           cwd=cmd.cwd, env=dict(cmd.env), stop_grace_s=cfg.stop_grace_s,
+                           restart=RestartPolicy(mode="never"))
+
+    def specs(self) -> list[ProcessSpec]:
+        """Specs of the runs whose command can be built (the runtime adds them to the supervisor's)."""
+        out = []
+        for cfg in self.configs():
+            try:
+                out.append(self._spec(cfg, self.command(cfg.name, cfg=cfg)))
+            except CommandError as exc:
+                log.info("training run %s has no command yet: %s", cfg.name, exc)
+        return out
+
+    def view(self, name: str):
+        return self.supervisor.view(name)
+
+    # -- resume ------------------------------------------------------------------
+
+    def _checkpoint_count(self, output_dir: str | Path, run_id: str) -> int:
+        from backend.train.checkpoints import list_checkpoints
+
+        try:
+            return len(list_checkpoints(output_dir).checkpoints)
+        except OSError:
+            return 0
+
+    def resume_warning(self, name: str) -> str:
+        """What a resume of ``name`` should be confirmed against; empty when nothing."""
+        cfg = self.config(name)
+        info = self.generation(name, cfg)
+        out = output_dir_of(cfg, self.workspace.root, self.workspace.outputs_dir)
+        said = []
+        if cfg.entry_kind == "specforge" and info.generation == "gen2":
+            if info.version is None:
+                why = "; ".join(info.problems) or "no package metadata and no version.txt"
+                said.append(RESUME_UNKNOWN.format(why=why))
+            elif _is_020(info.version):
+                said.append(RESUME_020.format(out=out))
+        if not self._checkpoint_count(out, cfg.name):
+            said.append(RESUME_NOTHING.format(out=out))
+        return " ".join(said)
+
+    # -- actions -------------------------------------------------------------------
+
+    def start(self, name: str, *, actor: Any = "cli", source: str = "cli"):
+        return self._launch(name, "start", resume=False, actor=actor, source=source)
+
+    def resume(self, name: str, *, actor: Any = "cli", source: str = "cli", confirmed: bool = False):
+        return self._launch(name, "resume", resume=True, actor=actor, source=source, confirmed=confirmed)
+
+    def stop(self, name: str, *, actor: Any = "cli", source: str = "cli", wait: bool = False):
+        from state import audit
+
+        who, client = self._authorise(actor, "stop", name, source)
+        with audit.acting_from(client):  # a run removed from the file while running can still be stopped
+            return self.supervisor.stop(name, actor=who, source=source, wait=wait)
+
+    def _launch(self, name: str, action: str, *, resume: bool, actor: Any, source: str, confirmed: bool = False):
+        from state import audit
+
+        who, client = self._authorise(actor, action, name, source)
+        with audit.acting_from(client), self._lock:
+            try:
+                cfg = self.config(name)
+                cmd = self.command(name, resume=resume, cfg=cfg)
+            except (KeyError, CommandError) as exc:
+                self._audit(who, source, action, name, str(exc).strip("'\""), "refused", client)
+                raise
+            view = self.supervisor.view(name)
+            if view is not None and view.live:
+                msg = f"{name} is already {view.state.value}; stop it first"
+                self._audit(who, source, action, name, msg, "refused", client)
+                raise ValueError(msg)
+            if resume:
+                warning = self.resume_warning(name)
+                if warning and not confirmed:
+                    self._audit(who, source, action, name, "needs confirmation: " + warning, "refused", client)
+                    raise ResumeNeedsConfirmation(name, warning)
+                if warning:
+                    self._audit(who, source, "resume-confirmed", name, warning, "ok", client)
+            if cmd.yaml_text is not None and cmd.yaml_path is not None:
+                TrainCommand(argv=cmd.argv, env=cmd.env, cwd=cmd.cwd, generation=cmd.generation.generation or "",
+                             output_dir=cmd.output_dir, yaml_text=cmd.yaml_text, yaml_path=cmd.yaml_path).write_yaml()
+            Path(cmd.output_dir).mkdir(parents=True, exist_ok=True)
+            spec = self._spec(cfg, cmd)
+            # the spec with (or without) --resume must be the one this start uses: no config sync between
+            with self.supervisor._lock:
+                self.supervisor.register(spec)
+                return self.supervisor.start(name, actor=who, source=source)
+
+    def _audit(self, actor: str, source: str, action: str, target: str, detail: str, outcome: str,
+               client: str) -> None:
+        if self.store is None:
+            return
+        try:
+            from state import audit
+
+            audit.record(self.store, actor, source, action, target, detail, outcome, client=client)
+        except Exception:  # the action's result must not depend on the audit write
+            log.exception("could not audit %s %s", action, target)
+
+
+def _abs(path: str | None, root: Path) -> str | None:
+    from backend.train.runconfig import resolve_path
+
+    return resolve_path(path, Path(root))
+
+
+def _is_020(version: str) -> bool:
+    from backend.sglang.version import parse_version
+
+    try:
+        v = parse_version(version)
+    except ValueError:
+        return False
+    return (v + (0, 0, 0))[:3] == (0, 2, 0)
+
+
+__all__ = ["ResumeNeedsConfirmation", "RunCommand", "TrainRuns", "config_problems"]

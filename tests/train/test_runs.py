@@ -1,0 +1,285 @@
+"""Training runs through the runtime's supervisor, with real processes: start → the trainer runs and writes
+its log (which the training log reader follows) → stop (SIGTERM) → resume, refused until confirmed on
+SpecForge 0.2.0, then started with ``--resume``.
+
+The training environment is made here: a SpecForge checkout whose ``scripts/train_eagle3.py`` is a stand-in
+trainer printing Gen-2's log lines, and a ``python`` that runs ``-m torch.distributed.run ... SCRIPT`` as one
+rank of that script (what torchrun does with one process), so no rendezvous port is opened.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from backend.cli import main as cli_main
+from backend.runtime import Runtime
+from backend.supervisor.spec import Kind, ProcState as S
+from backend.train.generation import clear_cache
+from backend.train.reader import TrainLogReader
+from backend.train.runs import ResumeNeedsConfirmation
+from backend.workspace import load_workspace
+from state import audit
+from tests.supervisor.conftest import _end_group, wait_for
+
+STANDIN = textwrap.dedent("""\
+    import argparse, json, os, signal, sys, time
+    ap = argparse.ArgumentParser()
+    for flag in ("--target-model-path", "--train-data-path", "--output-dir", "--num-epochs", "--batch-size",
+                 "--learning-rate", "--max-length", "--ttt-length", "--save-interval"):
+        ap.add_argument(flag)
+    ap.add_argument("--resume", action="store_true")
+    a = ap.parse_args()
+    def term(*_):
+        print("got SIGTERM, leaving", flush=True)
+        sys.exit(143)
+    signal.signal(signal.SIGTERM, term)
+    out = a.output_dir
+    done = sorted(int(d.rsplit("_", 1)[1]) for d in os.listdir(out) if d.startswith("epoch_0_step_"))
+    start = done[-1] if (a.resume and done) else 0
+    print(f"rank {os.environ.get('RANK')}: resume={a.resume} lr={a.learning_rate}", flush=True)
+    print(f"Starting training from epoch:0          step:{start}", flush=True)
+    step = start
+    while True:
+        step += 1
+        sys.stderr.write(f"\\rTraining Epoch 0:  {step}%|#| {step}/100 [00:0{step % 10}<00:10,  1.00it/s, "
+                         f"loss={5 / step:.2f}, acc={1 - 1 / (step + 1):.2f}, time=0.05s]")
+        sys.stderr.flush()
+        if step % 2 == 0:
+            d = os.path.join(out, f"epoch_0_step_{step}")
+            os.makedirs(d, exist_ok=True)
+            print(f"\\nEval - Step {step} [{step + 1}/1], position 0,  Acc: {1 - 1 / (step + 1):.2f}", flush=True)
+            print(f"Saved model configuration to {d}", flush=True)
+        time.sleep(0.05)
+""")
+
+FAKE_PYTHON = """#!/bin/sh
+# the training environment's python: torchrun with one process runs the script as rank 0
+if [ "$1" = "-m" ] && [ "$2" = "torch.distributed.run" ]; then
+  shift 5
+  export RANK=0 LOCAL_RANK=0 WORLD_SIZE=1
+fi
+exec {real} "$@"
+"""
+
+
+def _config(tmp_path: Path, version: str) -> Path:
+    sf = tmp_path / "SpecForge"
+    (sf / "scripts").mkdir(parents=True)
+    (sf / "scripts" / "train_eagle3.py").write_text(STANDIN)
+    (sf / "version.txt").write_text(version + "\n")
+    py = tmp_path / "env" / "bin" / "python"
+    py.parent.mkdir(parents=True)
+    py.write_text(FAKE_PYTHON.format(real=sys.executable))
+    py.chmod(0o755)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "data.jsonl").write_text('{"id": "1", "conversations": []}\n')
+    (ws / "specdeck.toml").write_text(textwrap.dedent(f"""\
+        [workspace]
+        name = "train-test"
+
+        [telemetry]
+        source = "fake"
+
+        # a Gen-2 run on the stand-in trainer
+        [[train]]
+        name = "sf"
+        python = "{py}"
+        specforge_dir = "{sf}"
+        target_model = "/models/target"
+        train_data = "data.jsonl"
+        learning_rate = 2e-4
+        stop_grace_s = 5
+        """))
+    return ws
+
+
+@pytest.fixture
+def rt(tmp_path):
+    clear_cache()
+    ws = _config(tmp_path, "0.2.0")
+    runtime = Runtime(load_workspace(ws), background=False)
+    yield runtime
+    sup = runtime.supervisor
+    try:
+        sup.poll()
+        v = sup.view("sf")
+        if v is not None and v.live:
+            sup.stop("sf", actor="test", source="teardown", wait=True)
+    finally:
+        runtime.close()
+        for d in (ws / "run").iterdir():
+            ident = d / "identity.json"
+            if ident.exists():
+                rec = json.loads(ident.read_text())
+                _end_group(int(rec["pid"]), rec.get("create_time"))
+        clear_cache()
+
+
+def _log(rt) -> str:
+    p = rt.train.log_path("sf")
+    return p.read_text(errors="replace") if p.exists() else ""
+
+
+def _audits(rt, target: str) -> list[tuple[str, str, str]]:
+    return [(r.action, r.outcome, r.actor) for r in audit.recent(rt.store, limit=100) if r.target == target][::-1]
+
+
+@pytest.mark.timeout(120)
+def test_start_stop_resume_with_the_020_warning(rt):
+    sup = rt.supervisor
+    assert rt.train.names() == ["sf"]
+    spec = next(s for s in rt.all_specs() if s.name == "sf")
+    assert spec.kind == Kind.TRAINING and spec.argv[2:4] == ("torch.distributed.run", "--standalone")
+    assert rt.train.generation("sf").label == "Gen-2 (detected, SpecForge 0.2.0)"
+
+    rt.start("sf", actor="alice", source="test")  # the runtime routes a run to TrainRuns
+    wait_for(lambda: "Saved model configuration" in _log(rt) and "step_4" in _log(rt), timeout_s=60, poll=sup.poll)
+    assert sup.view("sf").state == S.RUNNING
+    assert "rank 0: resume=False lr=0.0002" in _log(rt)
+
+    reader = TrainLogReader(rt.train.log_path("sf"))
+    recs = reader.poll().records
+    steps = [r.step for r in recs if r.kind == "metrics" and r.metrics.get("acc_0") is not None]
+    assert steps[:2] == [2, 4]
+    assert any(r.kind == "start" for r in recs)
+
+    rt.train.stop("sf", actor="alice", source="test")
+    wait_for(lambda: sup.view("sf").state == S.EXITED, timeout_s=30, poll=sup.poll)
+    assert "got SIGTERM, leaving" in _log(rt)
+    # its handler's exit, or SIGTERM itself when a second SIGTERM (to the group and to the process) lands
+    # while the interpreter is ending; never SIGKILL (-9)
+    assert sup.view("sf").exit_code in (143, -15)
+
+    warning = rt.train.resume_warning("sf")
+    assert warning.startswith("SpecForge 0.2.0's --resume silently starts over")
+    with pytest.raises(ResumeNeedsConfirmation) as ei:
+        rt.train.resume("sf", actor="alice", source="test")
+    assert ei.value.warning == warning
+    sup.poll()
+    assert sup.view("sf").state == S.EXITED  # nothing was started
+
+    rt.train.resume("sf", actor="alice", source="test", confirmed=True)
+    wait_for(lambda: "resume=True" in _log(rt), timeout_s=60, poll=sup.poll)
+    assert sup.view("sf").spec.argv[-1] == "--resume"
+    rt.train.stop("sf", actor="alice", source="test")
+    wait_for(lambda: sup.view("sf").state == S.EXITED, timeout_s=30, poll=sup.poll)
+    assert _audits(rt, "sf") == [
+        ("start", "ok", "alice"), ("stop", "ok", "alice"), ("resume", "refused", "alice"),
+        ("resume-confirmed", "ok", "alice"), ("start", "ok", "alice"), ("stop", "ok", "alice")]
+
+
+@pytest.mark.timeout(60)
+def test_resume_of_a_fixed_version_with_checkpoints_needs_no_confirmation(tmp_path):
+    clear_cache()
+    ws = _config(tmp_path, "0.3.0")
+    out = ws / "outputs" / "train" / "sf" / "epoch_0_step_2"
+    out.mkdir(parents=True)
+    runtime = Runtime(load_workspace(ws), background=False)
+    try:
+        assert runtime.train.resume_warning("sf") == ""
+        (ws.parent / "SpecForge" / "version.txt").write_text("0.2.0\n")
+        assert "0.2.0" in runtime.train.resume_warning("sf")
+        out.rmdir()
+        (ws.parent / "SpecForge" / "version.txt").write_text("0.3.0\n")
+        assert runtime.train.resume_warning("sf") == (f"There is no checkpoint in {ws / 'outputs/train/sf'} yet: a "
+                                                      "resume starts from step 0.")
+    finally:
+        runtime.close()
+        clear_cache()
+
+
+def test_cli_command_and_unconfirmed_resume(tmp_path):
+    clear_cache()
+    ws = _config(tmp_path, "0.2.0")
+    out, err = io.StringIO(), io.StringIO()
+    assert cli_main(["--workspace", str(ws), "train", "command", "sf"], out, err) == 0
+    py, sf = tmp_path / "env/bin/python", tmp_path / "SpecForge"
+    assert out.getvalue().splitlines()[:4] == [
+        "# sf: Gen-2 (detected, SpecForge 0.2.0)",
+        f"cd {sf}",
+        "export PYTHONUNBUFFERED=1",
+        f"{py} -m torch.distributed.run --standalone --nproc_per_node 1 {sf}/scripts/train_eagle3.py "
+        f"--target-model-path /models/target --train-data-path {ws}/data.jsonl --output-dir {ws}/outputs/train/sf "
+        "--num-epochs 10 --batch-size 1 --learning-rate 0.0002 --max-length 2048 --ttt-length 7"]
+    out, err = io.StringIO(), io.StringIO()
+    assert cli_main(["--workspace", str(ws), "train", "resume", "sf"], out, err) == 1
+    assert out.getvalue().startswith("warning: SpecForge 0.2.0's --resume silently starts over")
+    assert err.getvalue() == ("error: sf was not resumed: read the warning above, then run again with --yes to "
+                              "resume anyway\n")
+    out = io.StringIO()
+    assert cli_main(["--workspace", str(ws), "train", "runs", "--json"], out, io.StringIO()) == 0
+    row = json.loads(out.getvalue())[0]
+    assert (row["name"], row["generation"], row["version"], row["state"]) == ("sf", "gen2", "0.2.0", "NEVER")
+    clear_cache()
+
+
+GEN3_CLI = textwrap.dedent("""\
+    import sys, yaml
+    args = sys.argv[1:]
+    assert args[:2] == ["train", "--config"], args
+    doc = yaml.safe_load(open(args[2]))
+    print(f"run_id={doc['run_id']} nproc={doc['deployment']['trainer']['nproc_per_node']} overrides={args[3:]}",
+          flush=True)
+    print("step 10: {'loss': 2.5, 'acc_0': 0.41, 'acceptance_rate_0': 0.38, 'lr': 0.0001}", flush=True)
+""")
+
+
+@pytest.mark.timeout(120)
+def test_gen3_start_writes_the_yaml_and_runs_the_environments_specforge(tmp_path):
+    from tests.train.test_generation import make_venv
+
+    clear_cache()
+    py = make_venv(tmp_path / "venv", version="0.2.0", cli=True, console_script=True)
+    # the console script: the stand-in CLI, run by the dashboard's own python (which has PyYAML)
+    (tmp_path / "venv" / "bin" / "specforge").write_text(f"#!{sys.executable}\n" + GEN3_CLI)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "specdeck.toml").write_text(textwrap.dedent(f"""\
+        [workspace]
+        name = "g3"
+        [telemetry]
+        source = "fake"
+        [[train]]
+        name = "g3"
+        python = "{py}"
+        target_model = "/models/t"
+        train_data = "/data/t.jsonl"
+        gpus = [0, 1]
+        capture_servers = ["http://127.0.0.1:30000"]
+        """))
+    runtime = Runtime(load_workspace(ws), background=False)
+    sup = runtime.supervisor
+    try:
+        cmd = runtime.train.command("g3")
+        assert cmd.generation.label == "Gen-3 (detected, SpecForge 0.2.0)"
+        assert cmd.argv == (str(tmp_path / "venv/bin/specforge"), "train", "--config",
+                            str(ws / "outputs/train/g3.yaml"))
+        assert not Path(cmd.yaml_path).exists()
+        runtime.train.start("g3", actor="bob", source="test")
+        assert Path(cmd.yaml_path).read_text() == cmd.yaml_text  # written before the start
+        wait_for(lambda: sup.view("g3").state == S.EXITED, timeout_s=60, poll=sup.poll)
+        log = runtime.train.log_path("g3").read_text()
+        assert "run_id=g3 nproc=2 overrides=[]" in log
+        assert sup.view("g3").exit_code == 0
+        recs = TrainLogReader(runtime.train.log_path("g3")).poll().records
+        m = next(r for r in recs if r.kind == "metrics")
+        assert (m.generation, m.step, m.metrics["acc_0"]) == (3, 10, 0.41)
+
+        # no checkpoint yet: a resume is confirmed first (there is no 0.2.0 warning for Gen-3)
+        warning = runtime.train.resume_warning("g3")
+        assert warning == f"There is no checkpoint in {ws / 'outputs/train/g3'} yet: a resume starts from step 0."
+        runtime.train.resume("g3", actor="bob", source="test", confirmed=True)
+        wait_for(lambda: sup.view("g3").state == S.EXITED and "overrides=['training.resume_from=" in
+                 runtime.train.log_path("g3").read_text(), timeout_s=60, poll=sup.poll)
+        assert f"overrides=['training.resume_from={ws}/outputs/train/g3/g3-latest']" in \
+            runtime.train.log_path("g3").read_text()
+    finally:
+        runtime.close()
+        clear_cache()
