@@ -16,12 +16,38 @@ def followed() -> dict[str, RunRef]:
     return st.session_state.setdefault(FOLLOWED, {})
 
 
+def workspace_run(rt, name: str) -> RunRef:
+    cfg = rt.train.config(name)
+    return RunRef(name, rt.train.log_path(name), rt.train.output_dir(name), run_id=name,
+                  draft_config=cfg.draft_config, process=name, target=cfg.target_model, source="workspace")
+
+
 def known_runs(rt) -> dict[str, RunRef]:
-    """The runs to choose from: the workspace's, then the logs followed in this session."""
+    """The runs to choose from: the workspace's ``[[train]]`` runs, then the logs followed in this session."""
     out: dict[str, RunRef] = {}
+    for name in rt.train.names():
+        out[name] = workspace_run(rt, name)
     for name, ref in followed().items():
         out.setdefault(name, ref)
     return out
+
+
+def run_tab(rt, ref: RunRef) -> None:
+    """A workspace run's command (and Gen-3 YAML) and its edit form; for a followed log, what is followed."""
+    from ui.train_control import command_preview
+    from ui.train_form import run_form
+
+    if ref.source != "workspace":
+        st.markdown(f"Followed by path in this session (started elsewhere): log `{ref.log}`"
+                    + (f", output folder `{ref.output_dir}`" if ref.output_dir else ""))
+        if st.button("Stop following", key="train-unfollow", icon=":material/visibility_off:"):
+            followed().pop(ref.name, None)
+            st.rerun()
+        return
+    st.markdown("**Command**")
+    command_preview(rt, ref.name)
+    with st.expander("Edit this run", icon=":material/edit:"):
+        run_form(rt, ref.name)
 
 
 def follow_form(rt) -> None:

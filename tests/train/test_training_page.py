@@ -286,3 +286,163 @@ def test_measured_accept_len_of_a_checkpoint(workspace):
     assert list(table["measured accept_len"]) == ["2.41", "N/A"]
     star = _trace(_figure(at, "Accept length: predicted and measured"), "measured (benchmark)")
     assert (star["x"], star["y"]) == ([20], [2.41])
+
+
+# -- runs of the workspace: start, stop and resume through the supervisor ---------------------------------
+
+@pytest.fixture
+def train_ws(tmp_path, monkeypatch):
+    """The stand-in Gen-2 trainer of tests/train/test_runs.py in a checkout reading SpecForge 0.2.0."""
+    import json
+
+    from backend.train.generation import clear_cache
+    from tests.supervisor.conftest import _end_group
+    from tests.train.test_runs import _config
+
+    clear_cache()
+    ws = _config(tmp_path, "0.2.0")
+    monkeypatch.setenv("SPECDECK_WORKSPACE", str(ws))
+    yield ws
+    rt = runtime_mod._runtimes.get(ws.resolve())
+    if rt is not None:
+        for v in rt.supervisor.views():
+            if v.live:
+                rt.supervisor.stop(v.name, actor="test", source="test", wait=True)
+    runtime_mod.close_all()
+    for d in (ws / "run").iterdir():
+        ident = d / "identity.json"
+        if ident.exists():
+            rec = json.loads(ident.read_text())
+            _end_group(int(rec["pid"]), rec.get("create_time"))
+    clear_cache()
+
+
+def _state(ws: Path) -> str | None:
+    v = _runtime(ws).supervisor.view("sf")
+    return v.state.value if v is not None else None
+
+
+@pytest.mark.timeout(180)
+def test_start_stop_and_resume_with_the_020_warning(train_ws):
+    from state import audit
+    from tests.supervisor.conftest import wait_for
+
+    at = _page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60))
+    assert at.selectbox(key="train-run").value == "sf"
+    assert any("**SpecForge generation:** Gen-2 (detected, SpecForge 0.2.0)" == m.value for m in at.markdown)
+    assert any("scripts/train_eagle3.py --target-model-path /models/target" in c.value for c in at.code)
+    assert any("NOT STARTED" in m.value for m in at.markdown)
+    at.button(key="train-start").click().run()
+    log = train_ws / "logs" / "sf.log"
+    wait_for(lambda: _state(train_ws) == "RUNNING" and log.exists() and "epoch_0_step_4" in log.read_text(),
+             timeout_s=60)
+    at.run()
+    assert any("RUNNING" in m.value and "**sf**" in m.value for m in at.markdown)
+    assert int(_metric(at, "step").value.replace(",", "")) >= 4  # the curves follow the run's own log
+    assert at.button(key="train-start").disabled and at.button(key="train-resume").disabled
+
+    at.button(key="train-stop").click().run()
+    assert any("Stop **sf**?" in w.value for w in at.warning)
+    assert _state(train_ws) == "RUNNING"  # nothing stopped before the confirmation
+    at.button(key="train-confirm-stop-yes").click().run()
+    wait_for(lambda: _state(train_ws) == "EXITED", timeout_s=30)
+    assert "got SIGTERM, leaving" in log.read_text()
+
+    at.run()
+    at.button(key="train-resume").click().run()
+    warning = next(w.value for w in at.warning if w.value.startswith("**Resume sf?**"))
+    assert "SpecForge 0.2.0's --resume silently starts over" in warning
+    at.run()
+    assert _state(train_ws) == "EXITED"  # not resumed until confirmed
+    at.button(key="train-confirm-resume-yes").click().run()
+    wait_for(lambda: "resume=True" in log.read_text(), timeout_s=60)
+    assert _runtime(train_ws).supervisor.view("sf").spec.argv[-1] == "--resume"
+    at.run()
+    at.button(key="train-stop").click().run()
+    at.button(key="train-confirm-stop-yes").click().run()
+    wait_for(lambda: _state(train_ws) == "EXITED", timeout_s=30)
+    rows = [(r.action, r.outcome, r.source) for r in audit.recent(_runtime(train_ws).store, limit=50)
+            if r.target == "sf"][::-1]
+    assert rows == [("start", "ok", "dashboard"), ("stop", "ok", "dashboard"), ("resume-confirmed", "ok", "dashboard"),
+                    ("start", "ok", "dashboard"), ("stop", "ok", "dashboard")]
+
+
+@pytest.mark.timeout(180)
+def test_resume_cancelled_starts_nothing(train_ws):
+    at = _page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60))
+    at.button(key="train-resume").click().run()
+    warning = next(w.value for w in at.warning if w.value.startswith("**Resume sf?**"))
+    assert "There is no checkpoint in" in warning  # and 0.2.0's: both said before the choice
+    at.button(key="train-confirm-resume-no").click().run()
+    assert not any(w.value.startswith("**Resume sf?**") for w in at.warning)
+    assert _state(train_ws) == "NEVER"
+
+
+# -- the form: a run created, reviewed with its generation and command, saved to the workspace file ------
+
+FORM = "train-form-new"
+
+
+def _fill(at: AppTest, **fields) -> AppTest:
+    for key, value in fields.items():
+        w = at.get("text_input") + at.get("selectbox") + at.get("number_input")
+        widget = next(x for x in w if x.key == f"{FORM}-{key}")
+        (widget.input(value) if hasattr(widget, "input") and isinstance(value, str) and widget.type == "text_input"
+         else widget.set_value(value))
+    next(b for b in at.button if b.label == "Review").click()
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+@pytest.mark.timeout(120)
+def test_form_creates_a_run_with_its_command(workspace):
+    regen = workspace / "outputs" / "regen"
+    regen.mkdir(parents=True)
+    (regen / "chat.progress.jsonl").write_text("")
+    at = _page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60))
+    data = at.selectbox(key=f"{FORM}-data-pick")
+    assert str(regen / "chat.jsonl") in data.options  # the workspace's regeneration output is offered
+    _fill(at, **{"name": "mini", "target-typed": "/models/t", "data-pick": str(regen / "chat.jsonl"),
+                 "gen": "gen2", "entry": "module:backend.train.tiny train", "epochs": 2, "lr": 3e-3,
+                 "ttt": 4, "tracker": "tensorboard"})
+    assert "**SpecForge generation:** Gen-2 (chosen)" in [m.value for m in at.markdown]
+    cmd = next(c.value for c in at.code if "backend.train.tiny" in c.value)
+    assert (f"-m backend.train.tiny train --target-model-path /models/t --train-data-path {regen / 'chat.jsonl'} "
+            f"--output-dir {workspace / 'outputs/train/mini'} --num-epochs 2 --batch-size 1 --learning-rate 0.003 "
+            "--max-length 2048 --ttt-length 4 --report-to tensorboard") in cmd
+    assert "name = \"mini\"" not in (workspace / "specdeck.toml").read_text()  # nothing written before Save
+    at.button(key=f"{FORM}-save").click().run()
+    text = (workspace / "specdeck.toml").read_text()
+    assert '[[train]]\nname = "mini"\ngeneration = "gen2"\nentry = "module:backend.train.tiny train"\n' in text
+    assert "num_epochs = 2\n" in text and "ttt_length = 4\n" in text and 'report_to = "tensorboard"' in text
+    assert "batch_size" not in text  # SpecForge's default is not written out
+    assert at.selectbox(key="train-run").value == "mini"
+    assert any("NOT STARTED" in m.value and "**mini**" in m.value for m in at.markdown)
+
+
+@pytest.mark.timeout(120)
+def test_form_shows_the_gen3_yaml(workspace):
+    at = _page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60))
+    _fill(at, **{"name": "g3", "target-typed": "/models/t", "data-typed": "data.jsonl", "gen": "gen3",
+                 "capture": "http://127.0.0.1:30000", "ttt": 5})
+    assert any(m.value.startswith("**Gen-3 config** (written to") for m in at.markdown)
+    yaml_text = next(c.value for c in at.code if c.value.startswith("model:"))
+    assert "  ttt_length: 5\n" in yaml_text and "run_id: g3\n" in yaml_text
+    assert "    server_urls:\n    - http://127.0.0.1:30000" in yaml_text
+    assert any(" train --config " in c.value for c in at.code)
+
+
+@pytest.mark.timeout(120)
+def test_form_errors_name_the_field(workspace):
+    at = _page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60))
+    _fill(at, **{"name": "bad name", "target-typed": "/models/t", "data-typed": "d.jsonl"})
+    err = next(e.value for e in at.error if e.value.startswith("**Not saved**"))
+    assert "`name`: use letters, digits" in err
+    _fill(at, **{"name": "ok", "gpus": "0,1,2", "tp": 2})
+    err = next(e.value for e in at.error if e.value.startswith("**Not saved**"))
+    assert "`config`: tp_size 2 must divide the number of GPUs (3)" in err
+    _fill(at, **{"name": "ok", "gpus": "0,x", "tp": 1})
+    err = next(e.value for e in at.error if e.value.startswith("**Not saved**"))
+    assert "`gpus`: '0,x' is not a list of GPU indices like 0,1,2,3" in err
+    assert "[[train]]" not in (workspace / "specdeck.toml").read_text()
