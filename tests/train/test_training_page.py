@@ -446,3 +446,85 @@ def test_form_errors_name_the_field(workspace):
     err = next(e.value for e in at.error if e.value.startswith("**Not saved**"))
     assert "`gpus`: '0,x' is not a list of GPU indices like 0,1,2,3" in err
     assert "[[train]]" not in (workspace / "specdeck.toml").read_text()
+
+
+# -- several runs, restarts, wall time and tracker files ------------------------------------------------
+
+@pytest.mark.timeout(120)
+def test_runs_overlaid(workspace):
+    a, b = workspace / "a.log", workspace / "b.log"
+    a.write_text(gen2_log(), encoding="utf-8")
+    b.write_text(gen2_log(steps=10).replace("loss=", "loss=1"), encoding="utf-8")  # 14.90 … 14.00
+    at = _page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60))
+    _follow(at, a)
+    _follow(at, b)
+    assert at.selectbox(key="train-run").value == "b.log"
+    at.multiselect(key="train-overlay").select("a.log").run()
+    at.slider(key="train-smooth").set_value(0.0).run()
+    fig = _figure(at, "Loss")
+    assert _trace(fig, "b.log")["y"][-1] == pytest.approx(14.0) and len(_trace(fig, "b.log")["y"]) == 10
+    assert _trace(fig, "a.log")["y"][-1] == pytest.approx(3.0) and len(_trace(fig, "a.log")["y"]) == 20
+    assert _trace(fig, "a.log")["line"]["color"] != _trace(fig, "b.log")["line"]["color"]
+    pos = _figure(at, "acc_i per TTT position")
+    assert {"b.log · pos 0", "a.log · pos 0"} <= {t.get("name") for t in pos["data"]}
+    assert _metric(at, "step").value == "10"  # the figures are the chosen run's
+
+
+def test_a_run_appended_to_the_log_breaks_the_lines(tmp_path):
+    """The supervisor's line before each run anchors wall time; a second run starts a new line."""
+    from datetime import datetime
+
+    from ui.train_data import curves, follower
+
+    mark = "===== specdeck: sf run {n} starting at 2026-11-30 10:00:{s:02d}: python train.py\n"
+    log = tmp_path / "sf.log"
+    log.write_text(mark.format(n=1, s=0) + gen2_log(steps=3) + "\n" + mark.format(n=2, s=30) + gen2_log(steps=2),
+                   encoding="utf-8")
+    snap = follower(log).poll()
+    c = curves(snap.records, snap.times)
+    loss = c.train["loss"]
+    assert [round(v, 2) if v is not None else None for v in loss.values] == [4.9, 4.8, 4.7, None, 4.9, 4.8]
+    start1 = datetime(2026, 11, 30, 10, 0, 0).timestamp()
+    start2 = datetime(2026, 11, 30, 10, 0, 30).timestamp()
+    # the bar printed n seconds elapsed at step n: the run's start plus tqdm's elapsed time
+    assert [t for t in loss.times if t is not None] == [start1 + 1, start1 + 2, start1 + 3, start2 + 1, start2 + 2]
+    assert [t for _, t in c.restarts] == [start1, start2]
+
+
+def test_tensorboard_fills_in_the_learning_rate(tmp_path):
+    """Gen-2 prints no lr: its TensorBoard files under <output>/runs have train/lr; a metric the console has
+    is not taken twice."""
+    from tests.train.test_trackers import frame, scalar_event, version_event
+    from ui.train_data import curves, follower
+
+    out = tmp_path / "out"
+    (out / "runs").mkdir(parents=True)
+    events = frame(version_event()) + b"".join(
+        frame(scalar_event(1000.0 + s, s, [("train/lr", 1e-4 * s), ("train/loss", 99.0)])) for s in (1, 2, 3))
+    (out / "runs" / "events.out.tfevents.1.host").write_bytes(events)
+    log = tmp_path / "train.log"
+    log.write_text(gen2_log(steps=3), encoding="utf-8")
+    snap = follower(log, out).poll()
+    c = curves(snap.records, snap.times, snap.tracker_records)
+    assert c.train["lr"].steps == [1.0, 2.0, 3.0]
+    assert c.train["lr"].values == pytest.approx([1e-4, 2e-4, 3e-4])
+    assert c.train["loss"].values == pytest.approx([4.9, 4.8, 4.7])  # from the console, not the tracker's 99
+    assert "TensorBoard files under" in snap.tracker_note
+
+
+def test_eta_band_and_ema():
+    from backend.train.reader import Progress
+    from ui.train_data import Curves, Series, ema, eta
+
+    # by hand: n=1 → 1.0; n=2 → (0.5·0.5·1 + 0.5·3) / 0.75 = 2.3333; a gap restarts it
+    got = ema([1.0, 3.0, None, 2.0], 0.5)
+    assert got[0] == pytest.approx(1.0) and got[1] == pytest.approx(2.3333, abs=1e-4)
+    assert got[2] is None and got[3] == pytest.approx(2.0)
+    s = Series()
+    for i, v in enumerate([9.0, None, 1.0, 2.0, 4.0]):
+        s.add(float(i), None, v)
+    c = Curves(train={"step_time_s": s})
+    e = eta(Progress(step=90, total_steps=100, epoch=0, num_epochs=1, s_per_step=2.0, eta_s=20.0, generation=2), c)
+    # 10 steps left; the last times since the gap: 1, 2, 4 s → 10-40 s, tqdm's point 20 s
+    assert (e.point_s, e.low_s, e.high_s) == (20.0, 10.0, 40.0)
+    assert eta(Progress(90, None, 0, 1, 2.0, None, 2), c).point_s is None
