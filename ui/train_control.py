@@ -4,6 +4,7 @@ replace work (SpecForge 0.2.0's resume, which silently starts over, among them).
 
 from __future__ import annotations
 
+import re
 import shlex
 
 import streamlit as st
@@ -13,7 +14,9 @@ from backend.train.command import CommandError
 from backend.train.runs import ResumeNeedsConfirmation
 from ui import fmt
 from ui.auth import control_lock
-from ui.components import confirm_box
+from backend.logview import newest_line_age
+from backend.supervisor.logtail import last_lines
+from ui.components import confirm_box, log_block
 from ui.context import actor
 
 REFRESH_S = 2
@@ -113,5 +116,28 @@ def run_controls(rt, name: str) -> None:
         _do("resume", lambda: train.resume(name, actor=actor(), source="dashboard", confirmed=True))
     if view is not None and view.state.value in ("EXITED", "FATAL") and view.exit_code not in (0, None) \
             and not fmt.stopped_by_user(view.detail):
-        st.error(f"The run ended with exit code {view.exit_code}: the last lines of `{view.log_path}` (Curves tab, "
-                 "or the Processes page) say why.", icon=":material/error:")
+        lines = display_lines(view.log_path, 60)
+        why = next((ln for ln in reversed(lines) if _ERROR.search(ln)), None)
+        st.error(f"The run ended with exit code {view.exit_code}"
+                 + (f": `{why.strip()[:400]}`" if why else "")
+                 + f". The log's last lines are in the Run tab; the whole log is `{view.log_path}`.",
+                 icon=":material/error:")
+
+
+_ERROR = re.compile(r"\b(ERROR|Error|Traceback|error:|Exception)\b")
+
+
+def display_lines(path, n: int) -> list[str]:
+    """The last ``n`` lines of a log as a reader sees them: of a tqdm bar redrawn after carriage returns,
+    only its last drawing."""
+    try:
+        lines = last_lines(path, n)
+    except OSError:
+        return []
+    return [ln.rsplit("\r", 1)[-1] if "\r" in ln else ln for ln in lines]
+
+
+@st.fragment(run_every=REFRESH_S)
+def log_tail(path) -> None:
+    """The run's log, newest line where the eye lands."""
+    log_block(display_lines(path, 215), newest_age_s=newest_line_age(path), toggle_key="train-log-probes")

@@ -53,11 +53,9 @@ def _snapshot(ref: RunRef) -> Snapshot | None:
 
 
 def _status_line(rt, ref: RunRef, snap: Snapshot | None) -> None:
+    """Which log, and how fresh (the run's state is above the tabs, with its controls)."""
     bits = []
     view = rt.supervisor.view(ref.process) if ref.process else None
-    if view is not None:
-        badge = fmt.view_badge(view)
-        bits.append(f"{badge.markdown()} &nbsp; **{view.name}**" + (f" · pid {view.pid}" if view.pid else ""))
     if snap is not None and snap.generation:
         bits.append(f"SpecForge Gen-{snap.generation} log")
     bits.append(f"log `{ref.log}`")
@@ -162,7 +160,7 @@ def live_curves(rt, refs: list[RunRef], opts: dict) -> None:
     if snap is None or not snap.exists:
         st.info(f"No log yet at `{ref.log}`: the run writes it when it starts." if ref.log else
                 "This run has no log path.", icon=":material/hourglass_empty:")
-    elif not snap.records:
+    elif not any(r.kind in ("metrics", "progress") for r in snap.records):
         st.info(f"`{ref.log}` has no training line yet ({fmt.count(snap.stats.lines)} other lines): SpecForge "
                 "prints its first bar or metrics once the data is prepared.", icon=":material/hourglass_empty:")
     else:

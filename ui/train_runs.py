@@ -34,7 +34,7 @@ def known_runs(rt) -> dict[str, RunRef]:
 
 def run_tab(rt, ref: RunRef) -> None:
     """A workspace run's command (and Gen-3 YAML) and its edit form; for a followed log, what is followed."""
-    from ui.train_control import command_preview
+    from ui.train_control import command_preview, log_tail
     from ui.train_form import run_form
 
     if ref.source != "workspace":
@@ -43,11 +43,14 @@ def run_tab(rt, ref: RunRef) -> None:
         if st.button("Stop following", key="train-unfollow", icon=":material/visibility_off:"):
             followed().pop(ref.name, None)
             st.rerun()
-        return
-    st.markdown("**Command**")
-    command_preview(rt, ref.name)
-    with st.expander("Edit this run", icon=":material/edit:"):
-        run_form(rt, ref.name)
+    else:
+        st.markdown("**Command**")
+        command_preview(rt, ref.name)
+        with st.expander("Edit this run", icon=":material/edit:"):
+            run_form(rt, ref.name)
+    if ref.log is not None:
+        st.markdown("**Log**")
+        log_tail(ref.log)
 
 
 def follow_form(rt) -> None:

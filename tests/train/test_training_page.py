@@ -528,3 +528,33 @@ def test_eta_band_and_ema():
     # 10 steps left; the last times since the gap: 1, 2, 4 s → 10-40 s, tqdm's point 20 s
     assert (e.point_s, e.low_s, e.high_s) == (20.0, 10.0, 40.0)
     assert eta(Progress(90, None, 0, 1, 2.0, None, 2), c).point_s is None
+
+
+@pytest.mark.timeout(120)
+def test_a_failed_run_says_why_and_shows_its_log(tmp_path, monkeypatch):
+    from tests.supervisor.conftest import wait_for
+
+    py = tmp_path / "env" / "python"
+    py.parent.mkdir()
+    py.write_text("#!/bin/sh\necho 'Training Epoch 0:   0%|  | 0/10 [00:00<?, ?it/s]'\n"
+                  "echo '2026-11-30 12:47:28,478 - ERROR - /data/train.jsonl: training data file not found' >&2\n"
+                  "exit 1\n")
+    py.chmod(0o755)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "specdeck.toml").write_text(f'[workspace]\nname = "fail"\n\n[[train]]\nname = "bad"\npython = "{py}"\n'
+                                      'generation = "gen2"\nentry = "module:trainer train"\n'
+                                      'target_model = "/models/t"\ntrain_data = "/data/train.jsonl"\n')
+    monkeypatch.setenv("SPECDECK_WORKSPACE", str(ws))
+    try:
+        at = _page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60))
+        at.button(key="train-start").click().run()
+        wait_for(lambda: (_runtime(ws).supervisor.view("bad").state.value == "EXITED"), timeout_s=30)
+        at.run()
+        err = next(e.value for e in at.error if e.value.startswith("The run ended with exit code 1"))
+        assert "ERROR - /data/train.jsonl: training data file not found" in err
+        assert f"`{ws / 'logs' / 'bad.log'}`" in err
+        tail = "\n".join(c.value for c in at.code)
+        assert "Training Epoch 0:   0%|  | 0/10 [00:00<?, ?it/s]" in tail and "training data file not found" in tail
+    finally:
+        runtime_mod.close_all()
