@@ -19,6 +19,7 @@ from ui.train_curves import bench_results
 from ui.train_data import RunRef, measured
 
 GEN_NAMES = {1: "Gen-1 (epoch_N)", 2: "Gen-2 (epoch_N_step_M)", 3: "Gen-3 runtime ({run}-stepN)"}
+REFRESH_S = 5
 MANAGED, FOLDER = "a managed server's target", "a folder"
 
 
@@ -45,9 +46,15 @@ def _table(run: RunCheckpoints, meas: dict[str, float]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+@st.fragment(run_every=REFRESH_S)
 def checkpoints_tab(rt, ref: RunRef) -> None:
+    """Live: a checkpoint the run saves appears without a reload."""
     if ref.output_dir is None:
         st.info("This run has no output folder, so it has no checkpoints to list.", icon=":material/info:")
+        return
+    if not ref.output_dir.exists():
+        st.info(f"No checkpoint yet: `{ref.output_dir}` does not exist yet (the run creates it when it starts).",
+                icon=":material/info:")
         return
     run = list_checkpoints(ref.output_dir, ref.run_id)
     for p in run.problems:

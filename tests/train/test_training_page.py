@@ -558,3 +558,15 @@ def test_a_failed_run_says_why_and_shows_its_log(tmp_path, monkeypatch):
         assert "Training Epoch 0:   0%|  | 0/10 [00:00<?, ?it/s]" in tail and "training data file not found" in tail
     finally:
         runtime_mod.close_all()
+
+
+@pytest.mark.timeout(120)
+def test_checkpoints_before_the_output_folder_exists(workspace):
+    out = workspace / "out"
+    log = workspace / "train.log"
+    log.write_text(gen2_log(steps=3), encoding="utf-8")
+    at = _follow(_page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60)), log, out)
+    assert any(f"`{out}` does not exist yet" in i.value for i in at.info)
+    write_checkpoint(out / "epoch_0_step_2", state=(0, 2))
+    at.run()
+    assert list(_ckpt_table(at)["checkpoint"]) == ["epoch_0_step_2"]
