@@ -18,6 +18,7 @@ from ui.train_data import (AcceptView, Curves, Measured, RunRef, Snapshot, curve
                            step_times)
 
 REFRESH_S = 2
+CHART_REFRESH_S = 5
 MAX_BENCH_RESULTS = 5000
 
 
@@ -138,14 +139,14 @@ def _missing(what: str, why: str) -> None:
     st.caption(f"**{what}**: N/A — {why}")
 
 
-@st.fragment(run_every=REFRESH_S)
-def live_curves(rt, refs: list[RunRef], opts: dict) -> None:
-    """The first run's progress and figures; every run's curves overlaid."""
-    if not refs:
-        st.info("Choose a run to show above.", icon=":material/info:")
-        return
+Row = tuple[RunRef, "Snapshot | None", Curves, AcceptView, list[Measured]]
+
+
+def _rows(rt, refs: list[RunRef], opts: dict) -> list[Row]:
+    """Each run's latest snapshot (its shared follower reads only what was appended), curves, prediction and
+    measured benchmarks."""
     results = bench_results(rt)
-    rows: list[tuple[RunRef, Snapshot | None, Curves, AcceptView, list[Measured]]] = []
+    rows: list[Row] = []
     for ref in refs:
         snap = _snapshot(ref)
         if snap is None or not snap.exists:
@@ -155,7 +156,21 @@ def live_curves(rt, refs: list[RunRef], opts: dict) -> None:
         view = predicted(snap.records, snap.generation, temperature=opts["temperature"], num_steps=opts["num_steps"])
         ckpts = list_checkpoints(ref.output_dir, ref.run_id).checkpoints if ref.output_dir else ()
         rows.append((ref, snap, c, view, measured(results, ckpts)))
-    ref, snap, c, view, meas = rows[0]
+    return rows
+
+
+def live_curves(rt, refs: list[RunRef], opts: dict) -> None:
+    """The first run's progress and figures (every 2 s); every run's curves overlaid (every 5 s)."""
+    if not refs:
+        st.info("Choose a run to show above.", icon=":material/info:")
+        return
+    _live_figures(rt, refs, opts)
+    _live_charts(rt, refs, opts)
+
+
+@st.fragment(run_every=REFRESH_S)
+def _live_figures(rt, refs: list[RunRef], opts: dict) -> None:
+    ref, snap, c, view, meas = _rows(rt, refs[:1], opts)[0]
     _status_line(rt, ref, snap)
     if snap is None or not snap.exists:
         st.info(f"No log yet at `{ref.log}`: the run writes it when it starts." if ref.log else
@@ -165,6 +180,12 @@ def live_curves(rt, refs: list[RunRef], opts: dict) -> None:
                 "prints its first bar or metrics once the data is prepared.", icon=":material/hourglass_empty:")
     else:
         _key_figures(snap, c, view, meas, opts)
+
+
+@st.fragment(run_every=CHART_REFRESH_S)
+def _live_charts(rt, refs: list[RunRef], opts: dict) -> None:
+    rows = _rows(rt, refs, opts)
+    snap = rows[0][1]
     shown = [(r.name, cv) for r, s, cv, _, _ in rows if s is not None and s.exists and s.records]
     if not shown:
         return
@@ -182,7 +203,7 @@ def live_curves(rt, refs: list[RunRef], opts: dict) -> None:
         if fig is not None:
             st.plotly_chart(fig, key="train-chart-accept")
         else:
-            _missing("Accept length", f"no {view.metric}_i logged yet and no benchmark of this run's checkpoints")
+            _missing("Accept length", f"no {rows[0][3].metric}_i logged yet and no benchmark of this run's checkpoints")
     panels = [
         ("acc_i per TTT position", lambda: tc.position_chart("acc_i per TTT position", shown, "acc", x_mode,
                                                               smooth=smooth),
