@@ -84,9 +84,12 @@ def checkpoints_tab(rt, ref: RunRef) -> None:
     names = [c.name for c in reversed(run.checkpoints)]
     by_name = {c.name: c for c in run.checkpoints}
     key = _key(ref)
-    current = Path(st.session_state[key]).name if st.session_state.get(key) else None
-    default = current if current in names else (run.latest.name if run.latest else names[0])
-    pick = st.selectbox("Inspect", names, index=names.index(default), key=f"{key}-pick")
+    pick_key, picked = f"{key}-pick", f"{key}-picked"
+    if not st.session_state.get(picked) or st.session_state.get(pick_key) not in names:
+        # until someone picks one, the newest checkpoint is inspected (also as the run saves more)
+        st.session_state[pick_key] = run.latest.name if run.latest else names[0]
+    pick = st.selectbox("Inspect", names, key=pick_key,
+                        on_change=lambda: st.session_state.__setitem__(picked, True))
     st.session_state[key] = str(by_name[pick].path)
     _inspect(rt, ref, by_name[pick].path)
 
@@ -147,8 +150,10 @@ def _facts(info: CheckpointInfo) -> None:
     c[4].metric("epoch / step", f"{fmt.count(st_.epoch) if st_ else fmt.NA} / {fmt.count(st_.step) if st_ else fmt.NA}",
                 help=f"from training_state.pt (read without loading it)" if st_ else
                 f"N/A: {info.state_error or 'no training_state.pt'}")
+    c[5].metric("hidden size", fmt.count(d.hidden_size) if d and d.hidden_size is not None else fmt.NA,
+                help="the draft's hidden_size (config.json)")
     arch = ", ".join(d.architectures) if d and d.architectures else fmt.NA
-    c[5].metric("architecture", arch, help=info.config_error or f"hidden size {fmt.count(d.hidden_size) if d else fmt.NA}")
+    st.caption(f"architecture **{arch}** · weights {', '.join(d.weight_files) if d and d.weight_files else fmt.NA}")
     if info.config_error:
         st.error(info.config_error)
     if d is not None and d.weights_error:

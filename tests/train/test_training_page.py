@@ -570,3 +570,12 @@ def test_checkpoints_before_the_output_folder_exists(workspace):
     write_checkpoint(out / "epoch_0_step_2", state=(0, 2))
     at.run()
     assert list(_ckpt_table(at)["checkpoint"]) == ["epoch_0_step_2"]
+    assert at.selectbox(key="train-ckpt-train.log-pick").value == "epoch_0_step_2"
+    write_checkpoint(out / "epoch_0_step_3", state=(0, 3))
+    at.run()
+    assert at.selectbox(key="train-ckpt-train.log-pick").value == "epoch_0_step_3"  # the newest, until one is picked
+    assert _metric(at, "epoch / step").value == "0 / 3"
+    at.selectbox(key="train-ckpt-train.log-pick").set_value("epoch_0_step_2").run()
+    write_checkpoint(out / "epoch_0_step_4", state=(0, 4))
+    at.run()
+    assert at.selectbox(key="train-ckpt-train.log-pick").value == "epoch_0_step_2"  # a pick is kept
