@@ -32,6 +32,11 @@ def chosen(ref: RunRef) -> str | None:
     return st.session_state.get(_key(ref))
 
 
+def _picked(flag: str) -> None:
+    st.session_state[flag] = True
+    st.session_state[f"{flag}-now"] = True
+
+
 def _table(run: RunCheckpoints, meas: dict[str, float]) -> pd.DataFrame:
     rows = []
     for c in reversed(run.checkpoints):  # newest first
@@ -88,9 +93,12 @@ def checkpoints_tab(rt, ref: RunRef) -> None:
     if not st.session_state.get(picked) or st.session_state.get(pick_key) not in names:
         # until someone picks one, the newest checkpoint is inspected (also as the run saves more)
         st.session_state[pick_key] = run.latest.name if run.latest else names[0]
-    pick = st.selectbox("Inspect", names, key=pick_key,
-                        on_change=lambda: st.session_state.__setitem__(picked, True))
-    st.session_state[key] = str(by_name[pick].path)
+    pick = st.selectbox("Inspect", names, key=pick_key, on_change=_picked, args=(picked,))
+    path = str(by_name[pick].path)
+    changed = st.session_state.get(key) not in (None, path)
+    st.session_state[key] = path
+    if changed and st.session_state.pop(f"{picked}-now", False):
+        st.rerun()  # picked by hand: the page's other sections (the deploy flow) act on the chosen checkpoint
     _inspect(rt, ref, by_name[pick].path)
 
 
