@@ -129,11 +129,15 @@ def _demo_train_text(python: str, root: Path) -> str:
     Its target folder is written by the trainer itself on the first start (``--size tiny``); its data is
     a regeneration-shaped file of conversations (``DEMO_TRAIN_DATA``).
     """
+    from backend.train.tiny.demo_data import write_demo_data
+
+    write_demo_data(root / DEMO_TRAIN_DATA)
     s = _toml_str
     return f"""
 # A training run ready to start (Training page, or `python -m backend.cli train start {DEMO_TRAIN}`):
 # Specdeck's own EAGLE-3 trainer takes SpecForge Gen-2's flags and prints its log lines, and
-# really trains a small draft for a small target network, on the CPU, in about a minute.
+# really trains a small draft for a small target network on the CPU: 200 steps, about 35 s
+# of CPU time, acc_0 rising from about 0.1 to about 0.65.
 [[train]]
 name = "{DEMO_TRAIN}"
 python = {s(python)}
@@ -141,12 +145,12 @@ generation = "gen2"
 entry = "module:backend.train.tiny train"   # python -m backend.train.tiny train <Gen-2 flags>
 target_model = {s(str(root / DEMO_TRAIN_TARGET))}
 train_data = {s(str(root / DEMO_TRAIN_DATA))}
-num_epochs = 2
+num_epochs = 4
 batch_size = 4
-learning_rate = 3e-3
+learning_rate = 1e-2
 max_length = 256
 ttt_length = 4
-save_interval = 20
+save_interval = 50
 log_interval = 5
 seed = 0
 extra_args = ["--device", "cpu", "--size", "tiny"]

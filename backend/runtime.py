@@ -262,6 +262,8 @@ class Runtime:
         with audit.acting_from(client):
             if name in self.fleet.names():
                 return self.fleet.launch(name, actor=who, source=source, launch_anyway=force)
+            if name in self.train.names():  # a fresh start of the run's current command, never a stale --resume
+                self.supervisor.register(self.train.spec(name))
             return self.supervisor.restart(name, actor=who, source=source, wait=False)
 
     def launch(self, name: str, cfg=None, *, actor: str | Caller, source: str, launch_anyway: bool = False,

@@ -22,7 +22,7 @@ Resume: Gen-1 and Gen-2 add ``--resume``; Gen-3 adds the override
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -232,7 +232,7 @@ def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 
 def build_command(cfg: TrainRunConfig, generation: str | None, *, root: Path, outputs_dir: Path,
-                  version: str | None = None, console_script: str | None = None, resume: bool = False,
+                  console_script: str | None = None, resume: bool = False,
                   notes: tuple[str, ...] = ()) -> TrainCommand:
     """The command of ``cfg`` for ``generation``; :class:`CommandError` lists what prevents it."""
     if generation is None:

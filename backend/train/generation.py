@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from backend.sglang.version import end_probe_group
@@ -132,9 +132,13 @@ def _read_probe(python: str, code: int, out: str, err: str) -> EnvProbe:
         return EnvProbe(python, False, error=f"{python} gave an answer that is not the probe's: {lines[-1][:200]!r}")
 
 
-def clear_cache() -> None:
+def clear_cache(python: str | None = None) -> None:
+    """Forget what ``python`` (default: every interpreter) answered, so the next probe asks again."""
     with _cache_lock:
-        _cache.clear()
+        if python is None:
+            _cache.clear()
+        else:
+            _cache.pop(python, None)
 
 
 def _checkout_version(specforge_dir: Path) -> str | None:

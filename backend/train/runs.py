@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from backend.supervisor.spec import Kind, ProcessSpec, RestartPolicy
 from backend.train.command import CommandError, TrainCommand, build_command, config_problems, output_dir_of
-from backend.train.generation import EnvProbe, GenerationInfo, detect_generation, probe_env
+from backend.train.generation import EnvProbe, GenerationInfo, clear_cache, detect_generation, probe_env
 from backend.train.runconfig import TrainRunConfig
 
 log = logging.getLogger(__name__)
@@ -104,15 +104,13 @@ class TrainRuns:
     def save(self, cfg: TrainRunConfig, *, actor: Any = "specdeck", source: str = "dashboard") -> None:
         """Write ``cfg`` (new or edited) into its ``[[train]]`` entry, comments kept; a config that does
         not validate raises backend.workspace.ConfigError (file:line: field: reason) before anything is
-        written."""
+        written.  The fields ``cfg`` sets are written (one set to ``None`` is removed from the file); a key
+        of the entry that ``cfg`` does not set stays as it is."""
         from backend.workspace import update_entry
 
         who, client = self._authorise(actor, "edit", cfg.name, source)
         new = cfg.name not in self.names()
         values = cfg.model_dump(mode="json", exclude_unset=True)
-        if not new:  # keys the edit clears: removed from the file rather than left behind
-            old = self.config(cfg.name).model_dump(mode="json", exclude_unset=True)
-            values.update({k: None for k in old if k not in values})
         with self._lock:
             update_entry(self.workspace, "train", cfg.name, values, create=True)
         self._audit(who, source, "edit", cfg.name, "added the training run" if new else "edited the training run",
@@ -126,11 +124,14 @@ class TrainRuns:
     def output_dir(self, name: str) -> Path:
         return Path(output_dir_of(self.config(name), self.workspace.root, self.workspace.outputs_dir))
 
-    def generation(self, name: str, cfg: TrainRunConfig | None = None) -> GenerationInfo:
-        """The run's generation: chosen, or detected from its interpreter and checkout (cached per
-        interpreter).  A ``module:`` entry speaks Gen-2's flags unless another generation is chosen, and
-        its interpreter is not asked."""
+    def generation(self, name: str, cfg: TrainRunConfig | None = None, *, refresh: bool = False) -> GenerationInfo:
+        """The run's generation: chosen, or detected from its interpreter and checkout (the interpreter's
+        answer is cached; ``refresh`` asks it again, e.g. after SpecForge was installed or upgraded).  A
+        ``module:`` entry speaks Gen-2's flags unless another generation is chosen, and its interpreter is
+        not asked."""
         cfg = cfg or self.config(name)
+        if refresh:
+            clear_cache(cfg.python)
         if cfg.entry_kind == "module":
             gen = cfg.generation if cfg.generation != "auto" else "gen2"
             return GenerationInfo(generation=gen, version=None, chosen=cfg.generation != "auto",
@@ -145,7 +146,7 @@ class TrainRuns:
         info = self.generation(name, cfg)
         notes = list(info.evidence) + list(info.problems)
         cmd: TrainCommand = build_command(cfg, info.generation, root=self.workspace.root,
-                                          outputs_dir=self.workspace.outputs_dir, version=info.version,
+                                          outputs_dir=self.workspace.outputs_dir,
                                           console_script=info.console_script, resume=resume,
                                           notes=tuple(notes))
         extra = []
@@ -178,6 +179,13 @@ class TrainRuns:
 
     def view(self, name: str):
         return self.supervisor.view(name)
+
+    def checkpoints(self, name: str):
+        """The run's checkpoints (backend.train.checkpoints.RunCheckpoints) in its output folder."""
+        from backend.train.checkpoints import list_checkpoints
+
+        cfg = self.config(name)
+        return list_checkpoints(output_dir_of(cfg, self.workspace.root, self.workspace.outputs_dir))
 
     # -- resume ------------------------------------------------------------------
 

@@ -4,7 +4,6 @@ each generation, a python that is missing, and one that never answers."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -144,3 +143,22 @@ def test_answers_are_cached_per_interpreter(tmp_path):
                                                                  "Version: 0.3.0\n")
     assert probe_env(py).version == "0.1.0"
     assert probe_env(py, use_cache=False).version == "0.3.0"
+
+
+def test_refresh_asks_one_interpreter_again(tmp_path):
+    from backend.train.runs import TrainRuns
+
+    py = make_venv(tmp_path / "venv")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "specdeck.toml").write_text(f'[[train]]\nname = "r"\npython = "{py}"\ntarget_model = "/t"\n'
+                                      'train_data = "/d"\n')
+    from backend.workspace import load_workspace
+
+    runs = TrainRuns(load_workspace(ws), supervisor=None)
+    assert runs.generation("r").generation is None
+    site = next((tmp_path / "venv" / "lib").glob("python3*/site-packages"))
+    (site / "specforge").mkdir()
+    (site / "specforge" / "cli.py").write_text("")
+    assert runs.generation("r").generation is None  # the cached answer
+    assert runs.generation("r", refresh=True).generation == "gen3"

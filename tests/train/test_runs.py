@@ -283,3 +283,154 @@ def test_gen3_start_writes_the_yaml_and_runs_the_environments_specforge(tmp_path
     finally:
         runtime.close()
         clear_cache()
+
+
+@pytest.mark.timeout(120)
+def test_cli_start_and_stop(tmp_path):
+    clear_cache()
+    ws = _config(tmp_path, "0.3.0")
+    log = ws / "logs" / "sf.log"
+    out = io.StringIO()
+    try:
+        assert cli_main(["--workspace", str(ws), "train", "start", "sf"], out, io.StringIO()) == 0
+        assert out.getvalue() == f"sf: STARTING\nlog: {log}\n"  # the pid is known once the wrapper reports it
+        wait_for(lambda: log.exists() and "Saved model configuration" in log.read_text(), timeout_s=60)
+        out = io.StringIO()
+        assert cli_main(["--workspace", str(ws), "train", "stop", "sf"], out, io.StringIO()) == 0
+        assert out.getvalue().startswith("sf: EXITED")
+        assert "got SIGTERM, leaving" in log.read_text()
+        from state import Store
+
+        store = Store(ws / "state.db")
+        try:
+            rows = [(r.action, r.source, r.outcome) for r in audit.recent(store, target="sf")][::-1]
+        finally:
+            store.close()
+        assert rows == [("start", "cli", "ok"), ("stop", "cli", "ok")]
+    finally:
+        for d in (ws / "run").iterdir() if (ws / "run").exists() else ():
+            ident = d / "identity.json"
+            if ident.exists():
+                rec = json.loads(ident.read_text())
+                _end_group(int(rec["pid"]), rec.get("create_time"))
+        clear_cache()
+
+
+@pytest.mark.timeout(400)
+def test_demo_run_trains_with_the_cpu_trainer_and_resumes(tmp_path):
+    """The demo workspace's run, shortened through save() (as the Training page's form edits it), really
+    trains: checkpoints in SpecForge's layout, Gen-2 lines the reader parses, and a resume that continues."""
+    from backend.demo import DEMO_TRAIN, write_demo_workspace
+
+    root = tmp_path / "demo"
+    write_demo_workspace(root)
+    text = (root / "specdeck.toml").read_text()
+    # this test needs none of the demo's other processes and servers
+    (root / "specdeck.toml").write_text(text.replace("autostart = true", "autostart = false"))
+    runtime = Runtime(load_workspace(root), background=False)
+    sup = runtime.supervisor
+    try:
+        runs = runtime.train
+        assert DEMO_TRAIN in runs.names()
+        cfg = runs.config(DEMO_TRAIN)
+        runs.save(cfg.model_copy(update={"max_steps": 4, "save_interval": 2, "log_interval": 2, "num_epochs": 1}),
+                  actor="carol", source="test")
+        assert "max_steps = 4\n" in (root / "specdeck.toml").read_text()
+        argv = runs.command(DEMO_TRAIN).argv
+        assert argv[1:4] == ("-m", "backend.train.tiny", "train")
+        assert argv[argv.index("--max-num-steps") + 1] == "4"
+
+        runs.start(DEMO_TRAIN, actor="carol", source="test")
+        wait_for(lambda: sup.view(DEMO_TRAIN).state == S.EXITED, timeout_s=300, interval_s=0.5, poll=sup.poll)
+        log = runs.log_path(DEMO_TRAIN).read_text()
+        assert sup.view(DEMO_TRAIN).exit_code == 0, log[-2000:]
+        names = [c.name for c in runs.checkpoints(DEMO_TRAIN).checkpoints]
+        assert names == ["epoch_0_step_2", "epoch_0_step_4"]
+        reader = TrainLogReader(runs.log_path(DEMO_TRAIN))
+        recs = reader.poll().records + reader.flush()
+        assert reader.stats.unparsed == 0
+        assert {r.step for r in recs if r.kind == "metrics" and "acc_0" in r.metrics} == {2, 4}
+
+        assert runs.resume_warning(DEMO_TRAIN) == ""  # its own resume continues; checkpoints are there
+        runs.save(runs.config(DEMO_TRAIN).model_copy(update={"max_steps": 6}), actor="carol", source="test")
+        runs.resume(DEMO_TRAIN, actor="carol", source="test")
+        wait_for(lambda: sup.view(DEMO_TRAIN).state == S.EXITED, timeout_s=300, interval_s=0.5, poll=sup.poll)
+        log = runs.log_path(DEMO_TRAIN).read_text()
+        assert sup.view(DEMO_TRAIN).exit_code == 0, log[-2000:]
+        assert "Starting training from epoch:0          step:4" in log
+        assert [c.name for c in runs.checkpoints(DEMO_TRAIN).checkpoints][-1] == "epoch_0_step_6"
+    finally:
+        v = sup.view(DEMO_TRAIN)
+        if v is not None and v.live:
+            sup.stop(DEMO_TRAIN, actor="test", source="teardown", wait=True)
+        runtime.close()
+
+
+def test_a_run_added_to_the_file_is_registered_at_the_next_reload(tmp_path):
+    clear_cache()
+    ws = _config(tmp_path, "0.3.0")
+    runtime = Runtime(load_workspace(ws), background=False)
+    try:
+        assert runtime.supervisor.view("sf").state == S.NEVER
+        assert runtime.supervisor.view("second") is None
+        cfg = ws / "specdeck.toml"
+        cfg.write_text(cfg.read_text() + textwrap.dedent("""
+            [[train]]
+            name = "second"
+            generation = "gen2"
+            entry = "module:backend.train.tiny train"
+            target_model = "/models/t"
+            train_data = "/data/t.jsonl"
+            """))
+        assert runtime.maybe_reload()
+        v = runtime.supervisor.view("second")
+        assert (v.state, v.kind, v.spec.argv[1:4]) == (S.NEVER, Kind.TRAINING, ("-m", "backend.train.tiny", "train"))
+        assert v.log_path == str(ws / "logs" / "second.log")
+    finally:
+        runtime.close()
+        clear_cache()
+
+
+@pytest.mark.timeout(120)
+def test_restart_after_a_resume_starts_without_resume(rt):
+    sup = rt.supervisor
+    out = rt.train.output_dir("sf")
+    (out / "epoch_0_step_2").mkdir(parents=True)
+    (rt.workspace.root.parent / "SpecForge" / "version.txt").write_text("0.3.0\n")
+    rt.train.resume("sf", actor="dave", source="test")
+    wait_for(lambda: "resume=True" in _log(rt), timeout_s=60, poll=sup.poll)
+    assert "Starting training from epoch:0          step:2" in _log(rt)
+    rt.restart("sf", actor="dave", source="test")  # the Processes page's Restart
+    wait_for(lambda: "resume=False" in _log(rt), timeout_s=60, poll=sup.poll)
+    assert sup.view("sf").spec.argv[-1] != "--resume"
+
+
+def test_command_unpacks_as_argv_env_yaml_generation_notes(tmp_path):
+    from backend.train.runs import TrainRuns
+
+    clear_cache()
+    ws = load_workspace(_config(tmp_path, "0.2.0"))
+    argv, env, yaml_text, gen, notes = TrainRuns(ws, supervisor=None).command("sf")
+    assert argv[-2:] == ("--ttt-length", "7") and env == {"PYTHONUNBUFFERED": "1"} and yaml_text is None
+    assert (gen.generation, gen.version) == ("gen2", "0.2.0")
+    assert notes[-2:] == ("1 process(es): data parallel 1 × tensor parallel 1",
+                          "no draft_config: the draft's config is derived from the target")
+    clear_cache()
+
+
+def test_save_writes_what_the_config_sets_and_keeps_the_rest(tmp_path):
+    from backend.train.runconfig import TrainRunConfig
+    from backend.train.runs import TrainRuns
+
+    clear_cache()
+    root = _config(tmp_path, "0.3.0")
+    runs = TrainRuns(load_workspace(root), supervisor=None)
+    before = (root / "specdeck.toml").read_text()
+    # a form that knows only some fields: the others (python, specforge_dir, stop_grace_s) stay
+    runs.save(TrainRunConfig(name="sf", target_model="/models/other", train_data="data.jsonl", max_steps=None,
+                             learning_rate=5e-5), actor="erin", source="test")
+    after = (root / "specdeck.toml").read_text()
+    assert after == before.replace('target_model = "/models/target"', 'target_model = "/models/other"').replace(
+        "learning_rate = 2e-4", "learning_rate = 5e-05")
+    assert runs.config("sf").specforge_dir == str(tmp_path / "SpecForge")
+    clear_cache()
