@@ -44,7 +44,12 @@ def run_tab(rt, ref: RunRef) -> None:
             followed().pop(ref.name, None)
             st.rerun()
     else:
-        st.markdown("**Command**")
+        head = st.container(horizontal=True, vertical_alignment="center")
+        head.markdown("**Command**")
+        if head.button("Detect the generation again", key="train-redetect", icon=":material/refresh:",
+                       help="ask the training environment's python again (after SpecForge was installed or "
+                            "upgraded); its answer is otherwise kept while the dashboard runs"):
+            rt.train.generation(ref.name, refresh=True)
         command_preview(rt, ref.name)
         with st.expander("Edit this run", icon=":material/edit:"):
             run_form(rt, ref.name)

@@ -579,3 +579,56 @@ def test_checkpoints_before_the_output_folder_exists(workspace):
     write_checkpoint(out / "epoch_0_step_4", state=(0, 4))
     at.run()
     assert at.selectbox(key="train-ckpt-train.log-pick").value == "epoch_0_step_2"  # a pick is kept
+
+
+@pytest.mark.timeout(120)
+def test_form_edits_a_run_and_keeps_the_rest(workspace):
+    (workspace / "specdeck.toml").write_text(
+        '[workspace]\nname = "edit"\n\n# the draft we serve\n[[train]]\nname = "d1"\ngeneration = "gen2"\n'
+        'entry = "module:backend.train.tiny train"\ntarget_model = "/models/t"\ntrain_data = "data.jsonl"\n'
+        'learning_rate = 1e-4\nextra_args = ["--size", "tiny"]  # kept by hand\n', encoding="utf-8")
+    at = _page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60))
+    assert at.selectbox(key="train-run").value == "d1"
+    k = "train-form-d1"
+    assert at.text_input(key=f"{k}-name").disabled and at.text_input(key=f"{k}-name").value == "d1"
+    assert at.number_input(key=f"{k}-lr").value == pytest.approx(1e-4)
+    at.number_input(key=f"{k}-lr").set_value(5e-4)
+    next(b for b in at.button if b.label == "Review" and b.proto.form_id == k).click()
+    at.run()
+    assert any("--learning-rate 0.0005" in c.value for c in at.code)
+    at.button(key=f"{k}-save").click().run()
+    text = (workspace / "specdeck.toml").read_text()
+    assert "learning_rate = 0.0005" in text and "learning_rate = 1e-4" not in text
+    assert '# the draft we serve\n[[train]]\nname = "d1"' in text
+    assert 'extra_args = ["--size", "tiny"]  # kept by hand' in text
+
+
+@pytest.mark.timeout(180)
+def test_generation_detected_again_after_an_install(tmp_path, monkeypatch):
+    from backend.train.generation import clear_cache
+    from tests.train.test_generation import make_venv
+
+    clear_cache()
+    venv = tmp_path / "venv"
+    py = make_venv(venv)  # no SpecForge yet
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "specdeck.toml").write_text(f'[workspace]\nname = "g"\n\n[[train]]\nname = "g"\npython = "{py}"\n'
+                                      'target_model = "/models/t"\ntrain_data = "data.jsonl"\n'
+                                      'capture_servers = ["http://127.0.0.1:30000"]\n')
+    monkeypatch.setenv("SPECDECK_WORKSPACE", str(ws))
+    try:
+        at = _page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60))
+        assert any("`generation`: the SpecForge generation is not known" in e.value and
+                   "no specforge package installed" in e.value for e in at.error)
+        # SpecForge 0.2.0's wheel installed into the environment (package, metadata, console script)
+        import shutil
+        shutil.rmtree(venv)
+        make_venv(venv, version="0.2.0", cli=True, console_script=True)
+        at.run()
+        assert any("no specforge package installed" in e.value for e in at.error)  # the answer kept so far
+        at.button(key="train-redetect").click().run()
+        assert "**SpecForge generation:** Gen-3 (detected, SpecForge 0.2.0)" in [m.value for m in at.markdown]
+    finally:
+        runtime_mod.close_all()
+        clear_cache()
