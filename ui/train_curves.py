@@ -14,8 +14,8 @@ from state.bench import BenchStore
 from ui import fmt
 from ui import train_charts as tc
 from ui.components import freshness
-from ui.train_data import (AcceptView, Curves, Measured, RunRef, Snapshot, curves, eta, follower, measured, predicted,
-                           step_times)
+from ui.train_data import (AcceptView, Curves, Measured, RunRef, Snapshot, curves, eta, follower, latest_run,
+                           measured, predicted, step_times)
 
 REFRESH_S = 2
 CHART_REFRESH_S = 5
@@ -142,9 +142,9 @@ def _missing(what: str, why: str) -> None:
 Row = tuple[RunRef, "Snapshot | None", Curves, AcceptView, list[Measured]]
 
 
-def _rows(rt, refs: list[RunRef], opts: dict) -> list[Row]:
+def _rows(rt, refs: list[RunRef], opts: dict, *, newest_run: bool = False) -> list[Row]:
     """Each run's latest snapshot (its shared follower reads only what was appended), curves, prediction and
-    measured benchmarks."""
+    measured benchmarks; ``newest_run``: only what the newest run appended to the log wrote."""
     results = bench_results(rt)
     rows: list[Row] = []
     for ref in refs:
@@ -152,8 +152,9 @@ def _rows(rt, refs: list[RunRef], opts: dict) -> list[Row]:
         if snap is None or not snap.exists:
             rows.append((ref, snap, Curves(), AcceptView("acc", "", ()), []))
             continue
-        c = curves(snap.records, snap.times, snap.tracker_records)
-        view = predicted(snap.records, snap.generation, temperature=opts["temperature"], num_steps=opts["num_steps"])
+        records, times = latest_run(snap.records, snap.times) if newest_run else (snap.records, snap.times)
+        c = curves(records, times, snap.tracker_records)
+        view = predicted(records, snap.generation, temperature=opts["temperature"], num_steps=opts["num_steps"])
         ckpts = list_checkpoints(ref.output_dir, ref.run_id).checkpoints if ref.output_dir else ()
         rows.append((ref, snap, c, view, measured(results, ckpts)))
     return rows
@@ -170,12 +171,12 @@ def live_curves(rt, refs: list[RunRef], opts: dict) -> None:
 
 @st.fragment(run_every=REFRESH_S)
 def _live_figures(rt, refs: list[RunRef], opts: dict) -> None:
-    ref, snap, c, view, meas = _rows(rt, refs[:1], opts)[0]
+    ref, snap, c, view, meas = _rows(rt, refs[:1], opts, newest_run=True)[0]
     _status_line(rt, ref, snap)
     if snap is None or not snap.exists:
         st.info(f"No log yet at `{ref.log}`: the run writes it when it starts." if ref.log else
                 "This run has no log path.", icon=":material/hourglass_empty:")
-    elif not any(r.kind in ("metrics", "progress") for r in snap.records):
+    elif not any(r.kind in ("metrics", "progress") for r in latest_run(snap.records, snap.times)[0]):
         st.info(f"`{ref.log}` has no training line yet ({fmt.count(snap.stats.lines)} other lines): SpecForge "
                 "prints its first bar or metrics once the data is prepared.", icon=":material/hourglass_empty:")
     else:

@@ -401,3 +401,13 @@ def step_times(c: Curves) -> dict[float, float]:
             if x is not None and t is not None:
                 out.setdefault(x, t)
     return out
+
+
+def latest_run(records: Sequence[TrainRecord], times: Sequence[float | None]
+               ) -> tuple[Sequence[TrainRecord], Sequence[float | None]]:
+    """The records (and times) of the newest run appended to the log: from the supervisor's last start line
+    on, so a restarted run's figures do not show the previous run's values."""
+    for i in range(len(records) - 1, -1, -1):
+        if records[i].kind == "run_start":
+            return records[i:], times[i:]
+    return records, times

@@ -632,3 +632,22 @@ def test_generation_detected_again_after_an_install(tmp_path, monkeypatch):
     finally:
         runtime_mod.close_all()
         clear_cache()
+
+
+@pytest.mark.timeout(120)
+def test_a_restart_blanks_the_previous_runs_figures(workspace):
+    mark = "===== specdeck: sf run {n} starting at 2026-11-30 10:00:{s:02d}: python train.py\n"
+    log = workspace / "sf.log"
+    log.write_text(mark.format(n=1, s=0) + gen2_log() + "\n" + mark.format(n=2, s=30) + " num_epochs ···· 2\n",
+                   encoding="utf-8")
+    at = _follow(_page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60)), log)
+    assert any("has no training line yet" in i.value for i in at.info)  # the new run's, not run 1's step 20
+    assert not any(m.label == "predicted accept length" for m in at.metric)
+    with open(log, "a", encoding="utf-8") as f:
+        f.write(gen2_log(steps=3))
+    at.run()
+    assert _metric(at, "step").value == "3"
+    assert _metric(at, "loss").value == "4.700" and _metric(at, "loss").proto.delta == "-0.100"
+    assert _metric(at, "predicted accept length").value == "N/A"  # run 1's 2.30 is not this run's
+    loss = _trace(_figure(at, "Loss"), "loss")  # the chart keeps run 1, its line broken at the restart
+    assert None in loss["y"]
