@@ -173,6 +173,9 @@ def live_curves(rt, refs: list[RunRef], opts: dict) -> None:
 def _live_figures(rt, refs: list[RunRef], opts: dict) -> None:
     ref, snap, c, view, meas = _rows(rt, refs[:1], opts, newest_run=True)[0]
     _status_line(rt, ref, snap)
+    if snap is not None and snap.catching_up:
+        st.progress(snap.offset / snap.size, text=f"reading the log: {snap.offset / 2**20:,.0f} of "
+                                                  f"{snap.size / 2**20:,.0f} MiB (what is read so far is shown)")
     if snap is None or not snap.exists:
         st.info(f"No log yet at `{ref.log}`: the run writes it when it starts." if ref.log else
                 "This run has no log path.", icon=":material/hourglass_empty:")

@@ -26,6 +26,9 @@ from backend.train.reader import Progress, ReadStats, TrainLogReader, UnparsedLi
 from backend.train.trackers import TensorboardReader, find_tracker_files
 
 
+POLL_BYTES = 4 * 1024 * 1024  # per refresh: about a second of parsing on a slow machine
+
+
 @dataclass(frozen=True)
 class RunRef:
     """A training run the page can show: its log and the folder its checkpoints go to."""
@@ -56,6 +59,12 @@ class Snapshot:
     exists: bool
     tracker_records: tuple[TrainRecord, ...] = ()
     tracker_note: str | None = None
+    size: int = 0  # the log's size in bytes
+    offset: int = 0  # how far it has been read
+
+    @property
+    def catching_up(self) -> bool:
+        return self.offset < self.size
 
 
 class LogFollower:
@@ -83,14 +92,18 @@ class LogFollower:
         self._last_rel: float | None = None
         self._last_step3: int | None = None  # Gen-3: step of the previous dict line
 
-    def poll(self) -> Snapshot:
+    def poll(self, max_bytes: int | None = None) -> Snapshot:
+        """Read what was appended, at most ``max_bytes`` of it (a long log is read over several polls, so a
+        page showing it never waits long)."""
         with self._lock:
             try:
-                mtime: float | None = self.path.stat().st_mtime
+                st = self.path.stat()
+                mtime: float | None = st.st_mtime
+                size = st.st_size
             except OSError:
-                mtime = None
+                mtime, size = None, 0
             if mtime is not None:
-                chunk = self._reader.poll()
+                chunk = self._reader.poll(max_bytes or POLL_BYTES)
                 if chunk.reset:
                     self._records.clear()
                     self._rel.clear()
@@ -109,7 +122,7 @@ class LogFollower:
                 progress=self._reader.progress(), stats=self._reader.stats, unparsed=tuple(self._reader.unparsed),
                 generation=self._reader.generation, read_at=time.time(), written_at=mtime,
                 exists=mtime is not None, tracker_records=tuple(self._tb_records),
-                tracker_note=self._tracker_note())
+                tracker_note=self._tracker_note(), size=size, offset=self._reader.offset)
 
     def _add(self, r: TrainRecord) -> None:
         if r.kind == "run_start":

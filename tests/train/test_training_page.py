@@ -651,3 +651,20 @@ def test_a_restart_blanks_the_previous_runs_figures(workspace):
     assert _metric(at, "predicted accept length").value == "N/A"  # run 1's 2.30 is not this run's
     loss = _trace(_figure(at, "Loss"), "loss")  # the chart keeps run 1, its line broken at the restart
     assert None in loss["y"]
+
+
+@pytest.mark.timeout(120)
+def test_a_long_log_is_read_over_several_refreshes(workspace, monkeypatch):
+    import ui.train_data
+
+    monkeypatch.setattr(ui.train_data, "POLL_BYTES", 1500)
+    log = workspace / "train.log"
+    log.write_text(gen2_log(), encoding="utf-8")
+    size = log.stat().st_size
+    at = _follow(_page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60)), log)
+    bars = [p.proto.text for p in at.get("progress") if p.proto.text.startswith("reading the log")]
+    assert bars, "the first refresh shows what it read so far and how far it is"
+    for _ in range(2 * size // 1500 + 2):
+        at.run()
+    assert not [p for p in at.get("progress") if p.proto.text.startswith("reading the log")]
+    assert _metric(at, "step").value == "20" and _metric(at, "predicted accept length").value == "2.30"
