@@ -122,6 +122,25 @@ def _key_figures(snap: Snapshot, c: Curves, view: AcceptView, meas: list[Measure
                    "measurement: the 1 is the token every verification adds (SGLang's accept len counts it).")
 
 
+def _measured_table(view: AcceptView, meas: list[Measured]) -> None:
+    """Each benchmark of the run's checkpoints beside the accept length predicted at the checkpoint's step."""
+    if not meas:
+        return
+    at_step = {float(p.step if p.step is not None else p.epoch): p.accept_length for p in view.history
+               if p.step is not None or p.epoch is not None}
+    rows = []
+    for m in reversed(meas):  # newest first
+        pred = at_step.get(m.step) if m.step is not None else None
+        rows.append({"checkpoint": m.checkpoint, "step": fmt.count(m.step) if m.step is not None else fmt.NA,
+                     "measured accept_len": fmt.accept_len(m.accept_len), "predicted there": fmt.accept_len(pred),
+                     "server": m.server or fmt.NA, "concurrency": fmt.count(m.concurrency),
+                     "benchmark": f"#{m.result_id}" if m.result_id is not None else fmt.NA})
+    with st.expander(f"Benchmarks of this run's checkpoints ({len(meas)})", icon=":material/speed:"):
+        st.dataframe(pd.DataFrame(rows), hide_index=True)
+        st.caption("predicted there: the prediction from the per-position acceptance logged at the checkpoint's "
+                   "step (N/A when no acceptance was logged at that step)")
+
+
 def _unparsed(snap: Snapshot, key: str) -> None:
     s = snap.stats
     text = (f"read {fmt.count(s.lines)} lines and bar redraws: {fmt.count(s.records)} records, "
@@ -184,6 +203,7 @@ def _live_figures(rt, refs: list[RunRef], opts: dict) -> None:
                 "prints its first bar or metrics once the data is prepared.", icon=":material/hourglass_empty:")
     else:
         _key_figures(snap, c, view, meas, opts)
+        _measured_table(view, meas)
 
 
 @st.fragment(run_every=CHART_REFRESH_S)

@@ -181,7 +181,7 @@ def test_missing_log_and_unreadable_lines(workspace):
 
 
 def _ckpt_table(at: AppTest):
-    return next(d.value for d in at.dataframe if "checkpoint" in d.value.columns)
+    return next(d.value for d in at.dataframe if "servable" in d.value.columns)
 
 
 def _runtime(workspace: Path):
@@ -286,6 +286,11 @@ def test_measured_accept_len_of_a_checkpoint(workspace):
     assert list(table["measured accept_len"]) == ["2.41", "N/A"]
     star = _trace(_figure(at, "Accept length: predicted and measured"), "measured (benchmark)")
     assert (star["x"], star["y"]) == ([20], [2.41])
+    beside = next(d.value for d in at.dataframe if "predicted there" in d.value.columns)
+    assert beside.to_dict("records") == [{"checkpoint": "epoch_0_step_20", "step": "20", "measured accept_len": "2.41",
+                                          "predicted there": "2.30", "server": "demo", "concurrency": "8",
+                                          "benchmark": beside["benchmark"][0]}]
+    assert any(e.label == "Benchmarks of this run's checkpoints (1)" for e in at.expander)
 
 
 # -- runs of the workspace: start, stop and resume through the supervisor ---------------------------------
