@@ -38,7 +38,10 @@ def _targets(rt) -> list[str]:
 def _pick(label: str, options: list[str], current: str | None, key: str, help: str) -> str | None:
     """A choice among ``options`` or a typed path; returns the text to use (None when empty)."""
     opts = options + [OTHER]
-    index = opts.index(current) if current in options else len(opts) - 1
+    if current in options:
+        index = opts.index(current)
+    else:  # a new run starts from the first offer; a typed path of an edited run stays typed
+        index = 0 if current is None and options else len(opts) - 1
     chosen = st.selectbox(label, opts, index=index, key=f"{key}-pick", help=help)
     typed = st.text_input(f"{label}: another path", value="" if current in options else (current or ""),
                           key=f"{key}-typed", label_visibility="collapsed", placeholder=f"{label.lower()} path")

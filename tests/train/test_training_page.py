@@ -407,7 +407,8 @@ def test_form_creates_a_run_with_its_command(workspace):
     (regen / "chat.progress.jsonl").write_text("")
     at = _page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60))
     data = at.selectbox(key=f"{FORM}-data-pick")
-    assert str(regen / "chat.jsonl") in data.options  # the workspace's regeneration output is offered
+    assert str(regen / "chat.jsonl") in data.options  # the workspace's regeneration output is offered,
+    assert data.value == str(regen / "chat.jsonl")  # and chosen until another is
     _fill(at, **{"name": "mini", "target-typed": "/models/t", "data-pick": str(regen / "chat.jsonl"),
                  "gen": "gen2", "entry": "module:backend.train.tiny train", "epochs": 2, "lr": 3e-3,
                  "ttt": 4, "tracker": "tensorboard"})
