@@ -156,7 +156,7 @@ def _facts(info: CheckpointInfo) -> None:
                      "the target tokens in the draft vocab")
     st_ = info.state
     c[4].metric("epoch / step", f"{fmt.count(st_.epoch) if st_ else fmt.NA} / {fmt.count(st_.step) if st_ else fmt.NA}",
-                help=f"from training_state.pt (read without loading it)" if st_ else
+                help="from training_state.pt (read without loading it)" if st_ else
                 f"N/A: {info.state_error or 'no training_state.pt'}")
     c[5].metric("hidden size", fmt.count(d.hidden_size) if d and d.hidden_size is not None else fmt.NA,
                 help="the draft's hidden_size (config.json)")

@@ -65,9 +65,26 @@ def _status_line(rt, ref: RunRef, snap: Snapshot | None) -> None:
         return
     live = view is not None and view.live
     if live:
-        freshness(snap.written_at, REFRESH_S, "log written")
+        freshness(snap.written_at, expected_gap_s(snap), "log written")
     else:
         st.caption(f"log last written {fmt.age(time.time() - snap.written_at)}" if snap.written_at else "")
+
+
+def expected_gap_s(snap: Snapshot) -> float:
+    """How long a healthy run may leave its log alone: a step (a tqdm bar redraws once a step), or for logs
+    that print only every N steps (Gen-3's step lines) N steps; never less than the page's refresh."""
+    s_per = snap.progress.s_per_step
+    steps: list[int] = []
+    for r in reversed(snap.records):
+        if r.kind == "metrics" and r.split == "train" and r.step is not None and r.source != "step_line":
+            if r.step not in steps:
+                steps.append(r.step)
+            if s_per is None and r.metrics.get("step_time_s") is not None:
+                s_per = r.metrics["step_time_s"]
+            if len(steps) == 2 and s_per is not None:
+                break
+    every = steps[0] - steps[1] if len(steps) == 2 and steps[0] > steps[1] else 1
+    return max(float(REFRESH_S), (s_per or 0.0) * every)
 
 
 def _key_figures(snap: Snapshot, c: Curves, view: AcceptView, meas: list[Measured], opts: dict) -> None:

@@ -173,9 +173,7 @@ def run_form(rt, name: str | None = None) -> None:
                       help=lock or None):
             try:
                 rt.train.save(cfg, actor=actor(), source="dashboard")
-            except ConfigError as exc:
-                st.error(f"Not saved: {exc}")
-            except Exception as exc:  # refused (not signed in) or the file cannot be written
+            except (ConfigError, Exception) as exc:  # invalid (file:line: field), refused, or not writable
                 st.error(f"Not saved: {exc}")
             else:
                 rt.maybe_reload()

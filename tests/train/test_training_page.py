@@ -9,7 +9,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from backend import runtime as runtime_mod
-from tests.train.ckpt_files import draft_config, eagle3_tensors, write_checkpoint, write_target
+from tests.train.ckpt_files import eagle3_tensors, write_checkpoint, write_target
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -674,3 +674,18 @@ def test_a_long_log_is_read_over_several_refreshes(workspace, monkeypatch):
         at.run()
     assert not [p for p in at.get("progress") if p.proto.text.startswith("reading the log")]
     assert _metric(at, "step").value == "20" and _metric(at, "predicted accept length").value == "2.30"
+
+
+def test_a_quiet_log_is_stale_only_after_the_runs_own_interval(tmp_path):
+    """Gen-3 prints a line every log_interval steps: 50 steps at 2 s is 100 s of silence, not a stall; a
+    Gen-2 bar redraws every step."""
+    from ui.train_curves import expected_gap_s
+    from ui.train_data import follower
+
+    g3 = tmp_path / "g3.log"
+    g3.write_text("".join(f"step {s}: {{'loss': 2.0, 'acc_0': 0.5, 'perf/optimizer_step_time_s': 2.0}}\n"
+                          for s in (50, 100)), encoding="utf-8")
+    assert expected_gap_s(follower(g3).poll()) == 100.0
+    g2 = tmp_path / "g2.log"
+    g2.write_text(gen2_log(steps=3), encoding="utf-8")
+    assert expected_gap_s(follower(g2).poll()) == 2.0  # 1.00 s/it, below the page's 2 s refresh
