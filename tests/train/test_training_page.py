@@ -689,3 +689,22 @@ def test_a_quiet_log_is_stale_only_after_the_runs_own_interval(tmp_path):
     g2 = tmp_path / "g2.log"
     g2.write_text(gen2_log(steps=3), encoding="utf-8")
     assert expected_gap_s(follower(g2).poll()) == 2.0  # 1.00 s/it, below the page's 2 s refresh
+
+
+@pytest.mark.timeout(120)
+def test_preflight_against_a_managed_servers_target(workspace):
+    from tests.helpers import free_port
+
+    target = write_target(workspace / "target", hidden=16)  # the checkpoint's fc takes 3 × 8: another target's
+    (workspace / "specdeck.toml").write_text(
+        f'[workspace]\nname = "pf"\n\n[[server]]\nname = "sim"\nmodel_path = "{target}"\nport = {free_port()}\n'
+        'simulate = true\nsglang_version = "0.5.23"\n', encoding="utf-8")
+    out = workspace / "out"
+    write_checkpoint(out / "epoch_0_step_10")
+    at = _follow(_page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60)), None, out)
+    assert at.segmented_control(key="train-pf-how").value == "a managed server's target"
+    assert at.selectbox(key="train-pf-server").value == "sim"
+    at.button(key="train-pf-run").click().run()
+    done = next(x.value for x in at.error if x.value.startswith("Preflight of `epoch_0_step_10`"))
+    assert f"server **sim**'s target `{target}`" in done
+    assert any(e.value.startswith("**fc-width**") and "3 aux layers × hidden size 16 = 48" in e.value for e in at.error)
