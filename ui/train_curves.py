@@ -124,8 +124,10 @@ def _key_figures(snap: Snapshot, c: Curves, view: AcceptView, meas: list[Measure
                         "training metrics, not a measurement" if lat else
                         f"N/A: the log has no {view.metric}_0 yet")
     m = meas[-1] if meas else None
+    there = _predicted_at(view).get(m.step) if m is not None and m.step is not None else None
     cols[4].metric("measured accept_len", fmt.accept_len(m.accept_len if m else None),
-                   delta=(f"{m.accept_len - lat.accept_length:+.2f} vs predicted" if m and lat else None),
+                   delta=(f"{m.accept_len - there:+.2f} vs predicted at step {m.step:,.0f}"
+                          if m is not None and there is not None else None),
                    delta_color="off", delta_arrow="off",
                    help=(f"benchmark #{m.result_id} of {m.checkpoint} on {m.server or 'a server'}" if m else
                          "N/A: no benchmark in this workspace served one of this run's checkpoints"))
@@ -135,16 +137,22 @@ def _key_figures(snap: Snapshot, c: Curves, view: AcceptView, meas: list[Measure
         at = f"step {fmt.count(lat.step)}" if lat.step is not None else f"epoch {lat.epoch}"
         st.caption(f"**Predicted accept length** = {FORMULA} = **{lat.accept_length:.2f}**, with a_i = "
                    f"`{view.metric}_i` at {at} ({rates}); {used} of {len(lat.rates)} positions counted for "
-                   f"{opts['num_steps']} draft steps. {view.why[:1].upper() + view.why[1:]}. A prediction from training metrics, not a "
-                   "measurement: the 1 is the token every verification adds (SGLang's accept len counts it).")
+                   f"{opts['num_steps']} draft steps. {view.why[:1].upper() + view.why[1:]}. A prediction from "
+                   "training metrics, not a measurement: the 1 is the token every verification adds (SGLang's "
+                   "accept len counts it).")
+
+
+def _predicted_at(view: AcceptView) -> dict[float, float]:
+    """The predicted accept length by step (epoch for Gen-1)."""
+    return {float(p.step if p.step is not None else p.epoch): p.accept_length for p in view.history
+            if p.step is not None or p.epoch is not None}
 
 
 def _measured_table(view: AcceptView, meas: list[Measured]) -> None:
     """Each benchmark of the run's checkpoints beside the accept length predicted at the checkpoint's step."""
     if not meas:
         return
-    at_step = {float(p.step if p.step is not None else p.epoch): p.accept_length for p in view.history
-               if p.step is not None or p.epoch is not None}
+    at_step = _predicted_at(view)
     rows = []
     for m in reversed(meas):  # newest first
         pred = at_step.get(m.step) if m.step is not None else None

@@ -276,19 +276,20 @@ def test_measured_accept_len_of_a_checkpoint(workspace):
     at = _follow(_page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60)), log, out)
     assert _metric(at, "measured accept_len").value == "N/A"
     store = BenchStore(_runtime(workspace).store)
-    for draft, acc in ((out / "epoch_0_step_20", 2.41), (workspace / "elsewhere" / "epoch_0_step_20", 3.9)):
+    for draft, acc in ((out / "epoch_0_step_10", 2.41), (workspace / "elsewhere" / "epoch_0_step_10", 3.9)):
         store.insert(BenchResult("run", config=BenchConfig(target_model="t", draft_model=str(draft), algorithm="EAGLE3"),
                                  load=BenchLoad(concurrency=8), results=BenchFigures(accept_len=acc), server="demo"))
     at.slider(key="train-smooth").set_value(0.0).run()
     assert _metric(at, "measured accept_len").value == "2.41"
-    assert _metric(at, "measured accept_len").proto.delta == "+0.11 vs predicted"  # 2.41 - 2.30
+    # against the prediction at that checkpoint's step (1.798 at step 10), not the latest one (2.30 at 20)
+    assert _metric(at, "measured accept_len").proto.delta == "+0.61 vs predicted at step 10"
     table = _ckpt_table(at)
-    assert list(table["measured accept_len"]) == ["2.41", "N/A"]
+    assert list(table["measured accept_len"]) == ["N/A", "2.41"]
     star = _trace(_figure(at, "Accept length: predicted and measured"), "measured (benchmark)")
-    assert (star["x"], star["y"]) == ([20], [2.41])
+    assert (star["x"], star["y"]) == ([10], [2.41])
     beside = next(d.value for d in at.dataframe if "predicted there" in d.value.columns)
-    assert beside.to_dict("records") == [{"checkpoint": "epoch_0_step_20", "step": "20", "measured accept_len": "2.41",
-                                          "predicted there": "2.30", "server": "demo", "concurrency": "8",
+    assert beside.to_dict("records") == [{"checkpoint": "epoch_0_step_10", "step": "10", "measured accept_len": "2.41",
+                                          "predicted there": "1.80", "server": "demo", "concurrency": "8",
                                           "benchmark": beside["benchmark"][0]}]
     assert any(e.label == "Benchmarks of this run's checkpoints (1)" for e in at.expander)
 
