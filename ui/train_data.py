@@ -81,6 +81,7 @@ class LogFollower:
         self._seg: list[int] = []  # index of the run (segment) the record belongs to
         self._anchor: list[float | None] = [None]  # per segment: the run's start time when the log says it
         self._first_read: tuple[float, float] | None = None  # (mtime, rel) when the log was first read
+        self._times_cache: tuple[tuple, tuple[float | None, ...]] | None = None
         self._reset_time_state()
         self._tb: TensorboardReader | None = None
         self._tb_records: list[TrainRecord] = []
@@ -118,7 +119,7 @@ class LogFollower:
                     self._first_read = (mtime, self._last_rel or 0.0)
             self._poll_tracker()
             return Snapshot(
-                path=self.path, records=tuple(self._records), times=tuple(self._times()),
+                path=self.path, records=tuple(self._records), times=self._times(),
                 progress=self._reader.progress(), stats=self._reader.stats, unparsed=tuple(self._reader.unparsed),
                 generation=self._reader.generation, read_at=time.time(), written_at=mtime,
                 exists=mtime is not None, tracker_records=tuple(self._tb_records),
@@ -149,20 +150,51 @@ class LogFollower:
         self._own.append(r.wall_time)
         self._seg.append(len(self._anchor) - 1)
 
-    def _times(self) -> list[float | None]:
+    def _times(self) -> tuple[float | None, ...]:
+        key = (len(self._records), self._first_read)
+        if self._times_cache is not None and self._times_cache[0] == key:
+            return self._times_cache[1]
         anchors = list(self._anchor)
         if anchors[0] is None and self._first_read is not None:
             mtime, rel = self._first_read
             anchors[0] = mtime - rel
         out: list[float | None] = []
-        for own, rel, seg in zip(self._own, self._rel, self._seg):
+        for own, rel, seg in zip(self._own, self._spread(), self._seg):
             if own is not None:
                 out.append(own)
             elif rel is not None and anchors[seg] is not None:
                 out.append(anchors[seg] + rel)
             else:
                 out.append(anchors[seg])
-        return out
+        times = tuple(out)
+        self._times_cache = (key, times)
+        return times
+
+    def _spread(self) -> list[float | None]:
+        """tqdm prints whole seconds, so several steps of a fast run share one: their redraws are spread evenly
+        over that second (up to the next one shown), and the lines printed after a redraw take its time."""
+        rel = self._rel
+        adj: list[float | None] = list(rel)
+        bars = [k for k, r in enumerate(self._records) if r.source == "bar" and rel[k] is not None]
+        j = 0
+        while j < len(bars):
+            k = j
+            first = bars[j]
+            while k + 1 < len(bars) and rel[bars[k + 1]] == rel[first] and self._seg[bars[k + 1]] == self._seg[first]:
+                k += 1
+            nxt = bars[k + 1] if k + 1 < len(bars) and self._seg[bars[k + 1]] == self._seg[first] else None
+            width = 1.0 if nxt is None else max(0.0, min(1.0, rel[nxt] - rel[first]))
+            count = k - j + 1
+            for p in range(count):
+                adj[bars[j + p]] = rel[first] + width * p / count
+            j = k + 1
+        last: tuple[float | None, float | None] = (None, None)
+        for i, r in enumerate(self._records):
+            if r.source == "bar" and rel[i] is not None:
+                last = (rel[i], adj[i])
+            elif rel[i] is not None and rel[i] == last[0]:
+                adj[i] = last[1]
+        return adj
 
     def _poll_tracker(self) -> None:
         if self.output_dir is None:
@@ -258,6 +290,9 @@ def curves(records: Sequence[TrainRecord], times: Sequence[float | None],
     out.x_is_epoch = not any_step and any(r.epoch is not None for r in records if r.kind == "metrics")
     for r, t in zip(records, times):
         if r.kind in ("run_start", "resume") or (r.kind == "start" and r.info.get("resumed")):
+            seen = any(len(s) for s in (*out.train.values(), *out.eval.values()))
+            if r.kind == "run_start" and not seen:
+                continue  # the log's first run starting is no restart
             if r.kind == "run_start" or not out.restarts or out.restarts[-1][1] != t:
                 out.restarts.append((float(r.step) if r.step is not None else None, t))
             for s in (*out.train.values(), *out.eval.values()):

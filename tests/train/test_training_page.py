@@ -495,7 +495,7 @@ def test_a_run_appended_to_the_log_breaks_the_lines(tmp_path):
     start2 = datetime(2026, 11, 30, 10, 0, 30).timestamp()
     # the bar printed n seconds elapsed at step n: the run's start plus tqdm's elapsed time
     assert [t for t in loss.times if t is not None] == [start1 + 1, start1 + 2, start1 + 3, start2 + 1, start2 + 2]
-    assert [t for _, t in c.restarts] == [start1, start2]
+    assert [t for _, t in c.restarts] == [start2]  # the first run's start is no restart
 
 
 def test_tensorboard_fills_in_the_learning_rate(tmp_path):
@@ -709,3 +709,23 @@ def test_preflight_against_a_managed_servers_target(workspace):
     done = next(x.value for x in at.error if x.value.startswith("Preflight of `epoch_0_step_10`"))
     assert f"server **sim**'s target `{target}`" in done
     assert any(e.value.startswith("**fc-width**") and "3 aux layers × hidden size 16 = 48" in e.value for e in at.error)
+
+
+def test_steps_sharing_a_second_are_spread_over_it(tmp_path):
+    """tqdm prints whole seconds: four steps shown at 00:01 sit 0.25 s apart, not on one instant."""
+    from datetime import datetime
+
+    from ui.train_data import follower
+
+    mark = "===== specdeck: sf run 1 starting at 2026-11-30 10:00:00: python train.py\n"
+    bars = "".join(f"\rTraining Epoch 0:  10%|#  | {n}/50 [00:{1 if n <= 4 else 2:02d}<00:10,  4.00it/s, "
+                   f"loss={5 - n / 10:.2f}, acc=0.10]" for n in range(1, 6))
+    log = tmp_path / "fast.log"
+    log.write_text(mark + "Training Epoch 0:   0%|  | 0/50 [00:00<?, ?it/s]" + bars + "\n"
+                   + "Eval - Step 5 [6/2], position 0,  Acc: 0.40\n", encoding="utf-8")
+    snap = follower(log).poll()
+    t0 = datetime(2026, 11, 30, 10, 0, 0).timestamp()
+    got = {(r.source, r.step): t - t0 for r, t in zip(snap.records, snap.times)
+           if r.kind == "metrics" and t is not None}
+    assert [got[("bar", n)] for n in range(1, 6)] == pytest.approx([1.0, 1.25, 1.5, 1.75, 2.0])
+    assert got[("step_line", 5)] == pytest.approx(2.0)  # printed after step 5's redraw: its time
