@@ -159,13 +159,18 @@ class LogFollower:
             mtime, rel = self._first_read
             anchors[0] = mtime - rel
         out: list[float | None] = []
+        cur_seg, anchor = -1, None
         for own, rel, seg in zip(self._own, self._spread(), self._seg):
+            if seg != cur_seg:
+                cur_seg, anchor = seg, anchors[seg]
             if own is not None:
                 out.append(own)
-            elif rel is not None and anchors[seg] is not None:
-                out.append(anchors[seg] + rel)
+                if rel is not None:  # a line with its own clock: later bars are placed from it (tqdm's
+                    anchor = own - rel  # elapsed time leaves out evaluation and saving between bars)
+            elif rel is not None and anchor is not None:
+                out.append(anchor + rel)
             else:
-                out.append(anchors[seg])
+                out.append(anchor)
         times = tuple(out)
         self._times_cache = (key, times)
         return times

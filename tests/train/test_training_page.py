@@ -729,3 +729,23 @@ def test_steps_sharing_a_second_are_spread_over_it(tmp_path):
            if r.kind == "metrics" and t is not None}
     assert [got[("bar", n)] for n in range(1, 6)] == pytest.approx([1.0, 1.25, 1.5, 1.75, 2.0])
     assert got[("step_line", 5)] == pytest.approx(2.0)  # printed after step 5's redraw: its time
+
+
+def test_timestamped_lines_keep_the_bars_on_the_clock(tmp_path):
+    """tqdm's elapsed time leaves out what happens between bars (evaluation, saving): a line with its own
+    timestamp puts the bars after it back on the clock."""
+    from datetime import datetime
+
+    from ui.train_data import follower
+
+    log = tmp_path / "t.log"
+    log.write_text("===== specdeck: sf run 1 starting at 2026-11-30 10:00:00: python train.py\n"
+                   "Training Epoch 0: 100%|##| 2/2 [00:02<00:00,  1.00s/it, loss=4.00, acc=0.10]\n"
+                   "2026-11-30 10:00:30,000 - INFO - Saved model configuration to out/epoch_0_step_2\n"
+                   "Training Epoch 1:  50%|# | 1/2 [00:01<00:01,  1.00s/it, loss=3.00, acc=0.20]\n",
+                   encoding="utf-8")
+    snap = follower(log).poll()
+    t0 = datetime(2026, 11, 30, 10, 0, 0).timestamp()
+    bars = [t - t0 for r, t in zip(snap.records, snap.times) if r.source == "bar"]
+    # epoch 0's bar 2 s after the start; the save at 30 s; epoch 1's first step 1 s after that
+    assert bars == pytest.approx([2.0, 31.0])
