@@ -158,11 +158,25 @@ class LogFollower:
         if anchors[0] is None and self._first_read is not None:
             mtime, rel = self._first_read
             anchors[0] = mtime - rel
+        spread = self._spread()
+        # a run's bars before its first timestamped line are placed from that line too (tqdm's clock starts
+        # with the bar, after the start-up the run's start line counts)
+        first: dict[int, float] = {}
+        done: set[int] = set()
+        bar_open = False  # the newest bar is still counting (the line was printed in the middle of it)
+        for r, own, rel, seg in zip(self._records, self._own, spread, self._seg):
+            if r.source == "bar":
+                n, total = r.info.get("n"), r.info.get("total")
+                bar_open = total is None or (n is not None and n < total)
+            elif own is not None and rel is not None and seg not in done:
+                done.add(seg)
+                if bar_open:  # after a finished bar the gap may be evaluation or saving: left as it is
+                    first[seg] = own - rel
         out: list[float | None] = []
         cur_seg, anchor = -1, None
-        for own, rel, seg in zip(self._own, self._spread(), self._seg):
+        for own, rel, seg in zip(self._own, spread, self._seg):
             if seg != cur_seg:
-                cur_seg, anchor = seg, anchors[seg]
+                cur_seg, anchor = seg, first.get(seg, anchors[seg])
             if own is not None:
                 out.append(own)
                 if rel is not None:  # a line with its own clock: later bars are placed from it (tqdm's

@@ -749,3 +749,21 @@ def test_timestamped_lines_keep_the_bars_on_the_clock(tmp_path):
     bars = [t - t0 for r, t in zip(snap.records, snap.times) if r.source == "bar"]
     # epoch 0's bar 2 s after the start; the save at 30 s; epoch 1's first step 1 s after that
     assert bars == pytest.approx([2.0, 31.0])
+
+
+def test_bars_before_the_first_timestamp_are_placed_from_it(tmp_path):
+    """Start-up (loading the target, preparing data) happens before tqdm's clock starts: the first bars are
+    placed back from the first timestamped line, not forward from the run's start."""
+    from datetime import datetime
+
+    from ui.train_data import follower
+
+    log = tmp_path / "t.log"
+    log.write_text("===== specdeck: sf run 1 starting at 2026-11-30 10:00:00: python train.py\n"
+                   "Training Epoch 0:  50%|# | 1/2 [00:01<00:01,  1.00s/it, loss=4.00, acc=0.10]\n"
+                   "2026-11-30 10:00:21,000 - INFO - Eval - Step 1 [2/2], position 0,  Acc: 0.30\n",
+                   encoding="utf-8")
+    snap = follower(log).poll()
+    t0 = datetime(2026, 11, 30, 10, 0, 0).timestamp()
+    bar = next(t for r, t in zip(snap.records, snap.times) if r.source == "bar")
+    assert bar - t0 == pytest.approx(21.0)  # 20 s of start-up, then 1 s into the bar
