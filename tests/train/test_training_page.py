@@ -767,3 +767,18 @@ def test_bars_before_the_first_timestamp_are_placed_from_it(tmp_path):
     t0 = datetime(2026, 11, 30, 10, 0, 0).timestamp()
     bar = next(t for r, t in zip(snap.records, snap.times) if r.source == "bar")
     assert bar - t0 == pytest.approx(21.0)  # 20 s of start-up, then 1 s into the bar
+
+
+@pytest.mark.timeout(120)
+def test_the_overlaid_run_chosen_as_the_run(workspace):
+    a, b = workspace / "a.log", workspace / "b.log"
+    a.write_text(gen2_log(), encoding="utf-8")
+    b.write_text(gen2_log(steps=10), encoding="utf-8")
+    at = _page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60))
+    _follow(at, a)
+    _follow(at, b)
+    at.multiselect(key="train-overlay").select("a.log").run()
+    at.selectbox(key="train-run").set_value("a.log").run()
+    assert not at.exception, at.exception
+    assert at.multiselect(key="train-overlay").value == []  # a run is not drawn over itself
+    assert _metric(at, "step").value == "20"
