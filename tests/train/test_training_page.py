@@ -782,3 +782,39 @@ def test_the_overlaid_run_chosen_as_the_run(workspace):
     assert not at.exception, at.exception
     assert at.multiselect(key="train-overlay").value == []  # a run is not drawn over itself
     assert _metric(at, "step").value == "20"
+
+
+@pytest.mark.timeout(120)
+def test_a_gen3_log(workspace):
+    """Gen-3 prints `step N: {…}` with lr, per-position acceptance and the optimizer step time."""
+    lines = []
+    for s, a0 in ((50, 0.5), (100, 0.6)):
+        lines.append(f"step {s}: {{'loss': {3 - s / 100}, 'acc_0': {a0}, 'acc_1': 0.5, 'acceptance_rate_0': 0.7, "
+                     f"'acceptance_rate_1': 0.5, 'lr': {s * 1e-6}, 'perf/optimizer_step_time_s': 2.0}}\n")
+    log = workspace / "g3.log"
+    log.write_text("".join(lines), encoding="utf-8")
+    at = _follow(_page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60)), log)
+    assert _metric(at, "step").value == "100"
+    assert _metric(at, "predicted accept length").value == "1.90"  # 1 + .6 + .6·.5
+    at.slider(key="train-smooth").set_value(0.0).run()
+    lr = _trace(_figure(at, "Learning rate"), "lr")
+    assert lr["x"] == [50, 100] and lr["y"] == pytest.approx([5e-5, 1e-4])
+    assert _trace(_figure(at, "acceptance_rate_i per TTT position"), "pos 1")["y"] == [0.5, 0.5]
+    at.segmented_control(key="train-serving").set_value("sampling").run()
+    assert _metric(at, "predicted accept length").value == "2.05"  # 1 + .7 + .7·.5, from acceptance_rate_i
+
+
+@pytest.mark.timeout(120)
+def test_a_gen1_log_by_epoch(workspace):
+    """Gen-1 prints per-epoch summaries only: the x axis is the epoch."""
+    text = "".join(f"Train Epoch [{e}/2], position {i},  Acc: {a:.2f}\n"
+                   for e, accs in ((1, (0.4, 0.2)), (2, (0.5, 0.4))) for i, a in enumerate(accs))
+    log = workspace / "g1.log"
+    log.write_text(text, encoding="utf-8")
+    at = _follow(_page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60)), log)
+    assert _metric(at, "predicted accept length").value == "1.70"  # 1 + .5 + .5·.4 at epoch 1 (0-based)
+    at.slider(key="train-smooth").set_value(0.0).run()
+    fig = _figure(at, "acc_i per TTT position")
+    assert fig["layout"]["xaxis"]["title"]["text"] == "epoch"
+    assert _trace(fig, "pos 0")["x"] == [0, 1] and _trace(fig, "pos 0")["y"] == [0.4, 0.5]
+    assert any("at epoch 1 (" in c.value for c in at.caption)
