@@ -1,5 +1,5 @@
 """What the Training page's tests share: a Gen-2 log written here, the workspaces (an empty one, and one
-with the stand-in Gen-2 trainer of tests/train/test_runs.py), and helpers that open the page through the
+with the stand-in Gen-2 trainer of tests/train/test_runs.py), and functions that open the page through the
 frame, follow a log and read its figures and charts."""
 
 from __future__ import annotations
