@@ -32,11 +32,6 @@ def chosen(ref: RunRef) -> str | None:
     return st.session_state.get(_key(ref))
 
 
-def _picked(flag: str) -> None:
-    st.session_state[flag] = True
-    st.session_state[f"{flag}-now"] = True
-
-
 def _table(run: RunCheckpoints, meas: dict[str, float]) -> pd.DataFrame:
     rows = []
     for c in reversed(run.checkpoints):  # newest first
@@ -89,15 +84,17 @@ def checkpoints_tab(rt, ref: RunRef) -> None:
     names = [c.name for c in reversed(run.checkpoints)]
     by_name = {c.name: c for c in run.checkpoints}
     key = _key(ref)
-    pick_key, picked = f"{key}-pick", f"{key}-picked"
-    if not st.session_state.get(picked) or st.session_state.get(pick_key) not in names:
-        # until someone picks one, the newest checkpoint is inspected (also as the run saves more)
+    pick_key = f"{key}-pick"
+    row = st.container(horizontal=True, vertical_alignment="bottom")
+    newest = row.toggle("Newest", value=True, key=f"{key}-newest",
+                        help="inspect the newest checkpoint, also as the run saves more; turn off to pick one")
+    if newest or st.session_state.get(pick_key) not in names:
         st.session_state[pick_key] = run.latest.name if run.latest else names[0]
-    pick = st.selectbox("Inspect", names, key=pick_key, on_change=_picked, args=(picked,))
+    pick = row.selectbox("Inspect", names, key=pick_key, disabled=newest)
     path = str(by_name[pick].path)
     changed = st.session_state.get(key) not in (None, path)
     st.session_state[key] = path
-    if changed and st.session_state.pop(f"{picked}-now", False):
+    if changed and not newest:
         st.rerun()  # picked by hand: the page's other sections (the deploy flow) act on the chosen checkpoint
     _inspect(rt, ref, by_name[pick].path)
 

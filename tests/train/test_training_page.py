@@ -121,6 +121,8 @@ def test_checkpoint_table_and_inspection(workspace):
     assert metric(at, "vocab (target / draft)").value == "32 / 16"
     assert metric(at, "epoch / step").value == "N/A / N/A"
     assert any("no d2t tensor" in w.value for w in at.warning)
+    assert at.selectbox(key="train-ckpt-train.log-pick").disabled  # following the newest until turned off
+    at.toggle(key="train-ckpt-train.log-newest").set_value(False).run()
     at.selectbox(key="train-ckpt-train.log-pick").set_value("epoch_0_step_20").run()
     assert metric(at, "epoch / step").value == "0 / 20"
     assert metric(at, "d2t / t2d").value == "✓ / ✓"
@@ -167,6 +169,7 @@ def test_preflight_against_a_folder(workspace):
     assert any("Preflight of `epoch_0_step_20`" in e.value and "2 error(s)" in e.value for e in at.error)  # fc-width, fc-config-mismatch
     assert any(e.value.startswith("**fc-width**") and "3 aux layers × hidden size 8 = 24" in e.value
                for e in at.error)
+    at.toggle(key="train-ckpt-out-newest").set_value(False).run()
     at.selectbox(key="train-ckpt-out-pick").set_value("epoch_0_step_10").run()
     at.button(key="train-pf-run").click().run()
     assert any("Preflight of `epoch_0_step_10`" in s.value and "0 error(s), 0 warning(s)" in s.value
@@ -239,6 +242,7 @@ def test_checkpoints_before_the_output_folder_exists(workspace):
     at.run()
     assert at.selectbox(key="train-ckpt-train.log-pick").value == "epoch_0_step_3"  # the newest, until one is picked
     assert metric(at, "epoch / step").value == "0 / 3"
+    at.toggle(key="train-ckpt-train.log-newest").set_value(False).run()
     at.selectbox(key="train-ckpt-train.log-pick").set_value("epoch_0_step_2").run()
     write_checkpoint(out / "epoch_0_step_4", state=(0, 4))
     at.run()
