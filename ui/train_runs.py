@@ -63,6 +63,7 @@ def follow_form(rt) -> None:
     with st.form("train-follow"):
         a, b, c = st.columns([3, 3, 1])
         log = a.text_input("Training log (its console output)", key="train-follow-log",
+                           help="a relative path is taken from the workspace folder",
                            placeholder="/runs/llama3-eagle3/train.log")
         out = b.text_input("Output folder (--output-dir; optional)", key="train-follow-out",
                            placeholder="/runs/llama3-eagle3/outputs")
@@ -74,8 +75,9 @@ def follow_form(rt) -> None:
     if not log.strip() and not out.strip():
         st.error("Give the log path, the output folder, or both.")
         return
-    logp = Path(log.strip()).expanduser() if log.strip() else None
-    outp = Path(out.strip()).expanduser() if out.strip() else None
+    root = Path(rt.workspace.root)
+    logp = root / Path(log.strip()).expanduser() if log.strip() else None  # relative: to the workspace folder
+    outp = root / Path(out.strip()).expanduser() if out.strip() else None
     if logp is not None and logp.is_dir():
         st.error(f"`{logp}` is a folder: give the log file (the run's stdout and stderr).")
         return

@@ -353,3 +353,17 @@ def test_a_gen1_log_by_epoch(workspace):
     assert fig["layout"]["xaxis"]["title"]["text"] == "epoch"
     assert trace(fig, "pos 0")["x"] == [0, 1] and trace(fig, "pos 0")["y"] == [0.4, 0.5]
     assert any("at epoch 1 (" in c.value for c in at.caption)
+
+
+@pytest.mark.timeout(120)
+def test_a_relative_path_is_taken_from_the_workspace_folder(workspace):
+    (workspace / "runs").mkdir()
+    (workspace / "runs" / "train.log").write_text(gen2_log(), encoding="utf-8")
+    write_checkpoint(workspace / "runs" / "out" / "epoch_0_step_10")
+    at = page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60))
+    at.text_input(key="train-follow-log").input("runs/train.log")
+    at.text_input(key="train-follow-out").input("runs/out")
+    next(b for b in at.button if b.label == "Follow").click()
+    at.run()
+    assert metric(at, "step").value == "20"
+    assert list(ckpt_table(at)["checkpoint"]) == ["epoch_0_step_10"]
