@@ -24,6 +24,7 @@ def _pages() -> list:
     for file, title, icon in (
         ("pages/servers.py", "Servers", ":material/dns:"),
         ("pages/regeneration.py", "Regeneration", ":material/autorenew:"),
+        ("pages/training.py", "Training", ":material/model_training:"),
         ("pages/benchmarks.py", "Benchmarks", ":material/speed:"),
         ("pages/processes.py", "Processes", ":material/terminal:"),
         ("pages/gpus.py", "GPUs", ":material/memory:"),

@@ -215,7 +215,7 @@ def test_raw_websocket_client_claiming_localhost_cannot_control(netns, tmp_path)
         for title in ("Servers", "Processes", "GPUs"):  # read-only now, and every page says why
             banner = [a for a in steps[f"read-only {title}"]["alerts"] if a.startswith("Read-only")]
             assert banner and "no user is configured" in banner[0] and f"connected from {ns_ip}" in banner[0]
-        assert steps["pages"]["pages"] == ["Benchmarks", "GPUs", "Processes", "Regeneration", "Servers"]  # no sign-in page: nobody to be
+        assert steps["pages"]["pages"] == ["Benchmarks", "GPUs", "Processes", "Regeneration", "Servers", "Training"]  # no sign-in page: nobody to be
         assert not any(s.get("exceptions") for s in [*steps.values(), last])
         assert _ticker_state(ws) == "RUNNING"
         got = [(e.action, e.outcome, e.actor, e.client) for e in _audit(ws) if e.source == "dashboard"]

@@ -1,0 +1,51 @@
+"""Training: a SpecForge draft's live curves per TTT position, the accept length they predict beside the one
+benchmarks measured, its checkpoints, and the runs of the workspace."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from ui import train_ckpt, train_control, train_curves, train_form, train_runs
+from ui.components import page_header
+from ui.train_deploy import deploy_panel
+from ui.context import require_frame, runtime
+
+require_frame(__file__)
+rt = runtime()
+
+page_header("Training", "SpecForge draft training: live loss, acc_i and acceptance_rate_i per TTT position, the "
+            "accept length they predict beside the one benchmarks measured, and the run's checkpoints.")
+
+runs = train_runs.known_runs(rt)
+with st.expander("New training run", expanded=not runs, icon=":material/add:"):
+    train_form.run_form(rt)
+with st.expander("Follow a training log (a run started elsewhere)", icon=":material/visibility:"):
+    train_runs.follow_form(rt)
+if not runs:
+    st.info("No training run yet: add one above (it is written to the workspace file as a `[[train]]` entry), "
+            "or follow the log of a run started elsewhere.", icon=":material/info:")
+    st.stop()
+
+names = list(runs)
+wanted = st.session_state.pop("train-run-wanted", None)
+if wanted in names:
+    st.session_state["train-run"] = wanted
+if st.session_state.get("train-run") not in names:
+    st.session_state["train-run"] = names[-1]
+left, right = st.columns([2, 3])
+name = left.selectbox("Run", names, key="train-run")
+overlay = right.multiselect("Overlay runs", [n for n in names if n != name], key="train-overlay",
+                            help="their curves drawn with this run's, a colour per run")
+run = runs[name]
+if run.source == "workspace":
+    train_control.run_controls(rt, name)
+
+SECTIONS = {
+    "Curves": lambda: train_curves.live_curves(rt, [run] + [runs[n] for n in overlay], train_curves.controls()),
+    "Checkpoints": lambda: train_ckpt.checkpoints_tab(rt, run),
+    "Deploy": lambda: deploy_panel(rt, run.name, train_ckpt.chosen(run)),
+    "Run": lambda: train_runs.run_tab(rt, run),
+}
+for tab, render in zip(st.tabs(list(SECTIONS)), SECTIONS.values()):
+    with tab:
+        render()

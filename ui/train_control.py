@@ -1,0 +1,143 @@
+"""The Training page's run controls: the run's state, the command it runs (Gen-3's YAML with it), and
+Start / Stop / Resume through the supervisor, with a confirmation before anything that stops or may
+replace work (SpecForge 0.2.0's resume, which silently starts over, among them)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+import streamlit as st
+
+from backend.train.checkpoints import list_checkpoints
+from backend.train.command import CommandError
+from backend.train.runs import ResumeNeedsConfirmation
+from ui import fmt
+from ui.auth import control_lock
+from backend.logview import newest_line_age
+from backend.supervisor.logtail import last_lines
+from ui.components import confirm_box, log_block
+from ui.context import actor
+
+REFRESH_S = 2
+
+
+def _do(what: str, fn) -> bool:
+    try:
+        fn()
+    except ResumeNeedsConfirmation as exc:  # the warning changed since the page asked: ask again
+        st.warning(f"Not resumed: {exc.warning}", icon=":material/warning:")
+        return False
+    except Exception as exc:  # refused or failed: the audit log has it
+        st.error(f"Could not {what}: {exc}")
+        return False
+    st.toast(f"{what[0].upper()}{what[1:]}: requested", icon=":material/check_circle:")
+    return True
+
+
+def command_preview(rt, name: str, cfg=None, *, resume: bool = False) -> bool:
+    """The generation (detected or chosen) and the command of run ``name`` (``cfg``: an edit not saved yet).
+    False when the command cannot be built (its problems shown, each naming its field)."""
+    train = rt.train
+    try:
+        cmd = train.command(name, resume=resume, cfg=cfg)
+    except CommandError as exc:
+        st.error("**The command cannot be built**:\n\n" + "\n".join(
+            f"- `{f}`: {why}" if f else f"- {why}" for f, why in exc.problems))
+        return False
+    except KeyError as exc:
+        st.error(str(exc).strip("'\""))
+        return False
+    gen = cmd.generation
+    st.markdown(f"**SpecForge generation:** {gen.label}")
+    if gen.evidence:
+        st.caption(" · ".join(gen.evidence))
+    for p in gen.problems:
+        st.warning(p, icon=":material/warning:")
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(cmd.env.items()))
+    st.code(f"cd {shlex.quote(cmd.cwd)}\n" + (f"env {env} \\\n  " if env else "") + shlex.join(cmd.argv),
+            language="bash", wrap_lines=True)
+    st.caption(f"checkpoints and tracker files go to `{cmd.output_dir}` · log `{train.log_path(name)}`")
+    if cmd.yaml_text is not None:
+        st.markdown(f"**Gen-3 config** (written to `{cmd.yaml_path}` at the start):")
+        st.code(cmd.yaml_text, language="yaml")
+    notes = [n for n in cmd.notes if n not in gen.evidence and n not in gen.problems]
+    for n in notes:
+        st.caption(f"• {n}")
+    return True
+
+
+@st.fragment(run_every=REFRESH_S)
+def run_controls(rt, name: str) -> None:
+    """Start, Stop and Resume of a workspace run, enabled by its live state."""
+    train = rt.train
+    if name not in train.names():
+        st.info(f"`{name}` is no longer in the workspace file.", icon=":material/info:")
+        return
+    view = train.view(name)
+    live = view is not None and view.live
+    badge = fmt.view_badge(view)
+    line = f"{badge.markdown()} &nbsp; **{name}**"
+    if view is not None and view.pid and live:
+        line += f" · pid {view.pid}"
+    if view is not None and view.detail and not live:
+        line += f" · {view.detail}"
+    st.markdown(line)
+    lock = control_lock(rt)
+    out = train.output_dir(name)
+    bar = st.container(horizontal=True)
+    if bar.button("Start", key="train-start", icon=":material/play_arrow:", type="primary",
+                  disabled=live or bool(lock), help=lock or "start the run from step 0"):
+        if list_checkpoints(out).checkpoints:
+            st.session_state["train-confirm-start"] = True
+        else:
+            _do("start", lambda: train.start(name, actor=actor(), source="dashboard"))
+    if bar.button("Stop", key="train-stop", icon=":material/stop:", disabled=not live or bool(lock),
+                  help=lock or f"SIGTERM to the run's processes; SIGKILL after {train.config(name).stop_grace_s:.0f} s"):
+        st.session_state["train-confirm-stop"] = True
+    if bar.button("Resume", key="train-resume", icon=":material/replay:", disabled=live or bool(lock),
+                  help=lock or "start again from the latest checkpoint (--resume; Gen-3: training.resume_from)"):
+        warning = train.resume_warning(name)
+        if warning:
+            st.session_state["train-confirm-resume"] = warning
+        else:
+            _do("resume", lambda: train.resume(name, actor=actor(), source="dashboard"))
+    if confirm_box("train-confirm-start", f"`{out}` already holds checkpoints. **Start** trains from step 0 and "
+                   "writes new checkpoints beside (or over) them; **Resume** continues from the latest.",
+                   confirm_label="Start from step 0") is True:
+        _do("start", lambda: train.start(name, actor=actor(), source="dashboard"))
+    if confirm_box("train-confirm-stop", f"Stop **{name}**? Its processes get SIGTERM; after "
+                   f"{train.config(name).stop_grace_s:.0f} s, SIGKILL. Steps since the last checkpoint are lost.",
+                   confirm_label="Yes, stop") is True:
+        _do("stop", lambda: train.stop(name, actor=actor(), source="dashboard"))
+    warning = st.session_state.get("train-confirm-resume")
+    if warning and confirm_box("train-confirm-resume", f"**Resume {name}?** {warning}",
+                               confirm_label="Resume anyway") is True:
+        _do("resume", lambda: train.resume(name, actor=actor(), source="dashboard", confirmed=True))
+    if view is not None and view.state.value in ("EXITED", "FATAL") and view.exit_code not in (0, None) \
+            and not fmt.stopped_by_user(view.detail):
+        lines = display_lines(view.log_path, 60)
+        why = next((ln for ln in reversed(lines) if _ERROR.search(ln)), None)
+        st.error(f"The run ended with exit code {view.exit_code}"
+                 + (f": `{why.strip()[:400]}`" if why else "")
+                 + f". The log's last lines are in the Run tab; the whole log is `{view.log_path}`.",
+                 icon=":material/error:")
+
+
+_ERROR = re.compile(r"\b(ERROR|Error|Traceback|error:|Exception)\b")
+
+
+def display_lines(path, n: int) -> list[str]:
+    """The last ``n`` lines of a log as a reader sees them: of a tqdm bar redrawn after carriage returns,
+    only its last drawing."""
+    try:
+        lines = last_lines(path, n)
+    except OSError:
+        return []
+    return [ln.rsplit("\r", 1)[-1] if "\r" in ln else ln for ln in lines]
+
+
+@st.fragment(run_every=REFRESH_S)
+def log_tail(path) -> None:
+    """The run's log, newest line where the eye lands."""
+    log_block(display_lines(path, 215), newest_age_s=newest_line_age(path), toggle_key="train-log-probes")

@@ -1,0 +1,286 @@
+"""The Training page's curves: progress and key figures of a run, its curves (several runs overlaid), and
+the accept length predicted from per-position acceptance beside the one benchmarks measured."""
+
+from __future__ import annotations
+
+import time
+
+import pandas as pd
+import streamlit as st
+
+from backend.train.accept import FORMULA
+from backend.train.checkpoints import list_checkpoints
+from state.bench import BenchStore
+from ui import fmt
+from ui import train_charts as tc
+from ui.components import freshness
+from ui.train_data import (AcceptView, Curves, Measured, RunRef, Snapshot, curves, eta, follower, latest_run,
+                           measured, predicted, step_times)
+
+REFRESH_S = 2
+CHART_REFRESH_S = 5
+MAX_BENCH_RESULTS = 5000
+
+
+def controls() -> dict:
+    """Smoothing, x axis, and how the accept length is predicted (outside the live part: they are choices)."""
+    with st.container(horizontal=True, vertical_alignment="bottom"):
+        smooth = st.slider("Smoothing (EMA weight)", 0.0, 0.99, 0.6, 0.01, key="train-smooth", width=260,
+                           help="exponential moving average, as TensorBoard's slider: 0 shows the values as "
+                                "logged; the raw values stay faint under the smoothed line")
+        x_mode = st.segmented_control("x axis", [tc.STEP, tc.WALL], default=tc.STEP, key="train-x") or tc.STEP
+        temp = st.segmented_control(
+            "Serving", ["greedy", "sampling"], default="greedy", key="train-serving",
+            help="greedy (temperature 0) accepts a draft token when it is the target's argmax: a_i = acc_i; "
+                 "sampling accepts with probability Σ min(p_target, p_draft): a_i = acceptance_rate_i") or "greedy"
+        steps = st.number_input("Draft steps", 1, 64, 3, key="train-num-steps", width=130,
+                                help="--speculative-num-steps of the server: only that many positions can be "
+                                     "accepted, so the prediction counts positions 0 … steps-1")
+    return {"smooth": float(smooth), "x_mode": x_mode, "temperature": 0.0 if temp == "greedy" else 1.0,
+            "num_steps": int(steps)}
+
+
+def bench_results(rt) -> list:
+    try:
+        return BenchStore(rt.store).list(limit=MAX_BENCH_RESULTS)
+    except Exception:  # a store that cannot be read leaves the measured side N/A, not the page broken
+        return []
+
+
+def _snapshot(ref: RunRef) -> Snapshot | None:
+    if ref.log is None:
+        return None
+    return follower(ref.log, ref.output_dir).poll()
+
+
+def _status_line(rt, ref: RunRef, snap: Snapshot | None) -> None:
+    """Which log, and how fresh (the run's state is above the tabs, with its controls)."""
+    bits = []
+    view = rt.supervisor.view(ref.process) if ref.process else None
+    if snap is not None and snap.generation:
+        bits.append(f"SpecForge Gen-{snap.generation} log")
+    bits.append(f"log `{ref.log}`")
+    st.markdown(" · ".join(bits))
+    if snap is None or not snap.exists:
+        return
+    live = view is not None and view.live
+    if live:
+        freshness(snap.written_at, expected_gap_s(snap), "log written")
+    else:
+        st.caption(f"log last written {fmt.age(time.time() - snap.written_at)}" if snap.written_at else "")
+
+
+def expected_gap_s(snap: Snapshot) -> float:
+    """How long a healthy run may leave its log alone: a step (a tqdm bar redraws once a step), or for logs
+    that print only every N steps (Gen-3's step lines) N steps; never less than the page's refresh."""
+    s_per = snap.progress.s_per_step
+    steps: list[int] = []
+    for r in reversed(snap.records):
+        if r.kind == "metrics" and r.split == "train" and r.step is not None and r.source != "step_line":
+            if r.step not in steps:
+                steps.append(r.step)
+            if s_per is None and r.metrics.get("step_time_s") is not None:
+                s_per = r.metrics["step_time_s"]
+            if len(steps) == 2 and s_per is not None:
+                break
+    every = steps[0] - steps[1] if len(steps) == 2 and steps[0] > steps[1] else 1
+    return max(float(REFRESH_S), (s_per or 0.0) * every)
+
+
+def _key_figures(snap: Snapshot, c: Curves, view: AcceptView, meas: list[Measured], opts: dict) -> None:
+    p = snap.progress
+    if p.step is not None and p.total_steps:
+        frac = min(1.0, p.step / p.total_steps)
+        epoch = (f" · epoch {p.epoch + 1} of {p.num_epochs}" if p.epoch is not None and p.num_epochs
+                 else "")
+        st.progress(frac, text=f"**{fmt.count(p.step)} of {fmt.count(p.total_steps)} steps** "
+                               f"({fmt.pct(frac * 100)}){epoch}")
+    elif p.step is not None:
+        st.progress(0.0, text=f"**step {fmt.count(p.step)}**: the log does not say the total yet")
+    cols = st.columns(5)
+    rate = f"{p.s_per_step:.2f} s/step" if p.s_per_step else None
+    cols[0].metric("step", fmt.count(p.step) if p.step is not None else fmt.NA,
+                   delta=rate, delta_color="off", delta_arrow="off",
+                   help=(f"of {fmt.count(p.total_steps)}; " if p.total_steps else "total not known yet; ")
+                   + "speed from tqdm's rate")
+    e = eta(p, c)
+    if e.point_s == 0:
+        cols[1].metric("ETA", "done", help=e.basis)
+    else:
+        band = fmt.eta_range(e.low_s, e.high_s) if e.low_s != e.high_s else fmt.duration(e.point_s)
+        cols[1].metric("ETA", band,
+                       delta=f"point {fmt.duration(e.point_s)}" if e.point_s is not None else None,
+                       delta_color="off", delta_arrow="off", help=e.basis)
+    loss = c.train.get("loss")
+    last, prev = (loss.last(), loss.before_last()) if loss else (None, None)
+    cols[2].metric("loss", f"{last:.3f}" if last is not None else fmt.NA,
+                   delta=f"{last - prev:+.3f}" if last is not None and prev is not None else None,
+                   delta_color="inverse", help="the latest logged loss; the change since the one before"
+                   if loss else "N/A: the log has no loss value yet")
+    lat, pre = view.latest, view.previous
+    cols[3].metric("predicted accept length", fmt.accept_len(lat.accept_length if lat else None),
+                   delta=f"{lat.accept_length - pre.accept_length:+.2f}" if lat and pre else None,
+                   help=f"{FORMULA} with a_i = {view.metric}_i of the latest logged step: a prediction from "
+                        "training metrics, not a measurement" if lat else
+                        f"N/A: the log has no {view.metric}_0 yet")
+    m = meas[-1] if meas else None
+    there = _predicted_at(view).get(m.step) if m is not None and m.step is not None else None
+    cols[4].metric("measured accept_len", fmt.accept_len(m.accept_len if m else None),
+                   delta=(f"{m.accept_len - there:+.2f} vs predicted at step {m.step:,.0f}"
+                          if m is not None and there is not None else None),
+                   delta_color="off", delta_arrow="off",
+                   help=(f"benchmark #{m.result_id} of {m.checkpoint} on {m.server or 'a server'}" if m else
+                         "N/A: no benchmark in this workspace served one of this run's checkpoints"))
+    if lat is not None:
+        rates = " · ".join(f"a{i} = {a:.2f}" for i, a in enumerate(lat.rates))
+        used = min(len(lat.rates), opts["num_steps"])
+        at = f"step {fmt.count(lat.step)}" if lat.step is not None else f"epoch {lat.epoch}"
+        st.caption(f"**Predicted accept length** = {FORMULA} = **{lat.accept_length:.2f}**, with a_i = "
+                   f"`{view.metric}_i` at {at} ({rates}); {used} of {len(lat.rates)} positions counted for "
+                   f"{opts['num_steps']} draft steps. {view.why[:1].upper() + view.why[1:]}. A prediction from "
+                   "training metrics, not a measurement: the 1 is the token every verification adds (SGLang's "
+                   "accept len counts it).")
+
+
+def _predicted_at(view: AcceptView) -> dict[float, float]:
+    """The predicted accept length by step (epoch for Gen-1)."""
+    return {float(p.step if p.step is not None else p.epoch): p.accept_length for p in view.history
+            if p.step is not None or p.epoch is not None}
+
+
+def _measured_table(view: AcceptView, meas: list[Measured]) -> None:
+    """Each benchmark of the run's checkpoints beside the accept length predicted at the checkpoint's step."""
+    if not meas:
+        return
+    at_step = _predicted_at(view)
+    rows = []
+    for m in reversed(meas):  # newest first
+        pred = at_step.get(m.step) if m.step is not None else None
+        rows.append({"checkpoint": m.checkpoint, "step": fmt.count(m.step) if m.step is not None else fmt.NA,
+                     "measured accept_len": fmt.accept_len(m.accept_len), "predicted there": fmt.accept_len(pred),
+                     "server": m.server or fmt.NA, "concurrency": fmt.count(m.concurrency),
+                     "benchmark": f"#{m.result_id}" if m.result_id is not None else fmt.NA})
+    with st.expander(f"Benchmarks of this run's checkpoints ({len(meas)})", icon=":material/speed:"):
+        st.dataframe(pd.DataFrame(rows), hide_index=True)
+        st.caption("predicted there: the prediction from the per-position acceptance logged at the checkpoint's "
+                   "step (N/A when no acceptance was logged at that step)")
+
+
+def _unparsed(snap: Snapshot, key: str) -> None:
+    s = snap.stats
+    text = (f"read {fmt.count(s.lines)} lines and bar redraws: {fmt.count(s.records)} records, "
+            f"{fmt.count(s.ignored)} other lines")
+    if s.unparsed or s.values_rejected:
+        text += f", :orange[{fmt.count(s.unparsed)} not readable, {fmt.count(s.values_rejected)} values dropped]"
+    st.caption(text + (f" · {snap.tracker_note}" if snap.tracker_note else ""))
+    if snap.unparsed:
+        with st.expander(f"Lines not read ({fmt.count(len(snap.unparsed))} latest)"):
+            st.dataframe(pd.DataFrame([{"line": u.line_no, "why": u.reason, "text": u.text} for u in snap.unparsed]),
+                         hide_index=True, key=f"{key}-unparsed")
+
+
+def _missing(what: str, why: str) -> None:
+    st.caption(f"**{what}**: N/A — {why}")
+
+
+Row = tuple[RunRef, "Snapshot | None", Curves, AcceptView, list[Measured]]
+
+
+def _rows(rt, refs: list[RunRef], opts: dict, *, newest_run: bool = False) -> list[Row]:
+    """Each run's latest snapshot (its shared follower reads only what was appended), curves, prediction and
+    measured benchmarks; ``newest_run``: only what the newest run appended to the log wrote."""
+    results = bench_results(rt)
+    rows: list[Row] = []
+    for ref in refs:
+        snap = _snapshot(ref)
+        if snap is None or not snap.exists:
+            rows.append((ref, snap, Curves(), AcceptView("acc", "", ()), []))
+            continue
+        records, times = latest_run(snap.records, snap.times) if newest_run else (snap.records, snap.times)
+        c = curves(records, times, snap.tracker_records)
+        view = predicted(records, snap.generation, temperature=opts["temperature"], num_steps=opts["num_steps"])
+        ckpts = list_checkpoints(ref.output_dir, ref.run_id).checkpoints if ref.output_dir else ()
+        rows.append((ref, snap, c, view, measured(results, ckpts)))
+    return rows
+
+
+def live_curves(rt, refs: list[RunRef], opts: dict) -> None:
+    """The first run's progress and figures (every 2 s); every run's curves overlaid (every 5 s)."""
+    if not refs:
+        st.info("Choose a run to show above.", icon=":material/info:")
+        return
+    _live_figures(rt, refs, opts)
+    _live_charts(rt, refs, opts)
+
+
+@st.fragment(run_every=REFRESH_S)
+def _live_figures(rt, refs: list[RunRef], opts: dict) -> None:
+    ref, snap, c, view, meas = _rows(rt, refs[:1], opts, newest_run=True)[0]
+    _status_line(rt, ref, snap)
+    if snap is not None and snap.catching_up:
+        st.progress(snap.offset / snap.size, text=f"reading the log: {snap.offset / 2**20:,.0f} of "
+                                                  f"{snap.size / 2**20:,.0f} MiB (what is read so far is shown)")
+    if snap is None or not snap.exists:
+        st.info(f"No log yet at `{ref.log}`: the run writes it when it starts." if ref.log else
+                "This run has no log path.", icon=":material/hourglass_empty:")
+    elif not any(r.kind in ("metrics", "progress") for r in latest_run(snap.records, snap.times)[0]):
+        st.info(f"`{ref.log}` has no training line yet ({fmt.count(snap.stats.lines)} other lines): SpecForge "
+                "prints its first bar or metrics once the data is prepared.", icon=":material/hourglass_empty:")
+    else:
+        _key_figures(snap, c, view, meas, opts)
+        _measured_table(view, meas)
+
+
+@st.fragment(run_every=CHART_REFRESH_S)
+def _live_charts(rt, refs: list[RunRef], opts: dict) -> None:
+    rows = _rows(rt, refs, opts)
+    snap = rows[0][1]
+    shown = [(r.name, cv) for r, s, cv, _, _ in rows if s is not None and s.exists and s.records]
+    if not shown:
+        return
+    smooth, x_mode = opts["smooth"], opts["x_mode"]
+    left, right = st.columns(2)
+    with left:
+        fig = tc.metric_chart("Loss", shown, "loss", x_mode, smooth=smooth, y_title="loss")
+        if fig is not None:
+            st.plotly_chart(fig, key="train-chart-loss")
+        else:
+            _missing("Loss", "no loss in the log (Gen-1 prints per-position pLoss only)")
+    with right:
+        accept = [(r.name, v, m, step_times(cv)) for r, s, cv, v, m in rows if s is not None and s.exists]
+        fig = tc.accept_chart(accept, x_mode, smooth=0.0)  # as computed: the figure above reads the same
+        if fig is not None:
+            st.plotly_chart(fig, key="train-chart-accept")
+        else:
+            _missing("Accept length", f"no {rows[0][3].metric}_i logged yet and no benchmark of this run's checkpoints")
+    panels = [
+        ("acc_i per TTT position", lambda: tc.position_chart("acc_i per TTT position", shown, "acc", x_mode,
+                                                              smooth=smooth),
+         "not in the log", "acc-pos"),
+        ("acceptance_rate_i per TTT position",
+         lambda: tc.position_chart("acceptance_rate_i per TTT position", shown, "acceptance_rate", x_mode,
+                                   smooth=smooth),
+         "not in the log (Gen-1 and SpecForge 0.2.0 log acc_i only)", "acceptance_rate-pos"),
+        ("Learning rate", lambda: tc.metric_chart("Learning rate", shown, "lr", x_mode, smooth=0.0, y_title="lr",
+                                                  fmt=".2e", eval_too=False),
+         "Gen-2 prints it to its tracker only: run with `--report-to tensorboard` and its files under "
+         "`<output>/runs` are read", "lr"),
+        ("Step time", lambda: tc.metric_chart("Step time", shown, "step_time_s", x_mode, smooth=smooth,
+                                              y_title="s per step", fmt=".2f", eval_too=False),
+         "not in the log", "time"),
+    ]
+    for m, title in (("acc", "acc (all positions)"), ("acceptance_rate", "acceptance_rate (mean)"),
+                     ("grad_norm", "grad norm")):
+        if any(m in cv.train for _, cv in shown):  # optional extras: shown only where the log has them
+            panels.append((title, lambda m=m, title=title: tc.metric_chart(title, shown, m, x_mode, smooth=smooth,
+                                                                           y_title=m), "", m))
+    for i in range(0, len(panels), 2):
+        for col, (title, make, why, key) in zip(st.columns(2), panels[i:i + 2]):
+            with col:
+                fig = make()
+                if fig is not None:
+                    st.plotly_chart(fig, key=f"train-chart-{key}")
+                else:
+                    _missing(title, why)
+    if snap is not None and snap.exists:
+        _unparsed(snap, "train-log")

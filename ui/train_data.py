@@ -1,0 +1,480 @@
+"""The Training page's data, without Streamlit: one shared follower per training log, curves built from
+its records, smoothing, and the benchmarks measured on a run's checkpoints.
+
+A :class:`LogFollower` wraps :class:`backend.train.reader.TrainLogReader` (incremental by byte offset)
+and keeps every record read so far, with a time for each: the line's own timestamp where it has one,
+else the run's start (the supervisor's ``===== specdeck: … starting at`` line, or for a log started
+elsewhere the file's modification time less the elapsed time read) plus the elapsed time tqdm printed
+(bars closed before the current one summed, evaluation bars included), or for Gen-3's ``step N: {…}``
+lines the optimizer step times logged.  The page's sessions share one follower per log, so a log is read
+once however many look at it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from backend.train.accept import Prediction, metric_for, predictions
+from backend.train.logparse import TrainRecord
+from backend.train.reader import Progress, ReadStats, TrainLogReader, UnparsedLine
+from backend.train.trackers import TensorboardReader, find_tracker_files
+
+
+POLL_BYTES = 4 * 1024 * 1024  # per refresh: about a second of parsing on a slow machine
+
+
+@dataclass(frozen=True)
+class RunRef:
+    """A training run the page can show: its log and the folder its checkpoints go to."""
+
+    name: str
+    log: Path | None
+    output_dir: Path | None
+    run_id: str | None = None  # Gen-3: checkpoints are {run_id}-step{N}
+    draft_config: str | None = None  # for the export command of Gen-3 runtime checkpoints
+    process: str | None = None  # the supervisor's process name, when it runs under the dashboard
+    target: str | None = None  # the target model path
+    source: str = "workspace"  # workspace | followed
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What a follower has read, as of ``read_at``."""
+
+    path: Path
+    records: tuple[TrainRecord, ...]
+    times: tuple[float | None, ...]  # one per record: epoch seconds, or None when nothing tells
+    progress: Progress
+    stats: ReadStats
+    unparsed: tuple[UnparsedLine, ...]
+    generation: int | None
+    read_at: float
+    written_at: float | None  # the log's modification time; None when the file is missing
+    exists: bool
+    tracker_records: tuple[TrainRecord, ...] = ()
+    tracker_note: str | None = None
+    size: int = 0  # the log's size in bytes
+    offset: int = 0  # how far it has been read
+
+    @property
+    def catching_up(self) -> bool:
+        return self.offset < self.size
+
+
+class LogFollower:
+    """Follows one training log (thread-safe; the page's sessions share it)."""
+
+    def __init__(self, path: str | os.PathLike[str], output_dir: str | os.PathLike[str] | None = None):
+        self.path = Path(path)
+        self.output_dir = Path(output_dir) if output_dir else None
+        self._lock = threading.Lock()
+        self._reader = TrainLogReader(self.path)
+        self._records: list[TrainRecord] = []
+        self._rel: list[float | None] = []  # seconds since the start of the record's run, estimated
+        self._own: list[float | None] = []  # the record's own timestamp
+        self._seg: list[int] = []  # index of the run (segment) the record belongs to
+        self._anchor: list[float | None] = [None]  # per segment: the run's start time when the log says it
+        self._first_read: tuple[float, float] | None = None  # (mtime, rel) when the log was first read
+        self._times_cache: tuple[tuple, tuple[float | None, ...]] | None = None
+        self._reset_time_state()
+        self._tb: TensorboardReader | None = None
+        self._tb_records: list[TrainRecord] = []
+
+    def _reset_time_state(self) -> None:
+        self._closed_s = 0.0  # elapsed time of the bars already closed in this run
+        self._bar_key: tuple | None = None
+        self._bar_elapsed = 0.0
+        self._last_rel: float | None = None
+        self._last_step3: int | None = None  # Gen-3: step of the previous dict line
+
+    def poll(self, max_bytes: int | None = None) -> Snapshot:
+        """Read what was appended, at most ``max_bytes`` of it (a long log is read over several polls, so a
+        page showing it never waits long)."""
+        with self._lock:
+            try:
+                st = self.path.stat()
+                mtime: float | None = st.st_mtime
+                size = st.st_size
+            except OSError:
+                mtime, size = None, 0
+            if mtime is not None:
+                chunk = self._reader.poll(max_bytes or POLL_BYTES)
+                if chunk.reset:
+                    self._records.clear()
+                    self._rel.clear()
+                    self._own.clear()
+                    self._seg.clear()
+                    self._anchor = [None]
+                    self._first_read = None
+                    self._reset_time_state()
+                for r in chunk.records:
+                    self._add(r)
+                if self._first_read is None and self._records:
+                    self._first_read = (mtime, self._last_rel or 0.0)
+            self._poll_tracker()
+            return Snapshot(
+                path=self.path, records=tuple(self._records), times=self._times(),
+                progress=self._reader.progress(), stats=self._reader.stats, unparsed=tuple(self._reader.unparsed),
+                generation=self._reader.generation, read_at=time.time(), written_at=mtime,
+                exists=mtime is not None, tracker_records=tuple(self._tb_records),
+                tracker_note=self._tracker_note(), size=size, offset=self._reader.offset)
+
+    def _add(self, r: TrainRecord) -> None:
+        if r.kind == "run_start":
+            self._anchor.append(r.wall_time)
+            self._reset_time_state()
+        rel = self._last_rel
+        if r.source == "bar" and r.elapsed_s is not None:
+            key = (r.info.get("desc"), r.epoch)
+            if key != self._bar_key:
+                if self._bar_key is not None:
+                    self._closed_s += self._bar_elapsed
+                self._bar_key = key
+            self._bar_elapsed = r.elapsed_s
+            rel = self._closed_s + r.elapsed_s
+        elif r.source == "step_dict" and r.step is not None:
+            dt = r.metrics.get("step_time_s")
+            if dt is not None:
+                steps = r.step - self._last_step3 if self._last_step3 is not None else r.step
+                rel = (self._last_rel or 0.0) + max(0, steps) * dt
+            self._last_step3 = r.step
+        self._last_rel = rel
+        self._records.append(r)
+        self._rel.append(rel)
+        self._own.append(r.wall_time)
+        self._seg.append(len(self._anchor) - 1)
+
+    def _times(self) -> tuple[float | None, ...]:
+        key = (len(self._records), self._first_read)
+        if self._times_cache is not None and self._times_cache[0] == key:
+            return self._times_cache[1]
+        anchors = list(self._anchor)
+        if anchors[0] is None and self._first_read is not None:
+            mtime, rel = self._first_read
+            anchors[0] = mtime - rel
+        spread = self._spread()
+        # a run's bars before its first timestamped line are placed from that line too (tqdm's clock starts
+        # with the bar, after the start-up the run's start line counts)
+        first: dict[int, float] = {}
+        done: set[int] = set()
+        bar_open = False  # the newest bar is still counting (the line was printed in the middle of it)
+        for r, own, rel, seg in zip(self._records, self._own, spread, self._seg):
+            if r.source == "bar":
+                n, total = r.info.get("n"), r.info.get("total")
+                bar_open = total is None or (n is not None and n < total)
+            elif own is not None and rel is not None and seg not in done:
+                done.add(seg)
+                if bar_open:  # after a finished bar the gap may be evaluation or saving: left as it is
+                    first[seg] = own - rel
+        out: list[float | None] = []
+        cur_seg, anchor = -1, None
+        for own, rel, seg in zip(self._own, spread, self._seg):
+            if seg != cur_seg:
+                cur_seg, anchor = seg, first.get(seg, anchors[seg])
+            if own is not None:
+                out.append(own)
+                if rel is not None:  # a line with its own clock: later bars are placed from it (tqdm's
+                    anchor = own - rel  # elapsed time leaves out evaluation and saving between bars)
+            elif rel is not None and anchor is not None:
+                out.append(anchor + rel)
+            else:
+                out.append(anchor)
+        times = tuple(out)
+        self._times_cache = (key, times)
+        return times
+
+    def _spread(self) -> list[float | None]:
+        """tqdm prints whole seconds, so several steps of a fast run share one: their redraws are spread evenly
+        over that second (up to the next one shown), and the lines printed after a redraw take its time."""
+        rel = self._rel
+        adj: list[float | None] = list(rel)
+        bars = [k for k, r in enumerate(self._records) if r.source == "bar" and rel[k] is not None]
+        j = 0
+        while j < len(bars):
+            k = j
+            first = bars[j]
+            while k + 1 < len(bars) and rel[bars[k + 1]] == rel[first] and self._seg[bars[k + 1]] == self._seg[first]:
+                k += 1
+            nxt = bars[k + 1] if k + 1 < len(bars) and self._seg[bars[k + 1]] == self._seg[first] else None
+            width = 1.0 if nxt is None else max(0.0, min(1.0, rel[nxt] - rel[first]))
+            count = k - j + 1
+            for p in range(count):
+                adj[bars[j + p]] = rel[first] + width * p / count
+            j = k + 1
+        last: tuple[float | None, float | None] = (None, None)
+        for i, r in enumerate(self._records):
+            if r.source == "bar" and rel[i] is not None:
+                last = (rel[i], adj[i])
+            elif rel[i] is not None and rel[i] == last[0]:
+                adj[i] = last[1]
+        return adj
+
+    def _poll_tracker(self) -> None:
+        if self.output_dir is None:
+            return
+        if self._tb is None:
+            found = [t for t in find_tracker_files(self.output_dir) if t.kind == "tensorboard"]
+            if not found:
+                return
+            self._tb = TensorboardReader(found[0].path)
+        self._tb_records.extend(self._tb.poll())
+
+    def _tracker_note(self) -> str | None:
+        if self._tb is None:
+            return None
+        s = self._tb.stats
+        note = f"TensorBoard files under `{self._tb.log_dir}`: {s.records:,} records"
+        if s.broken_files:
+            note += f", {s.broken_files} file(s) damaged (read up to the damage)"
+        return note
+
+
+_followers: dict[tuple[Path, Path | None], LogFollower] = {}
+_lock = threading.Lock()
+
+
+def follower(path: str | os.PathLike[str], output_dir: str | os.PathLike[str] | None = None) -> LogFollower:
+    """The shared follower of ``path`` (its tracker files looked for under ``output_dir``)."""
+    key = (Path(path).expanduser().resolve(), Path(output_dir).expanduser().resolve() if output_dir else None)
+    with _lock:
+        f = _followers.get(key)
+        if f is None:
+            f = _followers[key] = LogFollower(key[0], key[1])
+        return f
+
+
+# -- curves ---------------------------------------------------------------------------------------
+
+@dataclass
+class Series:
+    """One curve: x as step (epoch for Gen-1 logs without steps) and time; None values are gaps."""
+
+    steps: list[float | None] = field(default_factory=list)
+    times: list[float | None] = field(default_factory=list)
+    values: list[float | None] = field(default_factory=list)
+
+    def add(self, step: float | None, t: float | None, value: float | None) -> None:
+        self.steps.append(step)
+        self.times.append(t)
+        self.values.append(value)
+
+    def gap(self) -> None:
+        if self.values and self.values[-1] is not None:
+            self.add(None, None, None)
+
+    def __len__(self) -> int:
+        return sum(v is not None for v in self.values)
+
+    def last(self) -> float | None:
+        return next((v for v in reversed(self.values) if v is not None), None)
+
+    def before_last(self) -> float | None:
+        seen = [v for v in self.values if v is not None]
+        return seen[-2] if len(seen) > 1 else None
+
+
+@dataclass
+class Curves:
+    """A run's curves by metric name (``loss``, ``acc_0``, ``lr`` …), by split."""
+
+    train: dict[str, Series] = field(default_factory=dict)
+    eval: dict[str, Series] = field(default_factory=dict)
+    restarts: list[tuple[float | None, float | None]] = field(default_factory=list)  # (step, time) of each start
+    x_is_epoch: bool = False
+
+    def positions(self, base: str, split: str = "train") -> list[int]:
+        src = self.train if split == "train" else self.eval
+        out = []
+        for name in src:
+            head, _, tail = name.rpartition("_")
+            if head == base and tail.isdigit():
+                out.append(int(tail))
+        return sorted(out)
+
+
+def curves(records: Sequence[TrainRecord], times: Sequence[float | None],
+           tracker: Iterable[TrainRecord] = ()) -> Curves:
+    """Every metric of the records as curves; a run appended to the same log breaks every line.
+
+    Tracker records (TensorBoard) fill in the metrics the console does not print (``lr`` for Gen-2);
+    a metric the console has is taken from the console."""
+    out = Curves()
+    any_step = any(r.step is not None for r in records if r.kind == "metrics")
+    out.x_is_epoch = not any_step and any(r.epoch is not None for r in records if r.kind == "metrics")
+    for r, t in zip(records, times):
+        if r.kind in ("run_start", "resume") or (r.kind == "start" and r.info.get("resumed")):
+            seen = any(len(s) for s in (*out.train.values(), *out.eval.values()))
+            if r.kind == "run_start" and not seen:
+                continue  # the log's first run starting is no restart
+            if r.kind == "run_start" or not out.restarts or out.restarts[-1][1] != t:
+                out.restarts.append((float(r.step) if r.step is not None else None, t))
+            for s in (*out.train.values(), *out.eval.values()):
+                s.gap()
+            continue
+        if r.kind != "metrics" or not r.metrics:
+            continue
+        x = r.step if r.step is not None else (r.epoch if out.x_is_epoch else None)
+        if x is None:
+            continue
+        dest = out.eval if r.split == "eval" else out.train
+        for name, v in r.metrics.items():
+            s = dest.get(name)
+            if s is None:
+                s = dest[name] = Series()
+            s.add(float(x), t, v)
+    console = set(out.train)
+    extra: dict[str, Series] = {}
+    for r in sorted((r for r in tracker if r.kind == "metrics" and r.step is not None), key=lambda r: r.step):
+        for name, v in r.metrics.items():
+            if r.split == "eval" or name in console:
+                continue
+            extra.setdefault(name, Series()).add(float(r.step), r.wall_time, v)
+    out.train.update(extra)
+    return out
+
+
+def ema(values: Sequence[float | None], weight: float) -> list[float | None]:
+    """Exponential moving average with TensorBoard's start-up correction; a gap restarts it."""
+    if not 0.0 <= weight < 1.0:
+        raise ValueError(f"smoothing weight {weight} is outside 0..1")
+    out: list[float | None] = []
+    acc = 0.0
+    n = 0
+    for v in values:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            out.append(None)
+            acc, n = 0.0, 0
+            continue
+        n += 1
+        acc = acc * weight + (1 - weight) * v
+        out.append(acc / (1 - weight ** n) if weight else v)
+    return out
+
+
+# -- predicted and measured accept length ----------------------------------------------------------
+
+@dataclass(frozen=True)
+class AcceptView:
+    metric: str  # the per-position metric used as a_i
+    why: str
+    history: tuple[Prediction, ...]
+
+    @property
+    def latest(self) -> Prediction | None:
+        return self.history[-1] if self.history else None
+
+    @property
+    def previous(self) -> Prediction | None:
+        return self.history[-2] if len(self.history) > 1 else None
+
+
+def predicted(records: Sequence[TrainRecord], generation: int | None, *, temperature: float = 0.0,
+              num_steps: int | None = None) -> AcceptView:
+    """The predicted accept length at each logged step (training split), from ``acc_i`` for greedy
+    serving or ``acceptance_rate_i`` for sampling (see :func:`backend.train.accept.metric_for`)."""
+    seen = {name for r in records if r.kind == "metrics" for name in r.metrics}
+    metric, why = metric_for(generation, temperature, seen=seen)
+    return AcceptView(metric, why, tuple(predictions(records, metric, split="train", num_steps=num_steps)))
+
+
+@dataclass(frozen=True)
+class Measured:
+    checkpoint: str
+    step: float | None
+    accept_len: float
+    result_id: int | None
+    server: str | None
+    concurrency: int | None
+    started_at: float | None
+
+
+def _norm(p: str | os.PathLike[str]) -> str:
+    try:
+        return str(Path(p).expanduser().resolve())
+    except (OSError, RuntimeError):
+        return str(p)
+
+
+def measured(results: Iterable, checkpoints: Iterable) -> list[Measured]:
+    """Benchmarks whose draft is one of ``checkpoints`` (a result's ``config.draft_model`` names the
+    checkpoint folder, compared as resolved paths), oldest first; results without an accept length are
+    left out (N/A is not a measurement)."""
+    by_path = {_norm(c.path): c for c in checkpoints}
+    out = []
+    for r in results:
+        draft = r.config.draft_model
+        if not draft or r.accept_len is None:
+            continue
+        c = by_path.get(_norm(draft))
+        if c is None:
+            continue
+        x = c.step if c.step is not None else c.epoch
+        out.append(Measured(c.name, float(x) if x is not None else None, float(r.accept_len), r.id, r.server,
+                            r.load.concurrency, r.started_at or r.created_at))
+    return out
+
+
+# -- progress ----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Eta:
+    point_s: float | None
+    low_s: float | None
+    high_s: float | None
+    basis: str
+
+
+def eta(progress: Progress, c: Curves, *, window: int = 20) -> Eta:
+    """Time left: the point estimate from tqdm's rate, the range from the fastest and slowest of the last
+    ``window`` step times logged since the latest (re)start."""
+    if progress.step is None or progress.total_steps is None:
+        return Eta(None, None, None, "N/A: the log does not say the total steps yet")
+    left = max(0, progress.total_steps - progress.step)
+    if left == 0:
+        return Eta(0.0, 0.0, 0.0, "all steps done")
+    recent: list[float] = []
+    s = c.train.get("step_time_s")
+    if s is not None:
+        for v in reversed(s.values):
+            if v is None:
+                break  # a restart: the earlier run's speed is not this one's
+            recent.append(v)
+            if len(recent) >= window:
+                break
+    point = progress.eta_s
+    if point is None and recent:
+        point = left * sorted(recent)[len(recent) // 2]
+    if point is None:
+        return Eta(None, None, None, "N/A: no step time in the log yet")
+    if recent:
+        lo, hi = left * min(recent), left * max(recent)
+        basis = (f"{left:,} steps left; point from tqdm's rate, range from the fastest and slowest of the last "
+                 f"{len(recent)} logged step times")
+        return Eta(point, min(lo, point), max(hi, point), basis)
+    return Eta(point, point, point, f"{left:,} steps left at tqdm's rate")
+
+
+def step_times(c: Curves) -> dict[float, float]:
+    """The time of each step the curves know (for placing step-indexed points on a wall-time axis)."""
+    out: dict[float, float] = {}
+    for s in c.train.values():
+        for x, t in zip(s.steps, s.times):
+            if x is not None and t is not None:
+                out.setdefault(x, t)
+    return out
+
+
+def latest_run(records: Sequence[TrainRecord], times: Sequence[float | None]
+               ) -> tuple[Sequence[TrainRecord], Sequence[float | None]]:
+    """The records (and times) of the newest run appended to the log: from the supervisor's last start line
+    on, so a restarted run's figures do not show the previous run's values."""
+    for i in range(len(records) - 1, -1, -1):
+        if records[i].kind == "run_start":
+            return records[i:], times[i:]
+    return records, times
