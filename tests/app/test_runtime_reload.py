@@ -71,6 +71,7 @@ def test_gpu_probe_counts_a_servers_own_memory_as_free(ws: Path):
     jobs = (SimpleNamespace(name="srv", mem_by_gpu=((0, 61 * gib), (1, 61 * gib))),)
     snap = SimpleNamespace(gpus=gpus, attribution=SimpleNamespace(jobs=jobs))
     rt.telemetry.latest = lambda: snap
+    rt.telemetry.sample_once = lambda: snap  # with exclude, the GPUs are read afresh
     assert rt.gpu_probe() == [(0, 140 * gib, 70 * gib), (1, 140 * gib, 70 * gib)]
     assert rt.gpu_probe(exclude="srv") == [(0, 140 * gib, 131 * gib), (1, 140 * gib, 131 * gib)]
     assert rt.gpu_probe(exclude="other") == rt.gpu_probe()
