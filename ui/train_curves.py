@@ -104,7 +104,9 @@ def _key_figures(snap: Snapshot, c: Curves, view: AcceptView, meas: list[Measure
                    help=(f"of {fmt.count(p.total_steps)}; " if p.total_steps else "total not known yet; ")
                    + "speed from tqdm's rate")
     e = eta(p, c)
-    if e.point_s == 0:
+    if p.ended is not None:
+        cols[1].metric("ETA", "ended", help=e.basis)
+    elif e.point_s == 0:
         cols[1].metric("ETA", "done", help=e.basis)
     else:
         band = fmt.eta_range(e.low_s, e.high_s) if e.low_s != e.high_s else fmt.duration(e.point_s)

@@ -433,6 +433,8 @@ class Eta:
 def eta(progress: Progress, c: Curves, *, window: int = 20) -> Eta:
     """Time left: the point estimate from tqdm's rate, the range from the fastest and slowest of the last
     ``window`` step times logged since the latest (re)start."""
+    if progress.ended is not None:
+        return Eta(0.0, 0.0, 0.0, f"the run ended: {progress.ended}")
     if progress.step is None or progress.total_steps is None:
         return Eta(None, None, None, "N/A: the log does not say the total steps yet")
     left = max(0, progress.total_steps - progress.step)

@@ -68,6 +68,7 @@ class Progress:
     s_per_step: float | None
     eta_s: float | None  # to the end of the run, from the bar's rate; None when unknown
     generation: int | None
+    ended: str | None = None  # how the run ended (the supervisor's end line), None while it runs
 
 
 class TrainLogReader:
@@ -95,6 +96,8 @@ class TrainLogReader:
         self.generation: int | None = None
         self.total_steps: int | None = None
         self.num_epochs: int | None = None
+        self.max_steps: int | None = None  # --max-num-steps: the run stops there, whatever total_steps says
+        self.ended: str | None = None
         self.steps_per_epoch: int | None = None
         self.last_bar: TrainRecord | None = None
         self.last_step: int | None = None
@@ -258,6 +261,10 @@ class TrainLogReader:
         elif r.kind == "arg":
             if r.info["key"] == "num_epochs" and r.info["value"].isdigit() and self.num_epochs is None:
                 self.num_epochs = int(r.info["value"])
+            elif r.info["key"] == "max_num_steps" and r.info["value"].isdigit() and int(r.info["value"]) > 0:
+                self.max_steps = int(r.info["value"])
+        elif r.kind == "run_end":
+            self.ended = str(r.info.get("how") or "ended")
         elif r.kind in ("start", "resume"):
             self.start = r
         if r.source == "bar":
@@ -317,10 +324,12 @@ class TrainLogReader:
         total = self.total_steps
         if total is None and bar is not None and bar.epoch is not None and bar.info.get("total") and self.num_epochs:
             total = bar.info["total"] * self.num_epochs
+        if total is not None and self.max_steps is not None:
+            total = min(total, self.max_steps)
         step = self.last_step
         eta = None
-        if s_per is not None and total is not None and step is not None:
+        if s_per is not None and total is not None and step is not None and self.ended is None:
             eta = max(0, total - step) * s_per
-        return Progress(step, total, self.last_epoch, self.num_epochs, s_per, eta, self.generation)
+        return Progress(step, total, self.last_epoch, self.num_epochs, s_per, eta, self.generation, self.ended)
 
 

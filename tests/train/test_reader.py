@@ -262,3 +262,24 @@ def test_poll_budget_catches_up_in_steps(tmp_path):
     assert 0 < len(first) < 50
     rest = r.read_all()
     assert [x.step for x in first + rest] == list(range(1, 201))
+
+
+def test_max_num_steps_caps_the_total_and_the_end_line_ends_the_eta(tmp_path):
+    """The H200 run (docs/bench/train-h200): --num-epochs 1000 --max-num-steps 1500, so the trainer prints
+    'Auto-calculated total_steps: 125000' but stops at 1500; the supervisor's end line closes the log."""
+    log = Path(__file__).resolve().parents[2] / "docs" / "bench" / "train-h200" / "train.log"
+    text = log.read_text(encoding="utf-8")
+    assert "Auto-calculated total_steps: 125000" in text and "max_num_steps" in text
+    cut = text.rindex("===== specdeck:")  # the run still going: everything before the end line
+    running = tmp_path / "running.log"
+    running.write_text(text[:cut], encoding="utf-8")
+    r = TrainLogReader(running)
+    r.read_all()
+    p = r.progress()
+    assert (p.step, p.total_steps, p.ended) == (1500, 1500, None)
+    assert p.eta_s == 0
+    r = TrainLogReader(log)
+    r.read_all()
+    p = r.progress()
+    assert (p.step, p.total_steps) == (1500, 1500)
+    assert p.ended == "exit code 0" and p.eta_s is None
