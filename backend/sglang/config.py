@@ -26,6 +26,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from backend.validation import check_gpu_indices
+
 Algorithm = Literal["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM"]
 ALGORITHMS: tuple[str, ...] = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
 
@@ -106,13 +108,7 @@ class ServerConfig(_Model):
     @field_validator("gpus")
     @classmethod
     def _gpus(cls, v: list[int] | None) -> list[int] | None:
-        if v is None:
-            return v
-        if any(i < 0 for i in v):
-            raise ValueError("GPU indices are 0 or more")
-        if len(set(v)) != len(v):
-            raise ValueError("a GPU is listed twice")
-        return v
+        return v if v is None else check_gpu_indices(v)
 
     @field_validator("sglang_version")
     @classmethod

@@ -39,6 +39,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from backend.validation import check_gpu_indices
+
 Generation = Literal["auto", "gen1", "gen2", "gen3"]
 GENERATIONS: tuple[str, ...] = ("auto", "gen1", "gen2", "gen3")
 TRACKERS: tuple[str, ...] = ("none", "tensorboard", "wandb", "mlflow", "swanlab")
@@ -170,11 +172,7 @@ class TrainRunConfig(_Model):
             return v
         if not v:
             raise ValueError("list at least one GPU, or leave gpus out")
-        if any(i < 0 for i in v):
-            raise ValueError("GPU indices are 0 or more")
-        if len(set(v)) != len(v):
-            raise ValueError("a GPU is listed twice")
-        return v
+        return check_gpu_indices(v)
 
     @field_validator("env")
     @classmethod
