@@ -3,6 +3,18 @@ that raise ``ValueError`` with the reason a pydantic validator reports for the f
 
 from __future__ import annotations
 
+import re
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+NAME_RULE = "use letters, digits, '.', '_' or '-' (at most 64), starting with a letter or digit"
+
+
+def check_name(v: str) -> str:
+    """The name of a server, process, training run, dataset or mix."""
+    if not NAME_RE.match(v):
+        raise ValueError(NAME_RULE)
+    return v
+
 
 def check_gpu_indices(v: list[int]) -> list[int]:
     """A ``gpus = [...]`` list: every index 0 or more, none twice."""

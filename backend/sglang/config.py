@@ -26,12 +26,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from backend.validation import check_gpu_indices
+from backend.validation import check_gpu_indices, check_name
 
 Algorithm = Literal["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM"]
 ALGORITHMS: tuple[str, ...] = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
 class _Model(BaseModel):
@@ -94,9 +93,7 @@ class ServerConfig(_Model):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not _NAME_RE.match(v):
-            raise ValueError("use letters, digits, '.', '_' or '-' (at most 64), starting with a letter or digit")
-        return v
+        return check_name(v)
 
     @field_validator("model_path", "python")
     @classmethod
