@@ -30,10 +30,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from backend.regen.catalog import DatasetConfig, MixEntry, check_catalog
 from backend.supervisor.spec import Kind, ProcessSpec, ReadinessProbe, RestartPolicy
+from backend.validation import check_name
 
 CONFIG_NAME = "specdeck.toml"
 REPO_ROOT = Path(__file__).resolve().parent.parent
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
 class ConfigError(ValueError):
@@ -99,9 +99,7 @@ class ProcessConfig(_Model):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not _NAME_RE.match(v):
-            raise ValueError("use letters, digits, '.', '_' or '-' (at most 64), starting with a letter or digit")
-        return v
+        return check_name(v)
 
     @field_validator("argv")
     @classmethod

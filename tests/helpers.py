@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import socket
+import time
+from pathlib import Path
 
 
 def free_port() -> int:
@@ -10,3 +12,28 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def wait_for(cond, timeout: float, what: str, every: float = 0.05):
+    """``cond()``'s first true value, asked every ``every`` seconds; an AssertionError naming
+    ``what`` when ``timeout`` seconds pass without one."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        got = cond()
+        if got:
+            return got
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def close_runtime(root: Path, *, source: str = "test") -> None:
+    """The end of a test that ran the dashboard's runtime on the workspace ``root``: every process
+    it still runs (or waits to restart) is stopped, then every runtime is closed."""
+    from backend import runtime as runtime_mod  # noqa: PLC0415 (only the page tests need it)
+
+    rt = runtime_mod._runtimes.get(Path(root).resolve())
+    if rt is not None:
+        for v in rt.supervisor.views():
+            if v.live:
+                rt.supervisor.stop(v.name, actor="test", source=source, wait=True)
+    runtime_mod.close_all()

@@ -9,10 +9,15 @@
     python -m backend.cli [--workspace DIR] bench import FILE... [--server NAME] [--json]
     python -m backend.cli [--workspace DIR] bench list [--server S] [--concurrency N] [--json]
     python -m backend.cli [--workspace DIR] bench run SERVER [--concurrency N ...] [--builtin|--sglang]
+    python -m backend.cli [--workspace DIR] bench sweep SERVER [--steps N ...] [--topk K ...] [--draft-tokens N ...]
+                                            [--baseline|--baseline-only] [--state-file PATH] [--json]
     python -m backend.cli [--workspace DIR] servers list
     python -m backend.cli [--workspace DIR] servers preflight NAME [--json]
     python -m backend.cli [--workspace DIR] supervise [--interval S]
     python -m backend.cli train parselog LOG [--json] | tracker DIR | checkpoints DIR | inspect CKPT
+    python -m backend.cli [--workspace DIR] train runs [--json] | command NAME [--resume] [--json]
+    python -m backend.cli [--workspace DIR] train start NAME | stop NAME [--no-wait] | resume NAME [--yes]
+    python -m backend.cli [--workspace DIR] train deploy CKPT --server NAME [--keep|--restore-after] [--json]
     python -m backend.cli [--workspace DIR] users add|passwd|remove|list [NAME]
     python -m backend.cli init DIR
     python -m backend.cli [--workspace DIR] regen run|status|validate|requeue ...   (backend/regen/cli.py)

@@ -28,24 +28,17 @@ whose entries have their file filled in from the catalog, ready for
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-_NAME_RULE = "use letters, digits, '.', '_' or '-' (at most 64), starting with a letter or digit"
+from backend.validation import check_name
+
 DEFAULT_MIX = "default"
 
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-
-def _check_name(v: str) -> str:
-    if not _NAME_RE.match(v):
-        raise ValueError(_NAME_RULE)
-    return v
 
 
 def _check_file(v: str | None) -> str | None:
@@ -68,7 +61,7 @@ class DatasetConfig(_Model):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        return _check_name(v)
+        return check_name(v)
 
     @field_validator("file")
     @classmethod
@@ -89,7 +82,7 @@ class MixEntry(_Model):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        return _check_name(v)
+        return check_name(v)
 
     @field_validator("file")
     @classmethod

@@ -26,10 +26,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from backend.validation import check_gpu_indices, check_name
+
 Algorithm = Literal["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM"]
 ALGORITHMS: tuple[str, ...] = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
 class _Model(BaseModel):
@@ -92,9 +93,7 @@ class ServerConfig(_Model):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not _NAME_RE.match(v):
-            raise ValueError("use letters, digits, '.', '_' or '-' (at most 64), starting with a letter or digit")
-        return v
+        return check_name(v)
 
     @field_validator("model_path", "python")
     @classmethod
@@ -106,13 +105,7 @@ class ServerConfig(_Model):
     @field_validator("gpus")
     @classmethod
     def _gpus(cls, v: list[int] | None) -> list[int] | None:
-        if v is None:
-            return v
-        if any(i < 0 for i in v):
-            raise ValueError("GPU indices are 0 or more")
-        if len(set(v)) != len(v):
-            raise ValueError("a GPU is listed twice")
-        return v
+        return v if v is None else check_gpu_indices(v)
 
     @field_validator("sglang_version")
     @classmethod

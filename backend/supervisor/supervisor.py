@@ -1,7 +1,8 @@
 """The supervisor: one API over managed processes for the dashboard and the CLI.
 
-Stopping (SIGTERM, grace, SIGKILL) lives in :mod:`backend.supervisor.stopping`
-and the background tick in :mod:`backend.supervisor.loop`.
+Stopping (SIGTERM, grace, SIGKILL) lives in :mod:`backend.supervisor.stopping`,
+the reconcile pass (``adopt``/``poll``) in :mod:`backend.supervisor.ticking`
+and the background thread that runs it in :mod:`backend.supervisor.loop`.
 
 All durable state lives in the state store (``state.processes``) and in the
 files the wrappers leave in the run dir, so any number of supervisors (the
@@ -21,23 +22,20 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import threading
 import time
 import uuid
-from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-import psutil
-
 from backend.supervisor import machine
-from backend.supervisor.logtail import TailChunk, LogTailer, read_last, read_tail
+from backend.supervisor.logtail import TailChunk, read_last, read_tail
 from backend.supervisor.osproc import HttpProber, Killer, Launch, OsKiller, Prober, Spawner, WrapperSpawner
-from backend.supervisor.runfiles import ExitRecord, RunPaths, read_exit, read_identity
+from backend.supervisor.runfiles import RunPaths, read_identity
 from backend.supervisor.spec import Kind, ProcessSpec, ProcState
-from backend.supervisor.stopping import IDENTITY_WAIT_S, RunProgress, StopMixin, SupervisorError
+from backend.supervisor.stopping import RunProgress, StopMixin, SupervisorError
+from backend.supervisor.ticking import TickMixin
 from state import audit
 from state.processes import ProcessRecord, ProcessRepo, StateEvent
 from state.store import Store
@@ -45,8 +43,6 @@ from state.store import Store
 log = logging.getLogger(__name__)
 
 S = ProcState
-_LOG_PROBE_READ = 1024 * 1024  # bytes of log a readiness pattern scans per poll
-_SYNC_PROBE_S = 0.5  # one-shot polls: how long due HTTP probes may take, all together
 
 
 class UnknownProcess(SupervisorError):
@@ -90,7 +86,7 @@ class ProcessView:
         return self.state.is_active or self.state == S.BACKOFF
 
 
-class Supervisor(StopMixin):
+class Supervisor(TickMixin, StopMixin):
     """Start, stop, restart and watch the processes of one workspace.
 
     >>> sup = Supervisor(store, workspace.run_dir)
@@ -410,182 +406,6 @@ class Supervisor(StopMixin):
             wrapper_pid=ident.wrapper_pid, wrapper_create_time=ident.wrapper_create_time,
             log_start=ident.log_offset,
         ))
-
-    # -- the periodic tick ---------------------------------------------------
-
-    def adopt(self) -> None:
-        """Reconcile every record with what the OS and the run dir say.
-
-        Still-running children are re-adopted when pid *and* create time
-        match; ended ones get the exit code their wrapper recorded; records
-        that match neither become UNKNOWN (a reused pid is never adopted).
-        Due readiness probes are answered before it returns (see ``poll``),
-        so a one-shot caller such as the command line sees readiness too.
-        """
-        with self._lock:
-            self._version = None
-            self._runs.clear()
-        self.poll(sync_probes=True)
-
-    def poll(self, sync_probes: bool = False) -> None:
-        """One reconcile pass over all records; cheap when nothing changed.
-
-        HTTP readiness probes run on background threads and are collected by
-        a later poll.  With ``sync_probes`` (one-shot callers with no
-        :class:`SupervisorLoop`), due probes are answered within this call,
-        waiting at most ``_SYNC_PROBE_S`` for all of them together.
-        """
-        with self._lock:
-            if self._closed:
-                return
-            self._spawner.reap()
-            self._refresh()
-            now = self._clock()
-            self._sync_probes = sync_probes
-            try:
-                for rec in list(self._records.values()):
-                    try:
-                        self._reconcile(rec, now)
-                    except Exception:
-                        log.exception("supervisor: reconciling %s failed", rec.name)
-            finally:
-                self._sync_probes = False
-            waiting = {name: run.probe_future for name, run in self._runs.items()
-                       if sync_probes and run.probe_future is not None and not run.probe_future.done()}
-        if not waiting:
-            return
-        futures_wait(list(waiting.values()), timeout=_SYNC_PROBE_S)
-        with self._lock:
-            if self._closed:
-                return
-            self._refresh()
-            now = self._clock()
-            for name, fut in waiting.items():
-                rec = self._records.get(name)
-                run = self._runs.get(name)
-                if rec is None or run is None or run.probe_future is not fut or not fut.done():
-                    continue
-                try:
-                    self._reconcile(rec, now)
-                except Exception:
-                    log.exception("supervisor: reconciling %s failed", rec.name)
-
-    def _reconcile(self, rec: ProcessRecord, now: float) -> None:
-        st = rec.state
-        if st == S.BACKOFF:
-            if self._act and machine.backoff_due(rec.state_since, rec.tries, rec.effective_spec.restart, now):
-                self._spawn(rec, tries=rec.tries + 1,
-                            reason=f"restart {rec.tries + 1} of {rec.effective_spec.restart.max_tries}")
-            return
-        if st == S.UNKNOWN:
-            ex = read_exit(self._paths(rec.name), rec.run_id) if rec.run_id else None
-            if ex is not None:
-                self._finish(rec, ex, now)
-            return
-        if not st.is_active:
-            return
-        if st == S.STOPPING:
-            self._reconcile_stopping(rec, now)
-            return
-        paths = self._paths(rec.name)
-        if rec.pid is None:
-            rec = self._note_identity(rec) or rec
-            if rec.state != st:  # another supervisor moved it meanwhile (a stop, say)
-                if rec.state == S.STOPPING:
-                    self._reconcile_stopping(rec, now)
-                return
-        ex = read_exit(paths, rec.run_id)
-        if ex is not None:
-            self._finish(rec, ex, now)
-            return
-        if rec.pid is not None and self._killer.is_alive(rec.pid, rec.create_time):
-            if rec.state == S.STARTING:
-                self._check_ready(rec, self._run(rec), now)
-            return
-        if self._wrapper_may_still_report(rec, now):
-            return
-        ex = read_exit(paths, rec.run_id)  # written between our two looks?
-        if ex is not None:
-            self._finish(rec, ex, now)
-            return
-        if rec.pid is None:
-            why = "its wrapper ended without starting the child (see the log)"
-        elif self._pid_reused(rec):
-            why = f"pid {rec.pid} now belongs to another process; not adopted"
-        else:
-            why = f"pid {rec.pid} is gone and no exit code was recorded"
-        self._move(rec, S.UNKNOWN, at=now, detail=why)
-
-    def _wrapper_may_still_report(self, rec: ProcessRecord, now: float) -> bool:
-        """The child is gone or not yet known, but its wrapper may still write
-        the identity or exit record (it is alive, or still being spawned)."""
-        if rec.wrapper_pid is not None and self._killer.is_alive(rec.wrapper_pid, rec.wrapper_create_time):
-            return True
-        # Reserved by another supervisor that is spawning it right now?
-        return (rec.pid is None and rec.wrapper_pid is None and rec.started_at is not None
-                and now - rec.started_at < IDENTITY_WAIT_S)
-
-    @staticmethod
-    def _pid_reused(rec: ProcessRecord) -> bool:
-        # The pid exists, yet is_alive() said it is not our child: reused.
-        return rec.pid is not None and psutil.pid_exists(rec.pid)
-
-    def _finish(self, rec: ProcessRecord, ex: ExitRecord, now: float) -> None:
-        """Record the exit the wrapper wrote, and start again if a restart
-        was asked for with the stop (whichever supervisor gets here)."""
-        decision = machine.decide_exit(rec.state, ex.exit_code, rec.effective_spec.restart, rec.tries, now)
-        parts = [ex.error] if ex.error else []
-        parts.append(decision.detail)
-        if ex.leftovers:
-            parts.append(f"ended {ex.leftovers} leftover process{'es' if ex.leftovers != 1 else ''} of its group"
-                         + (f" ({ex.leftovers_killed} after SIGKILL)" if ex.leftovers_killed else ""))
-        restart_reason = rec.pending_restart if rec.state == S.STOPPING else None
-        if restart_reason and not self._act:
-            return  # recording the exit would drop the restart request; an acting supervisor does both
-        new = self._move(rec, decision.state, at=now, detail="; ".join(parts),
-                         exit_code=ex.exit_code, ended_at=ex.ended_at)
-        self._runs.pop(rec.name, None)
-        if new is not None and restart_reason and new.state in machine.STARTABLE:
-            self._spawn(new, tries=0, reason=restart_reason)
-
-    def _check_ready(self, rec: ProcessRecord, run: RunProgress, now: float) -> None:
-        probe = rec.spec.readiness
-        ready_detail = None
-        if probe.kind == "none":
-            ready_detail = "running (no readiness probe)"
-        elif probe.kind == "http" and probe.url:
-            f = run.probe_future
-            if f is not None and f.done():
-                run.probe_future = None
-                try:
-                    ok = bool(f.result())
-                except Exception:
-                    ok = False
-                if ok:
-                    ready_detail = f"ready: {probe.describe()}"
-            if ready_detail is None and run.probe_future is None and machine.probe_due(run.last_probe_at, probe, now):
-                run.last_probe_at = now
-                timeout_s = min(2.0, max(0.2, probe.interval_s))
-                if self._sync_probes:
-                    timeout_s = min(timeout_s, _SYNC_PROBE_S)
-                run.probe_future = self._prober.submit(probe.url, timeout_s)
-        elif probe.kind == "log" and probe.pattern:
-            if run.tailer is None:
-                run.tailer = LogTailer(rec.log_path, rec.log_start or 0, max_bytes=_LOG_PROBE_READ)
-                run.pattern = re.compile(probe.pattern, re.MULTILINE)
-            chunk = run.tailer.read()
-            if chunk.text and run.pattern is not None and run.pattern.search(chunk.text):
-                ready_detail = f"ready: {probe.describe()}"
-        if ready_detail is not None:
-            self._move(rec, S.RUNNING, at=now, detail=ready_detail)
-            self._runs.pop(rec.name, None)
-            return
-        if not run.overdue_noted and machine.readiness_overdue(rec.started_at, probe, now):
-            run.overdue_noted = True
-            self._put(self._repo.update(
-                rec.name, expect_run_id=rec.run_id,
-                detail=f"readiness overdue: no {probe.describe()} after {probe.timeout_s:g} s",
-            ))
 
     # -- reading -------------------------------------------------------------
 

@@ -11,7 +11,8 @@ on request).
 Readers never touch NVML: :meth:`Sampler.latest` returns the last snapshot
 and :meth:`Sampler.history` reads the ring (and the store for older data).
 The sampler measures its own cost (wall time per sample, GPU pass per GPU,
-CPU share) and puts the running figures in every snapshot.
+CPU share) and puts the running figures in every snapshot.  The ring and the
+buckets live in ``ring.py``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import math
 import os
 import threading
 import time
-from array import array
 from pathlib import Path
 from collections import deque
 from typing import Any, Callable, Iterable, Sequence
@@ -41,100 +41,11 @@ from backend.telemetry.model import (
     TelemetrySnapshot,
 )
 from backend.telemetry.nvml import NvmlAdapter
+from backend.telemetry.ring import Buckets, Ring
 
 log = logging.getLogger(__name__)
 
 HOST = -1  # ring / store index for host series
-NAN = float("nan")
-
-
-class _Ring:
-    """Fixed-capacity ring of (t, field values) with NaN for N/A."""
-
-    def __init__(self, capacity: int, fields: Sequence[str]):
-        self.capacity = capacity
-        self.fields = tuple(fields)
-        self.t = array("d", [NAN]) * capacity
-        self.cols = {f: array("d", [NAN]) * capacity for f in fields}
-        self.n = 0  # total appended
-        self.tail = 0  # next write position
-
-    def append(self, t: float, values: dict[str, float | None]) -> None:
-        i = self.tail
-        self.t[i] = t
-        for f, col in self.cols.items():
-            v = values.get(f)
-            col[i] = NAN if v is None else float(v)
-        self.tail = (i + 1) % self.capacity
-        self.n += 1
-
-    def __len__(self) -> int:
-        return min(self.n, self.capacity)
-
-    def _order(self) -> Iterable[int]:
-        size = len(self)
-        start = (self.tail - size) % self.capacity
-        return ((start + k) % self.capacity for k in range(size))
-
-    def oldest(self) -> float | None:
-        if not len(self):
-            return None
-        return self.t[(self.tail - len(self)) % self.capacity]
-
-    def read(self, field: str, since: float, until: float | None = None) -> tuple[list[float], list[float | None]]:
-        col = self.cols[field]
-        ts: list[float] = []
-        vs: list[float | None] = []
-        for i in self._order():
-            t = self.t[i]
-            if t < since or (until is not None and t >= until):
-                continue
-            v = col[i]
-            ts.append(t)
-            vs.append(None if math.isnan(v) else v)
-        return ts, vs
-
-    def last(self, field: str, n: int) -> list[float | None]:
-        col = self.cols[field]
-        size = min(n, len(self))
-        out = []
-        for k in range(size, 0, -1):
-            v = col[(self.tail - k) % self.capacity]
-            out.append(None if math.isnan(v) else v)
-        return out
-
-
-class _Buckets:
-    """Accumulates min / sum / max / n per (scope, idx, field) for one bucket."""
-
-    def __init__(self, width_s: float):
-        self.width = width_s
-        self.t0: float | None = None
-        self.acc: dict[tuple[str, int, str], list[float]] = {}
-
-    def add(self, scope: str, idx: int, field: str, v: float | None) -> None:
-        if v is None:
-            return
-        a = self.acc.get((scope, idx, field))
-        if a is None:
-            self.acc[(scope, idx, field)] = [1.0, v, v, v]
-        else:
-            a[0] += 1
-            a[1] = v if v < a[1] else a[1]
-            a[2] += v
-            a[3] = v if v > a[3] else a[3]
-
-    def drain(self) -> list[Any]:
-        from state.telemetry import Bucket  # noqa: PLC0415
-
-        if self.t0 is None:
-            return []
-        out = [
-            Bucket(scope, idx, field, self.t0, self.width, int(a[0]), a[1], a[2] / a[0], a[3])
-            for (scope, idx, field), a in self.acc.items()
-        ]
-        self.acc = {}
-        return out
 
 
 class Sampler:
@@ -193,9 +104,9 @@ class Sampler:
         self._idle_samples = idle_samples
         self._clock = clock
 
-        self._rings: dict[int, _Ring] = {}
+        self._rings: dict[int, Ring] = {}
         self._ring_lock = threading.Lock()
-        self._buckets = _Buckets(bucket_s)
+        self._buckets = Buckets(bucket_s)
         self._latest: TelemetrySnapshot | None = None
         self._stop = threading.Event()
         self._slow_wake = threading.Event()
@@ -432,12 +343,12 @@ class Sampler:
             for g in frame.gpus:
                 ring = self._rings.get(g.index)
                 if ring is None:
-                    ring = self._rings[g.index] = _Ring(self._capacity, GPU_SERIES)
+                    ring = self._rings[g.index] = Ring(self._capacity, GPU_SERIES)
                 ring.append(frame.t, {f: getattr(g, f) for f in GPU_SERIES})
             if host is not None:
                 ring = self._rings.get(HOST)
                 if ring is None:
-                    ring = self._rings[HOST] = _Ring(self._capacity, HOST_SERIES)
+                    ring = self._rings[HOST] = Ring(self._capacity, HOST_SERIES)
                 ring.append(host.t, {f: getattr(host, f) for f in HOST_SERIES})
 
     def _fold(self, frame: GpuFrame, host: HostSample | None, now: float) -> None:

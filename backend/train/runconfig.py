@@ -39,11 +39,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from backend.validation import check_gpu_indices, check_name
+
 Generation = Literal["auto", "gen1", "gen2", "gen3"]
 GENERATIONS: tuple[str, ...] = ("auto", "gen1", "gen2", "gen3")
 TRACKERS: tuple[str, ...] = ("none", "tensorboard", "wandb", "mlflow", "swanlab")
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -121,9 +122,7 @@ class TrainRunConfig(_Model):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not _NAME_RE.match(v):
-            raise ValueError("use letters, digits, '.', '_' or '-' (at most 64), starting with a letter or digit")
-        return v
+        return check_name(v)
 
     @field_validator("python", "target_model", "train_data")
     @classmethod
@@ -170,11 +169,7 @@ class TrainRunConfig(_Model):
             return v
         if not v:
             raise ValueError("list at least one GPU, or leave gpus out")
-        if any(i < 0 for i in v):
-            raise ValueError("GPU indices are 0 or more")
-        if len(set(v)) != len(v):
-            raise ValueError("a GPU is listed twice")
-        return v
+        return check_gpu_indices(v)
 
     @field_validator("env")
     @classmethod

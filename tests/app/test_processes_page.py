@@ -10,6 +10,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from backend import runtime as runtime_mod
+from tests.helpers import close_runtime
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -55,12 +56,7 @@ def workspace(tmp_path, monkeypatch):
     (tmp_path / "specdeck.toml").write_text(_config(sys.executable).replace("ACCESS_SCRIPT", str(script)))
     monkeypatch.setenv("SPECDECK_WORKSPACE", str(tmp_path))
     yield tmp_path
-    rt = runtime_mod._runtimes.get(tmp_path.resolve())
-    if rt is not None:
-        for v in rt.supervisor.views():
-            if v.live:
-                rt.supervisor.stop(v.name, actor="test", source="test", wait=True)
-    runtime_mod.close_all()
+    close_runtime(tmp_path)
 
 
 def _wait_state(rt, name: str, states: set[str], timeout: float = 20.0) -> str:

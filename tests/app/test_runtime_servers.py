@@ -10,15 +10,14 @@ import pytest
 
 from backend import runtime as runtime_mod
 from backend.runtime import PreflightBlocked
-from backend.sim.models import make_draft_dir, make_target_dir
 from state import audit
-from tests.helpers import free_port
+from tests.helpers import close_runtime, free_port
+from tests.simws import make_models
 
 
 @pytest.fixture
 def ws(tmp_path: Path, monkeypatch):
-    target = make_target_dir(tmp_path / "m" / "target")
-    draft = make_draft_dir(tmp_path / "m" / "draft", kind="eagle3", target_hidden_size=4096)
+    target, draft = make_models(tmp_path / "m", draft="draft")
     port = free_port()
     (tmp_path / "specdeck.toml").write_text(f"""
 [workspace]
@@ -45,12 +44,7 @@ num_draft_tokens = 4
 """)
     monkeypatch.setenv("SPECDECK_WORKSPACE", str(tmp_path))
     yield tmp_path
-    rt = runtime_mod._runtimes.get(tmp_path.resolve())
-    if rt is not None:
-        for v in rt.supervisor.views():
-            if v.active:
-                rt.supervisor.stop(v.name, actor="test", source="test", wait=True)
-    runtime_mod.close_all()
+    close_runtime(tmp_path)
 
 
 def _wait(rt, name, states, timeout=30.0):

@@ -20,6 +20,7 @@ from streamlit.testing.v1 import AppTest
 from backend import runtime as runtime_mod
 from backend.auth import UserStore
 from state import audit
+from tests.helpers import close_runtime
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = ("pages/servers.py", "pages/processes.py", "pages/gpus.py")
@@ -43,12 +44,7 @@ stop_grace_s = 5
 """)
     monkeypatch.setenv("SPECDECK_WORKSPACE", str(tmp_path))
     yield tmp_path
-    rt = runtime_mod._runtimes.get(tmp_path.resolve())
-    if rt is not None:
-        for v in rt.supervisor.views():
-            if v.live:
-                rt.supervisor.stop(v.name, actor="test", source="test", wait=True)
-    runtime_mod.close_all()
+    close_runtime(tmp_path)
 
 
 @pytest.fixture
@@ -90,6 +86,15 @@ def _goto(at: AppTest, page: str) -> AppTest:
 
 def _buttons(at: AppTest) -> dict[str, object]:
     return {b.label: b for b in at.button}
+
+
+def _sign_in(at: AppTest, name: str, password: str) -> AppTest:
+    """Fill in the sign-in page's form and press "Sign in"."""
+    at.text_input(key="login-name").input(name)
+    at.text_input(key="login-password").input(password)
+    [b for b in at.button if b.label == "Sign in"][0].click()
+    at.run()
+    return at
 
 
 @pytest.mark.timeout(120)
@@ -136,14 +141,9 @@ def test_sign_in_form_unlocks_control_and_the_audit_names_the_user(workspace, li
 
     _goto(at, "pages/login.py")
     assert [t.value for t in at.title] == ["Sign in"]
-    at.text_input(key="login-name").input("alice")
-    at.text_input(key="login-password").input("not-her-password")
-    [b for b in at.button if b.label == "Sign in"][0].click()
-    at.run()
+    _sign_in(at, "alice", "not-her-password")
     assert any("Unknown user name or wrong password" in e.value for e in at.error)
-    at.text_input(key="login-password").input("alice-password-1")
-    [b for b in at.button if b.label == "Sign in"][0].click()
-    at.run()
+    _sign_in(at, "alice", "alice-password-1")
     assert not at.exception, at.exception
     assert [t.value for t in at.title] == ["Servers"]  # back to the first page
 
@@ -180,11 +180,7 @@ def test_an_idle_session_ends_after_30_minutes(workspace, listen):
     rt = runtime_mod.get_runtime()
     now = [time.time()]
     rt.auth.sessions.clock = lambda: now[0]
-    at = _goto(_app(), "pages/login.py")
-    at.text_input(key="login-name").input("alice")
-    at.text_input(key="login-password").input("alice-password-1")
-    [b for b in at.button if b.label == "Sign in"][0].click()
-    at.run()
+    at = _sign_in(_goto(_app(), "pages/login.py"), "alice", "alice-password-1")
     _goto(at, "pages/processes.py")
     assert not _buttons(at)["Stop"].disabled
     now[0] += 30 * 60 - 1

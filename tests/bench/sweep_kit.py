@@ -1,4 +1,4 @@
-"""A workspace with one simulated EAGLE-3 server, for the relaunch and sweep tests.
+"""A workspace with one simulated EAGLE-3 server, for the relaunch, sweep and ``bench run`` tests.
 
 The workspace file carries comments in and around the server's entry, so a restore can be
 checked to give the file back byte for byte.  :func:`session` opens a command-line
@@ -10,18 +10,16 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
 from pathlib import Path
 
 from backend.cli.session import Session
-from backend.sim.models import make_draft_dir, make_target_dir
-from tests.helpers import free_port
+from tests.helpers import free_port, wait_for
+from tests.simws import make_models
+
+__all__ = ["SERVER", "flag", "make_models", "session", "wait_until", "write_workspace"]
+wait_until = wait_for  # the name the sweep and deploy tests use
 
 SERVER = "spec"
-
-
-def make_models(base: Path) -> tuple[Path, Path]:
-    return make_target_dir(base / "target"), make_draft_dir(base / "eagle3")
 
 
 def write_workspace(root: Path, target: Path, draft: Path, *, env: dict[str, str] | None = None) -> Path:
@@ -66,16 +64,6 @@ def session(root: Path):
                     s.sup.stop(v.name, actor="test", source="teardown", wait=True)
         finally:
             s.close()
-
-
-def wait_until(cond, timeout: float, what: str):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def flag(argv, name: str) -> str | None:

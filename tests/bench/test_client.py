@@ -15,20 +15,13 @@ simulator's own work between steps:
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from backend.bench.client import Load, Outcome, _chunk_tokens, run_load, summarize
 from backend.bench.runner import Target, run_benchmark
-from backend.sim.models import make_draft_dir, make_target_dir
-from tests.helpers import free_port
-from tests.sim.simproc import Sim
+from tests.sim.simproc import Sim, start_sim as sim_process
+from tests.simws import make_models
 
-ROOT = Path(__file__).resolve().parents[2]
 NO_SPEC_TOK_S = 137.0
 SPEC_TOK_S = 145.4
 STEP_MS = 29.20
@@ -39,8 +32,7 @@ SPEEDS = {"SPECDECK_SIM_BASELINE_TOK_S": "45", "SPECDECK_SIM_PEAK_TOK_S": "430"}
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    base = tmp_path_factory.mktemp("models")
-    return make_target_dir(base / "target"), make_draft_dir(base / "eagle3")
+    return make_models(tmp_path_factory.mktemp("models"))
 
 
 @pytest.fixture(scope="module")
@@ -48,16 +40,9 @@ def start_sim(tmp_path_factory):
     started: list[Sim] = []
 
     def _start(args: list[str], env: dict[str, str] | None = None) -> Sim:
-        port = free_port()
         log = tmp_path_factory.mktemp("sim") / "server.log"
-        e = {k: v for k, v in os.environ.items() if not k.startswith(("SPECDECK_SIM_", "SGLANG_"))}
-        e.update({"SPECDECK_SIM_SPEED": "200", "SPECDECK_SIM_SEED": "1", "PYTHONUNBUFFERED": "1", **SPEEDS,
-                  **(env or {})})
-        with open(log, "wb") as fh:
-            proc = subprocess.Popen([sys.executable, "-m", "backend.sim.server", "--host", "127.0.0.1",
-                                     "--port", str(port), "--enable-metrics", *args],
-                                    cwd=str(ROOT), env=e, stdout=fh, stderr=subprocess.STDOUT)
-        sim = Sim(proc, port, log)
+        sim = sim_process(["--enable-metrics", *args], log,
+                          {"SPECDECK_SIM_SPEED": "200", "SPECDECK_SIM_SEED": "1", **SPEEDS, **(env or {})})
         started.append(sim)
         sim.wait_ready()
         return sim

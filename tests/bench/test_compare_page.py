@@ -12,12 +12,11 @@ from streamlit.testing.v1 import AppTest
 
 from backend import runtime as runtime_mod
 from backend.bench.demo_history import install_demo_history
-from backend.sim.models import make_draft_dir, make_target_dir
 from specdeck_types.bench import BenchConfig, BenchFigures, BenchLoad, BenchResult, Percentiles
 from state.bench import BenchStore
 from state.store import Store
-from tests.helpers import free_port
-from tests.regen.jobkit import wait_for
+from tests.helpers import close_runtime, free_port, wait_for
+from tests.simws import make_models
 
 REPO = Path(__file__).resolve().parents[2]
 T0 = 1_790_000_000.0  # 2026-09-21, the runs' start times
@@ -47,8 +46,7 @@ def _extra(cfg: dict, conc: int, tok: float, acc: float | None, dataset: str, mi
 
 @pytest.fixture
 def workspace(tmp_path, monkeypatch):
-    target = make_target_dir(tmp_path / "models" / "target")
-    draft = make_draft_dir(tmp_path / "models" / "eagle3")
+    target, draft = make_models(tmp_path / "models")
     (tmp_path / "specdeck.toml").write_text(f"""
 [workspace]
 name = "bench-compare"
@@ -74,12 +72,7 @@ num_draft_tokens = 4
             BenchStore(store).insert(_extra(*row))
     monkeypatch.setenv("SPECDECK_WORKSPACE", str(tmp_path))
     yield tmp_path
-    rt = runtime_mod._runtimes.get(tmp_path.resolve())
-    if rt is not None:
-        for v in rt.supervisor.views():
-            if v.live:
-                rt.supervisor.stop(v.name, actor="test", source="test", wait=True)
-    runtime_mod.close_all()
+    close_runtime(tmp_path)
 
 
 def _page(timeout: float = 60) -> AppTest:

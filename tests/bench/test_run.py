@@ -6,7 +6,6 @@ client measures the same figures at the same load), and
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -19,9 +18,10 @@ from backend.bench.client import Load
 from backend.bench.job import read_progress
 from backend.bench.runner import Mark, Target, accept_from_log, run_benchmark, windowed_accept
 from backend.cli import main
-from backend.sim.models import make_draft_dir, make_target_dir
+from tests.bench.sweep_kit import write_workspace
 from tests.helpers import free_port
-from tests.sim.simproc import Sim
+from tests.sim.simproc import start_sim
+from tests.simws import make_models
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIM = Path(__file__).resolve().parent / "serve_shim"
@@ -66,25 +66,18 @@ def test_window_reads_the_log_lines_written_during_the_run(tmp_path):
 # --------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    base = tmp_path_factory.mktemp("models")
-    return make_target_dir(base / "target"), make_draft_dir(base / "eagle3")
+    return make_models(tmp_path_factory.mktemp("models"))
 
 
 @pytest.fixture(scope="module")
 def spec_sim(models, tmp_path_factory):
     target, draft = models
-    port = free_port()
-    log = tmp_path_factory.mktemp("sim") / "server.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPECDECK_SIM_", "SGLANG_"))}
-    env.update(SPECDECK_SIM_SPEED="200", SPECDECK_SIM_SEED="1", SPECDECK_SIM_ACCEPT_LEN=str(ACCEPT_LEN))
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "backend.sim.server", "--host", "127.0.0.1", "--port", str(port),
-             "--model-path", str(target), "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path",
-             str(draft), "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
-             "--speculative-num-draft-tokens", "4", "--enable-metrics", "--decode-log-interval", "5"],
-            cwd=str(ROOT), env=env, stdout=fh, stderr=subprocess.STDOUT)
-    sim = Sim(proc, port, log)
+    sim = start_sim(["--model-path", str(target), "--speculative-algorithm", "EAGLE3",
+                     "--speculative-draft-model-path", str(draft), "--speculative-num-steps", "3",
+                     "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4", "--enable-metrics",
+                     "--decode-log-interval", "5"],
+                    tmp_path_factory.mktemp("sim") / "server.log",
+                    {"SPECDECK_SIM_SPEED": "200", "SPECDECK_SIM_SEED": "1", "SPECDECK_SIM_ACCEPT_LEN": str(ACCEPT_LEN)})
     try:
         sim.wait_ready()
         yield sim
@@ -144,25 +137,7 @@ def test_sglang_mode_without_sglang_says_so(spec_sim, tmp_path):
 @pytest.fixture
 def ws(tmp_path, models):
     target, draft = models
-    (tmp_path / "specdeck.toml").write_text(f"""
-[workspace]
-name = "bench"
-
-[[server]]
-name = "spec"
-model_path = "{target}"
-port = {free_port()}
-simulate = true
-decode_log_interval = 5
-env = {{ SPECDECK_SIM_SPEED = "200", SPECDECK_SIM_ACCEPT_LEN = "{ACCEPT_LEN}" }}
-
-[server.speculative]
-algorithm = "EAGLE3"
-draft_model_path = "{draft}"
-num_steps = 3
-eagle_topk = 1
-num_draft_tokens = 4
-""")
+    write_workspace(tmp_path, target, draft, env={"SPECDECK_SIM_ACCEPT_LEN": str(ACCEPT_LEN)})
     yield tmp_path
     main(["--workspace", str(tmp_path), "processes", "stop-all"], out=_Sink(), err=_Sink())
 

@@ -4,32 +4,21 @@ process, input files, and reading the output files back."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-from tests.helpers import free_port
+from tests.helpers import free_port, wait_for
+from tests.sim.simproc import start_sim
 
 ROOT = Path(__file__).resolve().parents[2]
 
 # A simulated server that answers a 16-token request in a few milliseconds.
 FAST_SIM = {"SPECDECK_SIM_SPEED": "200", "SPECDECK_SIM_BASELINE_TOK_S": "4000", "SPECDECK_SIM_PEAK_TOK_S": "400000"}
-
-
-def wait_for(cond, timeout: float, what: str, every: float = 0.05):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = cond()
-        if got:
-            return got
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 class SimServer:
@@ -46,15 +35,9 @@ class SimServer:
         self.starts = 0
 
     def start(self, wait: bool = True) -> "SimServer":
-        e = {k: v for k, v in os.environ.items() if not k.startswith(("SPECDECK_SIM_", "SGLANG_"))}
-        e.update(self.env)
-        e["PYTHONUNBUFFERED"] = "1"
         self.starts += 1
-        log = open(self.log_dir / f"sim-{self.port}-{self.starts}.log", "wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "backend.sim.server", "--host", "127.0.0.1",
-                                      "--port", str(self.port), *self.extra],
-                                     cwd=str(ROOT), env=e, stdout=log, stderr=subprocess.STDOUT)
-        log.close()
+        log = self.log_dir / f"sim-{self.port}-{self.starts}.log"
+        self.proc = start_sim(self.extra, log, self.env, port=self.port).proc
         if wait:
             wait_for(self.ready, 30, f"the simulator on {self.url}")
         return self

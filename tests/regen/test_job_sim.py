@@ -12,8 +12,10 @@ from collections import Counter
 
 import pytest
 
+from tests.helpers import free_port
 from tests.regen.jobkit import (SimServer, end_process, progress_lines, read_jsonl, run_cli, run_cli_top, sibling,
                                 start_cli, wait_for, write_rows)
+from tests.simws import make_models, running_fleet
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -276,17 +278,8 @@ def test_the_demo_workspace_mix_through_a_managed_server_name(tmp_path, sims):
 def test_a_managed_server_relaunched_with_an_edit_mid_run_causes_no_error_row(tmp_path, procs):
     """The Servers page's relaunch (the fleet's launch with an edited config: stop, start, load)
     while a job sends to that server by its workspace name: the job waits and no row fails."""
-    from backend.sglang.fleet import ServerFleet
-    from backend.sim.models import make_draft_dir, make_target_dir
-    from backend.supervisor.supervisor import Supervisor, SupervisorLoop
-    from backend.workspace import Workspace, parse_config
-    from state import Store
-    from tests.helpers import free_port
-
-    target = make_target_dir(tmp_path / "m" / "target")
-    draft = make_draft_dir(tmp_path / "m" / "draft", kind="eagle3", target_hidden_size=4096)
+    target, draft = make_models(tmp_path / "m", draft="draft")
     root = tmp_path / "ws"
-    root.mkdir()
     text = f"""
 [workspace]
 name = "t"
@@ -305,16 +298,7 @@ num_steps = 3
 eagle_topk = 1
 num_draft_tokens = 4
 """
-    (root / "specdeck.toml").write_text(text)
-    ws = Workspace(root=root, config_path=root / "specdeck.toml", config=parse_config(text, root / "specdeck.toml"))
-    ws.ensure_dirs()
-    store = Store(ws.store_path)
-    sup = Supervisor(store, ws.run_dir)
-    fleet = ServerFleet(ws, sup, store, gpu_probe=lambda: None)
-    loop = SupervisorLoop(sup, interval_s=0.2)
-    sup.sync_specs(fleet.specs())
-    loop.start()
-    try:
+    with running_fleet(root, text) as (_ws, _store, sup, fleet):
         fleet.launch("sim", actor="tester")
         wait_for(lambda: sup.view("sim").state.value == "RUNNING", 120, "the server ready")
         inp = tmp_path / "in.jsonl"
@@ -338,9 +322,3 @@ num_draft_tokens = 4
         got = [row["id"] for row in read_jsonl(out)]
         assert len(got) == len(set(got)) and set(got) | {e["id"] for e in errors} == set(ids)
         assert any(l["state"] == "waiting" for l in progress_lines(out))  # it noticed the server go away
-    finally:
-        for v in sup.views():
-            if v.live:
-                sup.stop(v.name, actor="test", source="teardown", wait=True)
-        loop.stop()
-        store.close()

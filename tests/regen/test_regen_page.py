@@ -11,6 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 from backend import runtime as runtime_mod
 from state import audit
+from tests.helpers import close_runtime
 from tests.regen.regen_fixtures import append, in_row, out_row, snap
 
 REPO = Path(__file__).resolve().parents[2]
@@ -21,12 +22,7 @@ def workspace(tmp_path, monkeypatch):
     (tmp_path / "specdeck.toml").write_text('[workspace]\nname = "regen-apptest"\n')
     monkeypatch.setenv("SPECDECK_WORKSPACE", str(tmp_path))
     yield tmp_path
-    rt = runtime_mod._runtimes.get(tmp_path.resolve())
-    if rt is not None:
-        for v in rt.supervisor.views():
-            if v.live:
-                rt.supervisor.stop(v.name, actor="test", source="test", wait=True)
-    runtime_mod.close_all()
+    close_runtime(tmp_path)
 
 
 def write_run(root: Path, *, state: str = "running", now: float | None = None) -> Path:

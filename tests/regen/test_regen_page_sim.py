@@ -12,6 +12,7 @@ from streamlit.testing.v1 import AppTest
 
 from backend import runtime as runtime_mod
 from state import audit
+from tests.helpers import close_runtime
 from tests.regen.jobkit import SimServer, progress_lines, read_jsonl, wait_for, write_rows
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,12 +30,7 @@ def setup(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECDECK_WORKSPACE", str(tmp_path))
     sim = SimServer(tmp_path).start()
     yield tmp_path, sim, ids
-    rt = runtime_mod._runtimes.get(tmp_path.resolve())
-    if rt is not None:
-        for v in rt.supervisor.views():
-            if v.live:
-                rt.supervisor.stop(v.name, actor="test", source="test", wait=True)
-    runtime_mod.close_all()
+    close_runtime(tmp_path)
     sim.stop()
 
 

@@ -16,44 +16,32 @@ import time
 import pytest
 
 import backend.sim.server  # noqa: F401  (our own simulator: a broken import fails, never skips)
-from backend.sglang.fleet import PreflightBlocked, ServerFleet
+from backend.sglang.fleet import PreflightBlocked
 from backend.supervisor.spec import RestartPolicy
-from backend.supervisor.supervisor import Supervisor, SupervisorLoop
-from backend.workspace import Workspace, parse_config
-from state import Store, audit
-from tests.helpers import free_port
+from state import audit
+from tests.helpers import free_port, wait_for
+from tests.simws import running_fleet
+
+MONITOR = {"poll_interval_s": 0.2, "http_interval_s": 0.3}
 
 
-def wait_for(cond, timeout: float, what: str):
-    end = time.time() + timeout
-    last = None
-    while time.time() < end:
-        last = cond()
-        if last:
-            return last
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
-@pytest.mark.timeout(240)
-def test_launch_ready_relaunch_with_wrong_algorithm_and_stop(tmp_path, kimi):
-    port = free_port()
-    root = tmp_path / "ws"
-    root.mkdir()
-    text = f"""
+def _workspace(kimi, speed: str) -> str:
+    """Server ``sim``: the Kimi-like target on 8 simulated GPUs with its EAGLE-3 draft, 4 streams of
+    built-in traffic, startup ``speed`` times faster."""
+    return f"""
 [workspace]
 name = "t"
 
 [[server]]
 name = "sim"
 model_path = {json.dumps(str(kimi["target"]))}
-port = {port}
+port = {free_port()}
 tp_size = 8
 simulate = true
 sglang_version = "0.5.10"
 decode_log_interval = 5
 baseline_tok_s = 90.0
-env = {{ SPECDECK_SIM_SPEED = "50", SPECDECK_SIM_TRAFFIC = "4" }}
+env = {{ SPECDECK_SIM_SPEED = "{speed}", SPECDECK_SIM_TRAFFIC = "4" }}
 
 [server.speculative]
 algorithm = "EAGLE3"
@@ -62,17 +50,12 @@ num_steps = 3
 eagle_topk = 1
 num_draft_tokens = 4
 """
-    (root / "specdeck.toml").write_text(text)
-    ws = Workspace(root=root, config_path=root / "specdeck.toml", config=parse_config(text, root / "specdeck.toml"))
-    ws.ensure_dirs()
-    store = Store(ws.store_path)
-    sup = Supervisor(store, ws.run_dir)
-    fleet = ServerFleet(ws, sup, store, gpu_probe=lambda: None,
-                        monitor_kwargs={"poll_interval_s": 0.2, "http_interval_s": 0.3})
-    loop = SupervisorLoop(sup, interval_s=0.2)
-    sup.sync_specs(fleet.specs())
-    loop.start()
-    try:
+
+
+@pytest.mark.timeout(240)
+def test_launch_ready_relaunch_with_wrong_algorithm_and_stop(tmp_path, kimi):
+    root = tmp_path / "ws"
+    with running_fleet(root, _workspace(kimi, speed="50"), monitor_kwargs=MONITOR) as (_ws, store, sup, fleet):
         assert fleet.names() == ["sim"]
         findings = fleet.preflight("sim")
         assert not [f for f in findings if f.severity == "error"], findings
@@ -112,16 +95,6 @@ num_draft_tokens = 4
 
         fleet.stop("sim", actor="tester", wait=True)
         assert sup.view("sim").state.value == "EXITED"
-    finally:
-        try:
-            v = sup.view("sim")
-            if v is not None and v.state.is_active:
-                sup.stop("sim", actor="test", source="teardown", wait=True)
-        finally:
-            loop.stop()
-            fleet.close()
-            sup.close()
-            store.close()
 
 
 def _no_old_figures(s, what: str) -> None:
@@ -135,42 +108,8 @@ def _no_old_figures(s, what: str) -> None:
 
 @pytest.mark.timeout(300)
 def test_a_restart_starts_a_new_run_with_no_figures_of_the_old_one(tmp_path, kimi):
-    port = free_port()
     root = tmp_path / "ws"
-    root.mkdir()
-    text = f"""
-[workspace]
-name = "t"
-
-[[server]]
-name = "sim"
-model_path = {json.dumps(str(kimi["target"]))}
-port = {port}
-tp_size = 8
-simulate = true
-sglang_version = "0.5.10"
-decode_log_interval = 5
-baseline_tok_s = 90.0
-env = {{ SPECDECK_SIM_SPEED = "50", SPECDECK_SIM_TRAFFIC = "4" }}
-
-[server.speculative]
-algorithm = "EAGLE3"
-draft_model_path = {json.dumps(str(kimi["draft"]))}
-num_steps = 3
-eagle_topk = 1
-num_draft_tokens = 4
-"""
-    (root / "specdeck.toml").write_text(text)
-    ws = Workspace(root=root, config_path=root / "specdeck.toml", config=parse_config(text, root / "specdeck.toml"))
-    ws.ensure_dirs()
-    store = Store(ws.store_path)
-    sup = Supervisor(store, ws.run_dir)
-    fleet = ServerFleet(ws, sup, store, gpu_probe=lambda: None,
-                        monitor_kwargs={"poll_interval_s": 0.2, "http_interval_s": 0.3})
-    loop = SupervisorLoop(sup, interval_s=0.2)
-    sup.sync_specs(fleet.specs())
-    loop.start()
-    try:
+    with running_fleet(root, _workspace(kimi, speed="50"), monitor_kwargs=MONITOR) as (_ws, store, sup, fleet):
         fleet.launch("sim", actor="tester")
         old = wait_for(lambda: (s := fleet.snapshot("sim")).status == "ready" and len(s.run_decode["ts"]) >= 2
                        and s.lifetime_accept_len is not None and s, 120, "run 1 ready and decoding")
@@ -209,58 +148,17 @@ num_draft_tokens = 4
             assert time.time() < deadline + 60, "run 3 never became ready"
             time.sleep(0.1)
         assert s.run_id not in (old_run, new.run_id)
-    finally:
-        try:
-            v = sup.view("sim")
-            if v is not None and v.state.is_active:
-                sup.stop("sim", actor="test", source="teardown", wait=True)
-        finally:
-            loop.stop()
-            fleet.close()
-            sup.close()
-            store.close()
 
 
 @pytest.mark.timeout(300)
 def test_a_crash_and_backoff_restart_starts_a_new_run(tmp_path, kimi):
-    port = free_port()
+    def restart_on_failure(specs):  # restarted on failure after a 2 s backoff
+        return [dataclasses.replace(spec, restart=RestartPolicy("on-failure", max_tries=2, backoff_s=2.0))
+                for spec in specs]
+
     root = tmp_path / "ws"
-    root.mkdir()
-    text = f"""
-[workspace]
-name = "t"
-
-[[server]]
-name = "sim"
-model_path = {json.dumps(str(kimi["target"]))}
-port = {port}
-tp_size = 8
-simulate = true
-sglang_version = "0.5.10"
-decode_log_interval = 5
-baseline_tok_s = 90.0
-env = {{ SPECDECK_SIM_SPEED = "4", SPECDECK_SIM_TRAFFIC = "4" }}
-
-[server.speculative]
-algorithm = "EAGLE3"
-draft_model_path = {json.dumps(str(kimi["draft"]))}
-num_steps = 3
-eagle_topk = 1
-num_draft_tokens = 4
-"""
-    (root / "specdeck.toml").write_text(text)
-    ws = Workspace(root=root, config_path=root / "specdeck.toml", config=parse_config(text, root / "specdeck.toml"))
-    ws.ensure_dirs()
-    store = Store(ws.store_path)
-    sup = Supervisor(store, ws.run_dir)
-    fleet = ServerFleet(ws, sup, store, gpu_probe=lambda: None,
-                        monitor_kwargs={"poll_interval_s": 0.2, "http_interval_s": 0.3})
-    loop = SupervisorLoop(sup, interval_s=0.2)
-    # restarted on failure after a 2 s backoff
-    sup.sync_specs([dataclasses.replace(spec, restart=RestartPolicy("on-failure", max_tries=2, backoff_s=2.0))
-                    for spec in fleet.specs()])
-    loop.start()
-    try:
+    with running_fleet(root, _workspace(kimi, speed="4"), monitor_kwargs=MONITOR,
+                       specs=restart_on_failure) as (_ws, store, sup, fleet):
         sup.start("sim", actor="tester")
         old = wait_for(lambda: (s := fleet.snapshot("sim")).status == "ready" and len(s.run_decode["ts"]) >= 2
                        and sup.view("sim").state.value == "RUNNING" and s, 120, "run 1 RUNNING and decoding")
@@ -283,13 +181,3 @@ num_draft_tokens = 4
             time.sleep(0.1)
         assert "BACKOFF" in states and "STARTING" in states, states
         assert sup.view("sim").tries == 1
-    finally:
-        try:
-            v = sup.view("sim")
-            if v is not None and v.live:
-                sup.stop("sim", actor="test", source="teardown", wait=True)
-        finally:
-            loop.stop()
-            fleet.close()
-            sup.close()
-            store.close()

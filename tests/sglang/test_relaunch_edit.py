@@ -13,9 +13,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from backend import runtime as runtime_mod
-from backend.sim.models import make_draft_dir, make_target_dir
 from backend.workspace import parse_config
-from tests.helpers import free_port
+from tests.helpers import close_runtime, free_port
+from tests.simws import make_models
 
 REPO = Path(__file__).resolve().parents[2]
 PAGE = str(REPO / "pages" / "servers.py")
@@ -79,19 +79,13 @@ env = {{ SPECDECK_SIM_SPEED = "100" }}
 @pytest.fixture
 def ws(tmp_path, monkeypatch):
     def make(writer):
-        target = make_target_dir(tmp_path / "m" / "target")
-        draft = make_draft_dir(tmp_path / "m" / "draft", kind="eagle3", target_hidden_size=4096)
+        target, draft = make_models(tmp_path / "m", draft="draft")
         (tmp_path / "specdeck.toml").write_text(writer(tmp_path, target, draft))
         monkeypatch.setenv("SPECDECK_WORKSPACE", str(tmp_path))
         return tmp_path, draft
 
     yield make
-    rt = runtime_mod._runtimes.get(tmp_path.resolve())
-    if rt is not None:
-        for v in rt.supervisor.views():
-            if v.live:
-                rt.supervisor.stop(v.name, actor="test", source="teardown", wait=True)
-    runtime_mod.close_all()
+    close_runtime(tmp_path, source="teardown")
 
 
 def _entry(root: Path) -> dict:

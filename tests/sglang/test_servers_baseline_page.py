@@ -14,11 +14,11 @@ import pytest
 from streamlit.proto.Metric_pb2 import Metric as MetricProto
 from streamlit.testing.v1 import AppTest
 
-from backend import runtime as runtime_mod
 from backend.sglang.runs import RunInfo
-from backend.sim.models import make_draft_dir, make_target_dir
 from specdeck_types.bench import BenchConfig, BenchFigures, BenchLoad, BenchResult
 from state.bench import BenchStore
+from tests.helpers import close_runtime
+from tests.simws import make_models, page_workspace
 
 REPO = Path(__file__).resolve().parents[2]
 PAGE = str(REPO / "pages" / "servers.py")
@@ -42,30 +42,8 @@ def _baseline(tok_s: float, concurrency: int, target: str = "Llama-3.1-8B-Instru
 
 @pytest.fixture
 def page(tmp_path, monkeypatch):
-    target = make_target_dir(tmp_path / "models" / "Llama-3.1-8B-Instruct")
-    draft = make_draft_dir(tmp_path / "models" / "draft", kind="eagle3", target_hidden_size=4096)
-    (tmp_path / "specdeck.toml").write_text(f"""[workspace]
-name = "baseline"
-
-[telemetry]
-source = "fake"
-
-[[server]]
-name = "sim"
-model_path = "{target}"
-port = 1
-simulate = true
-sglang_version = "0.5.10"
-baseline_tok_s = 90.0
-
-[server.speculative]
-algorithm = "EAGLE3"
-draft_model_path = "{draft}"
-""")
-    monkeypatch.setenv("SPECDECK_WORKSPACE", str(tmp_path))
-    rt = runtime_mod.get_runtime()
-    log = rt.workspace.log_path("sim")
-    log.parent.mkdir(parents=True, exist_ok=True)
+    target, draft = make_models(tmp_path / "models", target="Llama-3.1-8B-Instruct", draft="draft")
+    rt, log = page_workspace(tmp_path, monkeypatch, "baseline", target, draft)
     t0 = time.time() - 300
     log.write_text(f"===== specdeck: sim run r1 starting at {_stamp(t0)}: python -m backend.sim.server\n"
                    f"[{_stamp(t0 + 10)}] The server is fired up and ready to roll!\n")
@@ -88,7 +66,7 @@ draft_model_path = "{draft}"
         raise AssertionError("the monitor did not read the decode line")
 
     yield rt, decode
-    runtime_mod.close_all()
+    close_runtime(tmp_path)
 
 
 def _colour(metric) -> str:

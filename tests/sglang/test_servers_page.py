@@ -9,16 +9,15 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from backend import runtime as runtime_mod
-from backend.sim.models import make_draft_dir, make_target_dir
-from tests.helpers import free_port
+from tests.helpers import close_runtime, free_port
+from tests.simws import make_models
 
 REPO = Path(__file__).resolve().parents[2]
 PAGE = str(REPO / "pages" / "servers.py")
 
 
 def _workspace(root: Path, algorithm: str | None) -> None:
-    target = make_target_dir(root / "m" / "target")
-    draft = make_draft_dir(root / "m" / "draft", kind="eagle3", target_hidden_size=4096)
+    target, draft = make_models(root / "m", draft="draft")
     server = ""
     if algorithm:
         server = f"""
@@ -50,12 +49,7 @@ def make_ws(tmp_path, monkeypatch):
         return tmp_path
 
     yield make
-    rt = runtime_mod._runtimes.get(tmp_path.resolve())
-    if rt is not None:
-        for v in rt.supervisor.views():
-            if v.active:
-                rt.supervisor.stop(v.name, actor="test", source="teardown", wait=True)
-    runtime_mod.close_all()
+    close_runtime(tmp_path, source="teardown")
 
 
 def _texts(at: AppTest) -> str:

@@ -11,8 +11,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from backend import runtime as runtime_mod
-from backend.sim.models import make_draft_dir, make_target_dir
-from tests.helpers import free_port
+from tests.helpers import close_runtime, free_port
+from tests.simws import make_models
 
 REPO = Path(__file__).resolve().parents[2]
 PAGE = str(REPO / "pages" / "servers.py")
@@ -20,8 +20,7 @@ PAGE = str(REPO / "pages" / "servers.py")
 
 @pytest.fixture
 def workspace(tmp_path, monkeypatch):
-    target = make_target_dir(tmp_path / "m" / "target")
-    draft = make_draft_dir(tmp_path / "m" / "draft", kind="eagle3", target_hidden_size=4096)
+    target, draft = make_models(tmp_path / "m", draft="draft")
     (tmp_path / "specdeck.toml").write_text(f"""[workspace]
 name = "trust"
 
@@ -48,12 +47,7 @@ max_bs = 8
 """)
     monkeypatch.setenv("SPECDECK_WORKSPACE", str(tmp_path))
     yield tmp_path
-    rt = runtime_mod._runtimes.get(tmp_path.resolve())
-    if rt is not None:
-        for v in rt.supervisor.views():
-            if v.active:
-                rt.supervisor.stop(v.name, actor="test", source="teardown", wait=True)
-    runtime_mod.close_all()
+    close_runtime(tmp_path, source="teardown")
 
 
 @pytest.mark.timeout(180)

@@ -1,8 +1,6 @@
 """Fixtures of the simulator's tests: model folders and simulated servers on 127.0.0.1,
 each stopped at the end of its module."""
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,8 +11,7 @@ if str(ROOT) not in sys.path:
 import pytest  # noqa: E402
 
 from backend.sim.models import make_draft_dir, make_target_dir  # noqa: E402
-from tests.helpers import free_port  # noqa: E402
-from tests.sim.simproc import Sim  # noqa: E402
+from tests.sim.simproc import Sim, start_sim  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -32,20 +29,8 @@ def launch(tmp_path_factory):
     started: list[Sim] = []
 
     def _launch(args: list[str], env: dict[str, str] | None = None, *, speed: str = "200") -> Sim:
-        port = free_port()
         log = tmp_path_factory.mktemp("sim") / "server.log"
-        e = dict(os.environ)
-        for k in list(e):
-            if k.startswith(("SPECDECK_SIM_", "SGLANG_")):
-                del e[k]
-        e.update({"SPECDECK_SIM_SPEED": speed, "SPECDECK_SIM_SEED": "1", "PYTHONUNBUFFERED": "1"})
-        e.update(env or {})
-        fh = open(log, "wb")
-        proc = subprocess.Popen([sys.executable, "-m", "backend.sim.server", "--host", "127.0.0.1",
-                                 "--port", str(port), *args],
-                                cwd=str(ROOT), env=e, stdout=fh, stderr=subprocess.STDOUT)
-        fh.close()
-        sim = Sim(proc, port, log)
+        sim = start_sim(args, log, {"SPECDECK_SIM_SPEED": speed, "SPECDECK_SIM_SEED": "1", **(env or {})})
         started.append(sim)
         return sim
 

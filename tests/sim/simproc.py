@@ -3,16 +3,35 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def start_sim(args: list[str], log: Path, env: dict[str, str] | None = None, *, port: int | None = None) -> "Sim":
+    """``python -m backend.sim.server --host 127.0.0.1 --port PORT ARGS`` with its output in ``log``
+    and no simulator or SGLang settings from this environment but ``env``; not waited for (see
+    :meth:`Sim.wait_ready`)."""
+    from tests.helpers import free_port  # noqa: PLC0415
+
+    port = port or free_port()
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("SPECDECK_SIM_", "SGLANG_"))}
+    e["PYTHONUNBUFFERED"] = "1"
+    e.update(env or {})
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen([sys.executable, "-m", "backend.sim.server", "--host", "127.0.0.1",
+                                 "--port", str(port), *args],
+                                cwd=str(ROOT), env=e, stdout=fh, stderr=subprocess.STDOUT)
+    return Sim(proc, port, log)
 
 
 class Sim:

@@ -9,9 +9,9 @@ import pytest
 from streamlit.proto.Metric_pb2 import Metric as MetricProto
 from streamlit.testing.v1 import AppTest
 
-from backend import runtime as runtime_mod
 from backend.sglang.runs import RunInfo
-from backend.sim.models import make_draft_dir, make_target_dir
+from tests.helpers import close_runtime
+from tests.simws import make_models, page_workspace
 
 REPO = Path(__file__).resolve().parents[2]
 PAGE = str(REPO / "pages" / "servers.py")
@@ -28,35 +28,13 @@ def _decode(t: float, accept: float, tput: float, running: int) -> str:
 
 @pytest.fixture
 def page(tmp_path, monkeypatch):
-    target = make_target_dir(tmp_path / "m" / "target")
-    draft = make_draft_dir(tmp_path / "m" / "draft", kind="eagle3", target_hidden_size=4096)
-    (tmp_path / "specdeck.toml").write_text(f"""[workspace]
-name = "live"
-
-[telemetry]
-source = "fake"
-
-[[server]]
-name = "sim"
-model_path = "{target}"
-port = 1
-simulate = true
-sglang_version = "0.5.10"
-baseline_tok_s = 90.0
-
-[server.speculative]
-algorithm = "EAGLE3"
-draft_model_path = "{draft}"
-""")
-    monkeypatch.setenv("SPECDECK_WORKSPACE", str(tmp_path))
-    rt = runtime_mod.get_runtime()
-    log = rt.workspace.log_path("sim")
-    log.parent.mkdir(parents=True, exist_ok=True)
+    target, draft = make_models(tmp_path / "m", draft="draft")
+    rt, log = page_workspace(tmp_path, monkeypatch, "live", target, draft)
     runs: dict[str, RunInfo] = {}
     # what the supervisor would say of a running process (this test starts none)
     monkeypatch.setattr(rt.fleet, "_run", lambda name: runs.get(name))
     yield rt, log, runs
-    runtime_mod.close_all()
+    close_runtime(tmp_path)
 
 
 def _wait_decode(rt, n: int) -> None:
