@@ -2,8 +2,9 @@
 
 ``write_demo_workspace(root)`` writes a config that works on any machine:
 a long-running worker, a short batch job that exits, the fake 8-GPU source,
-a simulated 70B server at tensor parallelism 8 that holds those 8 GPUs, and
-a training run of the project's CPU trainer, ready to start.
+a simulated 70B server at tensor parallelism 8 that holds those 8 GPUs, a
+training run of the project's CPU trainer, ready to start, and a small simulated
+server on that trainer's target network, to deploy the run's checkpoints to.
 
 The programs are plain command-line entries so the supervisor runs them like
 any other process::
@@ -72,11 +73,14 @@ cwd = {repo}
 autostart = true
 stop_grace_s = 5
 """
-    return text + (_demo_server_text(root) + demo_catalog_text(root) + _demo_train_text(python, root)
-                   if root is not None else "")
+    if root is None:
+        return text
+    port = _demo_port()
+    return (text + _demo_server_text(root, port) + _demo_tiny_server_text(root, _demo_port(skip={port}))
+            + demo_catalog_text(root) + _demo_train_text(python, root))
 
 
-def _demo_server_text(root: Path) -> str:
+def _demo_server_text(root: Path, port: int) -> str:
     """A simulated Llama-3.1-70B server at tensor parallelism 8 with its EAGLE-3 draft.
 
     It holds all eight (fake) GPUs, as the telemetry's demo attribution shows it:
@@ -98,7 +102,7 @@ name = "demo-llama70b-eagle3"
 model_path = {_toml_str(str(target))}
 served_model_name = "llama-3.1-70b"
 host = "127.0.0.1"
-port = {_demo_port()}
+port = {port}
 tp_size = {DEMO_TP}
 gpus = [{gpus}]
 simulate = true
@@ -122,12 +126,50 @@ DEMO_TRAIN = "demo-tiny-draft"
 DEMO_TRAIN_TARGET = "models/tiny-target"
 DEMO_TRAIN_DATA = "outputs/regen/demo-train.jsonl"
 
+# the server the demo run's checkpoints are deployed to: the trainer's own target network, simulated on one
+# fake GPU.  The fake H200s (143,771 MiB) each show 61.5 GiB held by the 70B server and 1.1 GiB of driver
+# and reserve, so about 77.8 GiB free; the demo training run is placed on GPU 3 (38 GiB more there).  GPU 7
+# with a static pool of 0.2 (28.1 GiB) passes preflight with both running.
+DEMO_TINY_SERVER = "demo-tiny-eagle3"
+DEMO_TINY_GPU = 7
+DEMO_TINY_MEM_FRACTION = 0.2
+
+
+def _demo_tiny_server_text(root: Path, port: int) -> str:
+    """A simulated server on the tiny trainer's target folder (written here, as the trainer writes it on its
+    first start, so the server has its config.json and tokenizer before any run): not started with the
+    workspace and without a draft, until the Training page's Deploy tab (or ``train deploy``) gives it a
+    checkpoint of the demo run."""
+    from backend.train.tiny.target import make_target
+
+    target = make_target(root / DEMO_TRAIN_TARGET, "tiny", seed=0)
+    return f"""
+# The demo training run's target network ({DEMO_TRAIN_TARGET}, hidden 64, 6 layers), simulated on one GPU.
+# Deploy a checkpoint of {DEMO_TRAIN} to it from the Training page's Deploy tab, or with
+# `python -m backend.cli train deploy CHECKPOINT --server {DEMO_TINY_SERVER} --measure-baseline --concurrency 2`.
+[[server]]
+name = "{DEMO_TINY_SERVER}"
+model_path = {_toml_str(str(target))}
+served_model_name = "specdeck-tiny"
+host = "127.0.0.1"
+port = {port}
+tp_size = 1
+gpus = [{DEMO_TINY_GPU}]
+mem_fraction_static = {DEMO_TINY_MEM_FRACTION}
+simulate = true
+autostart = false
+sglang_version = "0.5.23"
+decode_log_interval = 40
+env = {{ SPECDECK_SIM_SPEED = "4" }}   # a 60 KB model: a few seconds to load, not twenty
+"""
+
 
 def _demo_train_text(python: str, root: Path) -> str:
     """A training run ready to start: the tiny trainer, SpecForge Gen-2's flags and log lines, on CPU.
 
-    Its target folder is written by the trainer itself on the first start (``--size tiny``); its data is
-    a regeneration-shaped file of conversations (``DEMO_TRAIN_DATA``).
+    Its target folder is written with the workspace (the deploy server's, ``_demo_tiny_server_text``) and
+    would be by the trainer on its first start (``--size tiny``); its data is a regeneration-shaped file of
+    conversations (``DEMO_TRAIN_DATA``).
     """
     from backend.train.tiny.demo_data import write_demo_data
 
@@ -158,18 +200,21 @@ stop_grace_s = 10
 """
 
 
-def _demo_port() -> int:
-    """30000 + a few: a free port, so the demo never collides with a real server."""
+def _demo_port(skip: tuple[int, ...] | set[int] = ()) -> int:
+    """30000 + a few: a free port, so the demo never collides with a real server (nor with ``skip``:
+    the ports already given to the demo's other servers, which are not listening yet)."""
     import socket
 
     for port in range(30100, 30200):
+        if port in skip:
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
             return port
-    return 30100
+    return 30100 + len(skip)  # nothing free: preflight will say the port is busy
 
 
 def write_demo_workspace(root: Path) -> Path:

@@ -17,9 +17,10 @@ GiB = 1024 ** 3
 
 def _demo_server(tmp_path):
     ws = load_workspace(tmp_path / "demo", create_demo=True)
-    servers = [ServerConfig.model_validate(e) for e in ws.config.server]
-    assert len(servers) == 1
-    return ws, servers[0]
+    servers = {c.name: c for c in (ServerConfig.model_validate(e) for e in ws.config.server)}
+    # the 70B server, and the small one the demo run's checkpoints deploy to (tests/train/test_deploy_trained.py)
+    assert list(servers) == ["demo-llama70b-eagle3", "demo-tiny-eagle3"]
+    return ws, servers["demo-llama70b-eagle3"]
 
 
 def test_the_demo_server_is_a_tp8_target_on_all_eight_gpus(tmp_path):
