@@ -143,13 +143,24 @@ def run_job(target: Target, loads: list[Load], *, mode: str, work_dir: Path,
     return w.p, stored
 
 
-def stop_on_sigterm(stop: threading.Event) -> None:
-    """SIGTERM and SIGINT set ``stop``: the job ends its benchmark process and records 'stopped'."""
+def stop_on_sigterm(stop: threading.Event, signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)) -> dict:
+    """SIGTERM and SIGINT set ``stop``: the job ends its benchmark process and records 'stopped'.
+    Returns the handlers it replaced.
+
+    The handler never waits on a lock.  The supervisor signals the process group and then the process
+    itself, so a second SIGTERM can land while the first handler runs; Python runs a handler again
+    inside the one running, and an ``Event.set()`` there would wait forever for the lock that the outer
+    ``set()`` holds (the job then sat until SIGKILL, its progress file still 'running').  So the first
+    signal turns further SIGTERMs off, and makes a second Ctrl-C interrupt as usual, before it sets
+    ``stop``."""
     def handler(signum, frame):  # noqa: ANN001 - signal protocol
+        if signal.SIGTERM in signals:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if signal.SIGINT in signals:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         stop.set()
 
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
+    return {sig: signal.signal(sig, handler) for sig in signals}
 
 
 def job_name(server: str, run_id: str) -> str:

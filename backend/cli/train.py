@@ -110,8 +110,10 @@ def cmd_parselog(args: argparse.Namespace, out: TextIO) -> int:
         import signal
         import threading
 
+        from backend.bench.job import stop_on_sigterm
+
         stop = threading.Event()
-        previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())  # end like Ctrl-C, with the counts
+        previous = stop_on_sigterm(stop, (signal.SIGTERM,))[signal.SIGTERM]  # end like Ctrl-C, with the counts
         try:
             while read_new() and not stop.is_set():
                 pass
