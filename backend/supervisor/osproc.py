@@ -256,17 +256,25 @@ class OsKiller:
 
     def signal(self, targets: Iterable[Ident], sig: int, pgid: int | None = None) -> int:
         """Send ``sig`` to the group ``pgid`` (only while a verified target is
-        still in it) and to each target whose create time still matches.
+        still in it) and to each target outside that group whose create time
+        still matches: each process gets it once.
         Returns how many targets were signalled."""
         targets = list(targets)
         live = [t for t in targets if self.is_alive(t.pid, t.create_time)]
+        group_sent = False
         if pgid is not None and any(self._in_group(t.pid, pgid) for t in live):
             try:
                 os.killpg(pgid, sig)
+                group_sent = True
             except (ProcessLookupError, PermissionError):
                 pass
         sent = 0
         for t in live:
+            if group_sent and self._in_group(t.pid, pgid):
+                # the group's signal reached it: a second SIGTERM could land inside its handler, and a
+                # handler that takes a lock (Event.set, Popen) would then wait on itself until SIGKILL
+                sent += 1
+                continue
             p = self._process(t.pid, t.create_time)
             if p is None:
                 continue
