@@ -2,17 +2,21 @@
 
 (a) The sampler's GPU pass against the raw NVML pass of the same fields at
     the same cadence, side by side in one run.  Every ``--cadence`` seconds
-    (1 s, the dashboard's) the raw pass and the sampler's pass each run once,
-    half a cadence apart (so each finds the driver idle for the same time),
-    the order swapped every tick.  The raw pass calls the library directly:
-    utilisation, memory (v1), temperature, power, enforced power limit, SM
-    and memory clocks, clock event reasons, and the process list on the
-    ticks the sampler reads it (every ``--procs-every`` ticks).  The
-    sampler's pass is ``Sampler.sample_once``'s GPU pass (the "Sampler cost"
-    on the GPUs page), turning the readings into samples included.  Prints
-    µs per GPU (mean, median, p90) of each and the ratio (goal <= 1.1).
-    With ``--old`` it also runs the previous configuration (process list
-    every pass, memory v2) against its own raw pass, for the before figure.
+    (1 s, the dashboard's) the raw pass, the sampler's pass and the direct
+    C calls each run once, spread evenly over the cadence (so each finds the
+    driver and the CPU idle for the same time), the order rotated every
+    tick.  The raw pass calls nvidia-ml-py's functions: utilisation, memory
+    (v1), temperature, power, enforced power limit, SM and memory clocks,
+    clock event reasons, and the process list on the ticks the sampler reads
+    it (every ``--procs-every`` ticks).  The sampler's pass is
+    ``Sampler.sample_once``'s GPU pass (the "Sampler cost" on the GPUs page),
+    turning the readings into samples included.  The direct C calls are the
+    same calls on the C functions with nothing done with the answers: the
+    floor under any Python reader.  Prints µs per GPU (mean, median, p90)
+    of each and the ratio (goal <= 1.1).  With ``--old`` it also runs the
+    previous configuration (process list every pass, memory v2) against its
+    own raw pass; with ``--wrappers`` a second sampler whose pass goes
+    through nvidia-ml-py's functions.
 (b) The sampler's CPU share at 1 Hz with 8 fake GPUs over ``--cpu-seconds``
     (goal: under 1 % of one core), from resource.getrusage for the whole
     process and from the sampler's own thread-time figure.
@@ -51,6 +55,7 @@ from backend.telemetry.nvml import (  # noqa: E402
     NVML_TEMPERATURE_GPU,
     NvmlAdapter,
 )
+from backend.telemetry.nvml_direct import direct_reader  # noqa: E402
 from backend.telemetry.sampler import Sampler  # noqa: E402
 
 # A CUDA process that holds memory and keeps the GPU busy until it is told to stop.
@@ -93,27 +98,67 @@ def stats(xs: list[float]) -> dict[str, float]:
     return {"mean": statistics.fmean(s), "median": statistics.median(s), "p90": s[int(0.9 * (len(s) - 1))], "n": len(s)}
 
 
+def direct_pass_fn(lib: Any, handles: list[Any], memory_v2: bool = False) -> Callable[[bool], None] | None:
+    """The same calls made on the C functions directly (nvml_direct's readers),
+    nothing done with the answers: the floor under any Python reader."""
+    v2 = getattr(lib, "nvmlMemory_v2", NVML_MEMORY_V2)
+    specs = [
+        ("nvmlDeviceGetUtilizationRates", (), {}),
+        ("nvmlDeviceGetMemoryInfo", (), {"version": v2} if memory_v2 else {}),
+        ("nvmlDeviceGetTemperature", (NVML_TEMPERATURE_GPU,), {}),
+        ("nvmlDeviceGetPowerUsage", (), {}),
+        ("nvmlDeviceGetEnforcedPowerLimit", (), {}),
+        ("nvmlDeviceGetClockInfo", (NVML_CLOCK_SM,), {}),
+        ("nvmlDeviceGetClockInfo", (NVML_CLOCK_MEM,), {}),
+        ("nvmlDeviceGetCurrentClocksEventReasons", (), {}),
+    ]
+    readers = [direct_reader(lib, name, args, kw) for name, args, kw in specs]
+    procs = direct_reader(lib, "nvmlDeviceGetComputeRunningProcesses_v3", (), {})
+    if procs is None or any(r is None for r in readers):
+        return None
+
+    def run(with_procs: bool) -> None:
+        for h in handles:
+            for r in readers:
+                r(h)
+            if with_procs:
+                procs(h)
+    return run
+
+
 def side_by_side(lib: Any, *, seconds: float, cadence: float, procs_every: int, memory_v2: bool,
-                 label: str, disk: str) -> dict[str, Any]:
-    """Run the raw pass and the sampler's pass once per cadence each, half a
-    cadence apart, for ``seconds``; return the per-GPU figures of both."""
+                 label: str, disk: str, wrappers: bool = False) -> dict[str, Any]:
+    """Run the raw pass, the sampler's pass and (where the library allows) the
+    direct C calls once per cadence each, spread evenly over it, for
+    ``seconds``; return the per-GPU figures of each.  ``wrappers``: also a
+    second sampler whose pass goes through nvidia-ml-py's wrappers."""
     tick = [0]
-    # the adapter's clock counts ticks, so it reads the process list on exactly the raw pass's ticks
-    adapter = NvmlAdapter(lib, source="bench", clock=lambda: tick[0] * cadence,
-                          procs_interval_s=procs_every * cadence - 1e-9, memory_v2=memory_v2)
-    sampler = Sampler(adapter, disk_paths=[disk], interval_s=cadence)
-    if not adapter.state().ok:
-        raise SystemExit(f"NVML: {adapter.state().message}")
+
+    def make_sampler(direct: bool) -> tuple[NvmlAdapter, Sampler]:
+        # the adapter's clock counts ticks, so it reads the process list on exactly the raw pass's ticks
+        adapter = NvmlAdapter(lib, source="bench", clock=lambda: tick[0] * cadence,
+                              procs_interval_s=procs_every * cadence - 1e-9, memory_v2=memory_v2,
+                              direct_calls=direct)
+        if not adapter.state().ok:
+            raise SystemExit(f"NVML: {adapter.state().message}")
+        return adapter, Sampler(adapter, disk_paths=[disk], interval_s=cadence)
+
+    samplers = {"sampler": make_sampler(True)}
+    if wrappers:
+        samplers["sampler_wrappers"] = make_sampler(False)
+    adapter = samplers["sampler"][0]
     handles = [lib.nvmlDeviceGetHandleByIndex(i) for i in range(adapter.gpu_count())]
     n = len(handles)
-    raw_us: list[float] = []
-    raw_procs_us: list[float] = []
-    raw_plain_us: list[float] = []
-    raw_reads = 0
-    sampler.sample_once()  # start-up and caches, outside the figures
+    direct = direct_pass_fn(lib, handles, memory_v2)
+    us: dict[str, list[float]] = {"raw": [], "raw_procs": [], "raw_plain": [], "direct": []}
+    reads = {"raw": 0}
+    for name, (_a, smp) in samplers.items():
+        smp.sample_once()  # start-up and caches, outside the figures
+        us[name] = []
+        reads[name] = 0
     raw_pass(lib, handles, True, memory_v2)
-    samp: list[float] = []
-    procs_reads = 0
+    if direct is not None:
+        direct(True)
     ticks = max(2, int(seconds / cadence))
     nxt = time.monotonic() + cadence
     for k in range(1, ticks + 1):
@@ -123,45 +168,74 @@ def side_by_side(lib: Any, *, seconds: float, cadence: float, procs_every: int, 
         def do_raw() -> None:
             t0 = time.perf_counter()
             raw_pass(lib, handles, with_procs, memory_v2)
-            us = (time.perf_counter() - t0) * 1e6 / n
-            raw_us.append(us)
-            (raw_procs_us if with_procs else raw_plain_us).append(us)
+            x = (time.perf_counter() - t0) * 1e6 / n
+            us["raw"].append(x)
+            us["raw_procs" if with_procs else "raw_plain"].append(x)
 
-        def do_sampler() -> None:
-            nonlocal procs_reads
-            before = adapter._procs_at
-            sampler.sample_once()
-            samp.append(sampler.pass_costs()[-1])  # this sample's GPU pass, µs per GPU
-            procs_reads += adapter._procs_at != before
+        def do_direct() -> None:
+            t0 = time.perf_counter()
+            direct(with_procs)  # type: ignore[misc]
+            us["direct"].append((time.perf_counter() - t0) * 1e6 / n)
 
-        order: list[Callable[[], None]] = [do_raw, do_sampler] if k % 2 else [do_sampler, do_raw]
+        def do_sampler(name: str) -> Callable[[], None]:
+            a, smp = samplers[name]
+
+            def run() -> None:
+                before = a._procs_at
+                smp.sample_once()
+                us[name].append(smp.pass_costs()[-1])  # this sample's GPU pass, µs per GPU
+                reads[name] += a._procs_at != before
+            return run
+
+        order: list[Callable[[], None]] = [do_raw] + [do_sampler(name) for name in samplers]
+        if direct is not None:
+            order.append(do_direct)
+        r = k % len(order)
+        order = order[r:] + order[:r]  # each variant takes each slot in turn
         for j, fn in enumerate(order):
-            delay = nxt + j * cadence / 2 - time.monotonic()
+            delay = nxt + j * cadence / len(order) - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
             fn()
-        raw_reads += with_procs
+        reads["raw"] += with_procs
         nxt += cadence
-    r, s = stats(raw_us), stats(samp)
-    return {
+    r, s = stats(us["raw"]), stats(us["sampler"])
+    out = {
         "label": label, "gpus": n, "ticks": ticks, "raw": r, "sampler": s,
-        "raw_with_procs": stats(raw_procs_us) if raw_procs_us else None,
-        "raw_without_procs": stats(raw_plain_us) if raw_plain_us else None,
+        "raw_with_procs": stats(us["raw_procs"]) if us["raw_procs"] else None,
+        "raw_without_procs": stats(us["raw_plain"]) if us["raw_plain"] else None,
+        "direct": stats(us["direct"]) if us["direct"] else None,
+        "sampler_wrappers": stats(us["sampler_wrappers"]) if wrappers else None,
         "ratio_mean": s["mean"] / r["mean"], "ratio_median": s["median"] / r["median"],
-        "procs_reads": (raw_reads, procs_reads),
+        "procs_reads": (reads["raw"], reads["sampler"]),
     }
+    return out
 
 
 def print_side_by_side(res: dict[str, Any]) -> None:
     r, s = res["raw"], res["sampler"]
     print(f"    {res['label']}: {res['ticks']} ticks, {res['gpus']} GPU(s); process list read on "
           f"{res['procs_reads'][0]} ticks by the raw pass, {res['procs_reads'][1]} by the sampler")
-    print(f"      raw NVML pass     mean {r['mean']:7.1f}  median {r['median']:7.1f}  p90 {r['p90']:7.1f} us/GPU")
+    print(f"      raw NVML pass     mean {r['mean']:7.1f}  median {r['median']:7.1f}  p90 {r['p90']:7.1f} us/GPU"
+          "  (nvidia-ml-py's functions)")
     print(f"      sampler's pass    mean {s['mean']:7.1f}  median {s['median']:7.1f}  p90 {s['p90']:7.1f} us/GPU")
+    w = res.get("sampler_wrappers")
+    if w:
+        print(f"      sampler, wrappers mean {w['mean']:7.1f}  median {w['median']:7.1f}  p90 {w['p90']:7.1f} us/GPU"
+              "  (its pass through nvidia-ml-py's functions)")
+    d = res.get("direct")
+    if d:
+        print(f"      direct C calls    mean {d['mean']:7.1f}  median {d['median']:7.1f}  p90 {d['p90']:7.1f} us/GPU"
+              "  (the same calls, no Python around them)")
     if res["raw_with_procs"] and res["raw_without_procs"]:
         print(f"      raw pass with the process list {res['raw_with_procs']['median']:.1f}, "
               f"without {res['raw_without_procs']['median']:.1f} us/GPU (median)")
     print(f"      ratio sampler / raw: {res['ratio_mean']:.3f} (means), {res['ratio_median']:.3f} (medians)  goal <= 1.1")
+    if d:
+        print(f"      ratio sampler / direct C calls: {s['mean'] / d['mean']:.3f} (means), "
+              f"{s['median'] / d['median']:.3f} (medians)")
+    if w:
+        print(f"      sampler direct / through the wrappers: {s['mean'] / w['mean']:.3f} (means)")
 
 
 def start_gpu_job(ngpu: int, size: int) -> list[subprocess.Popen]:
@@ -227,6 +301,8 @@ def main() -> None:
     ap.add_argument("--cadence", type=float, default=1.0, help="seconds between passes (the sampler's interval)")
     ap.add_argument("--procs-every", type=int, default=5, help="the process list is read every N passes")
     ap.add_argument("--old", action="store_true", help="also the previous configuration (processes every pass, memory v2)")
+    ap.add_argument("--wrappers", action="store_true",
+                    help="also a sampler whose pass goes through nvidia-ml-py's functions (direct calls off)")
     ap.add_argument("--gpu-job", action="store_true", help="a torch process on every GPU during (a)")
     ap.add_argument("--job-size", type=int, default=4096, help="matmul size of the GPU job")
     ap.add_argument("--cpu-seconds", type=float, default=20.0, help="length of (b); 0 skips it")
@@ -253,7 +329,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             res = side_by_side(lib, seconds=args.seconds, cadence=args.cadence, procs_every=args.procs_every,
                                memory_v2=False, label=f"now: memory v1, process list every {args.procs_every} passes",
-                               disk=tmp)
+                               disk=tmp, wrappers=args.wrappers)
             print_side_by_side(res)
             if args.old:
                 old = side_by_side(lib, seconds=args.seconds, cadence=args.cadence, procs_every=1, memory_v2=True,

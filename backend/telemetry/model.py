@@ -136,6 +136,13 @@ _new = object.__new__
 _set = object.__setattr__
 
 
+def gpu_frame(t: float, state: NvmlState, gpus: tuple[GpuSample, ...], nvml_s: float, procs_read: bool) -> GpuFrame:
+    """A :class:`GpuFrame`, made as :func:`gpu_sample` makes a sample."""
+    f = _new(GpuFrame)
+    _set(f, "__dict__", {"t": t, "state": state, "gpus": gpus, "nvml_s": nvml_s, "procs_read": procs_read})
+    return f
+
+
 def gpu_sample(fields: dict) -> GpuSample:
     """A :class:`GpuSample` from a dict holding every one of its fields.
 

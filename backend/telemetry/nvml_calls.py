@@ -14,6 +14,7 @@ import time
 from collections import deque
 from typing import Any, Callable
 
+from backend.telemetry.nvml_direct import BATCH_KEYS, DirectPass, direct_pass, direct_reader
 from backend.telemetry.nvml_codes import (
     CORE_CALLS,
     ERR_FUNCTION_NOT_FOUND,
@@ -26,6 +27,15 @@ from backend.telemetry.nvml_codes import (
     error_code,
     reason_for,
 )
+
+
+def _bind(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[Any], Any]:
+    """``fn`` with its arguments after the handle bound: ``call(handle)``."""
+    if not args and not kwargs:
+        return fn
+    if not kwargs:
+        return lambda h: fn(h, *args)
+    return lambda h: fn(h, *args, **kwargs)
 
 
 class VersionedCalls:
@@ -41,7 +51,9 @@ class VersionedCalls:
     _calls: dict[str, list[tuple[Callable[..., Any] | None, str, tuple[Any, ...], dict[str, Any]]]]
     _labels: dict[str, list[str]]
     _skip: dict[tuple[int, str], tuple[float, str]]
-    _plan: list[tuple[str, Callable[..., Any] | None, tuple[Any, ...], dict[str, Any]]] | None
+    _plan: list[tuple[str, Callable[[Any], Any] | None]] | None
+    _direct: bool
+    _batch: DirectPass | None
     _fast: dict[Any, Any]
     _times: dict[str, deque[float]] | None
     _calls_us: float
@@ -83,14 +95,26 @@ class VersionedCalls:
         self._plan = None
         self._fast = {}
 
-    def _build_plan(self) -> list[tuple[str, Callable[..., Any] | None, tuple[Any, ...], dict[str, Any]]]:
-        """The candidate each core call has settled on, for the pass's direct calls."""
-        plan = []
+    def _build_plan(self) -> list[tuple[str, Callable[[Any], Any] | None]]:
+        """The candidate each core call has settled on, as ``call(handle)`` for
+        the pass: the C function itself where ``nvml_direct`` knows its
+        signature (and the adapter was not told otherwise), else the bindings'
+        function with its arguments bound; ``None`` when the bindings lack it."""
+        plan: list[tuple[str, Callable[[Any], Any] | None]] = []
+        chosen = []
         for key in CORE_CALLS:
             cands = self._calls.get(key) or [(None, key, (), {})]
-            fn, _name, args, kwargs = cands[min(self._choice.get(key, 0), len(cands) - 1)]
-            plan.append((key, fn, args, kwargs))
+            fn, name, args, kwargs = cands[min(self._choice.get(key, 0), len(cands) - 1)]
+            call = None
+            if fn is not None:
+                call = direct_reader(self._lib, name, args, kwargs) if self._direct else None
+                if call is None:
+                    call = _bind(fn, args, kwargs)
+                if key in BATCH_KEYS:
+                    chosen.append((key, name, args, kwargs))
+            plan.append((key, call))
         self._plan = plan
+        self._batch = direct_pass(self._lib, chosen) if self._direct else None
         return plan
 
     def _versioned(self, key: str, h: Any, gpu: int | None = None, failed: BaseException | None = None) -> tuple[Any, str | None]:

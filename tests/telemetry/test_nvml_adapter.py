@@ -1,4 +1,9 @@
-"""The NVML adapter against the fake library, one failure kind at a time."""
+"""The NVML adapter against the fake library, one failure kind at a time.
+
+Every test runs twice: through the bindings' functions (the plain fake) and
+through the C functions the pass calls directly (the fake with a C level,
+``tests/telemetry/clevel.py``), so each failure kind is handled the same way
+on both paths."""
 
 from __future__ import annotations
 
@@ -16,6 +21,15 @@ from backend.telemetry.nvml import (
 )
 
 GIB = 1024**3
+_PLAIN = FakeNvml
+
+
+@pytest.fixture(autouse=True, params=["wrappers", "c-level"])
+def _library(request, monkeypatch):
+    from tests.telemetry.clevel import CLevelFake
+
+    monkeypatch.setitem(globals(), "FakeNvml", CLevelFake if request.param == "c-level" else _PLAIN)
+    return request.param
 
 
 def adapter(**kw) -> tuple[FakeNvml, NvmlAdapter]:
