@@ -8,7 +8,7 @@ import time
 import streamlit as st
 
 from state.bench import BenchStore
-from ui import bench_breakeven, bench_charts, bench_run, fmt
+from ui import bench_breakeven, bench_charts, bench_import, bench_run, fmt
 from ui import bench_data as data
 from ui.bench_sweep import sweep_panel
 from ui.components import page_header
@@ -76,6 +76,7 @@ def _runs() -> None:
                  column_config=_column_config())
     st.download_button("Download these results (CSV)", df.to_csv(index=False), "benchmarks.csv", mime="text/csv",
                        key="bench-csv")
+    bench_import.delete_panel(rt, shown)
 
 
 def _charts() -> None:
@@ -104,6 +105,10 @@ def _sweep() -> None:
     sweep_panel(rt)
 
 
+def _import() -> None:
+    bench_import.import_panel(rt)
+
+
 # One line per section: (tab label, the function that draws it).
 SECTIONS = [
     ("Runs", _runs),
@@ -111,12 +116,14 @@ SECTIONS = [
     ("Break-even", _breakeven),
     ("Run a benchmark", _run),
     ("Sweep", _sweep),
+    ("Import", _import),
 ]
 
 if not results:
-    st.info("No benchmark result yet: run one below, or import files with `python -m backend.cli bench import "
-            "FILE...` (bench_serving's JSONL or console report, bench_one_batch_server, bench_speculative, "
-            "SpecForge's output, or a CSV of hand-entered numbers).", icon=":material/info:")
+    st.info("No benchmark result yet: run one (Run a benchmark, Sweep), or import files in the Import tab or with "
+            "`python -m backend.cli bench import FILE...` (bench_serving's JSONL or console report, "
+            "bench_one_batch_server, bench_speculative, SpecForge's output, or a CSV of hand-entered numbers).",
+            icon=":material/info:")
 tabs = st.tabs([label for label, _ in SECTIONS])
 for tab, (_, draw) in zip(tabs, SECTIONS):
     with tab:

@@ -1,7 +1,8 @@
 """Import benchmark results from files; the format is recognised from the content.
 
     parse_text(text, path) -> Parsed      # pure: text in, results and problems out
-    import_file(path) -> Parsed           # reads the file (UTF-8), then parse_text
+    parse_bytes(data, path) -> Parsed     # bytes in (UTF-8), then parse_text
+    import_file(path) -> Parsed           # reads the file, then parse_bytes
 
 Formats (one module each; see their docstrings for the keys by version):
 
@@ -28,7 +29,7 @@ from backend.bench.importers_json import JSONTextError, LDict, load_with_lines
 from backend.bench.records import BenchImportError, NotABenchmark, Parsed, Problem, audit_raw
 from specdeck_types.bench import BenchResult
 
-__all__ = ["BenchImportError", "NotABenchmark", "Parsed", "Problem", "import_file", "parse_text"]
+__all__ = ["BenchImportError", "NotABenchmark", "Parsed", "Problem", "import_file", "parse_bytes", "parse_text"]
 
 _KNOWN = (
     "bench_serving's report ('Serving Benchmark Result') or JSONL (output_throughput, mean_ttft_ms),"
@@ -45,12 +46,17 @@ def import_file(path: str | Path) -> Parsed:
         data = p.read_bytes()
     except OSError as exc:
         raise BenchImportError(name, 0, f"cannot be read: {exc.strerror or exc}") from None
+    return parse_bytes(data, name)
+
+
+def parse_bytes(data: bytes, path: str) -> Parsed:
+    """``parse_text`` of a file's bytes (UTF-8, a byte-order mark allowed)."""
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
-        raise NotABenchmark(name, line, "not a text file (not UTF-8); " + _KNOWN) from None
-    return parse_text(text, name)
+        raise NotABenchmark(path, line, "not a text file (not UTF-8); " + _KNOWN) from None
+    return parse_text(text, path)
 
 
 def parse_text(text: str, path: str) -> Parsed:

@@ -8,6 +8,7 @@
     python -m backend.cli [--workspace DIR] processes log NAME [-n N] [--follow]
     python -m backend.cli [--workspace DIR] bench import FILE... [--server NAME] [--json]
     python -m backend.cli [--workspace DIR] bench list [--server S] [--concurrency N] [--json]
+    python -m backend.cli [--workspace DIR] bench delete ID...
     python -m backend.cli [--workspace DIR] bench run SERVER [--concurrency N ...] [--builtin|--sglang]
     python -m backend.cli [--workspace DIR] bench sweep SERVER [--steps N ...] [--topk K ...] [--draft-tokens N ...]
                                             [--baseline|--baseline-only] [--state-file PATH] [--json]

@@ -24,7 +24,8 @@ from dataclasses import replace
 from typing import TextIO
 
 from backend.bench.importers import BenchImportError, import_file
-from backend.cli.session import Session
+from backend.cli.session import SOURCE, Session, actor
+from state import audit
 from specdeck_types.bench import BenchResult
 from state.bench import BenchFilter, BenchStore
 
@@ -118,6 +119,21 @@ def cmd_bench_list(s: Session, args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def cmd_bench_delete(s: Session, args: argparse.Namespace, out: TextIO) -> int:
+    store = BenchStore(s.store)
+    found = {i: store.get(i) for i in args.ids}
+    missing = [i for i, r in found.items() if r is None]
+    if missing:
+        sys.stderr.write(f"error: no benchmark result {', '.join(f'#{i}' for i in missing)}; "
+                         "`bench list` shows the stored ones (nothing deleted)\n")
+        return 1
+    for i, r in found.items():
+        store.delete(i)
+        out.write(f"deleted #{i}: {describe(r)}\n")
+    audit.record(s.store, actor(), SOURCE, "delete", "benchmarks", "deleted " + ", ".join(f"#{i}" for i in found))
+    return 0
+
+
 def _check_import(args: argparse.Namespace) -> str | None:
     return None if args.files else "bench import needs at least one FILE"
 
@@ -142,13 +158,20 @@ def _register_list(bs: argparse._SubParsersAction) -> None:
     a.set_defaults(func=cmd_bench_list, acts=False)
 
 
+def _register_delete(bs: argparse._SubParsersAction) -> None:
+    a = bs.add_parser("delete", help="delete stored results by id (a file can be imported again)")
+    a.add_argument("ids", nargs="+", type=int, metavar="ID", help="ids as `bench list --json` shows them")
+    a.set_defaults(func=cmd_bench_delete, acts=False)
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     from backend.bench.cli_run import register_run  # `bench run`: see that module
     from backend.bench.cli_sweep import register_sweep  # `bench sweep`: see that module
 
-    bench = sub.add_parser("bench", help="benchmark results: import, list, run, sweep")
+    bench = sub.add_parser("bench", help="benchmark results: import, list, delete, run, sweep")
     bs = bench.add_subparsers(dest="action", required=True, metavar="ACTION")
     _register_import(bs)
     _register_list(bs)
+    _register_delete(bs)
     register_run(bs)
     register_sweep(bs)

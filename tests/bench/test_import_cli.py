@@ -57,3 +57,24 @@ def test_import_needs_a_file(tmp_path, capsys):
     out, err = io.StringIO(), io.StringIO()
     assert main(["-w", str(tmp_path), "bench", "import"], out, err) == 2
     assert "at least one FILE" in err.getvalue()
+
+
+def test_delete_by_id_is_audited_and_an_unknown_id_deletes_nothing(tmp_path, capsys):
+    from state import audit
+    from state.bench import BenchStore
+    from state.store import Store
+
+    ws = str(tmp_path / "ws")
+    assert main(["init", ws], io.StringIO()) == 0  # the demo's 4 history results
+    rc, out, _ = _run(capsys, "-w", ws, "bench", "list", "--json")
+    ids = [json.loads(line)["id"] for line in out.splitlines()]
+    assert len(ids) == 4
+    rc, out, err = _run(capsys, "-w", ws, "bench", "delete", str(ids[0]), "999999")
+    assert rc == 1 and out == "" and "no benchmark result #999999" in err and "nothing deleted" in err
+    rc, out, err = _run(capsys, "-w", ws, "bench", "delete", str(ids[0]), str(ids[1]))
+    assert rc == 0 and err == "" and out.count("deleted #") == 2
+    assert out.startswith(f"deleted #{ids[0]}: ") and "tok/s" in out
+    with Store(tmp_path / "ws" / "state.db") as store:
+        assert sorted(r.id for r in BenchStore(store).list()) == sorted(ids[2:])
+        (entry,) = [e for e in audit.recent(store, 50) if e.action == "delete"]
+    assert entry.source == "cli" and entry.detail == f"deleted #{ids[0]}, #{ids[1]}"
