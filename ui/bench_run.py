@@ -244,11 +244,16 @@ def _stop(rt, view) -> None:
 
 
 def _show_new_results(prog: Progress) -> None:
-    """A result the job stored that the page's table does not show yet: run the whole page once."""
+    show_new_results(prog.results)
+
+
+def show_new_results(ids) -> None:
+    """A result a job stored (a benchmark's, a sweep's) that the page's table, charts and key figures
+    do not show yet: run the whole page once."""
     seen = st.session_state.get(SEEN)
     if seen is None:
         return
-    new = tuple(sorted(set(prog.results) - set(seen)))
+    new = tuple(sorted(set(int(i) for i in ids) - set(seen)))
     if new and st.session_state.get("bench-rerun-for") != new:
         st.session_state["bench-rerun-for"] = new
         st.rerun(scope="app")

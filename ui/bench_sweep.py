@@ -24,6 +24,7 @@ from backend.bench.sweep import (DONE, FAILED, RUNNING, STOPPED, SweepState, com
 from backend.bench.sweep_plan import MODES, PlanError, SweepPlan, expand, parse_int_list
 from ui import charts, fmt
 from ui.auth import control_lock
+from ui.bench_run import show_new_results
 from ui.components import confirm_box, freshness
 from ui.context import actor
 
@@ -188,6 +189,7 @@ def live_sweep(rt, path: str, job: str | None) -> None:
         freshness(s.updated_at, REFRESH_S, "state written")
     else:
         st.caption(f"state written {fmt.age(time.time() - s.updated_at)} · `{path}`")
+    show_new_results(i for c in s.configs for i in (c.get("results") or {}).values())
 
 
 def _progress(s: SweepState, view) -> None:
