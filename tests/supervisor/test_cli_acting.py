@@ -120,6 +120,16 @@ def _cli(ws: Path, *argv: str) -> subprocess.Popen:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
 
+def _status(pid: int) -> str:
+    import psutil
+
+    try:
+        p = psutil.Process(pid)
+        return f"{p.status()}, {p.cmdline()[-3:]}"
+    except psutil.Error as exc:
+        return repr(exc)
+
+
 def _record(ws: Path, name: str):
     with Store(ws / "state.db") as s:
         return ProcessRepo(s).get(name)
@@ -150,14 +160,24 @@ def test_restart_killed_half_way_is_finished_by_the_next_supervisor(tmp_path, cl
     w = str(ws)
     assert run("-w", w, "processes", "start", "slow")[0] == 0
     pid = wait_for(lambda: (r := listed(w)["slow"])["state"] == "RUNNING" and r["pid"], timeout_s=30)
-    for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGKILL, signal.SIGHUP, signal.SIGKILL, signal.SIGTERM):
+    log_path = ws / "logs" / "slow.log"
+    for n, sig in enumerate((signal.SIGHUP, signal.SIGTERM, signal.SIGKILL, signal.SIGHUP, signal.SIGKILL,
+                             signal.SIGTERM), start=1):
+        # the run's SIGTERM handler is in place (it prints after installing it): a SIGTERM during the
+        # interpreter's start-up would end it at once instead of holding the restart
+        wait_for(lambda: log_path.read_text().count("sleeper up") >= n, timeout_s=30)
         cli = _cli(ws, "processes", "restart", "slow")
         try:
             # Kill it once it has asked for the stop, while the old run is still ending.
             wait_for(lambda: (r := _record(ws, "slow")).state.value == "STOPPING" and r.term_at, timeout_s=30)
             os.killpg(cli.pid, sig)
         finally:
-            cli.wait(timeout=30)
+            try:
+                cli.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                rec = _record(ws, "slow")
+                raise AssertionError(f"the CLI (pid {cli.pid}) did not end after {signal.Signals(sig).name}: "
+                                     f"{_status(cli.pid)}; slow is {rec.state.value} ({rec.detail})") from None
         assert cli.returncode == -sig
         rec = _record(ws, "slow")
         assert rec.state.value == "STOPPING" and rec.pending_restart, (sig, rec.state, rec.detail)
