@@ -74,6 +74,20 @@ while True:
 """
 
 
+class FirstGpus:
+    """The NVML library with only its first ``n`` GPUs counted (for a one-GPU
+    figure on a machine with more); everything else is the library's own."""
+
+    def __init__(self, lib: Any, n: int):
+        self._lib, self._n = lib, n
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._lib, name)
+
+    def nvmlDeviceGetCount(self) -> int:
+        return min(self._n, int(self._lib.nvmlDeviceGetCount()))
+
+
 def raw_pass(lib: Any, handles: list[Any], procs: bool, memory_v2: bool = False) -> None:
     """The core fields straight through the library, nothing done with the answers."""
     v2 = getattr(lib, "nvmlMemory_v2", NVML_MEMORY_V2)
@@ -148,6 +162,7 @@ def side_by_side(lib: Any, *, seconds: float, cadence: float, procs_every: int, 
         samplers["sampler_wrappers"] = make_sampler(False)
     adapter = samplers["sampler"][0]
     handles = [lib.nvmlDeviceGetHandleByIndex(i) for i in range(adapter.gpu_count())]
+    lib = getattr(lib, "_lib", lib)  # the raw pass calls the module itself, not through FirstGpus
     n = len(handles)
     direct = direct_pass_fn(lib, handles, memory_v2)
     us: dict[str, list[float]] = {"raw": [], "raw_procs": [], "raw_plain": [], "direct": []}
@@ -301,6 +316,7 @@ def main() -> None:
     ap.add_argument("--cadence", type=float, default=1.0, help="seconds between passes (the sampler's interval)")
     ap.add_argument("--procs-every", type=int, default=5, help="the process list is read every N passes")
     ap.add_argument("--old", action="store_true", help="also the previous configuration (processes every pass, memory v2)")
+    ap.add_argument("--gpus", type=int, default=0, help="only the first N GPUs (0: all)")
     ap.add_argument("--wrappers", action="store_true",
                     help="also a sampler whose pass goes through nvidia-ml-py's functions (direct calls off)")
     ap.add_argument("--gpu-job", action="store_true", help="a torch process on every GPU during (a)")
@@ -317,6 +333,8 @@ def main() -> None:
             import pynvml
 
             lib, what = pynvml, f"real NVML ({probe.state().message})"
+            if args.gpus:
+                lib, what = FirstGpus(pynvml, args.gpus), what + f", the first {args.gpus} measured"
         else:
             print(f"real NVML unavailable ({probe.state().message}); using the fake")
             lib, what = FakeNvml(processes={g: [(1000 + g, 61 << 30)] for g in range(8)}), "fake NVML (8 GPUs)"

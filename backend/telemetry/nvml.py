@@ -66,7 +66,7 @@ from backend.telemetry.nvml_codes import *  # noqa: F403 - codes and constants, 
 from backend.telemetry.nvml_codes import _text
 from backend.telemetry.nvml_calls import VersionedCalls
 from backend.telemetry.nvml_direct import DirectPass
-from backend.telemetry.nvml_fieldwise import FieldwisePass, _FastCalls
+from backend.telemetry.nvml_fieldwise import _NOT_READ, FieldwisePass, _FastCalls
 from backend.telemetry.nvml_static import SlowReads, StaticReads
 
 
@@ -275,9 +275,9 @@ class NvmlAdapter(FieldwisePass, VersionedCalls, StaticReads, SlowReads):
         and turning their answers into samples, nothing else.  The process
         list is part of the pass only every ``procs_interval_s``.
 
-        The usual pass is one loop in this function: for each GPU the scalar
-        C calls of :class:`DirectPass` into one buffer, one unpack, the
-        sample.  Once a second the CPU arrives here cold (on an H200 machine
+        The usual pass is two loops in this function: for each GPU the scalar
+        C calls of :class:`DirectPass` into its buffer (and the process list
+        when due), then for each GPU one unpack and the sample.  Once a second the CPU arrives here cold (on an H200 machine
         each function entered costs several µs), so the loop enters as few
         as it can.  A GPU that cannot go this way (MIG, a field remembered as
         unsupported, a handle not found, bindings without direct calls) or a
@@ -300,58 +300,63 @@ class NvmlAdapter(FieldwisePass, VersionedCalls, StaticReads, SlowReads):
                 rows = self._fast_rows(procs, mono)
             self._calls_us = 0.0
             static, cache, slow = self._static, self._procs_cache, self._slow
-            gpus = []
-            for i, h, fast, calls in rows[1]:
+            # First every GPU's calls, then every sample: the C calls of the next GPU would leave the
+            # conversion's Python cold again (each GPU has its own buffer, see DirectPass.bind).
+            gpus: list[Any] = []
+            read: list[tuple[int, int, Any, Any, Any]] = []  # (slot in gpus, index, fast, bound, process list)
+            for i, h, fast, bound in rows[1]:
                 if fast is None:
                     gpus.append(self._sample_gpu(i, now, procs, mono))
                     continue
-                batch = fast.batch
-                if batch.version is not None:
-                    batch.version[0].version = batch.version[1]
-                for fn, args in calls:  # args: the handle, plain arguments, the output's place
+                if bound.version is not None:
+                    bound.version[0].version = bound.version[1]
+                for fn, args in bound.calls:  # args: the handle, plain arguments, the output's place
                     ret = fn(*args)
                     if ret:
                         break
                 else:
+                    raw: Any = _NOT_READ
                     if procs:
                         call = fast.procs
                         try:
-                            raw = call(h) if call is not None else None
+                            raw = call(h) if call is not None else None  # copies, not the reader's slots
                         except Exception as e:  # noqa: BLE001 - the field-by-field pass sorts it out
                             failed = (len(fast.keys) - 1, e) if self._fast.get(procs) is rows else None
                             gpus.append(self._sample_gpu(i, now, procs, mono, failed=failed))
                             continue
-                        na = fast.na.copy() if fast.na else {}
-                        plist = self._processes(i, raw) if raw is not None else None
-                        cache[i] = (plist, now, na.get("processes"))
-                        plist_t = now
-                    else:
-                        cached = cache.get(i)
-                        if cached is None:
-                            gpus.append(self._sample_gpu(i, now, procs, mono))
-                            continue
-                        plist, plist_t, why = cached
-                        na = fast.na.copy() if fast.na else {}
-                        if plist is None:
-                            na["processes"] = why or "N/A"
-                    ug, um, total, used, temp, power, plimit, sm, mclk, mask = batch.unpack(batch.out)
-                    st = static[i]
-                    g = _new(GpuSample)
-                    _set(g, "__dict__", {
-                        "index": i, "t": now, "uuid": st.uuid, "name": st.name, "bus_id": st.bus_id,
-                        "lost": False, "util_gpu": float(ug), "util_mem": float(um), "mem_used": used,
-                        "mem_total": total, "temp_c": float(temp), "power_w": power / 1000.0,
-                        "power_limit_w": plimit / 1000.0, "sm_clock_mhz": float(sm), "mem_clock_mhz": float(mclk),
-                        "throttle": decode_throttle(mask), "processes": plist, "processes_t": plist_t,
-                        "mig_enabled": st.mig_enabled, "mig_devices": (), "slow": slow.get(i), "na": na,
-                    })
-                    gpus.append(g)
+                    elif cache.get(i) is None:
+                        gpus.append(self._sample_gpu(i, now, procs, mono))
+                        continue
+                    read.append((len(gpus), i, fast, bound, raw))
+                    gpus.append(None)
                     continue
                 # a call failed: field by field, that call's answer handled without asking again
                 # (unless an earlier GPU's failure has changed the chosen calls since these rows were made)
-                k = next(j for j, c in enumerate(calls) if c[0] is fn and c[1] is args)
+                k = next(j for j, c in enumerate(bound.calls) if c[0] is fn and c[1] is args)
                 still = self._fast.get(procs) is rows
                 gpus.append(self._sample_gpu(i, now, procs, mono, failed=(k, self._err_cls(ret)) if still else None))
+            for slot, i, fast, bound, raw in read:
+                na = fast.na.copy() if fast.na else {}
+                if raw is not _NOT_READ:
+                    plist = self._processes(i, raw) if raw is not None else None
+                    cache[i] = (plist, now, na.get("processes"))
+                    plist_t = now
+                else:
+                    plist, plist_t, why = cache[i]
+                    if plist is None:
+                        na["processes"] = why or "N/A"
+                ug, um, total, used, temp, power, plimit, sm, mclk, mask = bound.unpack(bound.out)
+                st = static[i]
+                g = _new(GpuSample)
+                _set(g, "__dict__", {
+                    "index": i, "t": now, "uuid": st.uuid, "name": st.name, "bus_id": st.bus_id,
+                    "lost": False, "util_gpu": float(ug), "util_mem": float(um), "mem_used": used,
+                    "mem_total": total, "temp_c": float(temp), "power_w": power / 1000.0,
+                    "power_limit_w": plimit / 1000.0, "sm_clock_mhz": float(sm), "mem_clock_mhz": float(mclk),
+                    "throttle": decode_throttle(mask), "processes": plist, "processes_t": plist_t,
+                    "mig_enabled": st.mig_enabled, "mig_devices": (), "slow": slow.get(i), "na": na,
+                })
+                gpus[slot] = g
             spent = time.perf_counter() - t0
             n = len(gpus)
             if self._times is not None and n:
@@ -361,13 +366,13 @@ class NvmlAdapter(FieldwisePass, VersionedCalls, StaticReads, SlowReads):
 
     def _fast_rows(self, procs: bool, mono: float) -> tuple[float, tuple[tuple[int, Any, Any, Any], ...]]:
         """(valid until, one row per GPU: index, handle, its direct calls with a
-        :class:`DirectPass` or ``None`` for the field-by-field pass, and the
-        pass's C calls with their whole argument tuples, handle first)."""
+        :class:`DirectPass` or ``None`` for the field-by-field pass, and that
+        pass bound to the GPU's handle and its own buffer)."""
         rows = []
         until = float("inf")
         for i, h in enumerate(self._handles):
             fast = None
-            calls: Any = ()
+            bound: Any = None
             if h is not None and self._times is None and not self._mig.get(i):
                 fast = self._fast_calls(i, procs)
                 if fast is not None:
@@ -375,8 +380,8 @@ class NvmlAdapter(FieldwisePass, VersionedCalls, StaticReads, SlowReads):
                     if fast.batch is None:
                         fast = None
                     else:
-                        calls = tuple((fn, (h, *args)) for fn, args in fast.batch.calls)
-            rows.append((i, h, fast, calls))
+                        bound = fast.batch.bind(h)
+            rows.append((i, h, fast, bound))
         entry = (until, tuple(rows))
         self._fast[procs] = entry  # type: ignore[index]  # cleared with the per-GPU entries
         return entry

@@ -170,25 +170,51 @@ def _leaf_format(ctype: Any, base: int, wanted: tuple[str, ...] | None) -> list[
     return out
 
 
-class DirectPass:
-    """The eight scalar core calls of one GPU on the C functions, each
-    writing into its place in one buffer, then one unpack of the fields the
-    sample uses: (util gpu, util memory, memory total, memory used,
-    temperature, power, power limit, SM clock, memory clock, clock event
-    mask).  The adapter's pass runs it inline (see ``NvmlAdapter.sample``):
-    ``version`` first (the memory struct and its version, for memory v2),
-    then each ``fn(handle, *args)`` in ``calls`` (a non-zero return is a
-    failure), then ``unpack(out)``.  The buffer is shared by every GPU: a
-    GPU's values are unpacked before the next GPU is read (the pass is
-    serialised)."""
+class BoundPass:
+    """One GPU's :class:`DirectPass`: its own buffer, and the calls with their
+    whole argument tuples (the handle, plain arguments, the output's place).
+    The adapter's pass runs it inline (see ``NvmlAdapter.sample``): ``version``
+    first (the memory struct and its version, for memory v2), then each
+    ``fn(*args)`` in ``calls`` (a non-zero return is a failure), then
+    ``unpack(out)``, which may come after the other GPUs' calls."""
 
-    def __init__(self, calls: list[tuple[Any, tuple[Any, ...]]], out: Any, fmt: str, version: tuple[Any, int] | None):
+    __slots__ = ("calls", "out", "unpack", "version")
+
+    def __init__(self, calls: tuple[tuple[Any, tuple[Any, ...]], ...], out: Any, unpack: Callable[[Any], tuple],
+                 version: tuple[Any, int] | None):
+        self.calls = calls
+        self.out = out
+        self.unpack = unpack
+        self.version = version
+
+
+class DirectPass:
+    """The eight scalar core calls of a GPU on the C functions, each writing
+    into its place in one buffer, then one unpack of the fields the sample
+    uses: (util gpu, util memory, memory total, memory used, temperature,
+    power, power limit, SM clock, memory clock, clock event mask).
+    :meth:`bind` gives each GPU its own buffer, so a pass can make every
+    GPU's calls first and turn the answers into samples after."""
+
+    def __init__(self, Out: Any, fields: list[tuple[str, Any]], pointers: list[tuple[Any, tuple[Any, ...]]],
+                 fmt: str, version: int | None):
         import struct
 
-        self.calls = tuple(calls)
-        self.out = out
-        self.unpack = struct.Struct(fmt).unpack_from
-        self.version = version
+        self._Out = Out
+        self._fields = fields
+        self._pointers = pointers
+        self._unpack = struct.Struct(fmt).unpack_from
+        self._version = version
+
+    def bind(self, h: Any) -> BoundPass:
+        out = self._Out()
+        # each output a typed view into the buffer, so a function declared with typed pointers takes it too
+        calls = tuple(
+            (fn, (h, *plain, ctypes.byref(ctype.from_buffer(out, getattr(self._Out, key).offset))))
+            for (fn, plain), (key, ctype) in zip(self._pointers, self._fields)
+        )
+        version = (getattr(out, "memory"), self._version) if self._version is not None else None
+        return BoundPass(calls, out, self._unpack, version)
 
 
 def direct_pass(lib: Any, plan: list[tuple[str, str, tuple[Any, ...], dict[str, Any]]]) -> DirectPass | None:
@@ -232,17 +258,8 @@ def direct_pass(lib: Any, plan: list[tuple[str, str, tuple[Any, ...], dict[str, 
             leaves += _leaf_format(ctype, getattr(Out, key).offset, _WANTED.get(key))
     except (AttributeError, KeyError, TypeError):  # bindings whose structs lack a field we read
         return None
-    out = Out()
     fmt, at = "=", 0
     for offset, code in sorted(leaves):
         fmt += "x" * (offset - at) + code
         at = offset + ctypes.sizeof({"I": ctypes.c_uint, "Q": ctypes.c_ulonglong, "i": ctypes.c_int, "q": ctypes.c_longlong}[code])
-    # each output a typed view into the buffer, so a function declared with typed pointers takes it too
-    calls = [
-        (fn, plain + (ctypes.byref(ctype.from_buffer(out, getattr(Out, key).offset)),))
-        for (fn, plain), (key, ctype) in zip(pointers, fields)
-    ]
-    mem_version = None
-    if version is not None:
-        mem_version = (getattr(out, "memory"), version)
-    return DirectPass(calls, out, fmt, mem_version)
+    return DirectPass(Out, fields, pointers, fmt, version)
