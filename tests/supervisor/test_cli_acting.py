@@ -115,9 +115,16 @@ def test_reading_commands_never_start_a_due_restart(tmp_path, cleanup):
     assert (ws / "logs" / "crashy.log").read_text().count("starting at") == 1
 
 
+def _default_hangup() -> None:
+    # an ignored SIGHUP is inherited through exec: under nohup (or a CI runner that ignores it) the
+    # "lost SSH session" would reach a CLI that cannot hear it; a login shell's commands have the default
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def _cli(ws: Path, *argv: str) -> subprocess.Popen:
     return subprocess.Popen([PY, "-m", "backend.cli", "-w", str(ws), *argv], cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                            preexec_fn=_default_hangup)
 
 
 def _status(pid: int) -> str:
