@@ -7,6 +7,21 @@ import time
 from pathlib import Path
 
 
+REPO = Path(__file__).resolve().parents[1]
+
+
+def open_page(page: str, timeout: float = 60):
+    """The dashboard under AppTest, switched to ``page`` (e.g. "pages/benchmarks.py"), without an exception."""
+    from streamlit.testing.v1 import AppTest  # noqa: PLC0415 (only the page tests need it)
+
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=timeout)
+    at.run()
+    at.switch_page(page)
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket() as s:

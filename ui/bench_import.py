@@ -75,7 +75,7 @@ def _import(rt, blobs: list[tuple[str, bytes, str]], server: str | None) -> None
 
 def _show(outcomes: list[FileOutcome]) -> None:
     line = summary(outcomes)
-    if all(o.error is None for o in outcomes) and any(o.new for o in outcomes):
+    if all(o.ok for o in outcomes) and any(o.new for o in outcomes):
         st.success(line, icon=":material/check_circle:")
     elif any(o.new or o.existing for o in outcomes):
         st.warning(line, icon=":material/warning:")

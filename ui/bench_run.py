@@ -222,7 +222,7 @@ def live_progress(rt) -> None:
     elif prog.state == RUNNING:
         freshness(prog.updated_at, REFRESH_S, "progress written")
     _stop(rt, view)
-    _show_new_results(prog)
+    show_new_results(prog.results)
 
 
 def _stop(rt, view) -> None:
@@ -241,10 +241,6 @@ def _stop(rt, view) -> None:
             st.error(f"Could not stop {view.name}: {exc}")
         else:
             st.toast(f"Stop of {view.name} requested", icon=":material/check_circle:")
-
-
-def _show_new_results(prog: Progress) -> None:
-    show_new_results(prog.results)
 
 
 def show_new_results(ids) -> None:

@@ -15,10 +15,9 @@ from backend.bench.demo_history import install_demo_history
 from specdeck_types.bench import BenchConfig, BenchFigures, BenchLoad, BenchResult, Percentiles
 from state.bench import BenchStore
 from state.store import Store
-from tests.helpers import close_runtime, free_port, wait_for
+from tests.helpers import close_runtime, free_port, open_page, wait_for
 from tests.simws import make_models
 
-REPO = Path(__file__).resolve().parents[2]
 T0 = 1_790_000_000.0  # 2026-09-21, the runs' start times
 
 # sim8b: baselines at concurrency 1 (100 tok/s) and 4 (300 tok/s), EAGLE3 at 1, 4 and 8 (no baseline at 8)
@@ -76,12 +75,7 @@ num_draft_tokens = 4
 
 
 def _page(timeout: float = 60) -> AppTest:
-    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=timeout)
-    at.run()
-    at.switch_page("pages/benchmarks.py")
-    at.run()
-    assert not at.exception, at.exception
-    return at
+    return open_page("pages/benchmarks.py", timeout)
 
 
 def _rows(at: AppTest):

@@ -4,7 +4,6 @@ read-only paths through AppTest."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 from streamlit import config as st_config
@@ -16,9 +15,8 @@ from backend.bench.intake import MAX_BYTES, source_name, store_files, summary
 from state import audit
 from state.bench import BenchStore
 from state.store import Store
-from tests.helpers import close_runtime
+from tests.helpers import close_runtime, open_page
 
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -95,12 +93,7 @@ def workspace(tmp_path, monkeypatch):
 
 
 def _page() -> AppTest:
-    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60)
-    at.run()
-    at.switch_page("pages/benchmarks.py")
-    at.run()
-    assert not at.exception, at.exception
-    return at
+    return open_page("pages/benchmarks.py")
 
 
 def _button(at: AppTest, label: str):
