@@ -52,3 +52,13 @@ def close_runtime(root: Path, *, source: str = "test") -> None:
             if v.live:
                 rt.supervisor.stop(v.name, actor="test", source=source, wait=True)
     runtime_mod.close_all()
+
+
+def printed(log: Path, line: str) -> int:
+    """How many lines of ``log`` are exactly ``line``: what the process printed, never the
+    run's header, which quotes the command (and so any marker in ``python -c`` code)."""
+    try:
+        text = Path(log).read_text(errors="replace")
+    except FileNotFoundError:
+        return 0
+    return sum(1 for t in text.splitlines() if t.strip() == line)

@@ -74,7 +74,8 @@ def test_list_start_stop_restart_log(ws):
 
     row = wait_for(lambda: (r := listed()["sleeper"])["state"] == "RUNNING" and r)
     assert row["pid"] and row["ready"]
-    wait_for(lambda: "sleeper up" in run("-w", w, "processes", "log", "sleeper", "-n", "5")[1])
+    # a whole line: the run's header above it quotes the code, marker included
+    wait_for(lambda: "sleeper up" in run("-w", w, "processes", "log", "sleeper", "-n", "5")[1].splitlines())
     rc, out, _ = run("-w", w, "processes", "restart", "sleeper")
     assert rc == 0 and "STARTING" in out
     new_pid = wait_for(lambda: listed()["sleeper"]["pid"])

@@ -15,6 +15,7 @@ import pytest
 
 from state import Store
 from state.processes import ProcessRepo
+from tests.helpers import printed
 from tests.supervisor.conftest import PY, gone, wait_for
 from tests.supervisor.test_cli import REPO, run, write_ws
 
@@ -171,8 +172,9 @@ def test_restart_killed_half_way_is_finished_by_the_next_supervisor(tmp_path, cl
     for n, sig in enumerate((signal.SIGHUP, signal.SIGTERM, signal.SIGKILL, signal.SIGHUP, signal.SIGKILL,
                              signal.SIGTERM), start=1):
         # the run's SIGTERM handler is in place (it prints after installing it): a SIGTERM during the
-        # interpreter's start-up would end it at once instead of holding the restart
-        wait_for(lambda: log_path.read_text().count("sleeper up") >= n, timeout_s=30)
+        # interpreter's start-up would end it at once instead of holding the restart. Whole lines only:
+        # each run's header quotes the code, marker included.
+        wait_for(lambda: printed(log_path, "sleeper up") >= n, timeout_s=30)
         cli = _cli(ws, "processes", "restart", "slow")
         try:
             # Kill it once it has asked for the stop, while the old run is still ending.

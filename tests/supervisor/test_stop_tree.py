@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from backend.supervisor.spec import ProcState as S
+from tests.helpers import printed
 from tests.supervisor.conftest import gone, wait_for
 
 # On SIGTERM the root does not end: it starts a child in a session of its own (so neither the
@@ -30,11 +31,13 @@ def test_child_started_during_the_grace_period_is_killed_too(real):
     sup = real.supervisor()
     sup.sync_specs([real.spec("tree", LATE_SPAWNER, stop_grace_s=3.0)])
     sup.start("tree")
-    wait_for(lambda: "tree up" in open(real.logs / "tree.log").read(), poll=sup.poll, timeout_s=30)
+    # the handler is in place once the child has printed (the header quotes the code: not that)
+    wait_for(lambda: printed(real.logs / "tree.log", "tree up"), poll=sup.poll, timeout_s=30)
     root = wait_for(lambda: sup.view("tree").pid, poll=sup.poll)
     v = sup.stop("tree", wait=True)
     late_file = real.root / "late.pid"
-    assert late_file.exists(), "the root never got SIGTERM"
+    log = open(real.logs / "tree.log").read()
+    assert late_file.exists(), f"the root never got SIGTERM: {v.state} {v.detail!r}; log:\n{log}"
     late = int(late_file.read_text())
     real.extra_pids.append((late, None))  # ended at teardown if the stop missed it
     assert v.state == S.EXITED and gone(root)
