@@ -29,10 +29,10 @@ from typing import Iterable, Protocol
 import psutil
 
 from backend.supervisor.prestart import launch_problem
+from backend.supervisor.starts import proc_stat, same_start, start_of
 from backend.supervisor.runfiles import RunPaths, write_json_atomic
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-_CT_TOLERANCE = 0.05  # seconds; create times come from the same psutil arithmetic
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,8 @@ class SpawnHandle:
 
 @dataclass(frozen=True)
 class Ident:
-    """A process identity: pid plus create time."""
+    """A process identity: pid plus start (:mod:`backend.supervisor.starts`;
+    the field keeps the name it has in identity files and the state store)."""
 
     pid: int
     create_time: float | None
@@ -79,10 +80,6 @@ class Killer(Protocol):
 class Prober(Protocol):
     def submit(self, url: str, timeout_s: float) -> "Future[bool]": ...
     def close(self) -> None: ...
-
-
-def same_create_time(a: float | None, b: float | None) -> bool:
-    return a is not None and b is not None and abs(a - b) <= _CT_TOLERANCE
 
 
 _WRAPPER_MODULE = "backend.supervisor.wrapper"
@@ -123,11 +120,7 @@ class WrapperSpawner:
             )
         with self._lock:
             self._children[proc.pid] = proc
-        try:
-            ct = psutil.Process(proc.pid).create_time()
-        except psutil.Error:
-            ct = None
-        return SpawnHandle(proc.pid, ct)
+        return SpawnHandle(proc.pid, start_of(proc.pid))
 
     def check(self, argv: tuple[str, ...], cwd: str, env: dict[str, str]) -> str | None:
         """Why the wrapper's exec of ``argv`` in ``cwd`` would fail, or None (see prestart)."""
@@ -139,32 +132,6 @@ class WrapperSpawner:
             for pid, proc in list(self._children.items()):
                 if proc.poll() is not None:
                     del self._children[pid]
-
-
-_PROC = Path("/proc")
-_HAS_PROC_STAT = (_PROC / "self" / "stat").exists()
-_BOOT_TIME: float | None = None
-_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def _proc_stat(pid: int) -> tuple[bytes, float] | None:
-    """(state letter, create time) from /proc/<pid>/stat; state ``X`` when
-    there is no such process; None without /proc (then psutil decides)."""
-    global _BOOT_TIME
-    if not _HAS_PROC_STAT:
-        return None
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return (b"X", 0.0)  # no such process
-    try:
-        fields = data[data.rfind(b")") + 2 :].split()
-        if _BOOT_TIME is None:
-            _BOOT_TIME = psutil.boot_time()
-        return fields[0], _BOOT_TIME + int(fields[19]) / _CLK_TCK
-    except (IndexError, ValueError):
-        return None
 
 
 class OsKiller:
@@ -181,7 +148,7 @@ class OsKiller:
                 p = psutil.Process(pid)
             except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
                 return None
-            if create_time is None or not same_create_time(p.create_time(), create_time):
+            if create_time is None or not same_start(create_time, start_of(pid)):
                 return None  # pid reused, or identity unknown: never treat it as ours
             if len(self._cache) > 4096:
                 self._cache.clear()
@@ -191,12 +158,11 @@ class OsKiller:
     def is_alive(self, pid: int, create_time: float | None) -> bool:
         if create_time is None:
             return False
-        fast = _proc_stat(pid)
+        fast = proc_stat(pid)
         if fast is not None:
-            # One read of /proc/<pid>/stat: state and start time (the same
-            # arithmetic psutil uses for create_time).  This is poll()'s hot path.
-            state, ct = fast
-            return state not in (b"Z", b"X", b"x") and same_create_time(ct, create_time)
+            # One read of /proc/<pid>/stat: state and start.  This is poll()'s hot path.
+            state, start = fast
+            return state not in (b"Z", b"X", b"x") and same_start(create_time, start)
         p = self._process(pid, create_time)
         if p is None:
             return False
@@ -235,9 +201,12 @@ class OsKiller:
                 try:
                     if _WRAPPER_MODULE in c.cmdline():
                         continue
-                    found[c.pid] = Ident(c.pid, c.create_time())
+                    start = start_of(c.pid)
                 except psutil.Error:
                     continue
+                if start is None:
+                    continue
+                found[c.pid] = Ident(c.pid, start)
                 stack.append(c)
         for ident in self._group_members(root.pid):
             found.setdefault(ident.pid, ident)
@@ -248,10 +217,13 @@ class OsKiller:
         out = []
         for proc in psutil.process_iter():
             try:
-                if os.getpgid(proc.pid) == pgid:
-                    out.append(Ident(proc.pid, proc.create_time()))
+                if os.getpgid(proc.pid) != pgid:
+                    continue
             except (ProcessLookupError, PermissionError, psutil.Error):
                 continue
+            start = start_of(proc.pid)
+            if start is not None:
+                out.append(Ident(proc.pid, start))
         return out
 
     def signal(self, targets: Iterable[Ident], sig: int, pgid: int | None = None) -> int:

@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 from backend.supervisor.runfiles import ExitRecord, Identity, RunPaths, read_json, write_exit, write_identity
+from backend.supervisor.starts import start_of
 
 _IGNORED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -54,15 +55,6 @@ def _begin_line(log) -> None:
             f.seek(size - 1)
             if f.read(1) != b"\n":
                 log.write(b"\n")
-
-
-def _current_create_time(pid: int) -> float | None:
-    try:
-        import psutil
-
-        return psutil.Process(pid).create_time()
-    except Exception:
-        return None
 
 
 def _group_members(pgid: int) -> list[int]:
@@ -186,9 +178,9 @@ def run(launch_path: Path) -> int:
             Identity(
                 run_id=run_id,
                 pid=child.pid,
-                create_time=_current_create_time(child.pid),
+                create_time=start_of(child.pid),
                 wrapper_pid=os.getpid(),
-                wrapper_create_time=_current_create_time(os.getpid()),
+                wrapper_create_time=start_of(os.getpid()),
                 started_at=started_at,
                 log_offset=log_offset,
             ),

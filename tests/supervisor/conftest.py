@@ -18,6 +18,7 @@ import pytest
 
 from backend.supervisor.runfiles import read_json
 from backend.supervisor.spec import Kind, ProcessSpec
+from backend.supervisor.starts import same_start, start_of
 from backend.supervisor.supervisor import Supervisor, SupervisorError
 from state.store import Store
 
@@ -42,7 +43,7 @@ def gone(pid: int, create_time: float | None = None) -> bool:
     """The process no longer exists (a zombie awaiting its reaper counts as gone)."""
     try:
         p = psutil.Process(pid)
-        if create_time is not None and abs(p.create_time() - create_time) > 0.05:
+        if create_time is not None and not same_start(create_time, start_of(pid)):
             return True
         return p.status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:

@@ -15,6 +15,7 @@ import pytest
 
 from backend.supervisor.runfiles import read_json
 from backend.supervisor.spec import ProcState as S, ReadinessProbe, RestartPolicy
+from backend.supervisor.starts import start_of
 from backend.supervisor.supervisor import ActionRefused, SupervisorError
 from state import audit
 from tests.supervisor.conftest import PY, gone, wait_for
@@ -90,7 +91,7 @@ def test_child_and_grandchildren_all_gone_after_stop(real):
     sup.start("tree")
     wait_for(lambda: pids_file.exists() and _state(sup, "tree") == S.RUNNING, poll=sup.poll)
     grandchildren = json.loads(pids_file.read_text())
-    cts = [psutil.Process(p).create_time() for p in grandchildren]
+    cts = [start_of(p) for p in grandchildren]
     real.extra_pids += list(zip(grandchildren, cts))
     child = sup.view("tree").pid
     assert all(not gone(p, ct) for p, ct in zip(grandchildren, cts))
@@ -214,7 +215,7 @@ def test_readopt_after_supervisor_killed(real):
 def test_record_with_reused_pid_is_not_adopted(real):
     other = subprocess.Popen([PY, "-c", "import time; time.sleep(120)"])
     try:
-        ct = psutil.Process(other.pid).create_time()
+        ct = start_of(other.pid)
         sup = real.supervisor()
         sup.sync_specs([real.spec("victim", SLEEPER)])
         sup.close()
@@ -287,7 +288,7 @@ def test_stopping_record_whose_pid_leads_a_stranger_group_signals_nothing(real):
     # it through; the child is long gone and its pid now leads an unrelated group.
     stranger = subprocess.Popen(["sleep", "100"], start_new_session=True)
     try:
-        ct = psutil.Process(stranger.pid).create_time()
+        ct = start_of(stranger.pid)
         sup = real.supervisor()
         sup.sync_specs([real.spec("old", SLEEPER, stop_grace_s=1.0)])
         sup.close()
@@ -328,7 +329,7 @@ def test_group_members_left_behind_by_an_exiting_child_are_ended(real):
     sup.start("leaver")
     wait_for(lambda: pids_file.exists(), poll=sup.poll)
     left = json.loads(pids_file.read_text())
-    cts = [psutil.Process(p).create_time() for p in left]
+    cts = [start_of(p) for p in left]
     real.extra_pids += list(zip(left, cts))
     wait_for(lambda: _state(sup, "leaver") == S.EXITED, poll=sup.poll)
     assert all(gone(p, ct) for p, ct in zip(left, cts))  # exit recorded only once they are gone
