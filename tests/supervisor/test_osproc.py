@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -11,6 +12,18 @@ import pytest
 
 from backend.supervisor.osproc import Ident, OsKiller
 from backend.supervisor.starts import WALL_CLOCK_FLOOR, start_of
+
+
+@contextlib.contextmanager
+def _sleeper():
+    """A sleeping child leading its own session, ended (if still there) on the way out."""
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        yield p
+    finally:
+        if p.poll() is None:
+            p.terminate()
+            p.wait(timeout=10)
 
 
 def test_is_alive_needs_pid_and_create_time():
@@ -36,8 +49,7 @@ def test_a_start_is_seconds_since_boot_and_an_older_wall_clock_identity_still_ma
 def test_a_step_of_the_wall_clock_does_not_make_a_child_a_stranger(monkeypatch):
     # Linux gives the boot time in whole seconds of the wall clock; after a clock step every
     # psutil create time moves by a second or more. A start since boot does not move.
-    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
-    try:
+    with _sleeper() as p:
         start = start_of(p.pid)
         real_boot = psutil.boot_time()
         monkeypatch.setattr(psutil, "boot_time", lambda: real_boot + 1.0)
@@ -48,10 +60,6 @@ def test_a_step_of_the_wall_clock_does_not_make_a_child_a_stranger(monkeypatch):
         assert [t.pid for t in k.collect(Ident(p.pid, start))] == [p.pid]
         assert k.signal([Ident(p.pid, start)], signal.SIGTERM, pgid=p.pid) == 1
         assert p.wait(timeout=10) == -signal.SIGTERM
-    finally:
-        if p.poll() is None:
-            p.terminate()
-            p.wait(timeout=10)
 
 
 @pytest.mark.timeout(60)
@@ -69,8 +77,7 @@ def test_zombie_and_ended_processes_are_not_alive():
 
 @pytest.mark.timeout(60)
 def test_signal_skips_a_target_whose_create_time_does_not_match():
-    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
-    try:
+    with _sleeper() as p:
         ct = start_of(p.pid)
         k = OsKiller()
         assert k.signal([Ident(p.pid, ct - 50)], signal.SIGTERM, pgid=p.pid) == 0
@@ -79,23 +86,15 @@ def test_signal_skips_a_target_whose_create_time_does_not_match():
         assert [t.pid for t in k.collect(Ident(p.pid, ct))] == [p.pid]
         assert k.signal([Ident(p.pid, ct)], signal.SIGTERM, pgid=p.pid) == 1
         assert p.wait(timeout=10) == -signal.SIGTERM
-    finally:
-        if p.poll() is None:
-            p.terminate()
-            p.wait(timeout=10)
 
 
 @pytest.mark.timeout(60)
 def test_collect_does_not_scan_the_group_of_a_root_that_is_not_ours():
     # A process leading its own group, whose pid matches a record of a process long gone.
-    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
-    try:
+    with _sleeper() as p:
         ct = start_of(p.pid)
         k = OsKiller()
         assert k.collect(Ident(p.pid, ct - 5000.0)) == []
         assert k.signal(k.collect(Ident(p.pid, ct - 5000.0)), signal.SIGKILL, pgid=p.pid) == 0
         time.sleep(0.2)
         assert p.poll() is None
-    finally:
-        p.terminate()
-        p.wait(timeout=10)
