@@ -142,6 +142,32 @@ def test_paste_a_report_import_it_see_it_and_delete_it(workspace, fixture_path):
     assert entry.detail.startswith(f"#{ids[0]}, #{ids[1]} deleted #{ids[0]}, #{ids[1]}")
 
 
+def test_upload_two_files_one_stored_and_one_named_as_not_a_benchmark(workspace, fixture_path):
+    rt = runtime_mod.get_runtime()
+    bench = BenchStore(rt.store)
+    at = _page()
+    report = fixture_path("nohup_bench_serving_0.5.23.out").read_bytes()
+    at.file_uploader(key="bench-import-files").set_value([
+        ("nohup.out", report, "application/octet-stream"),
+        ("train.log", b"step 1 loss 2.3\nstep 2 loss 2.1\n", "text/plain"),
+    ])
+    at.text_input(key="bench-import-server").input("glm5-lab")
+    _button(at, "Import").click()
+    at.run()
+    assert not at.exception, at.exception
+    assert bench.count() == 6
+    new = [r for r in bench.list() if r.server == "glm5-lab"]
+    assert len(new) == 2 and all(r.source_file.startswith("nohup.out (uploaded, sha256 ") for r in new)
+    assert [w.value for w in at.warning] == ["2 results stored from 1 of 2 file(s), 1 not imported"]
+    (err,) = [e.value for e in at.error]
+    assert err.startswith("train.log (uploaded, sha256 ") and "not a benchmark result" in err
+    table = next(d.value for d in at.dataframe if "stored before" in d.value.columns)
+    assert list(table["file"]) == ["nohup.out", "train.log"]
+    assert list(table["new"])[1] == "none" and list(table["new"])[0].count("#") == 2
+    (entry,) = [e for e in audit.recent(rt.store, 20) if e.action == "import"]
+    assert entry.detail.startswith("nohup.out, train.log") and entry.outcome == "error"
+
+
 def test_cancel_keeps_the_results(workspace):
     rt = runtime_mod.get_runtime()
     bench = BenchStore(rt.store)
