@@ -262,7 +262,7 @@ def measure(mode: str, log: Path, work: Path) -> dict:
         mod = load_sglang_parser(work / "sglang")
         base = rss_mb()
         mbs, rows, _ = bench_sglang(log, mod)
-        return {"mbs": mbs, "rows": rows, "peak_rss_mb": rss_mb() - base}
+        return {"mbs": mbs, "rows": rows, "peak_rss_mb": rss_mb() - base, "pid": os.getpid()}
     ing = LogIngester(log, max_points=20000, bulk=mode == "vectorised")
     base = rss_mb()
     t, cpu = time.perf_counter(), time.process_time()
@@ -272,7 +272,7 @@ def measure(mode: str, log: Path, work: Path) -> dict:
     out = {"mbs": size / dt / 1e6, "seconds": dt, "cpu_s": cpu, "mb_per_cpu_s": size / cpu / 1e6,
            "peak_rss_mb": rss_mb() - base, "decode": st.decode_lines,
            "prefill": st.prefill_lines, "unparsed": st.unparsed_lines, "points": len(ing.decode),
-           "bulk_pieces": ing.bulk_pieces, "digest": _digest(ing)}
+           "bulk_pieces": ing.bulk_pieces, "digest": _digest(ing), "pid": os.getpid()}
     if mode == "vectorised":
         out["unchanged"] = bench_unchanged(log, ing)
     return out
