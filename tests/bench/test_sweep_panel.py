@@ -210,3 +210,27 @@ def test_a_stopped_sweep_can_be_resumed_from_the_panel(ws):
     assert v.live and v.run_id != first  # the same job, started again
     entry = [e for e in audit.recent(rt.store, target=name) if e.action == "start"][-1]
     assert (entry.source, entry.outcome) == ("dashboard", "ok")
+
+
+REDRAW_PAGE = """
+import streamlit as st
+from ui import bench_run
+from ui.bench_sweep import sweep_panel
+from ui.context import runtime
+
+st.session_state["runs"] = st.session_state.get("runs", 0) + 1
+st.session_state[bench_run.SEEN] = {seen!r}  # what the Runs table showed in this run
+sweep_panel(runtime())
+"""
+
+
+@pytest.mark.parametrize("seen, runs", [([1], 2), ([1, 2], 1)])
+def test_a_result_the_sweep_stored_since_the_table_was_drawn_redraws_the_page_once(ws, seen, runs):
+    # The state file lists results #1 and #2. A table that showed only #1 is out of date: the page runs
+    # once more (and not again for the same result); a table that showed both is left alone.
+    _state(ws)
+    at = AppTest.from_string(REDRAW_PAGE.format(seen=seen), default_timeout=30).run()
+    assert not at.exception, at.exception
+    assert at.session_state["runs"] == runs
+    at.run()
+    assert at.session_state["runs"] == runs + 1  # a later run of the page does not redraw for #2 again
