@@ -4,9 +4,10 @@
 
 Prints, for one EAGLE3 config with ``--tp 2`` in its extra arguments:
 
-* SGLang's own parser: one subprocess in the serving python (import sglang, then
-  ``prepare_server_args`` on the whole argv, the typed argv and each extra group), cold
-  (a new argv each run, so nothing is cached), the median of ``--cold`` runs;
+* SGLang's own parser on a new argv each time (nothing cached), the median of ``--cold``
+  runs of each, interleaved: with a parser process started for the check (import sglang,
+  then ``prepare_server_args`` on the whole argv, the typed argv and each extra group),
+  and in the warm parser (a fork of a process that imported sglang already);
 * the same call again with the same argv (the per-process cache), mean of ``--cached``;
 * the flag-table emulation of the same check (no sglang), mean of ``--cached``;
 * a whole ``run_preflight`` (cached parser answer), mean.
@@ -24,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from backend.sglang import argcheck  # noqa: E402
+from backend.sglang import argcheck, argworker  # noqa: E402
 from backend.sglang.config import ServerConfig  # noqa: E402
 from backend.sglang.preflight import run_preflight  # noqa: E402
 from backend.sglang.version import capabilities, detect_version  # noqa: E402
@@ -54,15 +55,21 @@ def main() -> int:
 
     caps = capabilities(version)
     print(f"sglang {version} in {a.python}; argv check of an EAGLE3 config with extra_args --tp 2")
-    cold = []
+    cold, warm = [], []
     for i in range(a.cold):
-        c = cfg(a.python, 31000 + i)  # a new argv: not in the cache
-        t0 = time.perf_counter()
-        check = argcheck.check_argv(c, caps)
-        cold.append(time.perf_counter() - t0)
-        assert check.checker == "sglang" and check.overrides, check
-    print(f"  SGLang's own parser, cold (one subprocess): median {statistics.median(cold):.2f} s "
+        for started, out in ((True, cold), (False, warm)):
+            c = cfg(a.python, 31000 + 2 * i + (0 if started else 1))  # a new argv: not in the cache
+            if started:
+                argworker.close_all()  # no warm parser: this check starts one
+            t0 = time.perf_counter()
+            check = argcheck.check_argv(c, caps)
+            out.append(time.perf_counter() - t0)
+            assert check.checker == "sglang" and check.overrides, check
+    print(f"  SGLang's own parser, new argv, parser process started for it: median {statistics.median(cold):.2f} s "
           f"(runs: {', '.join(f'{x:.2f}' for x in cold)})")
+    print(f"  SGLang's own parser, new argv, warm parser: median {statistics.median(warm) * 1e3:.0f} ms "
+          f"(runs: {', '.join(f'{x * 1e3:.0f}' for x in warm)}); "
+          f"{statistics.median(cold) / statistics.median(warm):.0f}x faster")
     c = cfg(a.python, 31000)
     t0 = time.perf_counter()
     for _ in range(a.cached):

@@ -5,9 +5,9 @@ can quietly replace what the typed config says (``--speculative-algo EAGLE`` tur
 EAGLE3 into EAGLE, ``--tp 2`` changes the tensor parallelism) or be refused at start
 (``--cuda-graph-max-bs`` in 0.5.20+).  Two ways to find out:
 
-* SGLang's own parser: when the serving python has sglang, :data:`argprobe` runs
-  ``prepare_server_args`` there on the exact argv (one short subprocess, cached per
-  python and argv);
+* SGLang's own parser: when the serving python has sglang, ``prepare_server_args`` runs
+  there on the exact argv (in a warm parser process, :mod:`backend.sglang.argworker`;
+  answers cached per python and argv);
 * the flag table: otherwise argparse's prefix and alias matching is emulated against
   the option list of SGLang 0.5.23 (``flags-0.5.23.json``, made by
   ``scripts/sglang_flag_table.py``) with the documented differences of older versions.
@@ -18,24 +18,18 @@ it into preflight findings.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 import threading
 from dataclasses import dataclass, field
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
+from backend.sglang import argworker
 from backend.sglang.config import ServerConfig
 from backend.sglang.findings import Finding
 from backend.sglang.flagtable import Emulated, emulate, flag_table, full_table, table_label
 from backend.sglang.launch import build_env, server_args
-from backend.sglang.version import Capabilities, detect_version, end_probe_group, parse_version
+from backend.sglang.version import Capabilities, detect_version, parse_version
 
-PROBE_PATH = Path(__file__).with_name("argprobe.py")
-PROBE_PREFIX = "specdeck-argcheck: "
 PROBE_TIMEOUT_S = 60.0
 
 # ServerArgs field -> the config field that sets it
@@ -133,19 +127,15 @@ def clear_cache() -> None:
         _cache.clear()
 
 
-@lru_cache(maxsize=1)
-def _probe_source() -> str:
-    return PROBE_PATH.read_text(encoding="utf-8")
-
-
 def run_probe(python: str, base: list[str], groups: list[list[str]], *, env: dict[str, str] | None = None,
               timeout_s: float = PROBE_TIMEOUT_S, use_cache: bool = True) -> dict:
     """SGLang's own reading of ``base`` + ``groups`` in interpreter ``python``.
 
-    One ``[python, "-c", probe]`` subprocess (no shell) in its own session; a timeout ends
-    its process group (SIGTERM, grace, SIGKILL).  Answers the probe's JSON, or
-    ``{"ok": False, "kind": "failed", "error": ...}`` when it gave none.  Answers are cached
-    per (python, argv) for the life of the process; failures are not.
+    Asked of the warm parser for that python and environment (:mod:`backend.sglang.argworker`:
+    only its first request waits for sglang's import); no answer within ``timeout_s`` ends it.
+    Answers the probe's JSON, or ``{"ok": False, "kind": "failed", "error": ...}`` when it
+    gave none.  Answers are cached per (python, argv) for the life of the process; failures
+    are not.
     """
     key = (python, tuple(base), tuple(t for g in groups for t in (*g, "\0")))
     if use_cache:
@@ -153,34 +143,26 @@ def run_probe(python: str, base: list[str], groups: list[list[str]], *, env: dic
             if key in _cache:
                 return _cache[key]
     fields = [d for d, _ in COMPARED]
-    request = json.dumps({"base": base, "groups": groups, "fields": fields})
-    run_env = dict(os.environ)
-    run_env.update(env or {})
-    run_env.pop("PYTHONSTARTUP", None)
-    try:
-        proc = subprocess.Popen([python, "-c", _probe_source()], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, start_new_session=True, env=run_env)
-    except OSError as exc:
-        return {"ok": False, "kind": "failed", "error": f"cannot run {python}: {exc.strerror or exc}"}
-    try:
-        out, err = proc.communicate(request, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        end_probe_group(proc)
-        return {"ok": False, "kind": "failed", "error": f"SGLang's parser did not answer within {timeout_s:.0f} s"}
-    answer = None
-    for line in reversed(out.splitlines()):
-        if line.startswith(PROBE_PREFIX):
-            try:
-                answer = json.loads(line[len(PROBE_PREFIX):])
-            except ValueError:
-                answer = None
-            break
-    if answer is None:
-        tail = (err.strip().splitlines() or ["no output"])[-1]
-        return {"ok": False, "kind": "failed", "error": f"exit status {proc.returncode}: {tail}"}
-    with _cache_lock:
-        _cache[key] = answer
+    answer = argworker.ask(python, env or {}, {"base": base, "groups": groups, "fields": fields}, timeout_s)
+    if answer.get("kind") in ("parsed", "rejected", "import"):
+        with _cache_lock:
+            _cache[key] = answer
     return answer
+
+
+def warm_parser(cfg: ServerConfig, caps: Capabilities) -> None:
+    """Start SGLang's parser for ``cfg``'s launch now, so that its first check need not wait
+    for sglang's import.  Never waits (a thread looks for sglang and starts the parser);
+    nothing happens for a simulated server or where sglang is not installed."""
+    if cfg.simulate:
+        return
+    python, additions = serving_python(cfg), build_env(cfg, caps)
+
+    def go() -> None:
+        if detect_version(python) is not None:
+            argworker.warm(python, additions)
+
+    threading.Thread(target=go, name=f"argcheck-warm-{cfg.name}", daemon=True).start()
 
 
 # -- the check ------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from backend.sglang.alerts import Alert
+from backend.sglang.argcheck import warm_parser
 from backend.sglang.config import ServerConfig
 from backend.sglang.launch import build_argv, to_process_spec
 from backend.sglang.monitor import ServerMonitor, ServerSnapshot
@@ -81,6 +82,8 @@ class ServerFleet:
         self._monitors[cfg.name] = mon
         if self._background:
             mon.start()
+            # SGLang's parser imports sglang now, so the page's first preflight need not wait for it
+            warm_parser(cfg, self._caps[cfg.name])
 
     def sync(self, workspace) -> None:
         """Follow an edited workspace file: add new servers, drop removed ones,
@@ -103,6 +106,8 @@ class ServerFleet:
                     self._configs[name] = cfg
                     self._caps[name] = caps.get(name) or resolve_capabilities(cfg)
                     self._monitors[name].set_config(cfg, self._caps[name])
+                    if self._background:
+                        warm_parser(cfg, self._caps[name])
         for mon in removed:  # joins its thread: outside the lock
             mon.stop()
 

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import os
 import stat
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from backend.sglang import argcheck
+from backend.sglang import argcheck, argworker
 from backend.sglang.preflight import has_errors, run_preflight
 from backend.sglang.version import capabilities, clear_cache
 
@@ -233,23 +232,25 @@ def test_table_label_names_the_approximation():
 
 # -- the subprocess: cached, falls back with the reason --------------------------------
 
-def test_real_parser_runs_once_per_argv(llama, serve_python, monkeypatch):
+def test_real_parser_runs_once_per_argv_in_one_warm_process(llama, serve_python):
     argcheck.clear_cache()
-    calls = []
-    real = subprocess.Popen
+    argworker.close_all()
+    before = (argworker.stats.started, argworker.stats.requests)
 
-    def counting(argv, *a, **kw):
-        if argv[1:2] == ["-c"] and "prepare_server_args" in argv[2]:
-            calls.append(argv[0])
-        return real(argv, *a, **kw)
+    def counts():
+        return argworker.stats.started - before[0], argworker.stats.requests - before[1]
 
-    monkeypatch.setattr(argcheck.subprocess, "Popen", counting)
     for _ in range(2):
         f = preflight(llama, str(serve_python), ["--tp", "2"])
         assert by_code(f, "argv-override")
-    assert len(calls) == 1
-    preflight(llama, str(serve_python), ["--tp", "4"])
-    assert len(calls) == 2
+    assert counts() == (1, 1)  # the second check was answered from the cache
+    (pid,) = argworker.running()
+    f = preflight(llama, str(serve_python), ["--tp", "4"])
+    assert by_code(f, "argv-override") and "4" in by_code(f, "argv-override")[0].found
+    assert counts() == (1, 2) and argworker.running() == [pid]  # another argv: the same warm process
+    argworker.close_all()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
 
 
 def _script(path: Path, body: str) -> str:

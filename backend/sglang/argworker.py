@@ -1,0 +1,242 @@
+"""Warm parsers: one long-lived :mod:`backend.sglang.argprobe` process per serving python
+and environment, so that only the first check of a launch command waits for sglang's
+import (seconds); every later one is parsed in a fork of the warm process (tens of ms).
+
+A parser process:
+
+* runs in a session of its own, with this process's environment plus the launch's
+  additions (``CUDA_VISIBLE_DEVICES``, the server's ``env``): other additions, another
+  parser, since sglang may read them at import.  Each request carries the whole
+  environment of the moment, which its fork takes before parsing;
+* is one of at most :data:`MAX_PARSERS`; starting another ends the one used longest ago;
+* answers one request at a time (a lock per parser);
+* ends by itself when its stdin closes (this process ended, however) or after
+  :data:`IDLE_S` without a request; :func:`close_all` ends them at exit;
+* is ended (SIGTERM, a grace period, then SIGKILL to its group) when it does not answer
+  in time, and replaced on the next request.
+
+A request sent to a parser that had ended meanwhile (its idle time ran out just then) is
+sent once more to a fresh one.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+PROBE_PATH = Path(__file__).with_name("argprobe.py")
+PREFIX = "specdeck-argcheck: "
+IDLE_S = 300.0  # a parser with no request for this long ends (it holds sglang's import, ~400 MB)
+MAX_PARSERS = 4
+_GRACE_S = 2.0
+
+
+@lru_cache(maxsize=1)
+def _source() -> str:
+    return PROBE_PATH.read_text(encoding="utf-8")
+
+
+@dataclass
+class Stats:
+    started: int = 0  # parser processes started
+    requests: int = 0  # requests sent
+
+
+stats = Stats()
+
+
+class _Ended(Exception):
+    """The parser ended before answering."""
+
+
+class Parser:
+    """One warm parser process and the thread that reads its answers."""
+
+    def __init__(self, python: str, env: dict[str, str], idle_s: float) -> None:
+        self.python = python
+        self.proc = subprocess.Popen([python, "-c", _source(), "serve", f"{idle_s:g}"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                                     start_new_session=True)
+        self.used = time.monotonic()
+        stats.started += 1
+        self.lock = threading.Lock()
+        self._answers: queue.Queue[dict | None] = queue.Queue()
+        self._stderr: deque[str] = deque(maxlen=20)
+        threading.Thread(target=self._read, name=f"argworker-out-{self.proc.pid}", daemon=True).start()
+        threading.Thread(target=self._drain, name=f"argworker-err-{self.proc.pid}", daemon=True).start()
+
+    def _read(self) -> None:
+        for raw in self.proc.stdout:
+            line = raw.decode("utf-8", "replace").strip()
+            if line.startswith(PREFIX):
+                try:
+                    self._answers.put(json.loads(line[len(PREFIX):]))
+                except ValueError:
+                    self._answers.put({"ok": False, "kind": "failed", "error": "the parser's answer is not JSON"})
+        try:
+            self.proc.wait(timeout=30)  # reap it: it ended (idle, its input closed, or ended by us)
+        except subprocess.TimeoutExpired:
+            pass
+        self._answers.put(None)  # end of output: the process has ended
+
+    def _drain(self) -> None:
+        for raw in self.proc.stderr:
+            text = raw.decode("utf-8", "replace").strip()
+            if text:
+                self._stderr.append(text)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def ask(self, request: dict, deadline: float) -> dict:
+        """The answer to ``request``; :class:`_Ended` when the process ended first,
+        :class:`TimeoutError` at ``deadline`` (monotonic)."""
+        self.used = time.monotonic()
+        try:
+            self.proc.stdin.write((json.dumps(request) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError) as exc:
+            raise _Ended(str(exc)) from exc
+        stats.requests += 1
+        try:
+            ans = self._answers.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise TimeoutError from None
+        if ans is None:
+            raise _Ended(self.last_words())
+        return ans
+
+    def last_words(self) -> str:
+        code = self.proc.wait(timeout=5) if self.proc.poll() is None else self.proc.returncode
+        tail = self._stderr[-1] if self._stderr else "no output"
+        return f"exit status {code}: {tail}"
+
+    def close(self) -> None:
+        """Close its input (it ends by itself); end its group if it does not."""
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=_GRACE_S)
+        except subprocess.TimeoutExpired:
+            self.end()
+
+    def end(self) -> None:
+        """SIGTERM to its process group, a grace period, then SIGKILL."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(self.proc.pid, sig)
+            except OSError:
+                break
+            try:
+                self.proc.wait(timeout=_GRACE_S)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            try:
+                f.close()
+            except OSError:
+                pass
+
+
+_parsers: dict[tuple[str, tuple[tuple[str, str], ...]], Parser] = {}
+_lock = threading.Lock()
+
+
+def environment(additions: dict[str, str]) -> dict[str, str]:
+    """This process's environment with the launch's additions (no PYTHONSTARTUP)."""
+    env = dict(os.environ)
+    env.update(additions)
+    env.pop("PYTHONSTARTUP", None)
+    return env
+
+
+def _parser(python: str, additions: dict[str, str]) -> tuple[Parser, bool]:
+    """The warm parser for ``python`` and ``additions`` (started when there is none); whether it is new."""
+    key = (python, tuple(sorted(additions.items())))
+    with _lock:
+        p = _parsers.get(key)
+        if p is not None and p.alive:
+            return p, False
+        if p is not None:
+            del _parsers[key]
+            p.end()
+        while len(_parsers) >= MAX_PARSERS:
+            oldest = min(_parsers, key=lambda k: _parsers[k].used)
+            _parsers.pop(oldest).close()
+        p = _parsers[key] = Parser(python, environment(additions), IDLE_S)
+        return p, True
+
+
+def _drop(p: Parser) -> None:
+    with _lock:
+        for k, v in list(_parsers.items()):
+            if v is p:
+                del _parsers[k]
+    p.end()
+
+
+def warm(python: str, additions: dict[str, str]) -> None:
+    """Start the parser for ``python`` and the launch's environment ``additions`` now (its
+    import runs meanwhile); never waits."""
+    try:
+        _parser(python, additions)
+    except OSError:
+        pass  # the check that follows says why
+
+
+def ask(python: str, additions: dict[str, str], request: dict, timeout_s: float) -> dict:
+    """SGLang's answer to ``request`` from the warm parser for ``python`` and the launch's
+    environment ``additions`` (see the module text); on no answer,
+    ``{"ok": False, "kind": "failed", "error": ...}``."""
+    deadline = time.monotonic() + timeout_s
+    request = {**request, "env": environment(additions)}
+    for attempt in (1, 2):
+        try:
+            p, new = _parser(python, additions)
+        except OSError as exc:
+            return {"ok": False, "kind": "failed", "error": f"cannot run {python}: {exc.strerror or exc}"}
+        with p.lock:
+            try:
+                return p.ask(request, deadline)
+            except TimeoutError:
+                _drop(p)
+                return {"ok": False, "kind": "failed",
+                        "error": f"SGLang's parser did not answer within {timeout_s:.0f} s"}
+            except _Ended as exc:
+                _drop(p)
+                if new or attempt == 2:
+                    return {"ok": False, "kind": "failed", "error": str(exc)}
+                # it had ended on its own (idle) just before the request: once more, with a fresh one
+    raise AssertionError("unreachable")
+
+
+def running() -> list[int]:
+    """Pids of the parser processes alive now."""
+    with _lock:
+        return [p.proc.pid for p in _parsers.values() if p.alive]
+
+
+def close_all() -> None:
+    """End every parser (each ends on its closed input; its group is ended if it does not)."""
+    with _lock:
+        ps = list(_parsers.values())
+        _parsers.clear()
+    for p in ps:
+        p.close()
+
+
+atexit.register(close_all)
