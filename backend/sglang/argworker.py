@@ -5,9 +5,9 @@ import (seconds); every later one is parsed in a fork of the warm process (tens 
 A parser process:
 
 * runs in a session of its own, with this process's environment plus the launch's
-  additions (``CUDA_VISIBLE_DEVICES``, the server's ``env``): other additions, another
-  parser, since sglang may read them at import.  Each request carries the whole
-  environment of the moment, which its fork takes before parsing;
+  additions (the server's ``env``): other additions, another parser, since sglang may
+  read them at import.  Each request carries the whole environment of the moment
+  (``CUDA_VISIBLE_DEVICES`` included), which its fork takes before parsing;
 * is one of at most :data:`MAX_PARSERS`; starting another ends the one used longest ago;
 * answers one request at a time (a lock per parser);
 * ends by itself when its stdin closes (this process ended, however) or after
@@ -59,8 +59,43 @@ class _Ended(Exception):
     """The parser ended before answering."""
 
 
+def _exit_status(pid: int) -> int | None:
+    """How our child ``pid`` ended (negative: by that signal), or None while it runs; never
+    reaps it, so its pid, and with it its process group's id, stays reserved."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return 0  # reaped already
+    if info is None:
+        return None
+    return -info.si_status if info.si_code in (os.CLD_KILLED, os.CLD_DUMPED) else info.si_status
+
+
+def _group_live(pgid: int) -> bool:
+    """Whether a live (not zombie) process is in process group ``pgid``."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return False
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        fields = data[data.rfind(b")") + 2:].split()
+        if len(fields) > 2 and fields[2] == str(pgid).encode() and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
+
+
 class Parser:
-    """One warm parser process and the thread that reads its answers."""
+    """One warm parser process and the threads that read its output.
+
+    The process is reaped only by :meth:`end`, after its group is empty: until then its
+    pid cannot be taken by another process, so signals to its group reach only its own."""
 
     def __init__(self, python: str, env: dict[str, str], idle_s: float) -> None:
         self.python = python
@@ -76,28 +111,27 @@ class Parser:
         threading.Thread(target=self._drain, name=f"argworker-err-{self.proc.pid}", daemon=True).start()
 
     def _read(self) -> None:
-        for raw in self.proc.stdout:
-            line = raw.decode("utf-8", "replace").strip()
-            if line.startswith(PREFIX):
-                try:
-                    self._answers.put(json.loads(line[len(PREFIX):]))
-                except ValueError:
-                    self._answers.put({"ok": False, "kind": "failed", "error": "the parser's answer is not JSON"})
-        try:
-            self.proc.wait(timeout=30)  # reap it: it ended (idle, its input closed, or ended by us)
-        except subprocess.TimeoutExpired:
-            pass
-        self._answers.put(None)  # end of output: the process has ended
+        with self.proc.stdout:
+            for raw in self.proc.stdout:
+                line = raw.decode("utf-8", "replace").strip()
+                if line.startswith(PREFIX):
+                    try:
+                        self._answers.put(json.loads(line[len(PREFIX):]))
+                    except ValueError:
+                        self._answers.put({"ok": False, "kind": "failed",
+                                           "error": "the parser's answer is not JSON"})
+        self._answers.put(None)  # end of output: the process has ended (reaped later, by end())
 
     def _drain(self) -> None:
-        for raw in self.proc.stderr:
-            text = raw.decode("utf-8", "replace").strip()
-            if text:
-                self._stderr.append(text)
+        with self.proc.stderr:
+            for raw in self.proc.stderr:
+                text = raw.decode("utf-8", "replace").strip()
+                if text:
+                    self._stderr.append(text)
 
     @property
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        return self.proc.returncode is None and _exit_status(self.proc.pid) is None
 
     def ask(self, request: dict, deadline: float) -> dict:
         """The answer to ``request``; :class:`_Ended` when the process ended first,
@@ -118,42 +152,53 @@ class Parser:
         return ans
 
     def last_words(self) -> str:
-        code = self.proc.wait(timeout=5) if self.proc.poll() is None else self.proc.returncode
+        code = self.proc.returncode
+        limit = time.monotonic() + 5
+        while code is None and (code := _exit_status(self.proc.pid)) is None and time.monotonic() < limit:
+            time.sleep(0.02)
         tail = self._stderr[-1] if self._stderr else "no output"
         return f"exit status {code}: {tail}"
 
     def close(self) -> None:
-        """Close its input (it ends by itself); end its group if it does not."""
+        """Close its input (it ends by itself), then :meth:`end` it."""
         try:
             self.proc.stdin.close()
         except OSError:
             pass
+        limit = time.monotonic() + _GRACE_S
+        while self.alive and time.monotonic() < limit:
+            time.sleep(0.02)
+        self.end()
+
+    def end(self) -> None:
+        """SIGTERM to its process group while anything in it lives, a grace period, then
+        SIGKILL to what is left (a parse that ignores SIGTERM); then reap it."""
+        pgid = self.proc.pid
+        if self.proc.returncode is None:  # not reaped: the group id is still this parser's
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                if not _group_live(pgid):
+                    break
+                try:
+                    os.killpg(pgid, sig)
+                except OSError:
+                    break
+                limit = time.monotonic() + _GRACE_S
+                while _group_live(pgid) and time.monotonic() < limit:
+                    time.sleep(0.02)
         try:
             self.proc.wait(timeout=_GRACE_S)
         except subprocess.TimeoutExpired:
-            self.end()
-
-    def end(self) -> None:
-        """SIGTERM to its process group, a grace period, then SIGKILL."""
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(self.proc.pid, sig)
-            except OSError:
-                break
-            try:
-                self.proc.wait(timeout=_GRACE_S)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            try:
-                f.close()
-            except OSError:
-                pass
+            pass
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
 
 
 _parsers: dict[tuple[str, tuple[tuple[str, str], ...]], Parser] = {}
 _lock = threading.Lock()
+# Applied by each request's fork, and read by nothing at import: a parser serves every value.
+_PER_REQUEST = frozenset({"CUDA_VISIBLE_DEVICES", "PYTHONUNBUFFERED"})
 
 
 def environment(additions: dict[str, str]) -> dict[str, str]:
@@ -165,20 +210,26 @@ def environment(additions: dict[str, str]) -> dict[str, str]:
 
 
 def _parser(python: str, additions: dict[str, str]) -> tuple[Parser, bool]:
-    """The warm parser for ``python`` and ``additions`` (started when there is none); whether it is new."""
-    key = (python, tuple(sorted(additions.items())))
+    """The warm parser for ``python`` and ``additions`` (started when there is none); whether
+    it is new.  Parsers it replaces or evicts are closed on a thread of their own, never
+    under the lock, and one that is answering is never evicted."""
+    key = (python, tuple(sorted((k, v) for k, v in additions.items() if k not in _PER_REQUEST)))
+    gone: list[Parser] = []
     with _lock:
         p = _parsers.get(key)
         if p is not None and p.alive:
             return p, False
         if p is not None:
-            del _parsers[key]
-            p.end()
-        while len(_parsers) >= MAX_PARSERS:
-            oldest = min(_parsers, key=lambda k: _parsers[k].used)
-            _parsers.pop(oldest).close()
+            gone.append(_parsers.pop(key))
+        idle = [k for k, v in _parsers.items() if not v.lock.locked()]
+        while len(_parsers) >= MAX_PARSERS and idle:
+            oldest = min(idle, key=lambda k: _parsers[k].used)
+            idle.remove(oldest)
+            gone.append(_parsers.pop(oldest))
         p = _parsers[key] = Parser(python, environment(additions), IDLE_S)
-        return p, True
+    for old in gone:
+        threading.Thread(target=old.close, name="argworker-close", daemon=True).start()
+    return p, True
 
 
 def _drop(p: Parser) -> None:

@@ -31,7 +31,12 @@ class Args:
 def prepare_server_args(argv):
     global CALLS
     CALLS += 1
-    if "--hang" in argv:
+    if "--hang" in argv or "--stubborn" in argv:
+        if "--stubborn" in argv:
+            import signal
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        with open(os.environ["PIDFILE"], "w") as f:
+            f.write(str(os.getpid()))
         time.sleep(60)
     if "--crash" in argv:
         os._exit(3)
@@ -44,11 +49,12 @@ def prepare_server_args(argv):
     a.calls = CALLS
     a.seen_x = os.environ.get("X", "")
     a.mark = os.environ.get("MARK", "")
+    a.cvd = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     os.environ["X"] = a.seen_x + "x"  # a parse that changes the process: it must not reach the next one
     a.pid = os.getpid()
     return a
 '''
-FIELDS = ["tp_size", "calls", "seen_x", "mark", "pid"]
+FIELDS = ["tp_size", "calls", "seen_x", "mark", "cvd", "pid"]
 
 
 @pytest.fixture
@@ -79,11 +85,13 @@ def _ask(python, *argv, env=None, timeout_s=30.0):
 
 
 def _gone(pid: int) -> bool:
+    """No such process, or one that has ended and waits to be reaped."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
         return True
-    return False
+    return data[data.rfind(b")") + 2:].split()[0] in (b"Z", b"X")
 
 
 def _wait_gone(pid: int, timeout_s: float = 10.0) -> bool:
@@ -161,16 +169,49 @@ def test_a_parse_that_crashes_is_an_answer_and_the_warm_process_stays(fake_pytho
     assert _ask(fake_python, "--tp-size", "3")["values"]["tp_size"] == 3
 
 
+@pytest.mark.parametrize("how", ["--hang", "--stubborn"])
 @pytest.mark.timeout(60)
-def test_a_parse_that_hangs_ends_its_process_and_the_next_request_gets_a_fresh_one(fake_python):
+def test_a_parse_that_hangs_ends_its_group_and_the_next_request_gets_a_fresh_parser(fake_python, tmp_path,
+                                                                                     monkeypatch, how):
+    # --stubborn ignores SIGTERM: the group gets SIGKILL after the grace period
+    monkeypatch.setenv("PIDFILE", str(tmp_path / "fork.pid"))
     _ask(fake_python)
     (warm,) = argworker.running()
     started = argworker.stats.started
-    ans = _ask(fake_python, "--hang", timeout_s=1.0)
+    t0 = time.monotonic()
+    ans = _ask(fake_python, how, timeout_s=1.0)
     assert ans == {"ok": False, "kind": "failed", "error": "SGLang's parser did not answer within 1 s"}
-    assert _gone(warm) and argworker.running() == []  # ended with its group (the hung fork too)
+    assert time.monotonic() - t0 < 1.0 + 2 * argworker._GRACE_S + 2
+    fork = int((tmp_path / "fork.pid").read_text())
+    assert _wait_gone(fork) and _gone(warm) and argworker.running() == []
     assert _ask(fake_python, "--tp-size", "5")["values"]["tp_size"] == 5
     assert argworker.stats.started == started + 1
+
+
+@pytest.mark.timeout(60)
+def test_a_parser_that_ended_by_itself_is_reaped_without_a_signal(fake_python, monkeypatch):
+    # its pid is free once reaped: a signal to its group then could reach a stranger's
+    monkeypatch.setattr(argworker, "IDLE_S", 0.5)
+    _ask(fake_python)
+    (warm,) = argworker.running()
+    (old,) = argworker._parsers.values()
+    assert _wait_gone(warm)
+    sent = []
+    real = os.killpg
+    monkeypatch.setattr(argworker.os, "killpg", lambda pgid, sig: (sent.append((pgid, sig)), real(pgid, sig)))
+    assert _ask(fake_python, "--tp-size", "7")["values"]["tp_size"] == 7
+    deadline = time.monotonic() + 10  # the replaced parser is closed on a thread of its own
+    while old.proc.returncode is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert old.proc.returncode == 0 and sent == []  # reaped, never signalled
+
+
+@pytest.mark.timeout(60)
+def test_servers_on_other_gpus_share_a_parser_and_each_parse_sees_its_own(fake_python):
+    a = _ask(fake_python, env=_env(CUDA_VISIBLE_DEVICES="0,1"))
+    b = _ask(fake_python, "--tp-size", "2", env=_env(CUDA_VISIBLE_DEVICES="2,3"))
+    assert (a["values"]["cvd"], b["values"]["cvd"]) == ("0,1", "2,3")
+    assert len(argworker.running()) == 1
 
 
 @pytest.mark.timeout(60)
