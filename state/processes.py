@@ -30,7 +30,7 @@ class ProcessRecord:
     state: ProcState
     state_since: float
     pid: int | None = None  # the child's pid (not the wrapper's)
-    create_time: float | None = None  # the child's start, seconds since boot (backend.supervisor.starts): half its identity
+    create_time: float | None = None  # the child's start (backend.supervisor.starts): half its identity
     wrapper_pid: int | None = None
     run_id: str | None = None
     started_at: float | None = None
