@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from backend.supervisor.groups import group_members
+
 PROBE_PATH = Path(__file__).with_name("argprobe.py")
 PREFIX = "specdeck-argcheck: "
 IDLE_S = 300.0  # a parser with no request for this long ends (it holds sglang's import, ~400 MB)
@@ -72,23 +74,8 @@ def _exit_status(pid: int) -> int | None:
 
 
 def _group_live(pgid: int) -> bool:
-    """Whether a live (not zombie) process is in process group ``pgid``."""
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return False
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                data = f.read()
-        except OSError:
-            continue
-        fields = data[data.rfind(b")") + 2:].split()
-        if len(fields) > 2 and fields[2] == str(pgid).encode() and fields[0] not in (b"Z", b"X"):
-            return True
-    return False
+    """Whether a live (not zombie) process is in process group ``pgid``, its leader included."""
+    return _exit_status(pgid) is None or bool(group_members(pgid))
 
 
 class Parser:

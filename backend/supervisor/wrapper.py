@@ -30,6 +30,7 @@ import sys
 import time
 from pathlib import Path
 
+from backend.supervisor.groups import group_members
 from backend.supervisor.runfiles import ExitRecord, Identity, RunPaths, read_json, write_exit, write_identity
 from backend.supervisor.starts import start_of
 
@@ -57,41 +58,10 @@ def _begin_line(log) -> None:
                 log.write(b"\n")
 
 
-def _group_members(pgid: int) -> list[int]:
-    """Live (not zombie) processes in group ``pgid``, leader excluded."""
-    out: list[int] = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        entries = None
-    if entries is not None:
-        for entry in entries:
-            if not entry.isdigit() or int(entry) == pgid:
-                continue
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as f:
-                    data = f.read()
-                fields = data[data.rfind(b")") + 2 :].split()
-                if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X", b"x"):
-                    out.append(int(entry))
-            except (OSError, IndexError, ValueError):
-                continue
-        return out
-    import psutil
-
-    for proc in psutil.process_iter():
-        try:
-            if proc.pid != pgid and os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
-                out.append(proc.pid)
-        except (OSError, psutil.Error):
-            continue
-    return out
-
-
 def _wait_until_empty(pgid: int, seconds: float) -> list[int]:
     deadline = time.monotonic() + seconds
     while True:
-        left = _group_members(pgid)
+        left = group_members(pgid)
         if not left or time.monotonic() >= deadline:
             return left
         time.sleep(0.05)
@@ -100,7 +70,7 @@ def _wait_until_empty(pgid: int, seconds: float) -> list[int]:
 def _end_leftovers(pgid: int, grace_s: float) -> tuple[int, int]:
     """SIGTERM the group, wait up to ``grace_s``, SIGKILL what is left.
     Returns (members found, members that needed SIGKILL)."""
-    found = _group_members(pgid)
+    found = group_members(pgid)
     if not found:
         return 0, 0
     try:
