@@ -249,6 +249,7 @@ live(name)
 # -- config, preflight and control ---------------------------------------------------
 
 cfg = fleet.config(name)
+fleet.warm_parser(name)  # an edit in the Start…/Relaunch… panel is then checked in a fraction of a second
 view = rt.supervisor.view(name)
 active = view is not None and view.live
 

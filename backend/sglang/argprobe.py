@@ -165,4 +165,4 @@ def serve(idle_s):
 
 
 if __name__ == "__main__":
-    serve(float(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[1] == "serve" else 300.0)
+    serve(float(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[1] == "serve" else 1800.0)

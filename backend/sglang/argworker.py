@@ -38,7 +38,7 @@ from backend.supervisor.groups import group_members
 
 PROBE_PATH = Path(__file__).with_name("argprobe.py")
 PREFIX = "specdeck-argcheck: "
-IDLE_S = 300.0  # a parser with no request for this long ends (it holds sglang's import, ~400 MB)
+IDLE_S = 1800.0  # a parser with no request for this long ends (it holds sglang's import, ~400 MB)
 MAX_PARSERS = 4
 _GRACE_S = 2.0
 

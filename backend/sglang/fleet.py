@@ -129,6 +129,11 @@ class ServerFleet:
     def capabilities(self, name: str) -> Capabilities:
         return self._caps[name]
 
+    def warm_parser(self, name: str) -> None:
+        """Keep SGLang's parser for ``name``'s launch warm (started again if it ended idle);
+        never waits."""
+        warm_parser(self._configs[name], self._caps[name])
+
     def log_path(self, name: str) -> Path:
         return Path(self.workspace.log_path(name))
 

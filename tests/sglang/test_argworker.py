@@ -294,3 +294,45 @@ def test_a_server_config_warms_its_parser_and_its_check_then_uses_it(fake_python
     time.sleep(0.3)
     assert argworker.running() == [warm]
     clear_cache()
+
+
+@pytest.mark.timeout(120)
+def test_the_servers_page_keeps_the_shown_servers_parser_warm(fake_python, llama, tmp_path, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from tests.helpers import close_runtime, free_port
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "specdeck.toml").write_text(f"""[workspace]
+name = "warm"
+
+[telemetry]
+source = "fake"
+
+[[server]]
+name = "real"
+model_path = "{llama['target']}"
+python = "{fake_python}"
+port = {free_port()}
+sglang_version = "0.5.23"
+
+[server.speculative]
+algorithm = "EAGLE3"
+draft_model_path = "{llama['draft']}"
+""")
+    monkeypatch.setenv("SPECDECK_WORKSPACE", str(ws))
+    page = str(Path(__file__).resolve().parents[2] / "pages" / "servers.py")
+    try:
+        at = AppTest.from_file(page, default_timeout=60).run()
+        assert not at.exception, at.exception
+        assert argworker.running()  # the page's first preflight asked it
+        argworker.close_all()  # as if it had ended idle
+        started = argworker.stats.started
+        at.run()  # the next page run (its preflight answer is kept): the parser is started again
+        deadline = time.monotonic() + 30
+        while not argworker.running() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert argworker.running() and argworker.stats.started == started + 1
+    finally:
+        close_runtime(ws, source="teardown")
