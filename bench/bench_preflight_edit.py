@@ -30,6 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from backend.sim.models import make_draft_dir, make_target_dir  # noqa: E402
+from backend.supervisor.starts import proc_stat  # noqa: E402
 
 EDITS = (("--speculative-num-step 6", "sets speculative_num_steps to 6"),
          ("--tp 2", "sets tp_size to 2"),
@@ -67,12 +68,7 @@ def _parsers() -> list[int]:
 
 
 def _ended(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return True
-    return data[data.rfind(b")") + 2:].split()[0] in (b"Z", b"X")
+    return proc_stat(pid)[0] in (b"Z", b"X")
 
 
 def main() -> int:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from backend.sglang import argworker
+from backend.supervisor.starts import proc_stat
 
 from .conftest import server_cfg
 
@@ -86,12 +87,7 @@ def _ask(python, *argv, env=None, timeout_s=30.0):
 
 def _gone(pid: int) -> bool:
     """No such process, or one that has ended and waits to be reaped."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return True
-    return data[data.rfind(b")") + 2:].split()[0] in (b"Z", b"X")
+    return proc_stat(pid)[0] in (b"Z", b"X")
 
 
 def _wait_gone(pid: int, timeout_s: float = 10.0) -> bool:
