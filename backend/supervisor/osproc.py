@@ -28,9 +28,10 @@ from typing import Iterable, Protocol
 
 import psutil
 
+from backend.supervisor.groups import group_members
 from backend.supervisor.prestart import launch_problem
-from backend.supervisor.starts import proc_stat, same_start, start_of
 from backend.supervisor.runfiles import RunPaths, write_json_atomic
+from backend.supervisor.starts import proc_stat, same_start, start_of
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -214,17 +215,8 @@ class OsKiller:
 
     @staticmethod
     def _group_members(pgid: int) -> list[Ident]:
-        out = []
-        for proc in psutil.process_iter():
-            try:
-                if os.getpgid(proc.pid) != pgid:
-                    continue
-            except (ProcessLookupError, PermissionError, psutil.Error):
-                continue
-            start = start_of(proc.pid)
-            if start is not None:
-                out.append(Ident(proc.pid, start))
-        return out
+        """Live members of group ``pgid`` other than its leader (the root, found already)."""
+        return [Ident(pid, start) for pid in group_members(pgid) if (start := start_of(pid)) is not None]
 
     def signal(self, targets: Iterable[Ident], sig: int, pgid: int | None = None) -> int:
         """Send ``sig`` to the group ``pgid`` (only while a verified target is
