@@ -262,7 +262,8 @@ with left:
 with right:
     key = f"srv-preflight-{name}"
     if st.button("Run preflight", key="srv-run-preflight", icon=":material/fact_check:") or key not in st.session_state:
-        st.session_state[key] = (time.time(), fleet.preflight(name))
+        with st.spinner("Preflight: checking the launch command (the first check with SGLang's own parser loads sglang)…"):
+            st.session_state[key] = (time.time(), fleet.preflight(name))
     at, findings = st.session_state[key]
     errs = sum(1 for f in findings if f.severity == "error")
     warns = sum(1 for f in findings if f.severity == "warning")
@@ -387,7 +388,8 @@ def launch_panel(server: str, running: bool) -> None:
     changes = _changes(fleet.config(server), new)
     st.markdown("**Changes:** " + ("; ".join(changes) if changes else "none (relaunch as it is)"))
     st.code(shlex.join(fleet.argv(new)), language="bash", wrap_lines=True)
-    found = fleet.preflight(server, new)
+    with st.spinner("Preflight: checking the edited command…"):
+        found = fleet.preflight(server, new)
     if found:
         findings_list(found)
     else:
