@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from backend.bench.demo_history import install_demo_history
+from backend.filemodes import make_private_dirs, write_private
 from backend.regen.demo_data import demo_catalog_text
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -218,12 +219,12 @@ def _demo_port(skip: tuple[int, ...] | set[int] = ()) -> int:
 
 
 def write_demo_workspace(root: Path) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
+    """Write the demo's ``specdeck.toml`` (and its benchmark history) into ``root``, made 0700 when it
+    is new; the config is 0600 like every workspace file Specdeck writes."""
+    make_private_dirs(root)
     cfg = root / "specdeck.toml"
     if not cfg.exists():
-        tmp = cfg.with_suffix(".toml.tmp")
-        tmp.write_text(demo_config_text(root=root), encoding="utf-8")
-        tmp.replace(cfg)
+        write_private(cfg, demo_config_text(root=root))
         install_demo_history(root)
     return cfg
 

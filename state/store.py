@@ -21,6 +21,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
+from backend.filemodes import create_private, make_private_dirs, tighten_file
+
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 _MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
@@ -50,12 +52,23 @@ def load_migrations(directory: Path = MIGRATIONS_DIR) -> list[tuple[int, str, st
     return [(v, found[v].name, found[v].read_text(encoding="utf-8")) for v in versions]
 
 
+def _create_private(path: Path) -> None:
+    """Make the database file 0600 before SQLite opens it (SQLite would create it with the umask's
+    0644, and the audit log, sessions and results in it are not for other accounts).  SQLite creates
+    ``-wal``, ``-shm`` and ``-journal`` with the database's own mode, so they follow.  A database an
+    earlier version left readable is tightened with its companions, when this user owns them."""
+    make_private_dirs(path.parent)
+    if not create_private(path):
+        for p in (path, *(path.with_name(path.name + tail) for tail in ("-wal", "-shm", "-journal"))):
+            tighten_file(p)
+
+
 class Store:
     """A SQLite database with migrations and one serialised connection."""
 
     def __init__(self, path: str | Path, *, busy_timeout_s: float = 10.0):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        _create_private(self.path)
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = sqlite3.connect(
             str(self.path),

@@ -19,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from backend.bench.importers import import_file
+from backend.filemodes import make_private_dirs, write_private
 from state.bench import BenchStore
 from state.store import Store
 
@@ -46,10 +47,8 @@ def install_demo_history(root: Path, store_path: Path | None = None) -> int:
     Importing again adds nothing (results are keyed by file and line)."""
     path = root / CSV_NAME
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".csv.tmp")
-        tmp.write_text(HISTORY_CSV, encoding="utf-8")
-        tmp.replace(path)
+        make_private_dirs(path.parent)
+        write_private(path, HISTORY_CSV)
     parsed = import_file(path)
     if parsed.problems:  # the file is ours: a problem here is a bug, not user input
         raise ValueError("; ".join(str(p) for p in parsed.problems))

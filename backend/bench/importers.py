@@ -27,6 +27,7 @@ from pathlib import Path
 from backend.bench import importers_csv, importers_other as other, importers_serving as serving
 from backend.bench.importers_json import JSONTextError, LDict, load_with_lines
 from backend.bench.records import BenchImportError, NotABenchmark, Parsed, Problem, audit_raw
+from backend.readcap import BENCH_FILE_MAX, TooLarge, read_bytes_whole, size_text
 from specdeck_types.bench import BenchResult
 
 __all__ = ["BenchImportError", "NotABenchmark", "Parsed", "Problem", "import_file", "parse_bytes", "parse_text"]
@@ -43,7 +44,11 @@ def import_file(path: str | Path) -> Parsed:
     p = Path(path).expanduser().resolve()
     name = str(p)
     try:
-        data = p.read_bytes()
+        data = read_bytes_whole(p, BENCH_FILE_MAX, "a benchmark file")
+    except TooLarge as exc:
+        size = size_text(exc.size) if exc.size else "too large"
+        raise BenchImportError(name, 0, f"{size}, over the {size_text(BENCH_FILE_MAX)} read limit for a benchmark "
+                                        "file; not read") from None
     except OSError as exc:
         raise BenchImportError(name, 0, f"cannot be read: {exc.strerror or exc}") from None
     return parse_bytes(data, name)

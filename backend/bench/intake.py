@@ -14,9 +14,10 @@ import hashlib
 from dataclasses import dataclass, field, replace
 
 from backend.bench.importers import BenchImportError, parse_bytes
+from backend.readcap import BENCH_FILE_MAX
 from state.bench import BenchStore
 
-MAX_BYTES = 64 * 1024 * 1024  # a benchmark file is kilobytes; a console log with many reports a few megabytes
+MAX_BYTES = BENCH_FILE_MAX  # the same cap as a file imported by path (backend.readcap)
 
 
 @dataclass

@@ -28,6 +28,8 @@ from typing import Any, Callable
 
 from backend.bench.client import ClientError, Load
 from backend.bench.runner import BenchRunError, Target, run_benchmark
+from backend.filemodes import make_private_dirs, write_private
+from backend.readcap import CONFIG_JSON_MAX, load_json_capped
 from backend.supervisor.spec import Kind, ProcessSpec, RestartPolicy
 from specdeck_types.bench import BenchResult
 
@@ -67,7 +69,7 @@ class Progress:
 def read_progress(path: Path) -> Progress | None:
     """The progress file, or None when there is none yet (or it is not one)."""
     try:
-        d = json.loads(Path(path).read_text())
+        d = load_json_capped(Path(path), CONFIG_JSON_MAX, "a progress file")
         return Progress(**{k: v for k, v in d.items() if k in Progress.__dataclass_fields__})
     except (OSError, ValueError, TypeError):
         return None
@@ -95,10 +97,8 @@ class ProgressWriter:
     def _write(self) -> None:
         if self.path is None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(asdict(self.p), sort_keys=True))
-        os.replace(tmp, self.path)
+        make_private_dirs(self.path.parent)
+        write_private(self.path, json.dumps(asdict(self.p), sort_keys=True))
 
 
 def load_dict(load: Load) -> dict[str, Any]:

@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from backend.filemodes import write_private
 from backend.sglang.config import ServerConfig
 from backend.sglang.preflight import Finding
 from backend.supervisor.spec import ProcState
@@ -210,9 +211,7 @@ def restore(session, name: str, original: Original, *, actor: str, source: str, 
     text = restored_text(current, original.file_text, name)
     if text != current:
         cfg = parse_config(text, ws.config_path)  # raises ConfigError before anything is written
-        tmp = ws.config_path.with_suffix(".toml.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(ws.config_path)
+        write_private(ws.config_path, text)
         ws.config = cfg
     session.fleet.sync(ws)
     session.sup.poll(sync_probes=True)

@@ -37,13 +37,17 @@ from typing import Any, Callable
 from backend.bench.client import DATASET, ClientRun, Load, run_load
 from backend.bench.importers import BenchImportError, import_file
 from backend.bench.importers_serving import config_from_server_info
+from backend.filemodes import make_private_dirs, open_private, write_private
+from backend.readcap import CONFIG_JSON_MAX, load_json_capped
 from backend.sglang.client import Metrics, ServerInfo, SglangClient
 from backend.sglang.logparse import DecodeBatch, parse_line
+from backend.supervisor.logtail import read_last
 from specdeck_types.bench import RUN, BenchConfig, BenchFigures, BenchLoad, BenchResult, Percentiles
 
 MODES = ("auto", "builtin", "sglang")
 SGLANG_BACKENDS = ("sglang", "sglang-oai-chat")
 STOP_GRACE_S = 10.0
+TAIL_BYTES = 256 * 1024  # of bench_serving's log, for the lines an error quotes
 
 
 class BenchRunError(Exception):
@@ -268,7 +272,7 @@ def run_bench_serving(argv: list[str], env: dict[str, str], *, cwd: Path, log_fi
     import re
 
     bar = re.compile(rb"(\d+)/(\d+) \[")
-    with open(log_file, "ab") as log:
+    with open_private(log_file, "ab") as log:
         proc = subprocess.Popen(argv, cwd=str(cwd), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -331,7 +335,7 @@ def run_benchmark(target: Target, load: Load, *, mode: str = "auto", work_dir: P
         raise BenchRunError(f"mode {mode!r}: choose one of {', '.join(MODES)}")
     load.check()
     report = progress or (lambda phase, done, total: None)
-    work_dir.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(work_dir)
     client = client or SglangClient(target.base_url, timeout_s=10.0, api_key=target.api_key)
     module = None
     if mode in ("auto", "sglang"):
@@ -359,8 +363,7 @@ def run_benchmark(target: Target, load: Load, *, mode: str = "auto", work_dir: P
                        progress=lambda d, t: report("running", d, t), stop=stop)
         after = take_mark(client, target.log_path)
         if run.errors():
-            (work_dir / "failed-requests.txt").write_text(
-                "".join(f"{e}\n" for e in run.errors()), encoding="utf-8")
+            write_private(work_dir / "failed-requests.txt", "".join(f"{e}\n" for e in run.errors()))
         result = result_from_client(run, target, before)
     else:
         out_file = work_dir / "bench_serving.jsonl"
@@ -402,7 +405,7 @@ def _vocab_size(target: Target, client: SglangClient) -> int:
     folder = target.model_path or _tokenizer_dir(client, target)
     if folder:
         try:
-            v = json.loads((Path(folder) / "config.json").read_text()).get("vocab_size")
+            v = load_json_capped(Path(folder) / "config.json", CONFIG_JSON_MAX, "a model config").get("vocab_size")
             if isinstance(v, int) and v > 1:
                 return v
         except (OSError, ValueError, AttributeError):
@@ -411,7 +414,9 @@ def _vocab_size(target: Target, client: SglangClient) -> int:
 
 
 def _tail(path: Path, n: int = 20) -> str:
+    """The last ``n`` lines of a log, read from its end (a line too long to show is cut and says so)."""
     try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+        chunk = read_last(path, n, max_bytes=TAIL_BYTES)
     except OSError:
         return "(no output)"
+    return "(no output)" if chunk.missing else chunk.text.rstrip("\n")

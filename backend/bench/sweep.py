@@ -34,6 +34,8 @@ from backend.bench.relaunch import (Original, RelaunchError, RelaunchStopped, re
 from backend.bench.runner import BenchRunError, run_benchmark
 from backend.bench.sweep_check import check_sweep
 from backend.bench.sweep_plan import SweepConfig, SweepPlan, expand
+from backend.filemodes import PRIVATE_FILE, make_private_dirs
+from backend.readcap import CONFIG_JSON_MAX, SMALL_TEXT_MAX, TooLarge, load_json_capped, read_text_whole
 from backend.supervisor.spec import Kind, ProcessSpec, RestartPolicy
 from specdeck_types.bench import BenchResult
 
@@ -99,11 +101,15 @@ def load_state(path: Path) -> SweepState | None:
     """The state file; None when it does not exist; :class:`SweepStateError` when it is not a sweep's."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text_whole(path, CONFIG_JSON_MAX, "a sweep's state file")
     except FileNotFoundError:
         return None
+    except TooLarge as exc:
+        raise SweepStateError(f"{exc}; give another --state-file") from exc
     except OSError as exc:
         raise SweepStateError(f"{path}: cannot be read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise SweepStateError(f"{path}: not a sweep's state file (not UTF-8 text); give another --state-file") from exc
     try:
         d = json.loads(text)
         if not isinstance(d, dict):
@@ -135,13 +141,13 @@ def take_lock(ws, server: str, state_file: Path) -> Path:
     """One sweep per server at a time: a lock file with this process's pid and state file.
     A lock whose process is gone is taken over; a live one raises :class:`SweepStateError`."""
     path = lock_path(ws, server)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(path.parent)
     for _ in range(2):
         try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, PRIVATE_FILE)
         except FileExistsError:
             try:
-                held = json.loads(path.read_text(encoding="utf-8"))
+                held = load_json_capped(path, SMALL_TEXT_MAX, "a lock file")
                 pid, other = int(held["pid"]), held.get("state_file")
             except (OSError, ValueError, KeyError, TypeError):
                 pid, other = 0, None

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from backend.filemodes import create_private, make_private_dirs, open_private
+
 DATA_DIR = "datasets"
 SHARED_PROMPT = "Write a function that returns the n-th Fibonacci number iteratively."
 
@@ -254,12 +256,13 @@ def write_demo_datasets(root: Path) -> list[Path]:
     paths = []
     for ds in DATASETS:
         path = Path(root) / ds.file
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(path.parent)
         tmp = path.with_name(f".{path.name}.tmp")
         if path.suffix == ".parquet":
+            create_private(tmp)  # pyarrow truncates it and keeps the mode
             _write_parquet(tmp, ds.rows())
         else:
-            with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+            with open_private(tmp, "w", encoding="utf-8", newline="\n") as f:
                 for rec in ds.rows():
                     f.write((rec if isinstance(rec, str) else json.dumps(rec, ensure_ascii=False)) + "\n")
         os.replace(tmp, path)

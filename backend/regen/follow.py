@@ -35,11 +35,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from backend.readcap import JSONL_ROW_MAX, readline_capped, size_text, skip_line
 from backend.regen.output import RunFiles
 
 MAX_POINTS = 2000  # history points kept per run (about; see ProgressFollower)
 SAMPLE_ABOVE_BYTES = 4 * 1024 * 1024  # a progress log larger than this is sampled when first opened
 READ_CHUNK = 4 * 1024 * 1024
+MAX_READ_BYTES = 16 * 1024 * 1024  # what one LineReader.read() holds at most, when not told
+CATCH_UP_READS = 64  # reads per ProgressFollower.poll at most (the next poll goes on)
+CUT_KEEP = 4096  # bytes kept of a line over the cap, to show where it starts
 RECENT_S = 1800.0  # the window the recent rate and its spread are measured over
 MIN_WINDOWS = 4  # rate windows needed before the band comes from the rate spread
 WINDOW_S = 60.0  # a rate window is at least this long
@@ -50,6 +54,23 @@ STALL_AFTER_S = 600.0  # default: a running job with no completion for this long
 # -- complete lines by byte offset ------------------------------------------------------------
 
 
+class CutLine(bytes):
+    """The first bytes of a line longer than the reader's cap; ``size`` is the whole line's length.
+
+    Nothing past the cap was kept: the line cannot be decoded, only reported."""
+
+    size: int
+
+    def __new__(cls, head: bytes, size: int) -> "CutLine":
+        obj = super().__new__(cls, head)
+        obj.size = size
+        return obj
+
+    def note(self, path: str | os.PathLike[str], offset: int, limit: int = JSONL_ROW_MAX) -> str:
+        return (f"{path} at byte {offset}: a line of {size_text(self.size)}, over the {size_text(limit)} read limit; "
+                "not read")
+
+
 class LineReader:
     """The complete lines appended to a file since the last call, by byte offset.
 
@@ -57,14 +78,21 @@ class LineReader:
     last newline are a torn line still being written: they are read again next time.  When the
     file is shorter than the offset or is another file (inode changed), reading starts over at 0
     and ``resets`` counts it, so the caller can drop what it had counted.
+
+    One call reads about ``max_bytes`` (default :data:`MAX_READ_BYTES`), so a file that grew by a
+    gigabyte since the last call is caught up with over several calls, never held at once.  A line
+    longer than ``max_line`` is returned as a :class:`CutLine` (its first bytes and its length) and
+    the rest of it is read past without being kept, even while it is still being written.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, offset: int = 0):
+    def __init__(self, path: str | os.PathLike[str], *, offset: int = 0, max_line: int = JSONL_ROW_MAX):
         self.path = Path(path)
         self.offset = offset
+        self.max_line = max_line
         self.resets = 0
         self.size = 0  # the file's size at the last read
         self._ino: int | None = None
+        self._long: tuple[int, bytes, int] | None = None  # (start, first bytes, bytes so far) of a line passed over
 
     def _check(self) -> os.stat_result | None:
         try:
@@ -74,42 +102,59 @@ class LineReader:
         if self._ino is not None and (st.st_ino != self._ino or st.st_size < self.offset):
             self.offset = 0
             self.resets += 1
+            self._long = None
         self._ino = st.st_ino
         self.size = st.st_size
         return st
+
+    def _pass_long(self, f: Any, out: list[tuple[int, bytes]]) -> bool:
+        """Read on past the over-long line being passed over; True once its newline is reached."""
+        start, head, size = self._long  # type: ignore[misc]
+        passed, ended = skip_line(f)
+        size += passed
+        self.offset = start + size
+        if not ended:
+            self._long = (start, head, size)
+            return False
+        self._long = None
+        out.append((start, CutLine(head, size - 1)))
+        return True
 
     def read(self, max_bytes: int | None = None) -> list[tuple[int, bytes]]:
         st = self._check()
         if st is None or st.st_size <= self.offset:
             return []
-        want = st.st_size - self.offset
-        if max_bytes is not None:
-            want = min(want, max_bytes)
+        budget = max(1, MAX_READ_BYTES if max_bytes is None else max_bytes)
+        out: list[tuple[int, bytes]] = []
         with open(self.path, "rb") as f:
             f.seek(self.offset)
-            data = f.read(want)
+            if self._long is not None and not self._pass_long(f, out):
+                return out
+            data = f.read(budget)
             cut = data.rfind(b"\n")
-            if cut < 0 and max_bytes is not None and len(data) == max_bytes:
-                # one line longer than the budget: read on until its end
-                rest = bytearray(data)
-                while cut < 0:
-                    more = f.read(READ_CHUNK)
-                    if not more:
-                        break
-                    pos = more.find(b"\n")
-                    if pos >= 0:
-                        rest += more[: pos + 1]
-                        cut = len(rest) - 1
-                    else:
-                        rest += more
-                data = bytes(rest)
-        if cut < 0:
-            return []  # only a torn line so far
-        out: list[tuple[int, bytes]] = []
+            if cut < 0:
+                # one line longer than the budget, or a torn line: that line alone, up to the cap
+                del data
+                f.seek(self.offset)
+                line, size, ended = readline_capped(f, self.max_line)
+                if size <= self.max_line:
+                    if ended:
+                        if size > 1:
+                            out.append((self.offset, line[:-1]))
+                        self.offset += size
+                    return out  # else: torn, wait for its end
+                self._long = (self.offset, line[:CUT_KEEP], size)
+                if ended:
+                    self._long = None
+                    out.append((self.offset, CutLine(line[:CUT_KEEP], size - 1)))
+                self.offset += size
+                return out
         pos, base = 0, self.offset
         while pos <= cut:
             end = data.index(b"\n", pos)
-            if end > pos:
+            if end - pos > self.max_line:
+                out.append((base + pos, CutLine(data[pos:pos + CUT_KEEP], end - pos)))
+            elif end > pos:
                 out.append((base + pos, data[pos:end]))
             pos = end + 1
         self.offset = base + cut + 1
@@ -354,10 +399,11 @@ class ProgressFollower:
         self.last_completion_t, self._completed = None, None
 
     def _take(self, offset: int, line: bytes) -> None:
-        snap = _loads(line)
+        snap = None if isinstance(line, CutLine) else _loads(line)
         if snap is None:
             self.bad_lines += 1
-            self.last_bad = f"{self.paths.progress} at byte {offset}: not a JSON object"
+            self.last_bad = (line.note(self.paths.progress, offset, self._reader.max_line) if isinstance(line, CutLine)
+                             else f"{self.paths.progress} at byte {offset}: not a JSON object")
             return
         self.latest = snap
         self.history.add(snap)
@@ -380,15 +426,15 @@ class ProgressFollower:
                 if pos > 0:
                     f.seek(pos - 1)
                     if f.read(1) != b"\n":
-                        f.readline()  # the middle of a line: on to the next one
+                        skip_line(f)  # the middle of a line: on to the next one
                 else:
                     f.seek(0)
                 start = f.tell()
-                line = f.readline()
-                if not line.endswith(b"\n"):
+                line, n, ended = readline_capped(f, self._reader.max_line)
+                if not ended:
                     break
-                last_end = start + len(line)
-                self._take(start, line[:-1])
+                last_end = start + n
+                self._take(start, line[:-1] if n == len(line) else CutLine(line[:CUT_KEEP], n - 1))
         self._reader.offset = last_end
 
     def poll(self) -> "ProgressFollower":
@@ -400,16 +446,22 @@ class ProgressFollower:
                     self._seen_resets = self._reader.resets
                     if st.st_size > SAMPLE_ABOVE_BYTES:
                         self._open_sampled(st.st_size)
-            for offset, line in self._reader.read():
-                if self._reader.resets != self._seen_resets:
-                    self._seen_resets = self._reader.resets
-                    self._reset()
-                self._take(offset, line)
+            for _ in range(CATCH_UP_READS):  # a read holds MAX_READ_BYTES at most; a big append takes several
+                before = self._reader.offset
+                lines = self._reader.read()
+                for offset, line in lines:
+                    if self._reader.resets != self._seen_resets:
+                        self._seen_resets = self._reader.resets
+                        self._reset()
+                    self._take(offset, line)
+                del lines
+                if len(self.history) > 2 * self.max_points:
+                    self.history.thin(self.max_points)
+                if self._reader.offset == before or self._reader.offset >= self._reader.size:
+                    break
             if self._reader.resets != self._seen_resets:  # shrank to nothing new yet
                 self._seen_resets = self._reader.resets
                 self._reset()
-            if len(self.history) > 2 * self.max_points:
-                self.history.thin(self.max_points)
             self.polled_at = self._clock()
             return self
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from backend.regen.follow import MAX_POINTS, READ_CHUNK, Eta, LineReader, eta_band
+from backend.regen.follow import MAX_POINTS, READ_CHUNK, CutLine, Eta, LineReader, eta_band
 from backend.regen.output import RunFiles
 
 BUDGET_BYTES = 8 * 1024 * 1024  # per file per poll
@@ -139,13 +139,18 @@ class SpecForgeFollower:
     def _take(self, kind: str, offset: int, line: bytes) -> None:
         fc = self.files[kind]
         fc.lines += 1
+        reader = self._readers[kind]
+        if isinstance(line, CutLine):
+            fc.bad += 1
+            fc.last_bad = line.note(reader.path, offset, reader.max_line)
+            return
         try:
             obj = json.loads(line)
         except (ValueError, UnicodeDecodeError):
             obj = None
         if not isinstance(obj, dict):
             fc.bad += 1
-            fc.last_bad = f"{self._readers[kind].path} at byte {offset}: not a JSON object"
+            fc.last_bad = f"{reader.path} at byte {offset}: not a JSON object"
             return
         rid = obj.get("id")
         if isinstance(rid, (str, int)) and not isinstance(rid, bool) and str(rid):

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from backend.readcap import SMALL_TEXT_MAX, read_text_capped
 from backend.regen.catalog import MixConfig
 from backend.regen.client import PERMANENT, SUCCESS, Outcome, ServerClient, backoff
 from backend.regen.datasets import Skipped, read_mix
@@ -510,7 +511,7 @@ class Job:
 
     def _control(self) -> str | None:
         try:
-            text = self.files.control.read_text(errors="replace").strip().lower()
+            text = read_text_capped(self.files.control, SMALL_TEXT_MAX)[0].strip().lower()
         except OSError:
             return None
         return text.split()[0] if text else None

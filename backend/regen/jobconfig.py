@@ -11,12 +11,13 @@ start, so a resume with no arguments runs with the same parameters.
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from backend.filemodes import make_private_dirs, write_private
+from backend.readcap import CONFIG_JSON_MAX, load_json_capped
 from backend.regen.catalog import MixConfig, MixEntry
 from backend.regen.output import RunFiles
 
@@ -103,13 +104,12 @@ def dataset_name(path: Path, taken: set[str]) -> str:
 
 
 def write_job_json(files: RunFiles, cfg: JobConfig) -> None:
-    tmp = files.job.with_name(files.job.name + ".tmp")
-    tmp.write_text(json.dumps(cfg.to_json(), indent=2, ensure_ascii=False) + "\n")
-    os.replace(tmp, files.job)
+    make_private_dirs(files.job.parent)
+    write_private(files.job, json.dumps(cfg.to_json(), indent=2, ensure_ascii=False) + "\n")
 
 
 def read_job_json(files: RunFiles) -> JobConfig:
     try:
-        return JobConfig.from_json(json.loads(files.job.read_text()))
+        return JobConfig.from_json(load_json_capped(files.job, CONFIG_JSON_MAX, "a job file"))
     except (OSError, ValueError, TypeError, KeyError) as exc:
         raise ValueError(f"{files.job}: cannot read the run's parameters: {exc}") from None

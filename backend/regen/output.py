@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from backend.filemodes import make_private_dirs, open_private
+
 BATCH_ROWS = 256      # a batch is written once it holds this many rows ...
 BATCH_SECONDS = 0.5   # ... or its oldest row has waited this long
 
@@ -244,9 +246,11 @@ class OutputWriter:
     def __init__(self, files: RunFiles, *, batch_rows: int = BATCH_ROWS, batch_seconds: float = BATCH_SECONDS,
                  clock=time.monotonic) -> None:
         self.files = files
-        files.out.parent.mkdir(parents=True, exist_ok=True)
-        self._fh: dict[str, BinaryIO] = {
-            "success": open(files.out, "ab"), "error": open(files.error, "ab"), "skipped": open(files.skipped, "ab")}
+        make_private_dirs(files.out.parent)
+        # 0600: the answers are training data, the errors quote prompts
+        self._fh: dict[str, BinaryIO] = {"success": open_private(files.out, "ab"),
+                                         "error": open_private(files.error, "ab"),
+                                         "skipped": open_private(files.skipped, "ab")}
         self._buf: dict[str, list[bytes]] = {k: [] for k in self._fh}
         self._pending = 0
         self._oldest: float | None = None

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from backend.filemodes import make_private_dirs, open_private
+
 SNAPSHOT_SECONDS = 2.0
 WINDOW_S = 30
 HIST_EDGES = (0, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
@@ -157,8 +159,8 @@ class ProgressLog:
         import fcntl
 
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = open(path, "ab")
+        make_private_dirs(path.parent)
+        self._fh = open_private(path, "ab")
         try:
             fcntl.flock(self._fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -194,7 +196,7 @@ def locked(path: Path) -> bool:
     import fcntl
 
     try:
-        fh = open(path, "ab")
+        fh = open_private(path, "ab")
     except OSError:
         return False
     with fh:
@@ -213,7 +215,7 @@ def last_snapshot(path: Path, *, tail_bytes: int = 1 << 20) -> dict[str, Any] | 
             f.seek(0, os.SEEK_END)
             size = f.tell()
             f.seek(max(0, size - tail_bytes))
-            buf = f.read()
+            buf = f.read(tail_bytes)
     except FileNotFoundError:
         return None
     for line in reversed(buf.split(b"\n")[:-1]):  # what follows the last newline is torn

@@ -2,7 +2,9 @@
 
 Nothing here reads a whole output: :func:`row_at`, :func:`row_before` and :func:`last_row` read
 one line around a byte offset; :func:`find_row` and :func:`find_original` search for an id with a
-byte search over a memory map, decoding only the lines that hold it.
+byte search over a memory map, decoding only the lines that hold it.  A line longer than
+:data:`~backend.readcap.JSONL_ROW_MAX` is not read: its :class:`RowAt` has no record and an error
+that says so (the viewer shows it and can step past it).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from backend.readcap import CONFIG_JSON_MAX, JSONL_ROW_MAX, load_json_capped, readline_capped, size_text, skip_line
 from backend.regen.output import RunFiles
 
 # -- one output row by offset (the sample viewer) -------------------------------------------------
@@ -27,6 +30,12 @@ class RowAt:
     end: int  # byte offset just after its newline
     record: dict[str, Any] | None
     error: str | None = None  # why ``record`` is None
+
+
+def _too_long(path: Path, start: int, end: int) -> RowAt:
+    """The row in [start, end) (its newline included), not read."""
+    return RowAt(start, end, None, f"{path} at byte {start}: a row of {size_text(end - start - 1)}, over the "
+                                   f"{size_text(JSONL_ROW_MAX)} read limit; not shown")
 
 
 def _decode_at(path: Path, start: int, line: bytes) -> RowAt:
@@ -52,11 +61,13 @@ def row_at(path: str | os.PathLike[str], offset: int) -> RowAt | None:
         if offset > 0:
             f.seek(offset - 1)
             if f.read(1) != b"\n":
-                f.readline()  # the middle of a line: on to the next one
+                skip_line(f)  # the middle of a line: on to the next one (never held)
         start = f.tell()
-        line = f.readline()
-    if not line.endswith(b"\n"):
+        line, size, ended = readline_capped(f, JSONL_ROW_MAX)
+    if not ended:
         return None  # nothing, or a torn line still being written
+    if size > len(line):
+        return _too_long(path, start, start + size)
     return _decode_at(path, start, line)
 
 
@@ -77,6 +88,8 @@ def row_before(path: str | os.PathLike[str], offset: int) -> RowAt | None:
                 start = lo + nl + 1
                 break
             pos = lo
+        if offset - start > JSONL_ROW_MAX:
+            return _too_long(path, start, offset)
         f.seek(start)
         line = f.read(offset - start)
     return _decode_at(path, start, line)
@@ -119,6 +132,9 @@ def find_row(path: str | os.PathLike[str], row_id: str) -> RowAt | None:
                 end = mm.find(b"\n", pos)
                 if end < 0:
                     return None
+                if end + 1 - start > JSONL_ROW_MAX:  # cannot be decoded to check its id: on to the next hit
+                    pos = mm.find(needle, end)
+                    continue
                 got = _decode_at(path, start, mm[start:end + 1])
                 if got.record is not None and str(got.record.get("id")) == str(row_id):
                     return got
@@ -149,7 +165,7 @@ def input_entries(job: dict[str, Any]) -> list[dict[str, Any]]:
 
 def read_job(paths: RunFiles) -> dict[str, Any] | None:
     try:
-        obj = json.loads(paths.job.read_text(encoding="utf-8"))
+        obj = load_json_capped(paths.job, CONFIG_JSON_MAX, "a job file")
     except (OSError, ValueError):
         return None
     return obj if isinstance(obj, dict) else None

@@ -11,14 +11,17 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from backend.readcap import CONFIG_JSON_MAX, SAFETENSORS_HEADER_MAX, TooLarge, read_text_whole, size_text
+
 # The header of a real checkpoint is a few hundred KB at most; refuse absurd lengths
 # instead of allocating them (a corrupt or non-safetensors file).
-MAX_HEADER_BYTES = 100 * 1024 * 1024
+MAX_HEADER_BYTES = SAFETENSORS_HEADER_MAX
 
 # Targets whose MTP head SGLang loads from the target itself (draft path not needed).
 MTP_ARCHITECTURES = (
@@ -32,9 +35,13 @@ class ModelInfoError(ValueError):
 
 
 def read_json_config(path: str | Path) -> dict[str, Any]:
+    """The JSON object in ``path`` (a model's ``config.json``, an index, ``best_meta.json``); a file
+    over :data:`~backend.readcap.CONFIG_JSON_MAX` is not read, it is an error naming the cap."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_text_whole(p, CONFIG_JSON_MAX, "a model config")
+    except TooLarge as exc:
+        raise ModelInfoError(str(exc)) from None
     except FileNotFoundError:
         raise ModelInfoError(f"{p}: file not found") from None
     except PermissionError:
@@ -66,8 +73,8 @@ def _int_field(cfg: dict, key: str, path: Path, *, required: bool = False) -> in
     if isinstance(v, bool) or not isinstance(v, int):
         line = None
         try:
-            line = _line_of(path.read_text(encoding="utf-8"), key)
-        except OSError:
+            line = _line_of(read_text_whole(path, CONFIG_JSON_MAX), key)
+        except (OSError, ValueError):
             pass
         where = f"{path}:{line}" if line else str(path)
         raise ModelInfoError(f"{where}: field {key!r} should be an integer, found {v!r}")
@@ -169,13 +176,20 @@ def read_safetensors_header(path: str | Path) -> dict[str, TensorInfo]:
     """Tensor name → :class:`TensorInfo`, reading only the header of ``path``."""
     p = Path(path)
     try:
-        size = p.stat().st_size
+        st = p.stat()
+        if not stat.S_ISREG(st.st_mode):  # a pipe would block the read
+            raise ModelInfoError(f"{p}: not a regular file")
+        size = st.st_size
         with open(p, "rb") as fh:
             head = fh.read(8)
             if len(head) < 8:
                 raise ModelInfoError(f"{p}: only {len(head)} bytes; a safetensors file starts with an 8-byte header length")
             (n,) = struct.unpack("<Q", head)
-            if n > MAX_HEADER_BYTES or n > size - 8:
+            if n > MAX_HEADER_BYTES:
+                raise ModelInfoError(f"{p}: header length field says {size_text(n)}, over the "
+                                     f"{size_text(MAX_HEADER_BYTES)} read limit for a safetensors header; "
+                                     "not read (not a safetensors file, or corrupt)")
+            if n > size - 8:
                 raise ModelInfoError(f"{p}: header length field says {n} bytes but the file has {size} bytes: "
                                      "not a safetensors file, or truncated")
             raw = fh.read(n)
@@ -183,6 +197,10 @@ def read_safetensors_header(path: str | Path) -> dict[str, TensorInfo]:
         raise ModelInfoError(f"{p}: file not found") from None
     except PermissionError:
         raise ModelInfoError(f"{p}: not readable (permission denied)") from None
+    except OSError as exc:
+        raise ModelInfoError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    if len(raw) < n:
+        raise ModelInfoError(f"{p}: the header should be {n} bytes but only {len(raw)} could be read: truncated")
     try:
         header = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

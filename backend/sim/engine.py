@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from backend.readcap import CONFIG_JSON_MAX, SAFETENSORS_HEADER_MAX, load_json_capped
 from backend.sim.metrics import Metrics
 from backend.sim.output import Output
 from backend.sim.request import Request
@@ -129,7 +130,7 @@ class DraftInfo:
 
 def _read_json(p: Path) -> dict | None:
     try:
-        return json.loads(p.read_text())
+        return load_json_capped(p, CONFIG_JSON_MAX)
     except (OSError, ValueError):
         return None
 
@@ -138,7 +139,7 @@ def _safetensors_header(p: Path) -> dict | None:
     try:
         with open(p, "rb") as fh:
             n = struct.unpack("<Q", fh.read(8))[0]
-            if n > 100_000_000:
+            if n > SAFETENSORS_HEADER_MAX:
                 return None
             return json.loads(fh.read(n))
     except (OSError, ValueError, struct.error):

@@ -20,6 +20,8 @@ from typing import Any
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
+from backend.readcap import TOKENIZER_JSON_MAX, TooLarge, read_text_whole
+
 __all__ = ["SimTokenizer", "build_tokenizer_json", "write_tokenizer", "GEN_WORDS", "CHAT_TEMPLATE"]
 
 BOS = "<|begin_of_text|>"
@@ -207,7 +209,9 @@ class SimTokenizer:
             p = Path(folder) / "tokenizer.json"
             if p.is_file():
                 try:
-                    return cls(Tokenizer.from_file(str(p)), str(p))
+                    return cls(Tokenizer.from_str(read_text_whole(p, TOKENIZER_JSON_MAX, "a tokenizer")), str(p))
+                except TooLarge as e:  # names the file and the cap itself
+                    error = str(e)
                 except Exception as e:  # noqa: BLE001 - any unusable file: say why, count with ours
                     error = f"{p}: {e}"
         tok = cls.builtin()

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from backend.filemodes import make_private_dirs
+from backend.readcap import CONFIG_JSON_MAX, load_json_capped
 from backend.supervisor.spec import ProcessSpec
 
 log = logging.getLogger(__name__)
@@ -48,7 +50,7 @@ def _dir(run_dir: str | os.PathLike[str]) -> Path:
 def save_job(run_dir: str | os.PathLike[str], spec: ProcessSpec, meta: dict[str, Any] | None = None) -> AdhocJob:
     """Write (or replace) the job ``spec.name``; returns what was saved."""
     d = _dir(run_dir)
-    d.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(d)
     job = AdhocJob(spec, dict(meta or {}), time.time())
     text = json.dumps({"spec": json.loads(spec.to_json()), "meta": job.meta, "created_at": job.created_at},
                       indent=2, sort_keys=True)
@@ -73,7 +75,7 @@ def load_jobs(run_dir: str | os.PathLike[str]) -> list[AdhocJob]:
         return []
     for p in sorted(d.glob("*.json")):
         try:
-            obj = json.loads(p.read_text(encoding="utf-8"))
+            obj = load_json_capped(p, CONFIG_JSON_MAX, "a job file")
             jobs.append(AdhocJob(ProcessSpec.from_dict(obj["spec"]), dict(obj.get("meta") or {}),
                                  float(obj.get("created_at") or 0.0)))
         except (OSError, ValueError, KeyError, TypeError) as exc:

@@ -17,6 +17,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from backend.readcap import utf8_cut
+
 DEFAULT_MAX_BYTES = 64 * 1024
 _BLOCK = 64 * 1024
 
@@ -43,28 +45,6 @@ class TailChunk:
         if self.skipped:
             out.add("skipped")
         return frozenset(out)
-
-
-def _utf8_cut(data: bytes) -> int:
-    """Length of the longest prefix of ``data`` that does not end inside a
-    UTF-8 sequence (invalid bytes are left for the decoder to replace)."""
-    n = len(data)
-    i = n - 1
-    # Walk back over at most 3 continuation bytes to the lead byte.
-    while i >= 0 and n - i <= 4 and (data[i] & 0xC0) == 0x80:
-        i -= 1
-    if i < 0 or n - i > 4:
-        return n
-    lead = data[i]
-    if lead >= 0xF0:
-        need = 4
-    elif lead >= 0xE0:
-        need = 3
-    elif lead >= 0xC0:
-        need = 2
-    else:
-        return n
-    return i if n - i < need else n
 
 
 def read_tail(
@@ -128,7 +108,7 @@ def read_tail(
             elif partial or len(data) >= max_bytes:
                 # One line longer than the budget: hand it out in pieces,
                 # but never split a character.
-                end = head + _utf8_cut(data[head:])
+                end = head + utf8_cut(data[head:])
             else:
                 end = head  # wait for the writer to finish the line
         text = data[head:end].decode("utf-8", errors="replace")
@@ -180,7 +160,7 @@ def read_last(path: str | os.PathLike[str], n: int, *, max_bytes: int = 4 * 1024
             if length > max_bytes or not whole:
                 if whole:
                     head = back.read(start, start + CUT_KEEP)
-                    head = head[:_utf8_cut(head)]
+                    head = head[:utf8_cut(head)]
                     out.append(head + cut_marker(length, len(head)).encode())
                 else:
                     out.append(f"[... cut: a line longer than {scan_limit:,} bytes; its end is shown] ".encode()

@@ -28,6 +28,7 @@ from typing import Iterable, Protocol
 
 import psutil
 
+from backend.filemodes import make_private_dirs, open_private
 from backend.supervisor.groups import group_members
 from backend.supervisor.prestart import launch_problem
 from backend.supervisor.runfiles import RunPaths, write_json_atomic
@@ -107,9 +108,9 @@ class WrapperSpawner:
                 "stop_grace_s": launch.stop_grace_s,
             },
         )
-        Path(launch.log_path).parent.mkdir(parents=True, exist_ok=True)
-        # The wrapper's own output (a traceback, say) lands in the same log.
-        with open(launch.log_path, "ab") as log:
+        make_private_dirs(Path(launch.log_path).parent)
+        # The wrapper's own output (a traceback, say) lands in the same log (created 0600).
+        with open_private(launch.log_path, "ab") as log:
             proc = subprocess.Popen(
                 [self.python, "-m", _WRAPPER_MODULE, str(launch.paths.launch)],
                 cwd=str(PROJECT_ROOT),

@@ -9,6 +9,9 @@ Each is written whole to a temporary name and renamed, so a reader sees
 either nothing or a complete file.  Every file carries the run id, so a
 file left over from an earlier run is never mistaken for the current one.
 
+The folder and the files are 0600/0700 (:mod:`backend.filemodes`): launch.json
+holds the argv and environment, which may carry keys.
+
 Standard library only: the wrapper imports this module.
 """
 
@@ -16,10 +19,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from backend.filemodes import make_private_dirs, write_private
+from backend.readcap import CONFIG_JSON_MAX, load_json_capped
 
 
 @dataclass(frozen=True)
@@ -44,7 +49,7 @@ class RunPaths:
 
     def clear(self) -> None:
         """Remove the previous run's files (before a new start)."""
-        self.dir.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(self.dir)
         for p in (self.launch, self.identity, self.exit):
             try:
                 p.unlink()
@@ -75,27 +80,14 @@ class ExitRecord:
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    make_private_dirs(path.parent)
+    write_private(path, json.dumps(data, sort_keys=True), fsync=True)
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
-    """The file's object, or None if it is missing or not a JSON object."""
+    """The file's object, or None if it is missing, not a JSON object or over the read limit."""
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        data = load_json_capped(path, CONFIG_JSON_MAX)
     except (FileNotFoundError, NotADirectoryError):
         return None
     except (ValueError, OSError):

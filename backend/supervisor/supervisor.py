@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
+from backend.filemodes import make_private_dirs
 from backend.supervisor import machine
 from backend.supervisor.logtail import TailChunk, read_last, read_tail
 from backend.supervisor.osproc import HttpProber, Killer, Launch, OsKiller, Prober, Spawner, WrapperSpawner
@@ -120,7 +121,7 @@ class Supervisor(TickMixin, StopMixin):
         self.run_dir = Path(run_dir)
         self.default_cwd = str(Path(default_cwd) if default_cwd is not None else self.run_dir.parent)
         self._act = act
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(self.run_dir)
         self._clock = clock
         self._sleep = sleep
         self._spawner = spawner if spawner is not None else WrapperSpawner()

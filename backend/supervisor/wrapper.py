@@ -30,6 +30,7 @@ import sys
 import time
 from pathlib import Path
 
+from backend.filemodes import make_private_dirs, open_private
 from backend.supervisor.groups import group_members
 from backend.supervisor.runfiles import ExitRecord, Identity, RunPaths, read_json, write_exit, write_identity
 from backend.supervisor.starts import start_of
@@ -48,11 +49,11 @@ def _restore_signals() -> None:
         signal.signal(sig, signal.SIG_DFL)
 
 
-def _begin_line(log) -> None:
+def _begin_line(log, path: Path) -> None:
     """Make the next write start on a fresh line."""
     size = os.fstat(log.fileno()).st_size
     if size:
-        with open(log.name, "rb") as f:
+        with open(path, "rb") as f:
             f.seek(size - 1)
             if f.read(1) != b"\n":
                 log.write(b"\n")
@@ -110,7 +111,7 @@ def run(launch_path: Path) -> int:
     name = str(launch["name"])
     argv = [str(a) for a in launch["argv"]]
     log_path = Path(launch["log_path"])
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(log_path.parent)
     env = dict(os.environ)
     env.update({str(k): str(v) for k, v in (launch.get("env") or {}).items()})
     env["SPECDECK_PROCESS"] = name
@@ -120,9 +121,9 @@ def run(launch_path: Path) -> int:
     except (TypeError, ValueError):
         grace_s = 10.0
 
-    with open(log_path, "ab", buffering=0) as log:
+    with open_private(log_path, "ab", buffering=0) as log:  # 0600: a log holds prompts and paths
         started_at = time.time()
-        _begin_line(log)
+        _begin_line(log, log_path)
         log.write(f"===== specdeck: {name} run {run_id} starting at {_stamp(started_at)}: "
                   f"{subprocess.list2cmdline(argv)}\n".encode("utf-8", "replace"))
         log_offset = os.fstat(log.fileno()).st_size
@@ -159,7 +160,7 @@ def run(launch_path: Path) -> int:
         ended_at = time.time()
         leftovers, killed = _end_leftovers(child.pid, grace_s)
         code = child.wait()
-        _begin_line(log)
+        _begin_line(log, log_path)
         how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
         if leftovers:
             how += (f"; ended {leftovers} leftover process{'es' if leftovers != 1 else ''} of its group"

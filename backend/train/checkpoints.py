@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from backend.readcap import read_text_capped
 from backend.sglang import preflight
 from backend.sglang.config import ServerConfig, SpeculativeConfig
 from backend.sglang.modelinfo import DraftInfo, ModelInfoError, read_draft, read_json_config, read_target
@@ -34,6 +35,7 @@ _GEN3 = re.compile(r"^(?P<run>.+)-step(?P<step>[0-9]{1,15})$")
 _GEN3_LINK = re.compile(r"^(?P<run>.+)-(?P<which>latest|best)$")
 _RANK_STATE = re.compile(r"^training_state_rank[0-9]+\.pt$")
 _SEVERITY_ORDER = ("error", "warning", "info")
+_LINK_FILE_MAX = 4095  # a link file names one folder; anything longer is not one
 
 
 @dataclass(frozen=True)
@@ -67,8 +69,9 @@ def _gen3_link(entry: Path) -> Path | None:
     try:
         if entry.is_symlink():
             return (entry.parent / os.readlink(entry)).resolve()
-        if entry.is_file() and entry.stat().st_size < 4096:
-            name = entry.read_text(encoding="utf-8").strip()
+        if entry.is_file():
+            text, cut = read_text_capped(entry, _LINK_FILE_MAX)
+            name = "" if cut else text.strip()
             return (entry.parent / name).resolve() if name else None
     except OSError:
         return None

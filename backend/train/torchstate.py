@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-MAX_PICKLE_BYTES = 64 * 1024 * 1024  # the structure of a training state is kilobytes; refuse absurd ones
+from backend.readcap import TORCH_PICKLE_MAX, too_large_message
+
+MAX_PICKLE_BYTES = TORCH_PICKLE_MAX  # the structure of a training state is kilobytes; refuse absurd ones
 _SAFE = {("collections", "OrderedDict"): dict, ("builtins", "set"): set, ("builtins", "frozenset"): frozenset}
 
 
@@ -116,12 +118,18 @@ def read_training_state(path: str | Path) -> TrainingState:
         if not names:
             raise StateReadError(f"{p}: no data.pkl inside: not a torch.save archive")
         info = min(names, key=lambda i: i.filename.count("/"))
+        where, what = f"{p} ({info.filename})", "a training state's pickle"
         if info.file_size > MAX_PICKLE_BYTES:
-            raise StateReadError(f"{p}: data.pkl is {info.file_size:,} bytes, more than a training state holds")
+            raise StateReadError(too_large_message(where, info.file_size, MAX_PICKLE_BYTES, what))
         try:
-            data = zf.read(info)
+            # the size in the zip directory is the archive's word for it: read one byte past the cap to
+            # know, whatever it says
+            with zf.open(info) as member:
+                data = member.read(MAX_PICKLE_BYTES + 1)
         except (zipfile.BadZipFile, OSError, EOFError) as exc:
             raise StateReadError(f"{p}: data.pkl cannot be read: {exc}") from None
+        if len(data) > MAX_PICKLE_BYTES:
+            raise StateReadError(too_large_message(where, None, MAX_PICKLE_BYTES, what))
     try:
         obj = _Unpickler(data).load()
     except Exception as exc:  # any malformed pickle: a clear error, never a crash of the caller

@@ -26,6 +26,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from backend.readcap import METRICS_FILE_MAX, cut_note, read_text_capped
 from backend.train.logparse import TrainRecord, check_value
 
 _EVAL_NAMES = {"avg_loss": "loss", "avg_acc": "acc"}
@@ -227,7 +228,10 @@ class TensorboardReader:
                 break
             end = i + 12 + length + 4
             if end > len(data):
-                break  # still being written (or longer than this read): next poll
+                if i == 0 and 12 + length + 4 > self.max_bytes:  # would never fit in one read
+                    self._problem(path, st, f"record of {length:,} bytes at byte {st.offset}, over the "
+                                            f"{self.max_bytes:,}-byte read size")
+                break  # still being written: next poll
             body = data[i + 12:i + 12 + length]
             if masked_crc(body) != struct.unpack("<I", data[end - 4:end])[0]:
                 self._problem(path, st, f"record data CRC mismatch at byte {st.offset + i}")
@@ -261,6 +265,13 @@ class TensorboardReader:
                 out.append(rec)
 
 
+def _size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
+
+
 def read_mlflow_run(run_dir: str | os.PathLike[str]) -> tuple[list[TrainRecord], list[str]]:
     """Records of an MLflow file-store run folder (``mlruns/<experiment>/<run>``) and the lines it could not
     read (``file:line: why``).  One record per (split, step), values merged, ordered by step."""
@@ -273,10 +284,14 @@ def read_mlflow_run(run_dir: str | os.PathLike[str]) -> tuple[list[TrainRecord],
         tag = f.relative_to(root).as_posix()
         split, name = split_tag(tag)
         try:
-            lines = f.read_text(encoding="utf-8", errors="replace").splitlines()
+            text, cut = read_text_capped(f, METRICS_FILE_MAX)
         except OSError as exc:
             problems.append(f"{f}: cannot read: {exc.strerror or exc}")
             continue
+        lines = text.splitlines()
+        if cut:
+            lines = lines[:-1]  # the line the cap fell in
+            problems.append(cut_note(f, _size(f), METRICS_FILE_MAX) + "; the later steps are not shown")
         for n, line in enumerate(lines, 1):
             parts = line.split()
             if not parts:

@@ -65,3 +65,18 @@ def test_ingest_measures_each_parser_in_its_own_process(ingest, tmp_path):
     assert (vec["decode"], vec["prefill"]) == (ref["decode"], ref["prefill"]) == (counts["decode"], counts["prefill"])
     assert vec["digest"] == ref["digest"] and vec["unparsed"] == ref["unparsed"]
     assert vec["peak_rss_mb"] >= 0 and ref["peak_rss_mb"] >= 0
+
+
+@pytest.mark.timeout(120)
+def test_readcap_names_the_size_and_the_refusal(tmp_path):
+    r = subprocess.run([sys.executable, str(REPO / "bench" / "bench_readcap.py"), "--size-gb", "0.05",
+                        "--dir", str(tmp_path)], capture_output=True, text=True, timeout=110)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "with a 0.05 GiB config.json (sparse)" in out
+    assert "over the 16 MiB read limit for a model config; not read" in out  # 51 MiB: refused, not read
+    capped = re.search(r"inspect_checkpoint \(capped reads\): .* \(\+([\d,.]+) MiB\)", out)
+    plain = re.search(r"json\.loads\(read_text\(\)\) \(before the caps\): .* \(\+([\d,.]+) MiB\)", out)
+    assert capped and plain, out
+    assert float(capped.group(1).replace(",", "")) < 10 < float(plain.group(1).replace(",", ""))
+    assert list(tmp_path.iterdir()) == []  # the checkpoint is deleted

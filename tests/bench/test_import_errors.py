@@ -77,3 +77,13 @@ def test_output_details_lists_are_left_out_of_the_stored_copy():
     assert r.results.output_tok_s == 50.0
     assert len(r.raw) < 1000 and '"output_throughput": 50.0' in r.raw
     assert "left out of this copy: generated_texts, itls" in r.raw
+
+
+def test_a_file_over_the_read_limit_is_not_read(tmp_path):
+    f = tmp_path / "nohup.out"
+    with open(f, "wb") as fh:
+        fh.write(b"Serving Benchmark Result\n")
+        fh.truncate(1 << 30)  # sparse: no disk used
+    with pytest.raises(BenchImportError) as exc:
+        import_file(f)
+    assert str(exc.value) == f"{f}:0: 1 GiB, over the 64 MiB read limit for a benchmark file; not read"

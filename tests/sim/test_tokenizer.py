@@ -81,3 +81,14 @@ def test_an_unusable_tokenizer_json_is_named_and_the_builtin_used(tmp_path):
     assert tok.source == "built-in simulated tokenizer"
     assert tok.load_error.startswith(f"{bad / 'tokenizer.json'}: ")
     assert SimTokenizer.builtin().load_error is None
+
+
+def test_a_tokenizer_json_over_the_read_limit_is_not_read(tmp_path):
+    big = tmp_path / "big"
+    big.mkdir()
+    with open(big / "tokenizer.json", "wb") as f:
+        f.write(b"{")
+        f.truncate(1 << 30)  # sparse: no disk used
+    tok = SimTokenizer.load(str(big))
+    assert tok.source == "built-in simulated tokenizer"
+    assert tok.load_error == f"{big / 'tokenizer.json'}: 1 GiB, over the 64 MiB read limit for a tokenizer; not read"

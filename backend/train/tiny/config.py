@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from backend.readcap import CONFIG_JSON_MAX, read_text_whole
 from backend.sglang.modelinfo import ModelInfoError, _int_field, _line_of, read_json_config
 from backend.train.tiny import tokenizer
 from backend.train.tiny.draft import ARCHITECTURE, DraftConfig
@@ -49,8 +50,8 @@ def write_draft_config(cfg: DraftConfig, path: str | Path) -> Path:
 
 def _where(path: Path, key: str) -> str:
     try:
-        line = _line_of(path.read_text(encoding="utf-8"), key)
-    except OSError:
+        line = _line_of(read_text_whole(path, CONFIG_JSON_MAX), key)
+    except (OSError, ValueError):
         line = None
     return f"{path}:{line}" if line else str(path)
 

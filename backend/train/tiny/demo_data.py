@@ -11,6 +11,7 @@ import os
 import random
 from pathlib import Path
 
+from backend.filemodes import make_private_dirs, open_private
 from backend.regen.demo_data import LANGS, SNIPPETS, TASKS
 from backend.regen.output import encode, success_record
 from backend.sim.tokenizer import GEN_WORDS
@@ -37,9 +38,9 @@ def demo_rows(rows: int = 200, seed: int = 0) -> list[dict]:
 def write_demo_data(path: str | Path, rows: int = 200, seed: int = 0) -> Path:
     """Write the rows as JSON lines (replaced atomically); returns the path."""
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(p.parent)  # outputs/regen/ of a new workspace: 0700, as a regeneration makes it
     tmp = p.with_name(p.name + ".tmp")
-    with open(tmp, "wb") as f:
+    with open_private(tmp, "wb") as f:
         for r in demo_rows(rows, seed):
             f.write(encode(r))
     os.replace(tmp, p)

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from backend.readcap import CONFIG_JSON_MAX, TooLarge, load_json_capped
 from backend.sim.tokenizer import write_tokenizer
 from backend.train.tiny import tokenizer
 from backend.train.tiny.layers import MLP, CausalAttention, RMSNorm, rope_tables
@@ -107,7 +108,9 @@ def make_target(folder: str | Path, size: str = "tiny", seed: int = 0) -> Path:
 def read_target_config(folder: str | Path) -> TargetConfig:
     p = Path(folder) / "config.json"
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
+        data = load_json_capped(p, CONFIG_JSON_MAX, "a model config")
+    except TooLarge as exc:
+        raise TargetError(str(exc)) from None
     except FileNotFoundError:
         raise TargetError(f"{p}: not found (write one with `python -m backend.train.tiny make-target "
                           f"{Path(folder)}`)") from None
