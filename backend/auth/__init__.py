@@ -8,11 +8,11 @@ load the hashing library into every command-line run.
 from importlib import import_module
 
 _EXPORTS = {
-    "Access": "access", "Authority": "access", "Caller": "access", "LoginRefused": "access",
+    "Access": "access", "AccessPolicy": "access", "Authority": "access", "PathRefused": "paths", "Caller": "access", "LoginRefused": "access",
     "NotAuthorised": "access", "is_loopback": "access",
     "ABSOLUTE_S": "sessions", "IDLE_S": "sessions", "LoginThrottle": "sessions", "Session": "sessions",
     "SessionStore": "sessions",
-    "USERS_FILE": "users", "User": "users", "UsersError": "users", "UserStore": "users",
+    "ROLES": "users", "USERS_FILE": "users", "User": "users", "UsersError": "users", "UserStore": "users",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -37,8 +37,13 @@ def hash_password(password: str, hasher: PasswordHasher | None = None) -> str:
 
 
 def verify_password(stored_hash: str, password: str, hasher: PasswordHasher | None = None) -> bool:
-    """True when ``password`` matches ``stored_hash``; a damaged hash never matches."""
+    """True when ``password`` matches ``stored_hash``; a damaged hash never matches.
+
+    An over-long password never matches either, but only after the time of one
+    verification: refusing it at once would tell a real user's name (its
+    refusal instant) from one that does not exist (a verification burnt)."""
     if len(password) > MAX_LENGTH:
+        burn_verify(password, hasher)
         return False
     try:
         return (hasher or _DEFAULT).verify(stored_hash, password)
@@ -47,8 +52,9 @@ def verify_password(stored_hash: str, password: str, hasher: PasswordHasher | No
 
 
 def burn_verify(password: str, hasher: PasswordHasher | None = None) -> None:
-    """Spend the time of one verification, for a user name that does not exist,
-    so the answer's timing does not tell which names are real."""
+    """Spend the time of one verification (of at most ``MAX_LENGTH`` characters), for
+    a name that is not a user's or a password refused unread, so the answer's
+    timing does not tell which names are real."""
     h = hasher or _DEFAULT
     key = id(h)
     if key not in _dummy_hashes:

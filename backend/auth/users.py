@@ -1,4 +1,4 @@
-"""The workspace's users: ``<workspace>/users.toml``, names and Argon2id hashes.
+"""The workspace's users: ``<workspace>/users.toml``, names, roles and Argon2id hashes.
 
 Why a file of its own and not the state database: users are configuration
 that an administrator provisions, backs up and reviews (``state.db`` is the
@@ -8,8 +8,16 @@ password, only hashes::
 
     [users.alice]
     hash = "$argon2id$v=19$m=65536,t=3,p=4$..."
+    role = "operator"
     created = "2026-11-30T09:00:00Z"
     changed = "2026-11-30T09:00:00Z"
+
+A role says what a signed-in user may do, the two roles Grafana and Ray
+users know: ``viewer`` sees every page and acts on nothing; ``operator``
+also starts, stops and relaunches, starts jobs and follows typed paths.  A
+table without ``role`` reads as ``operator``: the file was written before
+roles existed, when every user could control, and adding roles must not
+take that away silently.  ``changed`` is when the password was last set.
 
 Writers (the ``users`` command) take an exclusive lock on a side file and
 replace the file atomically; readers (the dashboard) re-read it when its
@@ -37,9 +45,12 @@ from backend.auth.passwords import burn_verify, hash_password, verify_password
 
 USERS_FILE = "users.toml"
 NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.@-]{0,63}$")
-HEADER = ("Specdeck users: who may start, stop and relaunch from the dashboard when it is\n"
-          "reachable from the network. Argon2id hashes only, never passwords.\n"
-          "Manage with: python -m backend.cli users add|passwd|remove|list")
+ROLES = ("viewer", "operator")  # viewer: sees everything, acts on nothing; operator: also controls
+DEFAULT_ROLE = "operator"       # a table without ``role``: written when every user could control
+HEADER = ("Specdeck users: who may sign in to the dashboard when it is reachable from the\n"
+          "network. role = \"operator\" may start, stop and relaunch; role = \"viewer\" only looks.\n"
+          "Argon2id hashes only, never passwords.\n"
+          "Manage with: python -m backend.cli users add|passwd|role|remove|list")
 
 
 class UsersError(Exception):
@@ -52,12 +63,19 @@ class User:
     hash: str
     created: str = ""
     changed: str = ""
+    role: str = DEFAULT_ROLE
 
 
 def name_problem(name: str) -> str | None:
     if not NAME_RE.match(name):
         return ("a user name starts with a letter and has up to 64 letters, digits and . _ @ - "
                 f"(got {name!r})")
+    return None
+
+
+def role_problem(role: object) -> str | None:
+    if role not in ROLES:
+        return f"unknown role {role!r} (known: {', '.join(ROLES)})"
     return None
 
 
@@ -70,6 +88,19 @@ def _line_of(text: str, needle: str) -> int | None:
         if line.strip().startswith(needle):
             return i
     return None
+
+
+def _key_line(text: str, table_line: int | str, key: str) -> int | str:
+    """The line of ``key = ...`` in the table that starts on ``table_line`` (that line when not found)."""
+    if not isinstance(table_line, int):
+        return table_line
+    pattern = re.compile(rf"^\s*{re.escape(key)}\s*=")
+    for i, line in enumerate(text.splitlines()[table_line:], table_line + 1):
+        if line.strip().startswith("["):
+            break
+        if pattern.match(line):
+            return i
+    return table_line
 
 
 def parse_users(text: str, path: Path | str) -> dict[str, User]:
@@ -98,10 +129,17 @@ def parse_users(text: str, path: Path | str) -> dict[str, User]:
         if not isinstance(h, str) or not h.startswith("$argon2"):
             raise UsersError(f"{where}: users.{name}.hash: missing or not an Argon2 hash "
                              "(set it with `python -m backend.cli users passwd NAME`)")
-        extra = [k for k in entry if k not in ("hash", "created", "changed")]
+        extra = [k for k in entry if k not in ("hash", "role", "created", "changed")]
         if extra:
-            raise UsersError(f"{where}: users.{name}.{extra[0]}: unknown key (known: hash, created, changed)")
-        out[str(name)] = User(str(name), str(h), str(entry.get("created", "")), str(entry.get("changed", "")))
+            raise UsersError(f"{where}: users.{name}.{extra[0]}: unknown key "
+                             "(known: hash, role, created, changed)")
+        role = entry.get("role", DEFAULT_ROLE)
+        role = str(role) if isinstance(role, str) else role
+        problem = role_problem(role)
+        if problem:
+            raise UsersError(f"{path}: line {_key_line(text, line, 'role')}: users.{name}.role: {problem}")
+        out[str(name)] = User(str(name), str(h), str(entry.get("created", "")), str(entry.get("changed", "")),
+                              str(role))
     return out
 
 
@@ -161,8 +199,13 @@ class UserStore:
         return self.users().get(name)
 
     def verify(self, name: str, password: str) -> User | None:
-        """The user when ``password`` is theirs; None otherwise (in about the same time)."""
-        user = self.get(name)
+        """The user when ``password`` is theirs; None otherwise.
+
+        Every way to fail costs one Argon2 verification: a name that cannot be
+        a user's, a name that is not one, and a wrong or over-long password for
+        a real user all take about the same time, so timing the answer does not
+        tell which names exist."""
+        user = self.get(name) if name_problem(name) is None else None
         if user is None:
             burn_verify(password, self._hasher)
             return None
@@ -208,20 +251,32 @@ class UserStore:
                 pass
             raise
 
-    def add(self, name: str, password: str, *, now: float | None = None) -> User:
-        problem = name_problem(name)
+    def add(self, name: str, password: str, *, role: str = DEFAULT_ROLE, now: float | None = None) -> User:
+        problem = name_problem(name) or role_problem(role)
         if problem:
             raise UsersError(f"{self.path}: {problem}")
         h = hash_password(password, self._hasher)
         with self._locked_doc() as doc:
             if name in doc["users"]:
                 raise UsersError(f"{self.path}: user {name!r} exists already "
-                                 "(change the password with `users passwd`)")
+                                 "(change the password with `users passwd`, the role with `users role`)")
             entry = tomlkit.table()
             entry["hash"] = h
+            entry["role"] = role
             entry["created"] = entry["changed"] = _now_text(now)
             doc["users"][name] = entry
-        return User(name, h, _now_text(now), _now_text(now))
+        return User(name, h, _now_text(now), _now_text(now), role)
+
+    def set_role(self, name: str, role: str) -> None:
+        """Change ``name``'s role; the password and ``changed`` stay as they are.  A running
+        dashboard ends the user's sessions (each session holds the role it signed in with)."""
+        problem = role_problem(role)
+        if problem:
+            raise UsersError(f"{self.path}: {problem}")
+        with self._locked_doc() as doc:
+            if name not in doc["users"]:
+                raise UsersError(f"{self.path}: no user named {name!r}")
+            doc["users"][name]["role"] = role
 
     def set_password(self, name: str, password: str, *, now: float | None = None) -> None:
         h = hash_password(password, self._hasher)

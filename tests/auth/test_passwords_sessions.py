@@ -80,34 +80,42 @@ def test_a_session_is_bound_to_its_address_and_ends_on_logout(clock):
     assert store.check(s.token, "10.0.0.2")[0] is None
 
 
-def test_throttle_locks_after_five_failures_for_five_minutes(clock):
+def test_throttle_locks_a_name_after_five_failures_for_five_minutes_at_that_address_only(clock):
     t = LoginThrottle(clock=clock)
     for _ in range(4):
-        t.failed("client:10.0.0.2")
+        t.failed("alice", "10.0.0.2")
         clock.advance(10)
-    assert t.wait_s("client:10.0.0.2") == 0
-    t.failed("client:10.0.0.2")
-    assert t.wait_s("client:10.0.0.2") == 300
-    assert t.wait_s("client:10.0.0.9") == 0  # another client is not affected
+    assert t.wait_s("alice", "10.0.0.2") == 0
+    t.failed("alice", "10.0.0.2")
+    assert t.wait_s("alice", "10.0.0.2") == 300
+    assert t.wait_s("alice", "10.0.0.9") == 0  # alice from her own address is not affected
+    assert t.wait_s("bob", "10.0.0.2") == 0    # nor another name from that address (5 failures is no spray)
     clock.advance(299)
-    assert t.wait_s("client:10.0.0.2") == 1
+    assert t.wait_s("alice", "10.0.0.2") == 1
     clock.advance(1)
-    assert t.wait_s("client:10.0.0.2") == 0
+    assert t.wait_s("alice", "10.0.0.2") == 0
 
 
 def test_throttle_forgets_failures_older_than_the_window(clock):
     t = LoginThrottle(clock=clock)
     for _ in range(5):
-        t.failed("user:alice")
+        t.failed("alice", "10.0.0.2")
         clock.advance(100)  # 5 failures spread over 400 s: never 5 within 300 s
-    assert t.wait_s("user:alice") == 0
+    assert t.wait_s("alice", "10.0.0.2") == 0
 
 
 def test_throttle_forgets_stale_names_instead_of_growing_without_bound(clock):
     t = LoginThrottle(clock=clock)
     for i in range(1000):
-        t.failed(f"user:guess{i}")
-    assert len(t) == 1000
+        t.failed(f"guess{i}", "10.0.0.2")
+    assert len(t) == 1001  # each name at that address, and the address
     clock.advance(600)  # past the window and the lockout
-    t.failed("user:one-more")
-    assert len(t) == 1
+    t.failed("one-more", "10.0.0.3")
+    assert len(t) == 2
+
+
+def test_a_session_records_the_role_it_signed_in_with(clock):
+    store = SessionStore(clock=clock)
+    assert store.create("alice", "10.0.0.2", "$argon2id$h").role == "operator"
+    s = store.create("bob", "10.0.0.2", "$argon2id$h", role="viewer")
+    assert store.check(s.token, "10.0.0.2")[0].role == "viewer"

@@ -53,7 +53,9 @@ def test_adding_an_existing_user_and_removing_a_missing_one_are_refused(tmp_path
 @pytest.mark.parametrize("text, expected", [
     ('[users.alice]\nhash = "x"\n', "users.toml: line 1: users.alice.hash: missing or not an Argon2 hash"),
     ('\n\n[users.alice]\nhash = "$argon2id$v=19$m=1024,t=1,p=1$c2FsdHNhbHQ$aGFzaA"\nrole = "admin"\n',
-     "users.toml: line 3: users.alice.role: unknown key"),
+     "users.toml: line 5: users.alice.role: unknown role 'admin' (known: viewer, operator)"),
+    ('[users.alice]\nhash = "$argon2id$v=19$m=1024,t=1,p=1$c2FsdHNhbHQ$aGFzaA"\ngroup = "admin"\n',
+     "users.toml: line 1: users.alice.group: unknown key (known: hash, role, created, changed)"),
     ('[users.alice\n', "users.toml: line 1: not valid TOML"),
     ('admins = ["alice"]\n', "users.toml: line 1: admins: unknown key"),
 ])
@@ -90,7 +92,7 @@ def test_cli_add_list_passwd_remove(tmp_path):
     rc, out, err = _cli(tmp_path, "add", "alice", stdin="first-password\n")
     assert (rc, err) == (0, "") and "alice: added" in out
     rc, out, _ = _cli(tmp_path, "list")
-    assert rc == 0 and out.startswith("alice  created ")
+    assert rc == 0 and out.startswith("alice  operator  created ")
     store = UserStore(tmp_path / "users.toml")
     assert store.verify("alice", "first-password")
     rc, out, _ = _cli(tmp_path, "passwd", "alice", answers=["second-password", "second-password"],
@@ -167,7 +169,8 @@ def test_exposed_without_users_is_read_only_and_says_how_to_fix_it(authority, tm
     acc = auth.access(REMOTE)
     assert acc.mode == "read-only" and not acc.can_control and not acc.can_sign_in
     assert "no user is configured" in acc.reason
-    assert f"python -m backend.cli --workspace {tmp_path} users add NAME" in acc.reason
+    assert "python -m backend.cli --workspace WORKSPACE users add NAME" in acc.reason  # no path for strangers
+    assert str(tmp_path) not in acc.reason and not acc.can_view and not acc.can_see_data
     with pytest.raises(NotAuthorised, match="Read-only"):
         auth.authorise(REMOTE, "stop", "ticker", "dashboard")
     assert log == [("anonymous", "dashboard", "stop", "ticker", "refused", "10.213.0.2")]
@@ -223,7 +226,7 @@ def test_removing_a_user_or_changing_the_password_ends_their_sessions(authority)
     users.remove("bob")
     for c in (a, b):
         acc = auth.access(c)
-        assert not acc.can_control and "removed or the password changed" in acc.notice
+        assert not acc.can_control and "removed, or their password or role changed" in acc.notice
 
 
 def test_repeated_failures_lock_the_client_out(authority, clock):
