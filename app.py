@@ -11,12 +11,14 @@ from pathlib import Path
 import streamlit as st
 
 from ui import fmt
-from ui.auth import frame_gate
+from ui.auth import frame_gate, gate, live_fragment
 from ui.context import WANTED_PAGE, mark_frame, runtime
 
-st.set_page_config(page_title="Specdeck", page_icon=":material/rocket_launch:", layout="wide")
-
 HERE = Path(__file__).resolve().parent
+
+# The icon is served by the dashboard itself: a Material or emoji icon would be fetched by every
+# viewer's browser from a font host on the internet (and fail offline).
+st.set_page_config(page_title="Specdeck", page_icon=str(HERE / "ui" / "static" / "specdeck.png"), layout="wide")
 
 
 def _pages() -> list:
@@ -34,10 +36,13 @@ def _pages() -> list:
     return pages
 
 
+rt = runtime(gate=False)
+# a session that may not view gets the sign-in page and nothing else: the run ends there
+access = gate(rt, [page.url_path for page in _pages()])
 rt = runtime(show_config_error=True)
 
 
-@st.fragment(run_every=5)
+@live_fragment(run_every=5)
 def _sidebar_status() -> None:
     views = rt.supervisor.views()
     servers = [v for v in views if v.kind.value == "server"]
@@ -64,7 +69,8 @@ def _sidebar_status() -> None:
 
 with st.sidebar:
     st.markdown(f"### Specdeck\n**Workspace:** {rt.workspace.name}")
-    st.caption(str(rt.workspace.root))
+    if access.can_see_data:
+        st.caption(str(rt.workspace.root))
     if rt.workspace.is_demo:
         st.info("Demo workspace: simulated GPUs and processes. Choose your own with "
                 "`--workspace DIR`.", icon=":material/info:")

@@ -12,11 +12,13 @@ from __future__ import annotations
 import atexit
 import getpass
 import logging
+import os
+import secrets
 import threading
 import time
 from pathlib import Path
 
-from backend.auth import USERS_FILE, Authority, Caller, NotAuthorised, UserStore
+from backend.auth import USERS_FILE, AccessPolicy, Authority, Caller, NotAuthorised, UserStore
 from backend.supervisor.spec import ProcessSpec
 from backend.workspace import ConfigError, Workspace, load_workspace, parse_config, read_config_text, resolve_root
 from backend.sglang.fleet import PreflightBlocked
@@ -59,8 +61,9 @@ class Runtime:
         self.telemetry = self.fleet = self.loop = self.supervisor = self.train = None
         self.store = Store(workspace.store_path)
         # who may control: users.toml of the workspace, sessions in this process
+        self.access_token = dashboard_token(workspace)
         self.auth = Authority(UserStore(workspace.root / USERS_FILE), audit=self._audit_auth,
-                              workspace_root=str(workspace.root))
+                              workspace_root=str(workspace.root), policy=self.access_policy)
         try:
             self.supervisor = Supervisor(self.store, workspace.run_dir, default_cwd=workspace.root)
             # GPU + host telemetry: one background sampler per workspace per process
@@ -83,6 +86,26 @@ class Runtime:
         except BaseException:
             self.close()
             raise
+
+    # -- access ------------------------------------------------------------
+
+    def access_policy(self) -> AccessPolicy:
+        """The workspace's ``[access]`` settings as they are now (a config edit counts at once)."""
+        acc = self.workspace.config.access
+        return AccessPolicy(anonymous_view=acc.anonymous_view,
+                            local_token=self.access_token if acc.loopback_token else None)
+
+    def typed_path(self, actor: str | Caller, typed: str, *, action: str = "read", source: str) -> Path:
+        """A path typed in the dashboard, resolved, for a request allowed to read it.
+
+        A dashboard request (:class:`Caller`) must be allowed to act (an operator, or a
+        local session) and the path must lie under the workspace's roots
+        (``Workspace.read_roots``): otherwise :class:`NotAuthorised` or
+        ``backend.auth.PathRefused``, audited.  The command line (a plain name) is not limited."""
+        if isinstance(actor, Caller):
+            return self.auth.authorise_path(actor, typed, self.workspace.read_roots, action=action,
+                                            source=source, base=self.workspace.root)
+        return Path(str(typed)).expanduser().resolve()
 
     # -- config reload -----------------------------------------------------
 
@@ -280,6 +303,92 @@ class Runtime:
         with audit.acting_from(client):
             return self.supervisor.stop(name, actor=who, source=source, wait=False)
 
+    # -- programs run and files read for a page (operator actions, audited per request) --
+
+    def _run_for(self, actor: str | Caller, action: str, target: str, source: str, fn, describe=None):
+        """``fn()`` for a request allowed to act, audited with its user and address: ``describe(result)``
+        gives the entry's detail; an exception is recorded as ``error`` and raised."""
+        who, client = self.authorise(actor, action, target, source)
+        with audit.acting_from(client):
+            try:
+                result = fn()
+            except Exception as exc:
+                audit.record(self.store, who, source, action, target, f"{type(exc).__name__}: {exc}"[:500],
+                             "error", client=client)
+                raise
+            audit.record(self.store, who, source, action, target, (describe(result) if describe else "")[:500],
+                         "ok", client=client)
+            return result
+
+    def preflight(self, actor: str | Caller, name: str, cfg=None, *, source: str) -> list:
+        """The preflight findings of server ``name`` (``cfg``: an edit not saved yet).
+
+        Preflight runs the server's python (SGLang's own parser, its version) and reads its model
+        folders, so a dashboard request must be allowed to act (:class:`NotAuthorised` otherwise,
+        audited).  An edit's model or draft folder that differs from the workspace file's is a path
+        typed in the dashboard: it must lie under the workspace's roots (see :meth:`typed_path`)."""
+        from backend.sglang.preflight import has_errors
+
+        def run() -> list:
+            if cfg is not None and isinstance(actor, Caller):
+                saved = self.fleet.config(name)
+                typed = [(cfg.model_path, saved.model_path),
+                         (cfg.speculative.draft_model_path, saved.speculative.draft_model_path)]
+                for new, old in typed:
+                    if new and new != old:
+                        self.typed_path(actor, new, action="preflight", source=source)
+            return self.fleet.preflight(name, cfg)
+
+        def said(found: list) -> str:
+            errs = sum(1 for f in found if f.severity == "error")
+            warns = sum(1 for f in found if f.severity == "warning")
+            return (f"{'edited config' if cfg is not None else 'workspace config'}: {errs} error(s), "
+                    f"{warns} warning(s)" + (" (blocks a launch)" if has_errors(found) else ""))
+
+        return self._run_for(actor, "preflight", name, source, run, said)
+
+    def probe_python(self, actor: str | Caller, python: str, *, source: str, refresh: bool = False):
+        """What the interpreter ``python`` says about its specforge package (it is run as
+        ``python -c <probe>``): an operator action, refused (and audited) for any other request.
+        ``refresh`` asks it again rather than taking the answer kept from before."""
+        from backend.train.generation import probe_env
+
+        def said(p) -> str:
+            return f"specforge {p.version or 'not installed'}" if p.ok else (p.error or "no answer")
+
+        return self._run_for(actor, "probe", str(python)[:300], source,
+                             lambda: probe_env(str(python), use_cache=not refresh), said)
+
+    def detect_generation(self, actor: str | Caller, name: str, *, source: str):
+        """Training run ``name``'s SpecForge generation detected afresh: its interpreter is asked again
+        (a program run), so an operator action, refused (and audited) for any other request."""
+        return self._run_for(actor, "detect", name, source, lambda: self.train.generation(name, refresh=True),
+                             lambda info: info.label)
+
+    def review_train(self, actor: str | Caller, cfg, *, name: str | None = None, source: str):
+        """The command of training run ``cfg`` (a new run, or run ``name`` edited), as the form's
+        review shows it before anything is saved.
+
+        Building it runs the typed interpreter (``python -c <probe>``) and reads the typed SpecForge
+        checkout and output folder, so a dashboard request must be allowed to act, and those folders
+        must lie under the workspace's roots (:class:`NotAuthorised` / ``backend.auth.PathRefused``,
+        audited).  Raises ``backend.train.command.CommandError`` naming the fields that prevent it."""
+        def run():
+            if isinstance(actor, Caller):
+                for typed in (cfg.specforge_dir, cfg.output_dir):
+                    if typed:
+                        self.typed_path(actor, typed, action="review", source=source)
+            return self.train.command(name or cfg.name, cfg=cfg)
+
+        return self._run_for(actor, "review", cfg.name, source, run,
+                             lambda cmd: f"{cfg.python}: {cmd.generation.label}")
+
+    def read_pcie(self, actor: str | Caller, *, source: str) -> None:
+        """Ask the telemetry sampler for PCIe throughput now (each read holds the GPU driver about 20 ms
+        per counter per GPU): an operator action, refused (and audited) for any other request."""
+        self._run_for(actor, "read-pcie", "gpus", source, lambda: self.telemetry.request_slow(pcie=True),
+                      lambda _: "PCIe throughput read requested")
+
     def _audit_auth(self, actor: str, source: str, action: str, target: str, detail: str, outcome: str,
                     client: str) -> None:
         audit.record(self.store, actor, source, action, target, detail, outcome, client=client)
@@ -307,6 +416,26 @@ class Runtime:
 
 _lock = threading.Lock()
 _runtimes: dict[Path, Runtime] = {}
+
+
+TOKEN_ENV = "SPECDECK_ACCESS_TOKEN"
+TOKEN_FILE = "dashboard-token"
+
+
+def dashboard_token(ws: Workspace) -> str:
+    """The loopback token of this dashboard: ``$SPECDECK_ACCESS_TOKEN`` (``scripts/dashboard`` sets it
+    and prints the URL that carries it), else a fresh one.  Either way it is written to
+    ``run/dashboard-token`` (0600), where the machine's user can read it when the URL is lost."""
+    token = (os.environ.get(TOKEN_ENV) or "").strip() or secrets.token_urlsafe(24)
+    path = ws.run_dir / TOKEN_FILE
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
+            os.fchmod(f.fileno(), 0o600)
+            f.write(token + "\n")
+    except OSError as exc:
+        log.warning("could not write the dashboard token to %s: %s", path, exc)
+    return token
 
 
 def _config_stamp(ws: Workspace) -> tuple[int, int] | None:

@@ -115,6 +115,37 @@ class TelemetryConfig(_Model):
     volumes: list[str] = Field(default_factory=list)
 
 
+class AccessConfig(_Model):
+    """``[access]``: who sees what when the dashboard is opened from a browser.
+
+    ``anonymous_view``: a browser that reaches the dashboard from the network
+    and has not signed in sees figures and states (never prompts, answers,
+    logs or command lines, never a path it typed, never a program run);
+    off by default: such a browser gets the sign-in page and nothing else.
+    ``roots``: folders besides the workspace under which paths typed in the
+    dashboard (logs to follow, outputs, checkpoints, datasets) may lie, after
+    symlinks are resolved.  ``loopback_token``: a browser on this host must
+    open the URL with the token printed at start (or sign in), as Jupyter
+    does; turn it off on a single-user machine.  ``sessions_per_address``:
+    open browser sessions allowed from one address.
+    """
+
+    anonymous_view: bool = False
+    roots: list[str] = Field(default_factory=list)
+    loopback_token: bool = True
+    sessions_per_address: int = Field(20, ge=1, le=1000)
+
+    @field_validator("roots")
+    @classmethod
+    def _roots(cls, v: list[str]) -> list[str]:
+        for r in v:
+            if not r.strip():
+                raise ValueError("a root is an empty string")
+            if not Path(r).expanduser().is_absolute():
+                raise ValueError(f"a root is an absolute folder (got {r!r})")
+        return v
+
+
 class WorkspaceSection(_Model):
     name: str = "workspace"
     outputs_dir: str = "outputs"
@@ -124,6 +155,7 @@ class WorkspaceSection(_Model):
 class WorkspaceConfig(_Model):
     workspace: WorkspaceSection = Field(default_factory=WorkspaceSection)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    access: AccessConfig = Field(default_factory=AccessConfig)
     process: list[ProcessConfig] = Field(default_factory=list)
     # SGLang server entries; validated by backend.sglang.config.ServerConfig
     # (see _validate_servers).
@@ -166,17 +198,40 @@ class Workspace:
         p = Path(self.config.workspace.outputs_dir).expanduser()
         return p if p.is_absolute() else self.root / p
 
+    @property
+    def read_roots(self) -> list[Path]:
+        """Folders under which a path typed in the dashboard may lie: the workspace, the outputs
+        folder and ``[access] roots``, symlinks resolved."""
+        out: list[Path] = []
+        for p in (self.root, self.outputs_dir, *(Path(r).expanduser() for r in self.config.access.roots)):
+            try:
+                r = p.resolve()
+            except (OSError, RuntimeError):
+                continue
+            if r not in out:
+                out.append(r)
+        return out
+
     def log_path(self, name: str) -> Path:
         return self.logs_dir / f"{name}.log"
 
     def ensure_dirs(self) -> None:
         """Create logs/, run/ and the outputs folder; a folder that cannot be
-        made is a ConfigError naming it (and, for outputs_dir, the line)."""
+        made is a ConfigError naming it (and, for outputs_dir, the line).
+
+        Each folder made here is 0700 (:mod:`backend.filemodes`): logs and run
+        files hold prompts, argv and environments.  logs/ and run/ are only ever
+        Specdeck's, so one an earlier version left 0755 is tightened; an outputs
+        folder that exists already may be the user's own and keeps its mode."""
+        from backend.filemodes import make_private_dirs, tighten_dir
+
         for d, what in ((self.logs_dir, "logs"), (self.run_dir, "run"), (self.outputs_dir, "outputs")):
             try:
-                d.mkdir(parents=True, exist_ok=True)
+                make_private_dirs(d)
                 if not d.is_dir():
                     raise NotADirectoryError(errno.ENOTDIR, "not a folder")
+                if what != "outputs":
+                    tighten_dir(d)
             except OSError as exc:
                 reason = _os_reason(exc)
                 if what != "outputs":
@@ -276,8 +331,12 @@ def _os_reason(exc: OSError) -> str:
 def read_config_text(path: Path) -> str:
     """The config file's text; a folder, an unreadable file or bytes that are
     not UTF-8 are a ConfigError (``file[:line]: reason``)."""
+    from backend.readcap import CONFIG_JSON_MAX, TooLarge, read_bytes_whole
+
     try:
-        data = Path(path).read_bytes()
+        data = read_bytes_whole(path, CONFIG_JSON_MAX, "a workspace config")
+    except TooLarge as exc:
+        raise ConfigError([str(exc)]) from None
     except IsADirectoryError:
         raise ConfigError([f"{path}: is a folder, not a config file; "
                            f"the workspace config is a TOML file named {CONFIG_NAME}"]) from None
@@ -511,9 +570,9 @@ def update_entry(ws: Workspace, table: str, name: str, values: dict[str, Any], *
         doc[table].append(entry)
     new_text = tomlkit.dumps(doc)
     cfg = parse_config(new_text, ws.config_path)  # raises before anything is written
-    tmp = ws.config_path.with_suffix(".toml.tmp")
-    tmp.write_text(new_text, encoding="utf-8")
-    tmp.replace(ws.config_path)
+    from backend.filemodes import write_private
+
+    write_private(ws.config_path, new_text)  # atomic, 0600: the file names models, paths and hosts
     ws.config = cfg
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -77,13 +78,15 @@ def main() -> int:
     ap.add_argument("--port", type=int, default=8611)
     ap.add_argument("--shot", help="save a full-page screenshot after the last edit")
     a = ap.parse_args()
+    token = secrets.token_urlsafe(24)  # the loopback token the dashboard asks each browser for
     from playwright.sync_api import sync_playwright
 
     root = Path(tempfile.mkdtemp(prefix="bench-preflight-edit-"))
     _workspace(root, a.python)
     before = set(_parsers())
     dash = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(a.port),
-                             "--server.headless", "true"], cwd=REPO, env={**os.environ, "SPECDECK_WORKSPACE": str(root)},
+                             "--server.headless", "true"], cwd=REPO, env={**os.environ, "SPECDECK_WORKSPACE": str(root),
+                                                        "SPECDECK_ACCESS_TOKEN": token},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         with sync_playwright() as p:
@@ -92,7 +95,7 @@ def main() -> int:
             deadline = time.time() + 60
             while True:
                 try:
-                    page.goto(f"http://127.0.0.1:{a.port}/", timeout=5000)
+                    page.goto(f"http://127.0.0.1:{a.port}/?token={token}", timeout=5000)
                     break
                 except Exception:
                     if time.time() > deadline:

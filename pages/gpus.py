@@ -12,8 +12,9 @@ import pandas as pd
 import streamlit as st
 
 from ui import charts, fmt
+from ui.auth import control_lock, data_lock, live_fragment
 from ui.components import freshness, page_header
-from ui.context import require_frame, runtime
+from ui.context import actor, require_frame, runtime
 
 REFRESH_S = 2
 HISTORY_REFRESH_S = 5
@@ -237,7 +238,8 @@ def _processes(snap) -> None:
         st.caption("No processes on any GPU." if snap.gpus else "No GPUs to report on.")
         return
     for j in attr.jobs:
-        st.markdown(f"{fmt.state_text(j.state)} &nbsp; {j.summary}")
+        st.markdown(fmt.data_markdown(f"{fmt.state_text(j.state)} &nbsp; {j.summary}"))
+    hidden = data_lock(rt)  # a command line may hold paths, prompts, tokens
     rows = []
     for h in sorted(attr.holders, key=lambda h: (h.gpu_index, h.pid)):
         rows.append({
@@ -246,11 +248,14 @@ def _processes(snap) -> None:
             "job": h.job or "— not managed —",
             "kind": h.kind or "",
             "user": h.user or ("" if h.job else NA),
-            "command": h.command or ("" if h.job else f"{NA} ({h.na})" if h.na else NA),
+            "command": "(hidden)" if hidden and h.command else
+            h.command or ("" if h.job else f"{NA} ({h.na})" if h.na else NA),
             # N/A where NVML cannot tell (no permission, some container setups), never 0
             "GPU memory": fmt.gib(h.used_memory),
         })
     df = pd.DataFrame(rows)
+    if hidden:
+        st.caption(f":material/lock: {hidden}")
     st.dataframe(df, hide_index=True, width="stretch",
                  column_config={"pid": st.column_config.NumberColumn(format="%d"),
                                 "GPU memory": st.column_config.TextColumn(
@@ -284,7 +289,7 @@ def _host(snap) -> None:
         } for d in h.disks]).set_index("volume"))
 
 
-@st.fragment(run_every=REFRESH_S)
+@live_fragment(run_every=REFRESH_S)
 def live() -> None:
     snap = sampler.latest()
     if snap is None:
@@ -351,7 +356,7 @@ def _slow_line(g, now: float) -> None:
     st.markdown(" · ".join(shown), help=("N/A — " + "; ".join(why)) if why else None)
 
 
-@st.fragment(run_every=SLOW_REFRESH_S)
+@live_fragment(run_every=SLOW_REFRESH_S)
 def slow_readings() -> None:
     slow_every = float(getattr(sampler, "slow_interval_s", 10.0))
     pcie_every = getattr(sampler, "pcie_interval_s", None)
@@ -361,12 +366,16 @@ def slow_readings() -> None:
                "throughput " + (f"every {fmt.duration(pcie_every)} and " if pcie_every else "")
                + "on demand, since each read holds the driver about 20 ms per counter per GPU.")
     snap = sampler.latest()
+    lock = control_lock(rt)
     clicked = st.button("Read PCIe throughput now", key="gpu-pcie-read", icon=":material/speed:",
-                        disabled=snap is None or not snap.gpus,
-                        help="Asks the sampler's slow thread to read PCIe TX/RX of every GPU in the gap "
-                             "after its next pass; this page does not wait for it.")
+                        disabled=snap is None or not snap.gpus or bool(lock),
+                        help=lock or "Asks the sampler's slow thread to read PCIe TX/RX of every GPU in the gap "
+                                     "after its next pass; this page does not wait for it.")
     if clicked:
-        sampler.request_slow(pcie=True)
+        try:
+            rt.read_pcie(actor(), source="dashboard")
+        except Exception as exc:  # refused: the audit log has it
+            st.error(f"PCIe throughput was not read: {exc}", icon=":material/lock:")
     now = time.time()
     asked = getattr(sampler, "pcie_requested_at", None)
     if asked is not None:
@@ -399,7 +408,7 @@ rng = hc[0].segmented_control("Time range", list(RANGES), default="15 m", key="g
 field_label = hc[1].selectbox("GPU metric", list(FIELDS), key="gpu-hist-field")
 
 
-@st.fragment(run_every=HISTORY_REFRESH_S)
+@live_fragment(run_every=HISTORY_REFRESH_S)
 def history(range_label: str, label: str) -> None:
     seconds = RANGES.get(range_label or "15 m", 900)
     field, fmt_spec, scale = FIELDS[label]

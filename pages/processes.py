@@ -12,8 +12,8 @@ from backend.logview import newest_line_age
 from backend.runtime import PreflightBlocked
 from state import audit
 from ui import fmt
-from ui.auth import control_lock
-from ui.components import confirm_box, freshness, log_block, page_header
+from ui.auth import control_lock, data_lock, live_fragment, show_data_lock
+from ui.components import code_span, confirm_box, freshness, log_block, page_header, path_text
 from ui.context import actor, require_frame, runtime
 
 REFRESH_S = 2
@@ -27,12 +27,12 @@ page_header("Processes", "Everything Specdeck runs for you: servers, regeneratio
             "benchmarks. They keep running when this tab or the dashboard closes.")
 
 
-@st.fragment(run_every=REFRESH_S)
+@live_fragment(run_every=REFRESH_S)
 def overview() -> None:
     views = sup.views()
     if not views:
         st.info("No managed processes yet: add a `[[process]]` entry to "
-                f"`{rt.workspace.config_path}` and reload.", icon=":material/info:")
+                f"{path_text(rt.workspace.config_path, bool(data_lock(rt)))} and reload.", icon=":material/info:")
         return
     states = [v.state.value for v in views]
     failed = sum(1 for v in views if fmt.view_badge(v).colour == "red")
@@ -89,7 +89,7 @@ def _do(proc: str, action: str) -> None:
                  "*launch anyway* on the Servers page if you are sure.")
         for f in exc.findings:
             if f.severity == "error":
-                st.markdown(f"- :red[**{f.code}**] {f.found}  \n  *Fix:* {f.fix}")
+                st.markdown(fmt.data_markdown(f"- :red[**{f.code}**] {f.found}  \n  *Fix:* {f.fix}"))
     except Exception as exc:  # refused or failed; the action is in the audit log
         st.error(f"Could not {action} **{proc}**: {exc}")
     else:
@@ -97,7 +97,7 @@ def _do(proc: str, action: str) -> None:
         st.rerun(scope="app")  # the state history and audit log below show the action at once
 
 
-@st.fragment(run_every=REFRESH_S)
+@live_fragment(run_every=REFRESH_S)
 def control(proc: str) -> None:
     """State, command and buttons of one process, redrawn with its live state."""
     view = sup.view(proc)
@@ -106,9 +106,11 @@ def control(proc: str) -> None:
         return
     with st.container(border=True):
         active = view.live
-        st.markdown(f"{fmt.view_badge(view).markdown()} &nbsp; **{view.name}** · {view.kind.value}"
-                    + (f" · pid {view.pid}" if view.pid else "") + (f" · {view.detail}" if view.detail else ""))
-        st.code(shlex.join(view.spec.argv), language="bash", wrap_lines=True)
+        st.markdown(fmt.data_markdown(f"{fmt.view_badge(view).markdown()} &nbsp; **{view.name}** · {view.kind.value}"
+                                      + (f" · pid {view.pid}" if view.pid else "")
+                                      + (f" · {view.detail}" if view.detail else "")))
+        if not show_data_lock(rt):  # the command line
+            st.code(shlex.join(view.spec.argv), language="bash", wrap_lines=True)
         row = st.container(horizontal=True)  # each button as wide as its label: never "St…"
         lock = control_lock(rt)
         if row.button("Start", key="btn-start", disabled=active or bool(lock), help=lock or None,
@@ -133,11 +135,13 @@ def control(proc: str) -> None:
 control(name)
 
 st.subheader(f"Log · {name}")
-st.caption(f"`{v.log_path}`")
 
 
-@st.fragment(run_every=REFRESH_S)
+@live_fragment(run_every=REFRESH_S)
 def log_tail(proc: str) -> None:
+    if show_data_lock(rt):
+        return
+    st.caption(fmt.data_markdown(code_span(v.log_path)))
     key = f"tail-{proc}"
     buf = st.session_state.get(key)
     if buf is None:
@@ -158,7 +162,7 @@ log_tail(name)
 
 
 
-@st.fragment(run_every=REFRESH_S)
+@live_fragment(run_every=REFRESH_S)
 def history_and_audit(proc: str) -> None:
     """Redrawn with the live parts, so an action shows here without a reload."""
     st.subheader("State history")
@@ -174,6 +178,8 @@ def history_and_audit(proc: str) -> None:
         with st.container(height=300 if len(hdf) > 6 else "content"):
             st.table(hdf, hide_index=True)
     st.subheader("Audit log")
+    if show_data_lock(rt):  # it names users and their addresses
+        return
     entries = audit.recent(rt.store, limit=200)
     adf = pd.DataFrame([{
         "at": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.at)),

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import streamlit as st
 
+from backend.regen.output import RunFiles
 from ui import regen_control
 from ui import regen_live as live
+from ui.auth import control_lock, data_lock, typed_path
 from ui.components import page_header
 from ui.context import require_frame, runtime
 
@@ -22,20 +22,30 @@ page_header("Regeneration", "The target model answers the training prompts again
 mode = st.segmented_control("Follow", [SPECDECK, SPECFORGE], default=SPECDECK, key="regen-mode") or SPECDECK
 
 if mode == SPECFORGE:
+    lock = control_lock(rt)  # reading files by a typed path: an operator's action
     a, b, c = st.columns([3, 3, 1])
-    inp = a.text_input("Its --input-file-path", key="regen-sf-in")
-    out = b.text_input("Its --output-file-path (.jsonl)", key="regen-sf-out")
+    inp = a.text_input("Its --input-file-path", key="regen-sf-in", disabled=bool(lock), help=lock or None)
+    out = b.text_input("Its --output-file-path (.jsonl)", key="regen-sf-out", disabled=bool(lock), help=lock or None)
     stall_min = c.number_input("Stall after (min)", 1.0, 1440.0, 10.0, key="regen-sf-stall")
     if not (inp and out):
         st.info("Give the input and output paths of a `regenerate_train_data.py` run: its progress is read from "
                 "the output, _error and _skipped files it writes.", icon=":material/info:")
         st.stop()
-    if not out.endswith(".jsonl"):
-        st.error(f"`{out}`: SpecForge's output path ends in .jsonl.")
+    if not out.strip().endswith(".jsonl"):
+        st.error("SpecForge's output path ends in .jsonl.")
         st.stop()
-    live.live_specforge(inp, out, stall_min)
-    live.sample_viewer(str(Path(out).expanduser()), [{"dataset": None, "file": Path(inp).expanduser(),
-                                                      "first_turn_only": False, "max_prompt_chars": None}], key="sf")
+    # each run of the page asks again (the session may have ended); a path read again is audited once
+    inp_path = typed_path(rt, inp)
+    out_path = typed_path(rt, out) if inp_path is not None else None
+    if inp_path is None or out_path is None:
+        st.stop()
+    # the _error and _skipped files beside the output are read too: a symlink there must not lead out
+    sides = RunFiles.of(out_path)
+    if any(typed_path(rt, str(side)) is None for side in (sides.error, sides.skipped)):
+        st.stop()
+    live.live_specforge(str(inp_path), str(out_path), stall_min, rt)
+    live.sample_viewer(str(out_path), [{"dataset": None, "file": inp_path, "first_turn_only": False,
+                                        "max_prompt_chars": None}], key="sf", rt=rt)
     st.stop()
 
 runs = live.known_runs(rt)
@@ -51,7 +61,9 @@ if wanted in outs:  # just started from the form: show it
     st.session_state["regen-run"] = wanted
 if st.session_state.get("regen-run") not in outs:
     st.session_state["regen-run"] = outs[-1]
-chosen = st.selectbox("Run", outs, format_func=lambda o: f"{runs[o]} · {o}", key="regen-run")
+paths_hidden = bool(data_lock(rt))  # the outputs' paths: for sessions that may see the workspace's paths
+chosen = st.selectbox("Run", outs, format_func=lambda o: runs[o] if paths_hidden else f"{runs[o]} · {o}",
+                      key="regen-run")
 live.live_job(rt, chosen)
 regen_control.job_controls(rt, chosen)
-live.sample_viewer(chosen, None, key="regen-sample")
+live.sample_viewer(chosen, None, key="regen-sample", rt=rt)

@@ -18,8 +18,8 @@ from backend.sglang.alerts import ACCEPT_FLOOR
 from backend.sglang.preflight import has_errors
 from ui import baseline_measure, charts, fmt
 from backend.logview import newest_line_age
-from ui.auth import control_lock
-from ui.components import confirm_box, findings_list, freshness, log_block, page_header
+from ui.auth import control_lock, data_lock, live_fragment, show_data_lock
+from ui.components import code_span, confirm_box, findings_list, freshness, log_block, page_header, path_text
 from ui.context import actor, require_frame, runtime
 
 REFRESH_S = 2
@@ -34,7 +34,8 @@ page_header("Servers", "SGLang servers and their speculative drafts: startup, pr
 
 names = fleet.names()
 if not names:
-    st.info(f"No server yet: add a `[[server]]` entry to `{rt.workspace.config_path}` and reload "
+    st.info(f"No server yet: add a `[[server]]` entry to {path_text(rt.workspace.config_path, bool(data_lock(rt)))} "
+            "and reload "
             "(the demo workspace has a simulated one).", icon=":material/info:")
     st.stop()
 
@@ -195,22 +196,28 @@ def live_charts(snap, choice: baseline.BaselineChoice) -> None:
 
 # -- live status ------------------------------------------------------------------
 
-@st.fragment(run_every=REFRESH_S)
+@live_fragment(run_every=REFRESH_S)
 def live(server: str) -> None:
     snap = fleet.snapshot(server)
     view = rt.supervisor.view(server)
+    hidden = bool(data_lock(rt))  # the log's own words: only for sessions that may see logs
 
     if snap.alert is not None:
         a = snap.alert
-        st.error(f"**{a.title}.** {a.message}\n\nLikely causes:\n" + "\n".join(f"- {c}" for c in a.causes),
-                 icon=":material/error:")
+        st.error(fmt.data_markdown(f"**{a.title}.** {a.message}\n\nLikely causes:\n"
+                                   + "\n".join(f"- {c}" for c in a.causes)), icon=":material/error:")
     if snap.fatal is not None:
         f = snap.fatal
-        text = f"**{f.title}** at {_when(f.ts)}: `{f.message[:300]}`"
-        if f.cause and f.cause not in f.message:
-            text += f"\n\nCause: `{f.cause[:300]}`"
-        st.error(text + f"\n\nDetails: `{snap.log_path}`", icon=":material/cancel:")
-        if f.hint:
+        text = f"**{f.title}** at {_when(f.ts)}"
+        if hidden:
+            text += " (the log's lines are shown to signed-in users)"
+        else:
+            text += f": {code_span(f.message[:300])}"
+            if f.cause and f.cause not in f.message:
+                text += f"\n\nCause: {code_span(f.cause[:300])}"
+            text += f"\n\nDetails: {code_span(snap.log_path)}"
+        st.error(fmt.data_markdown(text), icon=":material/cancel:")
+        if f.hint and not hidden:
             st.markdown("**What the log suggests:**")
             st.code(f.hint, language=None)
 
@@ -226,8 +233,8 @@ def live(server: str) -> None:
         pct = f" {snap.phase_percent:.0f}%" if snap.phase_percent is not None else ""
         since = f" · {fmt.duration(time.time() - snap.launched_ts)} since launch" if snap.launched_ts else ""
         st.progress(min(1.0, max(0.0, snap.progress)), text=f"Starting: {label}{pct}{since}")
-        if snap.phase_detail:
-            st.caption(snap.phase_detail[:200])
+        if snap.phase_detail and not hidden:
+            st.caption(fmt.data_markdown(snap.phase_detail[:200]))
 
     choice = live_figures(snap, server)
     baseline_measure.progress(rt, server)
@@ -249,27 +256,50 @@ live(name)
 # -- config, preflight and control ---------------------------------------------------
 
 cfg = fleet.config(name)
-fleet.warm_parser(name)  # an edit in the Start…/Relaunch… panel is then checked in a fraction of a second
+lock = control_lock(rt)
+if not lock:  # an edit in the Start…/Relaunch… panel is then checked in a fraction of a second
+    fleet.warm_parser(name)
 view = rt.supervisor.view(name)
 active = view is not None and view.live
+
+
+def _preflight(server: str) -> tuple[float, list] | None:
+    """The findings of the workspace config (run on the first visit and on "Run preflight"), or None after
+    an error on the page: preflight runs the server's python, which only a session that may act asks for."""
+    try:
+        return time.time(), rt.preflight(actor(), server, source="dashboard")
+    except Exception as exc:  # refused (audited), or the check itself failed
+        st.error(f"Preflight did not run: {exc}", icon=":material/lock:")
+        return None
+
 
 st.subheader("Config and preflight")
 left, right = st.columns([3, 2])
 with left:
-    st.code(shlex.join(fleet.argv(cfg)), language="bash", wrap_lines=True)
-    with st.expander("Launch config (from the workspace file)"):
-        st.json(cfg.model_dump(mode="json", exclude_none=True))
+    if not show_data_lock(rt):  # a command line and the workspace's paths
+        st.code(shlex.join(fleet.argv(cfg)), language="bash", wrap_lines=True)
+        with st.expander("Launch config (from the workspace file)"):
+            st.json(cfg.model_dump(mode="json", exclude_none=True))
+findings: list = []
 with right:
     key = f"srv-preflight-{name}"
-    if st.button("Run preflight", key="srv-run-preflight", icon=":material/fact_check:") or key not in st.session_state:
+    pressed = st.button("Run preflight", key="srv-run-preflight", icon=":material/fact_check:", disabled=bool(lock),
+                        help=lock or "check the launch command with SGLang's own parser and the model folders")
+    if pressed or (key not in st.session_state and not lock):
         with st.spinner("Preflight: checking the launch command (the first check with SGLang's own parser loads sglang)…"):
-            st.session_state[key] = (time.time(), fleet.preflight(name))
-    at, findings = st.session_state[key]
-    errs = sum(1 for f in findings if f.severity == "error")
-    warns = sum(1 for f in findings if f.severity == "warning")
-    (st.error if errs else st.warning if warns else st.success)(
-        f"Preflight: {errs} error(s), {warns} warning(s)" + (" — a launch needs 'launch anyway'" if errs else ""))
-    st.caption(f"checked {fmt.age(time.time() - at)}")
+            result = _preflight(name)
+        if result is not None:
+            st.session_state[key] = result
+    if key in st.session_state and not lock:
+        at, findings = st.session_state[key]
+        errs = sum(1 for f in findings if f.severity == "error")
+        warns = sum(1 for f in findings if f.severity == "warning")
+        (st.error if errs else st.warning if warns else st.success)(
+            f"Preflight: {errs} error(s), {warns} warning(s)" + (" — a launch needs 'launch anyway'" if errs else ""))
+        st.caption(f"checked {fmt.age(time.time() - at)}")
+    elif lock:
+        st.caption("Preflight runs the server's python and reads its model folders: it is run by a session that "
+                   "may start servers.")
 # errors and warnings in full: their words are the point
 findings_list(findings, info=False)
 if findings:
@@ -382,14 +412,29 @@ def launch_panel(server: str, running: bool) -> None:
     if close.button("Cancel", key="srv-launch-cancel"):
         st.session_state["srv-launch-open"] = False
         st.rerun()
+    lock = control_lock(rt)
+    if lock:
+        st.error(lock, icon=":material/lock:")
+        return
     new = _form_config(fleet.config(server), server)
     if new is None:
         return
     changes = _changes(fleet.config(server), new)
-    st.markdown("**Changes:** " + ("; ".join(changes) if changes else "none (relaunch as it is)"))
+    st.markdown(fmt.data_markdown("**Changes:** " + ("; ".join(changes) if changes else "none (relaunch as it is)")))
     st.code(shlex.join(fleet.argv(new)), language="bash", wrap_lines=True)
-    with st.spinner("Preflight: checking the edited command…"):
-        found = fleet.preflight(server, new)
+    # checked once per edit: each check runs the server's python and is audited
+    checked_key = "srv-launch-checked"
+    stamp = (server, running, new.model_dump_json())
+    checked = st.session_state.get(checked_key)
+    if checked is None or checked[0] != stamp:
+        with st.spinner("Preflight: checking the edited command…"):
+            try:
+                checked = (stamp, rt.preflight(actor(), server, new, source="dashboard"))
+            except Exception as exc:  # refused (a typed folder outside the roots, ...) or failed: audited
+                st.error(f"Preflight did not run: {exc}", icon=":material/lock:")
+                return
+        st.session_state[checked_key] = checked
+    found = checked[1]
     if found:
         findings_list(found)
     else:
@@ -400,7 +445,6 @@ def launch_panel(server: str, running: bool) -> None:
         st.error("Preflight found errors. The server would start, but the errors above say how it will misbehave.")
         anyway = st.checkbox("Launch anyway (recorded in the audit log with these errors)", key="srv-anyway")
     label = "Stop and relaunch" if running else "Start"
-    lock = control_lock(rt)
     if st.button(label, type="primary", disabled=(blocked and not anyway) or bool(lock), help=lock or None,
                  key="srv-launch-go"):
         try:
@@ -451,10 +495,12 @@ if confirm_box("srv-confirm-stop", f"Stop **{name}**? Requests in flight fail; i
 st.subheader("Log")
 
 
-@st.fragment(run_every=REFRESH_S)
+@live_fragment(run_every=REFRESH_S)
 def log_view(server: str) -> None:
+    if show_data_lock(rt):
+        return
     snap = fleet.snapshot(server)
-    st.caption(f"`{snap.log_path}`")
+    st.caption(fmt.data_markdown(code_span(snap.log_path)))
     log_block(list(snap.log_tail), newest_age_s=newest_line_age(snap.log_path), toggle_key="srv-log-probes")
     if snap.unparsed:
         with st.expander(f"{snap.stats.unparsed_lines} batch line(s) could not be read"):
@@ -463,7 +509,7 @@ def log_view(server: str) -> None:
     if snap.problems:
         with st.expander(f"{len(snap.problems)} warning(s) from the log"):
             for p in snap.problems:
-                st.markdown(f"- **{p.title}** at {_when(p.ts)}: `{p.message[:200]}`")
+                st.markdown(fmt.data_markdown(f"- **{p.title}** at {_when(p.ts)}: {code_span(p.message[:200])}"))
 
 
 log_view(name)

@@ -1,27 +1,42 @@
-"""Sign-in in the page layer: who is asking, the frame's gate, and the lock on control buttons.
+"""Sign-in in the page layer: who is asking, the frame's gate, and the locks on controls and data.
 
 The backend decides (``backend.auth``); this module only reads what Streamlit
 knows about the request (the listening address from its config, the browser
-session's TCP peer from ``st.context``) and draws the banner, the sign-in
-page and the account box.
+session's TCP peer from ``st.context``, the loopback token in the URL) and
+draws the gate, the banner, the sign-in page and the account box.
+
+For the pages:
+
+- :func:`control_lock` / :func:`data_lock`: why this session may not act, or
+  may not see prompts, answers, logs and command lines ("" when it may);
+- :func:`live_fragment`: ``st.fragment(run_every=...)`` that stops drawing
+  (and sends the tab through the gate again) once the session may no longer view;
+- :func:`typed_path`: a path typed in a widget, resolved and allowed by the
+  backend (an operator action, under the workspace's roots), or an error on the page.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import threading
 import time
+from pathlib import Path
 
 import streamlit as st
+from streamlit.errors import StreamlitAPIException
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-from backend.auth import ABSOLUTE_S, IDLE_S, Access, Caller, LoginRefused, is_loopback
+from backend.auth import ABSOLUTE_S, IDLE_S, Access, Caller, LoginRefused, NotAuthorised, PathRefused, is_loopback
 
 log = logging.getLogger("specdeck")
 
 TOKEN_KEY = "_specdeck_auth_token"
 NOTICE_KEY = "_specdeck_auth_notice"
 HOME_KEY = "_specdeck_home_page"
+LOCAL_TOKEN_KEY = "_specdeck_local_token"
+PENDING_TOKEN_KEY = "_specdeck_url_token"  # a ?token= seen by a page that ran before the frame
 FORWARDING_HEADERS = ("forwarded", "x-forwarded-for", "x-real-ip")
 _warned: set[str] = set()
 
@@ -69,7 +84,8 @@ def caller() -> Caller:
     headers = st.context.headers
     proxied = any(headers.get(h) for h in FORWARDING_HEADERS) if headers else False
     return Caller(listen=listen_address(), peer=peer_address(), token=st.session_state.get(TOKEN_KEY),
-                  proxied=proxied, forwarded_allow_ips=os.environ.get("FORWARDED_ALLOW_IPS"))
+                  proxied=proxied, forwarded_allow_ips=os.environ.get("FORWARDED_ALLOW_IPS"),
+                  local_token=st.session_state.get(LOCAL_TOKEN_KEY))
 
 
 def access(rt=None, *, touch: bool = False) -> Access:
@@ -80,8 +96,54 @@ def access(rt=None, *, touch: bool = False) -> Access:
 
 
 def control_lock(rt=None) -> str:
-    """Why this session may not control ("" when it may): pass as ``help=`` and ``disabled=bool(...)``."""
+    """Why this session may not control ("" when it may): pass as ``help=`` and ``disabled=bool(...)``.
+
+    Disabling a widget is a courtesy: the backend refuses the action itself."""
     return access(rt).reason
+
+
+def data_lock(rt=None) -> str:
+    """Why this session may not see prompts, answers, log lines, command lines, the audit log or
+    the workspace's paths ("" when it may): show it in their place."""
+    return access(rt).data_reason
+
+
+def show_data_lock(rt=None) -> bool:
+    """True (after a caption saying why) when data is hidden from this session: ``if show_data_lock(): return``."""
+    why = data_lock(rt)
+    if why:
+        st.caption(f":material/lock: {why}")
+    return bool(why)
+
+
+def live_fragment(fn=None, *, run_every=None):
+    """``st.fragment(run_every=...)`` for live panels: each timed run first checks that the session
+    may still view (a session that ended, a user removed); if not, the whole page runs again, and
+    the frame's gate shows the sign-in page instead of the panel."""
+    def wrap(f):
+        @functools.wraps(f)
+        def guarded(*args, **kwargs):
+            from ui.context import runtime
+
+            if not access(runtime(gate=False)).can_view:
+                st.rerun(scope="app")
+            return f(*args, **kwargs)
+
+        return st.fragment(guarded, run_every=run_every)
+
+    return wrap(fn) if fn is not None else wrap
+
+
+def typed_path(rt, typed: str, *, action: str = "read") -> Path | None:
+    """The path typed in a widget, resolved, when the backend allows this session to read it
+    (an operator action, under the workspace's roots); else None after an error that says why."""
+    from ui.context import actor
+
+    try:
+        return rt.typed_path(actor(), typed, action=action, source="dashboard")
+    except (NotAuthorised, PathRefused) as exc:
+        st.error(str(exc), icon=":material/lock:")
+        return None
 
 
 def _warn_once(rt, acc: Access) -> None:
@@ -90,48 +152,197 @@ def _warn_once(rt, acc: Access) -> None:
     if key in _warned or acc.mode == "local":
         return
     _warned.add(key)
+    if acc.mode == "token":
+        log.warning("Specdeck asks each browser for its token: open http://localhost:%s/?token=%s "
+                    "(also in %s)", st.get_option("server.port"), rt.access_token,
+                    rt.workspace.run_dir / "dashboard-token")
+        return
     n = len(rt.auth.users.users())
-    log.warning("Specdeck listens on %s, reachable from the network: control actions need a signed-in user "
-                "(%d configured in %s)%s", listen or "all interfaces", n, rt.auth.users.path,
-                "" if n else "; the dashboard is read-only until one is added")
+    log.warning("Specdeck listens on %s, reachable from the network: browsers see %s until a user signs in, "
+                "and control needs a signed-in operator (%d users in %s)%s", listen or "all interfaces",
+                "figures only (anonymous_view)" if acc.anonymous_view else "nothing but the sign-in page", n,
+                rt.auth.users.path, "" if n else "; add one with `" + rt.auth.add_user_hint() + "`")
     hosts = [h for h in (st.get_option("server.allowedHosts") or []) if h != "*"]
     if hosts and all(is_loopback(h) for h in hosts):
         log.warning("server.allowedHosts lists only %s: browsers that reach the dashboard by another name or "
                     "address are refused until it lists that too (--server.allowedHosts NAME)", ", ".join(hosts))
 
 
+def acc_was_viewable(rt, c: Caller) -> bool:
+    """Whether the session could view before signing in: then the sign-in page was one page of the
+    navigation and the frame's first page follows; else the URL's own page opens."""
+    from dataclasses import replace
+
+    return rt.auth.access(replace(c, token=None)).can_view
+
+
+def _sign_in_form(rt, c: Caller) -> None:
+    with st.form("specdeck-login", border=True):
+        name = st.text_input("User name", key="login-name", autocomplete="username")
+        password = st.text_input("Password", type="password", key="login-password",
+                                 autocomplete="current-password")
+        submitted = st.form_submit_button("Sign in", type="primary", icon=":material/login:")
+    if submitted:
+        try:
+            s = rt.auth.login(c, name, password)
+        except LoginRefused as exc:
+            st.error(str(exc), icon=":material/error:")
+        else:
+            st.session_state[TOKEN_KEY] = s.token
+            st.session_state.pop(NOTICE_KEY, None)
+            home = st.session_state.get(HOME_KEY)
+            if home is not None and acc_was_viewable(rt, c):
+                try:
+                    st.switch_page(home)
+                except StreamlitAPIException:  # a page of an earlier navigation: stay on this URL
+                    pass
+            st.rerun()
+
+
+def _token_form(rt) -> None:
+    with st.form("specdeck-token", border=True):
+        token = st.text_input("Token", type="password", key="login-token", autocomplete="off",
+                              help="The `token=` part of the URL the dashboard printed when it started; it is also "
+                                   "in the file run/dashboard-token of its workspace (readable only by its user).")
+        submitted = st.form_submit_button("Open", type="primary", icon=":material/key:")
+    if submitted:
+        if rt.auth.token_matches(token.strip()):
+            st.session_state[LOCAL_TOKEN_KEY] = token.strip()
+            st.rerun()
+        st.error("That is not this dashboard's token.", icon=":material/error:")
+
+
 def login_page(rt) -> None:
-    """The sign-in page (pages/login.py)."""
-    st.title("Sign in")
+    """The sign-in page (pages/login.py, and the only page a session that may not view gets)."""
     acc = access(rt)
     c = caller()
-    st.caption("Starting, stopping and relaunching need a signed-in user while the dashboard is reachable "
-               "from the network; viewing does not.")
+    if acc.mode == "token":
+        st.title("Open Specdeck")
+        st.caption("This dashboard listens on this machine only, and each browser opens it once with the token "
+                   "in the URL it printed at its start, as Jupyter does: another user of the machine, a page on "
+                   "another localhost port or a port forwarder sees nothing without it.")
+    else:
+        st.title("Sign in")
+        if not acc.can_view:
+            st.caption("This dashboard is reachable from the network: sign in to see it. Viewers see everything; "
+                       "operators also start, stop and relaunch.")
+        else:
+            st.caption("Starting, stopping and relaunching need a signed-in operator while the dashboard is "
+                       "reachable from the network.")
     left, _ = st.columns([2, 3])
     with left:
         if acc.mode == "signed-in":
-            st.success(f"Signed in as **{acc.actor}**.", icon=":material/check_circle:")
+            st.success(f"Signed in as **{acc.actor}** ({acc.role}).", icon=":material/check_circle:")
             return
-        with st.form("specdeck-login", border=True):
-            name = st.text_input("User name", key="login-name", autocomplete="username")
-            password = st.text_input("Password", type="password", key="login-password",
-                                     autocomplete="current-password")
-            submitted = st.form_submit_button("Sign in", type="primary", icon=":material/login:")
-        if submitted:
-            try:
-                s = rt.auth.login(c, name, password)
-            except LoginRefused as exc:
-                st.error(str(exc), icon=":material/error:")
-            else:
-                st.session_state[TOKEN_KEY] = s.token
-                st.session_state.pop(NOTICE_KEY, None)
-                home = st.session_state.get(HOME_KEY)
-                if home is not None:
-                    st.switch_page(home)
-                st.rerun()
+        if acc.mode == "token":
+            _token_form(rt)
+        if acc.users_error and not acc.can_see_data:
+            st.error("Nobody can sign in: the users file has an error (see the dashboard's terminal).",
+                     icon=":material/error:")
+        elif acc.users_error:
+            st.error(f"Nobody can sign in: {acc.users_error}", icon=":material/error:")
+        if acc.can_sign_in:
+            if acc.mode == "token":
+                st.caption("Or sign in:")
+            _sign_in_form(rt, c)
+        elif acc.mode != "token":
+            st.warning("No user is configured, so nobody can sign in. Add one on the dashboard's host: "
+                       "`python -m backend.cli --workspace WORKSPACE users add NAME --role operator`.",
+                       icon=":material/person_add:")
+        hint = rt.auth.add_user_hint() if acc.can_see_data else \
+            "python -m backend.cli --workspace WORKSPACE users add NAME"
         st.caption(f"A session ends after {IDLE_S // 60} min without activity and {ABSOLUTE_S // 3600} h "
                    "after signing in; reloading the tab signs out. Users are added on the dashboard's host: "
-                   f"`{rt.auth.add_user_hint()}`.")
+                   f"`{hint}`.")
+
+
+# -- the frame's gate ----------------------------------------------------------
+
+_sessions_lock = threading.Lock()
+_first_seen: dict[str, float] = {}  # browser session id -> when the gate first saw it
+
+
+def _take_url_token(rt) -> None:
+    """A ``?token=`` in the URL: kept in the session when it is this dashboard's, and taken out of
+    the address bar either way (it should not stay in the browser's history)."""
+    pending = st.session_state.pop(PENDING_TOKEN_KEY, None)
+    presented = st.query_params.get("token") or pending
+    if presented is None:
+        return
+    if rt.auth.token_matches(presented):
+        st.session_state[LOCAL_TOKEN_KEY] = presented
+    if "token" in st.query_params:
+        del st.query_params["token"]
+
+
+def _session_ip(info) -> str | None:
+    cc = getattr(getattr(info, "client", None), "client_context", None)
+    ip = getattr(cc, "remote_ip", None)
+    return ip if isinstance(ip, str) else None
+
+
+def too_many_sessions(limit: int) -> str:
+    """Why this browser session is refused ("" when it is not): more than ``limit`` sessions are
+    open from its address, and it is not among the ``limit`` that ran first.  A refused session
+    stops before drawing anything or starting a timed refresh, so it costs next to nothing."""
+    ctx = get_script_run_ctx()
+    cc, served = _served_client_context()
+    if not served or ctx is None:
+        return ""
+    mine = getattr(cc, "remote_ip", None)
+    from streamlit import runtime as st_runtime
+
+    mgr = getattr(st_runtime.get_instance(), "_session_mgr", None)
+    if mgr is None or mine is None:
+        return ""
+    for _ in range(3):  # the list is read from the server's thread while sessions come and go
+        try:
+            infos = list(mgr.list_active_sessions())
+            break
+        except RuntimeError:
+            continue
+    else:
+        return ""
+    now = time.monotonic()
+    alive = {info.session.id for info in infos}
+    same = [info.session.id for info in infos if _session_ip(info) == mine]
+    with _sessions_lock:
+        for sid in [sid for sid in _first_seen if sid not in alive]:
+            del _first_seen[sid]
+        _first_seen.setdefault(ctx.session_id, now)
+        # sessions rank by their first run through the gate; one that has not run yet holds no place
+        ranked = sorted((sid for sid in same if sid in _first_seen), key=lambda sid: (_first_seen[sid], sid))
+    if ctx.session_id in ranked[:limit]:
+        return ""
+    return (f"Too many open dashboard sessions from your address ({len(same)}; the limit is {limit}). "
+            "Close other tabs of this dashboard and reload this one.")
+
+
+def gate(rt, url_paths: list[str] = ()) -> Access:
+    """The frame's first call on every run: a session that may not view the dashboard gets the
+    sign-in page (or the token page) and nothing else, with no sidebar and no navigation; the run
+    stops here.  The sign-in page answers at every page's URL (``url_paths``), so a bookmarked
+    page asks for the sign-in and opens after it.  Also takes a ``?token=`` from the URL and holds
+    the sessions per address."""
+    _take_url_token(rt)
+    acc = access(rt, touch=True)
+    _warn_once(rt, acc)
+    crowded = too_many_sessions(rt.workspace.config.access.sessions_per_address)
+    if crowded:
+        st.error(crowded, icon=":material/block:")
+        st.stop()
+    if not acc.can_view:
+        notice = st.session_state.pop(NOTICE_KEY, None) or acc.notice
+        if acc.notice:
+            st.session_state.pop(TOKEN_KEY, None)
+        if notice:
+            st.info(notice, icon=":material/logout:")
+        pages = [st.Page(functools.partial(login_page, rt), title="Sign in", icon=":material/login:",
+                         url_path=path, default=not i)
+                 for i, path in enumerate(["login", *(p for p in url_paths if p and p != "login")])]
+        st.navigation(pages, position="hidden").run()
+        st.stop()
+    return acc
 
 
 def frame_gate(rt, pages: list) -> list:
@@ -156,13 +367,14 @@ def frame_gate(rt, pages: list) -> list:
         st.error(acc.reason, icon=":material/lock:")
     elif acc.mode == "sign-in":
         st.warning(acc.reason, icon=":material/lock:")
-    if acc.users_error and acc.mode != "read-only":
+    if acc.users_error and acc.mode != "read-only" and acc.can_see_data:
         st.error(f"Nobody can sign in: {acc.users_error}", icon=":material/error:")
     with st.sidebar:
         if acc.mode == "signed-in":
             sessions = rt.auth.sessions
             last = time.strftime("%H:%M", time.localtime(acc.session.started_at + sessions.absolute_s))
-            st.caption(f"Signed in as **{acc.actor}** from {acc.client} · signed out after "
+            role = "" if acc.role == "operator" else f" (**{acc.role}**: sees everything, acts on nothing)"
+            st.caption(f"Signed in as **{acc.actor}**{role} from {acc.client} · signed out after "
                        f"{sessions.idle_s / 60:g} min without activity, at {last} at the latest")
             if st.button("Sign out", key="specdeck-logout", icon=":material/logout:"):
                 rt.auth.logout(caller())

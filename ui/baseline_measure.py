@@ -19,7 +19,8 @@ from backend.bench.cli_sweep import preview
 from backend.bench.sweep import DONE, RUNNING, command_line, read_state, state_path, sweep_process_spec
 from backend.bench.sweep_plan import PlanError, SweepPlan, parse_int_list
 from ui import fmt
-from ui.auth import control_lock
+from ui.components import code_span, path_text
+from ui.auth import control_lock, data_lock, show_data_lock
 from ui.context import actor
 
 OPEN = "srv-measure-open"
@@ -33,14 +34,14 @@ def offer(server: str, choice: baseline.BaselineChoice, running: int | None, mod
         left_out = (f"; {choice.unplaced:,} without a recorded concurrency cannot be placed" if choice.unplaced
                     else "")
         head = (f"**No measured baseline of this target is stored** (a benchmark without speculation on "
-                f"`{model}`{left_out}). Until one is, tok/s is compared with the configured single-stream "
+                f"{code_span(model)}{left_out}). Until one is, tok/s is compared with the configured single-stream "
                 f"`baseline_tok_s` (the fallback below).")
     else:
         head = (f"**No baseline measured at concurrency {at}** (measured at "
                 f"{', '.join(map(str, choice.measured))}).")
-    st.markdown(f"{head} Measure it at concurrency {at} with **Measure baseline…** under Control, or run "
-                f"`{shlex.join(baseline.sweep_argv(server, at))}`: it relaunches the server without "
-                "speculation, benchmarks it and restores it.")
+    st.markdown(fmt.data_markdown(f"{head} Measure it at concurrency {at} with **Measure baseline…** under Control, "
+                                  f"or run {code_span(shlex.join(baseline.sweep_argv(server, at)))}: it relaunches "
+                                  "the server without speculation, benchmarks it and restores it."))
 
 
 def _jobs(rt, server: str) -> list:
@@ -84,7 +85,8 @@ def panel(rt, server: str, running: int | None) -> None:
     except PlanError as exc:
         st.error("Not a measurement plan:\n" + "\n".join(f"- {p}" for p in exc.problems))
         return
-    st.code(preview(plan), language="bash", wrap_lines=True)
+    if not show_data_lock(rt):  # a command line
+        st.code(preview(plan), language="bash", wrap_lines=True)
     lock = control_lock(rt)
     busy = measuring(rt, server)
     if st.button("Stop, measure and restore", type="primary", key="srv-measure-go", disabled=bool(lock) or busy,
@@ -122,7 +124,7 @@ def progress(rt, server: str) -> None:
         if state.detail:
             text += f" · {state.detail[:120]}"
         text += f" · {fmt.duration(time.time() - state.started_at)} so far"
-        st.progress(state.fraction, text=text)
+        st.progress(state.fraction, text=fmt.data_markdown(text))
         return
     stored = len(state.results)
     restored = {True: "server restored", False: "the server could NOT be restored: check it",
@@ -132,4 +134,5 @@ def progress(rt, server: str) -> None:
             f"{restored}.")
     if state.errors:
         line += f" Error: {state.errors[-1][:300]}"
-    (st.caption if state.state == DONE and state.restored else st.warning)(line + f" Log: `{job.spec.log_path}`")
+    line += f" Log: {path_text(job.spec.log_path, bool(data_lock(rt)))}"
+    (st.caption if state.state == DONE and state.restored else st.warning)(fmt.data_markdown(line))

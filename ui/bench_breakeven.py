@@ -142,7 +142,7 @@ def panel(results: list[BenchResult]) -> None:
                 delta=f"measured {_acc(m.accept_len)}", delta_color="off", delta_arrow="off")
     k[4].metric("speedup", f"{m.speedup:.2f}×", delta=f"{(m.speedup - 1) * 100:+.0f}% vs baseline",
                 delta_color="normal")
-    st.markdown(verdict(p))
+    st.markdown(fmt.data_markdown(verdict(p)))  # it names the run's server and draft, as imported
     _what_if(m)
     with st.expander("The model and its assumptions", icon=":material/functions:"):
         st.markdown(model_text())

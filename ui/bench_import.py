@@ -75,6 +75,7 @@ def _import(rt, blobs: list[tuple[str, bytes, str]], server: str | None) -> None
 
 def _show(outcomes: list[FileOutcome]) -> None:
     line = summary(outcomes)
+    line = fmt.data_markdown(line)  # it names the files, as uploaded
     if all(o.ok for o in outcomes) and any(o.new for o in outcomes):
         st.success(line, icon=":material/check_circle:")
     elif any(o.new or o.existing for o in outcomes):
@@ -99,7 +100,7 @@ def _show(outcomes: list[FileOutcome]) -> None:
     skipped = [s for o in outcomes for s in o.skipped]
     errors = [o.error for o in outcomes if o.error]
     for e in errors:
-        st.error(e, icon=":material/error:")
+        st.error(fmt.data_markdown(e), icon=":material/error:")
     if skipped:
         with st.expander(f"{fmt.count(len(skipped))} skipped part{'s' if len(skipped) != 1 else ''}: file, line, "
                          "field and why"):

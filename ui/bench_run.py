@@ -19,8 +19,8 @@ from backend.bench.client import BACKENDS, Load
 from backend.bench.job import (DONE, FAILED, RUNNING, STOPPED, Progress, bench_process_spec, job_dir, load_dict,
                                progress_path, read_progress)
 from ui import fmt
-from ui.auth import control_lock
-from ui.components import confirm_box, freshness
+from ui.auth import control_lock, data_lock, live_fragment, show_data_lock
+from ui.components import confirm_box, freshness, path_text
 from ui.context import actor
 
 REFRESH_S = 2
@@ -98,8 +98,9 @@ def _run_id(ws, server: str) -> str:
 def run_form(rt) -> None:
     servers = rt.fleet.names()
     if not servers:
-        st.info(f"No managed server to benchmark: add a `[[server]]` to `{rt.workspace.config_path}` (the demo "
-                "workspace has a simulated one). Results of benchmarks run elsewhere can be imported with "
+        st.info(f"No managed server to benchmark: add a `[[server]]` to "
+                f"{path_text(rt.workspace.config_path, bool(data_lock(rt)))} (the demo workspace has a simulated "
+                "one). Results of benchmarks run elsewhere can be imported with "
                 "`python -m backend.cli bench import FILE`.", icon=":material/info:")
         return
     with st.container(border=True):
@@ -131,7 +132,8 @@ def run_form(rt) -> None:
                        "it on the Servers page first.", icon=":material/warning:")
         st.caption(f"{len(loads)} run(s) of {fmt.count(int(prompts))} requests, {fmt.count(int(inp))} tokens in and "
                    f"{fmt.count(int(out))} out; each stored as soon as it is measured. The job will run:")
-        st.code(preview(server, loads, mode), language="bash", wrap_lines=True)
+        if not show_data_lock(rt):  # a command line
+            st.code(preview(server, loads, mode), language="bash", wrap_lines=True)
         busy = [j for j in bench_jobs(rt) if j.server == server and _live(rt, j)]
         lock = control_lock(rt)
         why = lock or (f"{busy[0].name} is still benchmarking {server}" if busy else "")
@@ -173,7 +175,7 @@ def _state_line(prog: Progress) -> str:
     return f"{prog.state} during {where}"
 
 
-@st.fragment(run_every=REFRESH_S)
+@live_fragment(run_every=REFRESH_S)
 def live_progress(rt) -> None:
     """The running (or last) benchmark job: state, phase, requests done, results stored; Stop."""
     jobs = bench_jobs(rt)
@@ -190,20 +192,22 @@ def live_progress(rt) -> None:
     name = st.selectbox("Benchmark job", names[::-1], key="bench-job")
     job = jobs[names.index(name)]
     view = rt.supervisor.view(job.name) if job.started_here else None
+    hidden = bool(data_lock(rt))  # the workspace's paths and the job's errors
     head = f"**{job.name}**"
     if view is not None:
         head = f"{fmt.view_badge(view).markdown()} &nbsp; " + head + (f" · pid {view.pid}" if view.pid else "") \
-            + f" · log `{view.log_path}`"
+            + f" · log {path_text(view.log_path, hidden)}"
     else:
         head += " · started from a terminal"
-    st.markdown(head)
+    st.markdown(fmt.data_markdown(head))
     prog = read_progress(job.progress)
     if prog is None:
-        st.info(f"No progress yet: `{job.progress}` is not written. The job writes it when it starts; its log "
-                "says what it is doing.", icon=":material/hourglass_empty:")
+        st.info(fmt.data_markdown(f"No progress yet: {path_text(job.progress, hidden)} is not written. The job "
+                                  "writes it when it starts; its log says what it is doing."),
+                icon=":material/hourglass_empty:")
         return
     colour = {DONE: "green", FAILED: "red", STOPPED: "gray"}.get(prog.state, "orange")
-    st.progress(prog.fraction, text=f":{colour}[{_state_line(prog)}]")
+    st.progress(prog.fraction, text=fmt.data_markdown(f":{colour}[{_state_line(prog)}]"))
     end = prog.updated_at if prog.state != RUNNING else time.time()
     k = st.columns(4)
     k[0].metric("state", prog.state.upper())
@@ -213,12 +217,13 @@ def live_progress(rt) -> None:
     if prog.results:
         st.caption("Stored: " + ", ".join(f"#{i}" for i in prog.results) + " (in the Runs tab)")
     if prog.error:
-        log = f" Details: `{view.log_path}`." if view is not None else ""
-        st.error(f"**The benchmark {prog.state}**: {prog.error}.{log}", icon=":material/error:")
+        log = f" Details: {path_text(view.log_path, hidden)}." if view is not None else ""
+        st.error(fmt.data_markdown(f"**The benchmark {prog.state}**: {prog.error}.{log}"), icon=":material/error:")
     exited = view is not None and not view.live
     if prog.state == RUNNING and exited:
-        st.warning(f"The job's process ended ({fmt.view_badge(view).label}) without writing a final state: it "
-                   f"was killed or crashed. Its log: `{view.log_path}`.", icon=":material/warning:")
+        st.warning(fmt.data_markdown(f"The job's process ended ({fmt.view_badge(view).label}) without writing a "
+                                     f"final state: it was killed or crashed. Its log: "
+                                     f"{path_text(view.log_path, hidden)}."), icon=":material/warning:")
     elif prog.state == RUNNING:
         freshness(prog.updated_at, REFRESH_S, "progress written")
     _stop(rt, view)

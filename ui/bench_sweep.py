@@ -23,9 +23,9 @@ from backend.bench.sweep import (DONE, FAILED, RUNNING, STOPPED, SweepState, com
                                  sweep_process_spec)
 from backend.bench.sweep_plan import MODES, PlanError, SweepPlan, expand, parse_int_list
 from ui import charts, fmt
-from ui.auth import control_lock
+from ui.auth import control_lock, data_lock, live_fragment, show_data_lock
 from ui.bench_run import show_new_results
-from ui.components import confirm_box, freshness
+from ui.components import confirm_box, freshness, path_text
 from ui.context import actor
 
 REFRESH_S = 2
@@ -139,8 +139,9 @@ def _pending(rt) -> None:
                                     "top-k": c["topk"], "draft tokens": c["draft_tokens"]}
                                    for i, c in enumerate(configs)]), hide_index=True)
         for note in notes:
-            st.caption(f"ⓘ {note}")
-        st.code(preview(plan), language="bash")
+            st.caption(fmt.data_markdown(f"ⓘ {note}"))
+        if not show_data_lock(rt):  # a command line
+            st.code(preview(plan), language="bash")
         busy = [j.name for j in rt.jobs() if j.meta.get("kind") == "sweep" and j.meta.get("server") == plan.server
                 and (v := rt.supervisor.view(j.name)) is not None and v.live]
         lock = control_lock(rt) or (f"{busy[0]} is still running on this server" if busy else "")
@@ -166,16 +167,18 @@ def _pending(rt) -> None:
 
 # -- the live block --------------------------------------------------------------------------
 
-@st.fragment(run_every=REFRESH_S)
+@live_fragment(run_every=REFRESH_S)
 def live_sweep(rt, path: str, job: str | None) -> None:
     s = read_state(Path(path))
     view = rt.supervisor.view(job) if job else None
+    hidden = bool(data_lock(rt))  # the workspace's paths
     if view is not None:
-        st.markdown(f"{fmt.view_badge(view).markdown()} &nbsp; **{view.name}**"
-                    + (f" · pid {view.pid}" if view.pid else "") + f" · log `{view.log_path}`")
+        st.markdown(fmt.data_markdown(f"{fmt.view_badge(view).markdown()} &nbsp; **{view.name}**"
+                                      + (f" · pid {view.pid}" if view.pid else "")
+                                      + f" · log {path_text(view.log_path, hidden)}"))
     if s is None:
-        st.info(f"No state yet at `{path}`: the job writes it when it starts; its log says what it is doing.",
-                icon=":material/hourglass_empty:")
+        st.info(fmt.data_markdown(f"No state yet at {path_text(path, hidden)}: the job writes it when it starts; "
+                                  "its log says what it is doing."), icon=":material/hourglass_empty:")
         return
     _progress(s, view)
     if view is not None and view.live:
@@ -188,7 +191,8 @@ def live_sweep(rt, path: str, job: str | None) -> None:
     if s.state == RUNNING:
         freshness(s.updated_at, REFRESH_S, "state written")
     else:
-        st.caption(f"state written {fmt.age(time.time() - s.updated_at)} · `{path}`")
+        st.caption(fmt.data_markdown(f"state written {fmt.age(time.time() - s.updated_at)} · "
+                                     f"{path_text(path, hidden)}"))
     show_new_results(i for c in s.configs for i in (c.get("results") or {}).values())
 
 
@@ -202,7 +206,7 @@ def _progress(s: SweepState, view) -> None:
             else ""
         stale = view is not None and not view.live
         text = f"Configuration {i + 1} of {n}: {label} · {s.phase}{detail}{within}"
-        st.progress(s.fraction, text=text)
+        st.progress(s.fraction, text=fmt.data_markdown(text))
         if stale:
             st.warning("The job is no longer running but its state says running: it was killed before it could "
                        "restore the server. Start it again (same command) to resume and restore.",
@@ -211,11 +215,12 @@ def _progress(s: SweepState, view) -> None:
         word = STATE_WORDS.get(s.state, s.state)
         restored = {True: "restored", False: "NOT restored", None: "not restored yet"}[s.restored]
         msg = f"Sweep {s.sweep_id} {word}: {s.n_done} of {n} configurations measured; {s.server} {restored}."
-        (st.success if s.state == DONE and not s.errors else st.warning if s.state == STOPPED else st.error)(msg)
+        (st.success if s.state == DONE and not s.errors else st.warning if s.state == STOPPED else st.error)(
+            fmt.data_markdown(msg))
     for e in s.errors:
-        st.error(e, icon=":material/error:")
+        st.error(fmt.data_markdown(e), icon=":material/error:")
     for note in s.notes:
-        st.caption(f"ⓘ {note}")
+        st.caption(fmt.data_markdown(f"ⓘ {note}"))
 
 
 def _baselines(s: SweepState) -> dict[int, float]:
@@ -305,7 +310,8 @@ def _tables(s: SweepState) -> None:
              for r in s.check]
     st.dataframe(pd.DataFrame(table), hide_index=True)
     with st.expander("How each prediction was made"):
-        st.markdown("\n".join(f"- **{r['label']}** at concurrency {r['concurrency']}: {r['basis']}" for r in s.check))
+        st.markdown(fmt.data_markdown("\n".join(f"- **{r['label']}** at concurrency {r['concurrency']}: {r['basis']}"
+                                                 for r in s.check)))
     csv = pd.DataFrame(s.check).to_csv(index=False)
     st.download_button("Model vs measured (CSV)", csv, file_name=f"sweep-{s.sweep_id}-check.csv",
                        mime="text/csv", key="sweep-check-csv", icon=":material/download:")

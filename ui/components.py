@@ -55,6 +55,25 @@ def freshness(updated_at: float | None, interval_s: float, what: str = "updated"
         st.caption(text)
 
 
+def code_span(text: object) -> str:
+    """``text`` as one Markdown code span whatever backticks it holds (a path, a log line), for a string
+    that then goes through ``fmt.data_markdown`` (a newline in ``text`` may still end the span)."""
+    s = str(text)
+    longest, run = 0, 0
+    for ch in s:
+        run = run + 1 if ch == "`" else 0
+        longest = max(longest, run)
+    ticks = "`" * (longest + 1)
+    pad = " " if s.startswith(("`", " ")) or s.endswith(("`", " ")) else ""
+    return f"{ticks}{pad}{s}{pad}{ticks}"
+
+
+def path_text(path: object, hidden: bool) -> str:
+    """A workspace path for Markdown: in a code span, or a word in its place for a session that may
+    not see the workspace's paths (``hidden``: ``bool(ui.auth.data_lock(rt))``)."""
+    return "*(path hidden)*" if hidden else code_span(path)
+
+
 def state_badge(state: str | None, exit_code: int | None = None) -> None:
     st.markdown(fmt.state_badge(state, exit_code).markdown())
 
@@ -116,9 +135,9 @@ def findings_list(findings, *, info: bool = True) -> None:
     for f in findings:
         if f.severity in ("error", "warning"):
             (st.error if f.severity == "error" else st.warning)(
-                f"**{f.code}**: {f.found}\n\n**Fix:** {f.fix}",
+                fmt.data_markdown(f"**{f.code}**: {f.found}\n\n**Fix:** {f.fix}"),
                 icon=":material/error:" if f.severity == "error" else ":material/warning:")
     notes = [f for f in findings if f.severity not in ("error", "warning")]
     if info and notes:
-        st.markdown("\n".join(f"- ○ **{f.code}**: {f.found}" + (f" *Fix:* {f.fix}" if f.fix else "")
-                              for f in notes))
+        st.markdown(fmt.data_markdown("\n".join(f"- ○ **{f.code}**: {f.found}" + (f" *Fix:* {f.fix}" if f.fix else "")
+                                                 for f in notes)))

@@ -9,6 +9,7 @@ value is ``N/A`` (never 0).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 NA = "N/A"
@@ -148,3 +149,147 @@ def server_badge(view, status: str | None, *, health_at: float | None = None) ->
 def state_text(state: str | None, exit_code: int | None = None, *, stopped: bool = False) -> str:
     b = state_badge(state, exit_code, stopped=stopped)
     return f"{b.icon} {b.label}"
+
+
+# -- Markdown of data -------------------------------------------------------------
+#
+# Prompts, answers, log lines and file contents are shown as Markdown, and an image in
+# Markdown (``![x](http://host/t.png)``, or ``![x][ref]`` / ``![ref]`` with a ``[ref]: url``
+# definition) is fetched by the viewer's browser as soon as the text is drawn: a tracking
+# pixel in a model's answer would tell its author who looks at the samples, and from where.
+# Streamlit already escapes HTML and neutralises ``javascript:`` links; :func:`data_markdown`
+# takes care of images.  Every image syntax starts with ``![``, so ``![`` becomes ``!\[``:
+# the text then shows as written.  Code (fenced blocks and code spans) shows as written
+# anyway, so it is left as it is, but only where the code is certain: wherever a construct
+# might make the renderer read the text otherwise (raw HTML, math, directives, links that
+# could swallow a backtick), the text is escaped whole, code included.
+
+_LINE_END = re.compile(r"(\r\n|\r|\n)")  # CommonMark's line endings (not those of str.splitlines)
+_FENCE_OPEN = re.compile(r"(`{3,}|~{3,})(.*)\Z", re.S)  # at column 0 only: a fence no container can close
+# From a line that may open a block whose end this does not follow (HTML, math, a directive
+# container, a fence indented or inside a list or quote, which its container may close) to the
+# end, everything is escaped.
+_UNFOLLOWED = re.compile(r" {0,3}(?:<|\$\$|:::)|[ \t>*+\-\d.)]*(?:`{3,}|~{3,})")
+# constructs that may take a backtick into themselves before a code span can start there
+_SWALLOW = re.compile(r"[<$@]|\][(\[:]|\[\^|://|www\.|:[A-Za-z][\w-]*[\[{]", re.I)
+
+
+def _fence_closes(line: str, fence: tuple[str, int]) -> bool:
+    char, size = fence
+    return re.fullmatch(rf" {{0,3}}{re.escape(char)}{{{size},}}[ \t]*", line) is not None
+
+
+def _code_spans(line: str) -> tuple[list[tuple[int, int]], bool]:
+    """The code spans of one line as CommonMark pairs backtick runs, and whether a run was left unpaired."""
+    spans: list[tuple[int, int]] = []
+    unpaired = False
+    i, n = 0, len(line)
+    while i < n:
+        c = line[i]
+        if c == "\\":  # an escaped character: a backtick after it opens nothing
+            i += 2
+            continue
+        if c != "`":
+            i += 1
+            continue
+        j = i
+        while j < n and line[j] == "`":
+            j += 1
+        size, k, close = j - i, j, None
+        while k < n:  # the next run of exactly as many backticks closes (backslashes do not count inside)
+            if line[k] != "`":
+                k += 1
+                continue
+            m = k
+            while m < n and line[m] == "`":
+                m += 1
+            if m - k == size:
+                close = k
+                break
+            k = m
+        if close is None:
+            unpaired = True
+            i = j
+        else:
+            spans.append((i, close + size))
+            i = close + size
+    return spans, unpaired
+
+
+def _escape(text: str) -> str:
+    return text.replace("![", "!\\[")
+
+
+def _escape_outside(line: str, spans: list[tuple[int, int]]) -> str:
+    out, at = [], 0
+    for a, b in spans:
+        out += [_escape(line[at:a]), line[a:b]]
+        at = b
+    out.append(_escape(line[at:]))
+    return "".join(out)
+
+
+def _paragraph(lines: list[str]) -> list[str]:
+    """Lines between blank lines (and fences): their code spans kept when every backtick run pairs
+    up within its own line, no span holds a table's ``|``, and nothing before a span could take its
+    backticks; otherwise every ``![`` of them is escaped."""
+    found = [_code_spans(line) for line in lines]
+    keep = all(not unpaired and not any("|" in line[a:b] for a, b in spans)
+               for line, (spans, unpaired) in zip(lines, found))
+    if keep:
+        before = []  # the text outside the spans up to the last span: what could reach into one
+        last = max((i for i, (spans, _) in enumerate(found) if spans), default=-1)
+        for line, (spans, _) in zip(lines[:last + 1], found[:last + 1]):
+            at = 0
+            for a, b in spans:
+                before.append(line[at:a])
+                at = b
+            before.append(line[at:] + "\n")
+        if last >= 0:
+            before[-1] = ""  # after the last span of the last line with one: nothing follows to reach
+        keep = _SWALLOW.search("".join(before)) is None
+    return [_escape_outside(line, spans if keep else []) for line, (spans, _) in zip(lines, found)]
+
+
+def data_markdown(text: object) -> str:
+    """``text`` (an answer, a prompt, a log line, a file's content) as Markdown that loads nothing:
+    every image is shown as its text; code blocks and code spans are left as they are."""
+    s = "" if text is None else str(text)
+    if "![" not in s:
+        return s
+    parts = _LINE_END.split(s)
+    lines, ends = parts[0::2], parts[1::2] + [""]
+    out = list(lines)
+    fence: tuple[str, int] | None = None
+    raw = False
+    para: list[int] = []
+
+    def flush() -> None:
+        for i, line in zip(para, _paragraph([lines[i] for i in para])):
+            out[i] = line
+        para.clear()
+
+    for i, line in enumerate(lines):
+        if fence is not None:  # code: as it is
+            if _fence_closes(line, fence):
+                fence = None
+            continue
+        if raw:
+            out[i] = _escape(line)
+            continue
+        m = _FENCE_OPEN.match(line)
+        if m and not (m.group(1)[0] == "`" and "`" in m.group(2)):  # a backtick fence's info has none
+            flush()
+            fence = (m.group(1)[0], len(m.group(1)))
+            continue
+        if _UNFOLLOWED.match(line):
+            flush()
+            raw = True
+            out[i] = _escape(line)
+            continue
+        if not line.strip(" \t"):
+            flush()
+            continue
+        para.append(i)
+    flush()
+    return "".join(line + end for line, end in zip(out, ends))

@@ -40,7 +40,7 @@ def progress_block(snap: dict[str, Any], eta: Eta, *, now: float | None = None) 
     line = STATE_TEXT.get(state, state)
     if snap.get("message"):
         line += f" · {snap['message']}"
-    st.markdown(line)
+    st.markdown(fmt.data_markdown(line))
     if total:
         frac = min(1.0, finished / total)
         st.progress(frac, text=f"**{fmt.count(finished)} of {fmt.count(total)} rows** "
@@ -93,7 +93,7 @@ def dataset_bars(snap: dict[str, Any]) -> None:
         if skipped:
             extra.append(f"{fmt.count(skipped)} skipped")
         text = f"{name}: {fmt.count(done)} / {fmt.count(total)}" + (f" ({', '.join(extra)})" if extra else "")
-        cols[i % 2].progress(frac, text=text)
+        cols[i % 2].progress(frac, text=fmt.data_markdown(text))
 
 
 def _host_port(url: str) -> tuple[str, int | None]:
@@ -186,15 +186,21 @@ def length_histogram(hist: dict[str, Any] | None, *, unit: str, key: str) -> Non
     st.plotly_chart(fig, width="stretch", key=f"{key}-hist")
 
 
-def error_table(errors: dict[str, Any] | None) -> None:
+def error_table(errors: dict[str, Any] | None, *, examples: bool = True) -> None:
+    """Failures by class with their counts; ``examples``: the text of one failure each (it may quote a
+    prompt or an answer, so only for a session that may see them)."""
     if not errors:
         st.caption("No failed row.")
         return
     rows = sorted(((k, v.get("count", 0), str(v.get("example") or "")) for k, v in errors.items()),
                   key=lambda r: -r[1])
     st.markdown("**What went wrong** (permanent failures by class)")
+    if not examples:
+        st.markdown(fmt.data_markdown("\n".join(f"- {cls}: {fmt.count(n)} row{'s' if n != 1 else ''}"
+                                                 for cls, n, _ in rows)))
+        return
     for cls, n, example in rows:
-        with st.expander(f"{cls}: {fmt.count(n)} row{'s' if n != 1 else ''}"):
+        with st.expander(fmt.data_markdown(f"{cls}: {fmt.count(n)} row{'s' if n != 1 else ''}")):
             st.code(example[:2000] or "no example kept", language=None, wrap_lines=True)
 
 
@@ -216,9 +222,9 @@ def server_lines(snap: dict[str, Any]) -> None:
                 f"{fmt.count(_num(s.get('retries')))} retries",
                 f"{rate:,.2f} rows/s" if isinstance(rate, (int, float)) else "rows/s N/A",
                 fmt.tok_s(s.get("tok_s"))]
-        st.markdown(" · ".join(bits))
+        st.markdown(fmt.data_markdown(" · ".join(bits)))
         if s.get("last_error"):
-            st.caption(f"last error: {s['last_error']}")
+            st.caption(fmt.data_markdown(f"last error: {s['last_error']}"))
 
 
 def _answer(record: dict[str, Any] | None) -> tuple[str | None, str | None]:
@@ -237,7 +243,7 @@ def _show(text: str, raw: bool, limit: int) -> None:
     if raw:
         st.code(text, language=None, wrap_lines=True)
     else:
-        st.markdown(text)
+        st.markdown(fmt.data_markdown(text))  # an image in an answer is shown as text, never fetched
 
 
 def sample_columns(row: dict[str, Any], original: dict[str, Any] | None, *, original_why: str = "",
@@ -254,7 +260,7 @@ def sample_columns(row: dict[str, Any], original: dict[str, Any] | None, *, orig
         meta.append(f"{fmt.count(regen.get('completion_tokens'))} answer tokens")
     if regen.get("finish_reason"):
         meta.append(f"finish: {regen['finish_reason']}")
-    st.caption(" · ".join(meta))
+    st.caption(fmt.data_markdown(" · ".join(meta)))
     heads = st.columns(3)
     for col, title in zip(heads, ("Prompt", "Original answer", "Regenerated answer")):
         col.markdown(f"**{title}**")
@@ -262,7 +268,7 @@ def sample_columns(row: dict[str, Any], original: dict[str, Any] | None, *, orig
     c1, c2, c3 = (col.container(height=520, border=False) for col in st.columns(3))
     with c1:
         for t in prompt:
-            st.caption(t["role"])
+            st.caption(fmt.data_markdown(t["role"]))
             _show(t["content"], raw, 6000)
     with c2:
         ans, _ = _answer(original)

@@ -12,7 +12,7 @@ from backend.regen.catalog import mixes
 from backend.regen.follow import progress_follower
 from backend.regen.output import RunFiles
 from ui import fmt
-from ui.auth import control_lock
+from ui.auth import control_lock, live_fragment, show_data_lock, typed_path
 from ui.components import confirm_box
 from ui.context import actor
 from ui.regen_live import LIVE_STATES, REFRESH_S, job_for
@@ -27,7 +27,7 @@ def _do(what: str, fn) -> None:
         st.toast(f"{what[0].upper()}{what[1:]}: requested", icon=":material/check_circle:")
 
 
-@st.fragment(run_every=REFRESH_S)
+@live_fragment(run_every=REFRESH_S)
 def job_controls(rt, out: str) -> None:
     """Pause, resume, requeue failed and stop, enabled by the job's live state."""
     f = progress_follower(out)
@@ -81,6 +81,8 @@ def job_controls(rt, out: str) -> None:
 
 
 def start_form(rt) -> None:
+    if show_data_lock(rt):  # its fields hold the workspace's paths
+        return
     ws = rt.workspace
     all_mixes = mixes(ws.config.dataset, ws.config.mix)
     catalog = {d.name: d for d in ws.config.dataset}
@@ -110,13 +112,27 @@ def start_form(rt) -> None:
                                    help="none; save: keep reasoning_content; disable: enable_thinking=false")
         stall = c[5].number_input("Stall alert after (min)", 1.0, 1440.0, 10.0, key="regen-f-stall")
         system = st.text_input("System prompt (for rows without one; optional)", key="regen-f-system")
-        review = st.form_submit_button("Review", icon=":material/preview:")
+        lock = control_lock(rt)
+        review = st.form_submit_button("Review", icon=":material/preview:", disabled=bool(lock),
+                                       help=lock or "check the form and show the command it runs")
     if review:
         inputs: tuple[str, ...] = ()
         if source == "catalog datasets":
             inputs = tuple(str((ws.root / catalog[n].file).resolve()) for n in picked)
         elif source == "input files":
-            inputs = tuple(p.strip() for p in files.splitlines() if p.strip())
+            # typed paths: looked at only once the backend allows this session to read them (an operator,
+            # under the workspace's roots); a refusal says nothing of whether they exist
+            typed = [typed_path(rt, p.strip()) for p in files.splitlines() if p.strip()]
+            if any(p is None for p in typed):
+                st.session_state.pop("regen-pending", None)
+                return
+            inputs = tuple(str(p) for p in typed)
+        if out.strip():
+            resolved = typed_path(rt, out.strip(), action="write")
+            if resolved is None:
+                st.session_state.pop("regen-pending", None)
+                return
+            out = str(resolved)
         form = control.RunForm(
             out=out, servers=tuple(chosen) + tuple(u for u in urls.replace(",", " ").split() if u),
             mix=mix if source == "a mix" else None, inputs=inputs, concurrency=int(conc),

@@ -15,7 +15,8 @@ from backend.regen.follow_specforge import specforge_follower
 from backend.regen.samples import find_original, find_row, input_entries, last_row, read_job, row_at, row_before
 from ui import fmt
 from ui import regen as blocks
-from ui.components import freshness
+from ui.auth import control_lock, data_lock, live_fragment, show_data_lock
+from ui.components import code_span, freshness, path_text
 
 REFRESH_S = 2
 SAMPLE_REFRESH_S = 5
@@ -42,28 +43,31 @@ def job_for(rt, out: str):
     return None
 
 
-@st.fragment(run_every=REFRESH_S)
+@live_fragment(run_every=REFRESH_S)
 def live_job(rt, out: str) -> None:
     f = progress_follower(out).poll()
     snap = f.latest
     job = job_for(rt, out)
     view = rt.supervisor.view(job.name) if job is not None else None
+    hidden = bool(data_lock(rt))  # paths and the log's words: only for sessions that may see them
     if view is not None:
         badge = fmt.view_badge(view)  # a job the user stopped reads STOPPED, not its exit code
-        st.markdown(f"{badge.markdown()} &nbsp; **{view.name}**" + (f" · pid {view.pid}" if view.pid else "")
-                    + f" · log `{view.log_path}`")
+        st.markdown(fmt.data_markdown(f"{badge.markdown()} &nbsp; **{view.name}**"
+                                      + (f" · pid {view.pid}" if view.pid else "")
+                                      + f" · log {path_text(view.log_path, hidden)}"))
     if snap is None:
-        st.info(f"No progress yet: `{f.paths.progress}` is empty or missing. A job writes its first snapshot "
-                "when it starts; its log (above) says what it is doing.", icon=":material/hourglass_empty:")
+        st.info(fmt.data_markdown(f"No progress yet: {path_text(f.paths.progress, hidden)} is empty or missing. "
+                                  "A job writes its first snapshot when it starts; its log (above) says what it "
+                                  "is doing."), icon=":material/hourglass_empty:")
         return
     if f.bad_lines:
-        st.warning(f"{fmt.count(f.bad_lines)} line(s) of the progress log could not be read and were skipped; "
-                   f"the last: {f.last_bad}")
+        st.warning(f"{fmt.count(f.bad_lines)} line(s) of the progress log could not be read and were skipped"
+                   + ("" if hidden else fmt.data_markdown(f"; the last: {f.last_bad}")))
     running = view is not None and view.state.value == "RUNNING"
     stall_s = float(job.meta.get("stall_after_s") or 600) if job is not None else 600.0
     alert = f.stall(view.name if view else Path(out).name, running=running, after_s=stall_s)
     if alert is not None:
-        st.warning(f"**{alert.title}**. {alert.message} Likely: " + "; ".join(alert.causes),
+        st.warning(fmt.data_markdown(f"**{alert.title}**. {alert.message} Likely: " + "; ".join(alert.causes)),
                    icon=":material/warning:")
     eta = f.eta()
     blocks.progress_block(snap, eta)
@@ -74,30 +78,36 @@ def live_job(rt, out: str) -> None:
     with right:
         blocks.length_histogram(snap.get("completion_tokens_hist"), unit="tokens", key="regen")
     blocks.server_lines(snap)
-    blocks.error_table(snap.get("errors"))
+    blocks.error_table(snap.get("errors"), examples=not hidden)
     if snap.get("state") in LIVE_STATES:
         freshness(snap.get("t"), REFRESH_S, "progress logged")
     else:
-        st.caption(f"last snapshot {fmt.age(time.time() - (snap.get('t') or time.time()))} · `{f.paths.progress}`")
+        st.caption(fmt.data_markdown(f"last snapshot {fmt.age(time.time() - (snap.get('t') or time.time()))} · "
+                                     f"{path_text(f.paths.progress, hidden)}"))
 
 
 def _pos(row) -> tuple[int, int] | None:
     return (row.start, row.end) if row is not None else None
 
 
-def sample_viewer(out: str, inputs: list[dict] | None, key: str) -> None:
+def sample_viewer(out: str, inputs: list[dict] | None, key: str, *, rt=None) -> None:
     """``inputs``: the run's input files (see samples.input_entries); None: those its .job.json names,
-    read when a row is shown (a job started after the page was opened writes it then)."""
+    read when a row is shown (a job started after the page was opened writes it then).  Prompts and
+    answers are shown only to a session that may see them (nothing is read for another)."""
     st.subheader("Samples")
-    _samples(out, inputs, key)
+    if show_data_lock(rt):
+        return
+    _samples(out, inputs, key, rt)
 
 
-@st.fragment(run_every=SAMPLE_REFRESH_S)
-def _samples(out: str, inputs: list[dict] | None, key: str) -> None:
+@live_fragment(run_every=SAMPLE_REFRESH_S)
+def _samples(out: str, inputs: list[dict] | None, key: str, rt=None) -> None:
     """One output row at a time, read at its byte offset, beside its original input record.
 
     It stays on the row shown until a button moves it; until the first row is written it looks
     again every few seconds."""
+    if data_lock(rt):  # the session changed since the page was drawn
+        st.rerun(scope="app")
     bar = st.container(horizontal=True, vertical_alignment="center")
     c = [bar] * 5
     pos_key = f"{key}-pos"
@@ -122,15 +132,15 @@ def _samples(out: str, inputs: list[dict] | None, key: str) -> None:
         st.session_state[f"{key}-found"] = find
         row = find_row(out, find.strip())
         if row is None:
-            st.warning(f"No row with id `{find}` in `{out}` (yet).")
+            st.warning(fmt.data_markdown(f"No row with id {code_span(find)} in {code_span(out)} (yet)."))
     if row is None:
         row = row_at(out, cur[0]) if cur is not None else last_row(out)
     if row is None:
-        st.caption(f"No complete row in `{out}` yet.")
+        st.caption(fmt.data_markdown(f"No complete row in {code_span(out)} yet."))
         return
     st.session_state[pos_key] = (row.start, row.end)
     if row.record is None:
-        st.error(row.error)
+        st.error(fmt.data_markdown(row.error))
         return
     rid = str(row.record.get("id", ""))
     cache = st.session_state.setdefault(f"{key}-originals", {})
@@ -146,19 +156,25 @@ def _samples(out: str, inputs: list[dict] | None, key: str) -> None:
     why = "" if original is not None else (
         "The original record was not found in the run's inputs." if known else
         "The run's inputs are not known (no .job.json), so the original answer cannot be shown.")
-    st.caption(f"byte {fmt.count(row.start)} of `{out}`")
+    st.caption(fmt.data_markdown(f"byte {fmt.count(row.start)} of {code_span(out)}"))
     blocks.sample_columns(row.record, original, original_why=why, raw=raw)
 
 
-@st.fragment(run_every=REFRESH_S)
-def live_specforge(inp: str, out: str, stall_min: float) -> None:
+@live_fragment(run_every=REFRESH_S)
+def live_specforge(inp: str, out: str, stall_min: float, rt=None) -> None:
+    """A SpecForge run followed by the paths typed on the page (resolved and allowed there): the page runs
+    again, asking anew, once this session may no longer read typed paths."""
+    if rt is not None and control_lock(rt):
+        st.rerun(scope="app")
     f = specforge_follower(inp, out).poll()
     if not f.exists:
-        st.info(f"No output yet at `{out}` (nor its _error / _skipped files). Check the path; SpecForge "
-                "creates them when the script starts writing.", icon=":material/hourglass_empty:")
+        st.info(fmt.data_markdown(f"No output yet at {code_span(out)} (nor its _error / _skipped files). Check "
+                                  "the path; SpecForge creates them when the script starts writing."),
+                icon=":material/hourglass_empty:")
         return
     if f.input_error:
-        st.error(f"{f.input_error}: the total, the remaining rows and the ETA stay N/A until it can be read.")
+        st.error(fmt.data_markdown(f"{f.input_error}: the total, the remaining rows and the ETA stay N/A until it "
+                                   "can be read."))
     if f.catching_up:
         st.progress(f.read_fraction, text=f"Reading the existing output: {fmt.pct(f.read_fraction * 100)}; the rate "
                                           "and ETA start once everything written so far is read")
@@ -183,7 +199,9 @@ def live_specforge(inp: str, out: str, stall_min: float) -> None:
             blocks.speed_chart(h, {}, key="sf")
     with right:
         blocks.length_histogram(snap.get("answer_chars_hist"), unit="characters", key="sf")
-    blocks.error_table(snap.get("errors"))
-    st.caption("SpecForge's tqdm bar moves when a request is sent; these counts are the rows in its three output "
-               f"files (`{f.paths.out.name}`, `{f.paths.error.name}`, `{f.paths.skipped.name}`), read by byte offset.")
+    blocks.error_table(snap.get("errors"), examples=not data_lock(rt))
+    st.caption(fmt.data_markdown(
+        "SpecForge's tqdm bar moves when a request is sent; these counts are the rows in its three output files "
+        f"({code_span(f.paths.out.name)}, {code_span(f.paths.error.name)}, {code_span(f.paths.skipped.name)}), "
+        "read by byte offset."))
     freshness(f.polled_at, REFRESH_S, "files read")

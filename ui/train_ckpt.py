@@ -14,9 +14,11 @@ from backend.sglang.modelinfo import ModelInfoError, read_json_config
 from backend.train.checkpoints import CheckpointInfo, RunCheckpoints, inspect_checkpoint, list_checkpoints, \
     preflight_checkpoint
 from ui import fmt
-from ui.components import findings_list
+from ui.auth import control_lock, data_lock, live_fragment, typed_path
+from ui.components import code_span, findings_list, path_text
 from ui.train_curves import bench_results
 from ui.train_data import RunRef, measured
+from ui.train_runs import recheck_followed
 
 GEN_NAMES = {1: "Gen-1 (epoch_N)", 2: "Gen-2 (epoch_N_step_M)", 3: "Gen-3 runtime ({run}-stepN)"}
 REFRESH_S = 5
@@ -46,30 +48,33 @@ def _table(run: RunCheckpoints, meas: dict[str, float]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-@st.fragment(run_every=REFRESH_S)
+@live_fragment(run_every=REFRESH_S)
 def checkpoints_tab(rt, ref: RunRef) -> None:
     """Live: a checkpoint the run saves appears without a reload."""
+    recheck_followed(rt, [ref])
+    hidden = bool(data_lock(rt))  # the workspace's paths and the run's arguments
     if ref.output_dir is None:
         st.info("This run has no output folder, so it has no checkpoints to list.", icon=":material/info:")
         return
     if not ref.output_dir.exists():
-        st.info(f"No checkpoint yet: `{ref.output_dir}` does not exist yet (the run creates it when it starts).",
-                icon=":material/info:")
+        st.info(fmt.data_markdown(f"No checkpoint yet: {path_text(ref.output_dir, hidden)} does not exist yet (the "
+                                  "run creates it when it starts)."), icon=":material/info:")
         return
     run = list_checkpoints(ref.output_dir, ref.run_id)
     for p in run.problems:
-        st.warning(p, icon=":material/warning:")
+        st.warning(fmt.data_markdown(p), icon=":material/warning:")
     if not run.checkpoints:
         if not run.problems:
-            st.info(f"No checkpoint yet in `{ref.output_dir}`: SpecForge saves one every `--save-interval` steps "
-                    "(Gen-2 0.2.0 only at intervals; later versions also at the end).", icon=":material/info:")
+            st.info(fmt.data_markdown(f"No checkpoint yet in {path_text(ref.output_dir, hidden)}: SpecForge saves "
+                                      "one every `--save-interval` steps (Gen-2 0.2.0 only at intervals; later "
+                                      "versions also at the end)."), icon=":material/info:")
         return
     meas = {m.checkpoint: m.accept_len for m in measured(bench_results(rt), run.checkpoints)}
     gens = sorted({c.generation for c in run.checkpoints})
-    st.markdown(f"**{len(run.checkpoints)} checkpoint(s)** in `{ref.output_dir}` · "
-                + ", ".join(GEN_NAMES[g] for g in gens)
-                + f" · latest **{run.latest.name if run.latest else fmt.NA}**"
-                + f" · best **{run.best.name if run.best else fmt.NA}**")
+    st.markdown(fmt.data_markdown(f"**{len(run.checkpoints)} checkpoint(s)** in {path_text(ref.output_dir, hidden)} · "
+                                  + ", ".join(GEN_NAMES[g] for g in gens)
+                                  + f" · latest **{run.latest.name if run.latest else fmt.NA}**"
+                                  + f" · best **{run.best.name if run.best else fmt.NA}**"))
     if run.best is None:
         st.caption("best: N/A — Gen-1 and Gen-2 keep no best checkpoint; Gen-3 marks one with its `-best` link")
     table = _table(run, meas)
@@ -96,19 +101,22 @@ def checkpoints_tab(rt, ref: RunRef) -> None:
     st.session_state[key] = path
     if changed and not newest:
         st.rerun()  # picked by hand: the page's other sections (the deploy flow) act on the chosen checkpoint
-    _inspect(rt, ref, by_name[pick].path)
+    _inspect(rt, ref, by_name[pick].path, hidden)
 
 
-def _inspect(rt, ref: RunRef, path: Path) -> None:
+def _inspect(rt, ref: RunRef, path: Path, hidden: bool = False) -> None:
     draft_config = ref.draft_config or st.session_state.get(f"train-ckpt-draftcfg-{ref.name}") or None
     try:
         info = inspect_checkpoint(path, draft_config=draft_config)
     except FileNotFoundError as exc:
-        st.error(str(exc))
+        st.error(fmt.data_markdown(exc))
         return
     if info.runtime:
-        st.error(f"**Not servable**: `{path.name}` is {info.why_not_servable}.", icon=":material/block:")
-        if info.export_argv:
+        st.error(fmt.data_markdown(f"**Not servable**: {code_span(path.name)} is {info.why_not_servable}."),
+                 icon=":material/block:")
+        if hidden:
+            st.caption("The export command (it names the run's folders) is shown to signed-in users.")
+        elif info.export_argv:
             st.code(shlex.join(info.export_argv), language="bash", wrap_lines=True)
             st.caption("Run it in the SpecForge environment; the exported folder is what a server's "
                        "`--speculative-draft-model-path` takes.")
@@ -120,17 +128,17 @@ def _inspect(rt, ref: RunRef, path: Path) -> None:
                     f"<the run's draft config> --output-dir {shlex.quote(str(path.parent / (path.name + '-sglang')))}",
                     language="bash", wrap_lines=True)
     elif not info.servable:
-        st.error(f"**Not servable**: {info.why_not_servable}", icon=":material/block:")
+        st.error(fmt.data_markdown(f"**Not servable**: {info.why_not_servable}"), icon=":material/block:")
     _facts(info)
     for note in info.notes:
-        st.warning(note, icon=":material/warning:")
+        st.warning(fmt.data_markdown(note), icon=":material/warning:")
     if (path / "config.json").is_file():
         with st.expander("config.json"):
             try:
                 st.json(read_json_config(path / "config.json"))
             except ModelInfoError as exc:
-                st.error(str(exc))
-    if info.state is not None and info.state.args:
+                st.error(fmt.data_markdown(exc))
+    if info.state is not None and info.state.args and not hidden:  # the run's arguments name its data
         with st.expander(f"training_state.pt args ({len(info.state.args)})"):
             st.dataframe(pd.DataFrame([{"arg": k, "value": str(v)} for k, v in sorted(info.state.args.items())]),
                          hide_index=True, key="train-ckpt-args")
@@ -158,18 +166,20 @@ def _facts(info: CheckpointInfo) -> None:
     c[5].metric("hidden size", fmt.count(d.hidden_size) if d and d.hidden_size is not None else fmt.NA,
                 help="the draft's hidden_size (config.json)")
     arch = ", ".join(d.architectures) if d and d.architectures else fmt.NA
-    st.caption(f"architecture **{arch}** · weights {', '.join(d.weight_files) if d and d.weight_files else fmt.NA}")
+    st.caption(fmt.data_markdown(f"architecture **{arch}** · weights "
+                                 f"{', '.join(d.weight_files) if d and d.weight_files else fmt.NA}"))
     if info.config_error:
-        st.error(info.config_error)
+        st.error(fmt.data_markdown(info.config_error))
     if d is not None and d.weights_error:
-        st.warning(f"Weights' header: {d.weights_error}", icon=":material/warning:")
+        st.warning(fmt.data_markdown(f"Weights' header: {d.weights_error}"), icon=":material/warning:")
     if info.rank_states:
-        st.caption(f"per-rank training states: {', '.join(info.rank_states)}")
+        st.caption(fmt.data_markdown(f"per-rank training states: {', '.join(info.rank_states)}"))
 
 
 def _preflight(rt, ref: RunRef, path: Path, info: CheckpointInfo, draft_config: str | None) -> None:
     st.markdown("**Preflight against a target**")
     servers = rt.fleet.names()
+    lock = control_lock(rt)  # a folder typed here is read only for a session that may act
     with st.container(horizontal=True, vertical_alignment="bottom"):
         how = st.segmented_control("Target", [MANAGED, FOLDER], default=MANAGED if servers else FOLDER,
                                    key="train-pf-how") or FOLDER
@@ -179,18 +189,25 @@ def _preflight(rt, ref: RunRef, path: Path, info: CheckpointInfo, draft_config: 
             if not servers:
                 st.caption("No server in the workspace: give a folder instead.")
             else:
+                shown = not data_lock(rt)  # the target's path: for sessions that may see the workspace's paths
                 name = st.selectbox("Server", servers, key="train-pf-server",
-                                    format_func=lambda n: f"{n} · {rt.fleet.config(n).model_path}")
+                                    format_func=lambda n: f"{n} · {rt.fleet.config(n).model_path}" if shown else n)
                 server_cfg = rt.fleet.config(name)
                 target = server_cfg.model_path
         else:
-            target = st.text_input("Target model folder", value=ref.target or "", key="train-pf-folder",
-                                   placeholder="/models/Llama-3.1-8B-Instruct") or None
-        run = st.button("Run preflight", key="train-pf-run", icon=":material/fact_check:", disabled=not target)
+            target = st.text_input("Target model folder", key="train-pf-folder",
+                                   value="" if data_lock(rt) else ref.target or "",
+                                   placeholder="/models/Llama-3.1-8B-Instruct", disabled=bool(lock),
+                                   help=lock or None) or None
+        typed = server_cfg is None
+        run = st.button("Run preflight", key="train-pf-run", icon=":material/fact_check:",
+                        disabled=not target or (typed and bool(lock)), help=(lock if typed else "") or None)
     key = f"train-pf-result-{path}"
     if run and target:
-        found = preflight_checkpoint(path, target, server=server_cfg, draft_config=draft_config)
-        st.session_state[key] = (time.time(), str(target), server_cfg.name if server_cfg else None, found)
+        folder = target if server_cfg is not None else typed_path(rt, target)  # nothing read before it is allowed
+        if folder is not None:
+            found = preflight_checkpoint(path, folder, server=server_cfg, draft_config=draft_config)
+            st.session_state[key] = (time.time(), str(target), server_cfg.name if server_cfg else None, found)
     if key not in st.session_state:
         st.caption("Checks the fc width (aux layers × the target's hidden size), the vocab and its d2t/t2d "
                    "mapping, the architecture and the draft settings, as the Servers page does.")
@@ -198,8 +215,8 @@ def _preflight(rt, ref: RunRef, path: Path, info: CheckpointInfo, draft_config: 
     at, tgt, srv, findings = st.session_state[key]
     errs = sum(f.severity == "error" for f in findings)
     warns = sum(f.severity == "warning" for f in findings)
-    where = f"server **{srv}**'s target `{tgt}`" if srv else f"`{tgt}`"
+    where = (f"server **{srv}**'s target" + ("" if data_lock(rt) else f" {code_span(tgt)}")) if srv else code_span(tgt)
     (st.error if errs else st.warning if warns else st.success)(
-        f"Preflight of `{path.name}` against {where}: {errs} error(s), {warns} warning(s)")
+        fmt.data_markdown(f"Preflight of {code_span(path.name)} against {where}: {errs} error(s), {warns} warning(s)"))
     st.caption(f"checked {fmt.age(time.time() - at)}")
     findings_list(findings)

@@ -13,10 +13,10 @@ from backend.train.checkpoints import list_checkpoints
 from backend.train.command import CommandError
 from backend.train.runs import ResumeNeedsConfirmation
 from ui import fmt
-from ui.auth import control_lock
+from ui.auth import control_lock, data_lock, live_fragment, show_data_lock
 from backend.logview import newest_line_age
 from backend.supervisor.logtail import last_lines
-from ui.components import confirm_box, log_block
+from ui.components import code_span, confirm_box, log_block, path_text
 from ui.context import actor
 
 REFRESH_S = 2
@@ -35,39 +35,46 @@ def _do(what: str, fn) -> bool:
     return True
 
 
-def command_preview(rt, name: str, cfg=None, *, resume: bool = False) -> bool:
-    """The generation (detected or chosen) and the command of run ``name`` (``cfg``: an edit not saved yet).
+def command_problems(exc: CommandError) -> str:
+    return "**The command cannot be built**:\n\n" + "\n".join(
+        f"- `{f}`: {why}" if f else f"- {why}" for f, why in exc.problems)
+
+
+def command_preview(rt, name: str, cfg=None, *, resume: bool = False, cmd=None) -> bool:
+    """The generation (detected or chosen) and the command of workspace run ``name``, or ``cmd``: the
+    command of an edit not saved yet, built once by ``Runtime.review_train`` (it runs the typed python).
     False when the command cannot be built (its problems shown, each naming its field)."""
     train = rt.train
-    try:
-        cmd = train.command(name, resume=resume, cfg=cfg)
-    except CommandError as exc:
-        st.error("**The command cannot be built**:\n\n" + "\n".join(
-            f"- `{f}`: {why}" if f else f"- {why}" for f, why in exc.problems))
-        return False
-    except KeyError as exc:
-        st.error(str(exc).strip("'\""))
-        return False
+    if cmd is None:
+        try:
+            cmd = train.command(name, resume=resume, cfg=cfg)
+        except CommandError as exc:
+            st.error(fmt.data_markdown(command_problems(exc)))
+            return False
+        except KeyError as exc:
+            st.error(str(exc).strip("'\""))
+            return False
     gen = cmd.generation
-    st.markdown(f"**SpecForge generation:** {gen.label}")
+    st.markdown(fmt.data_markdown(f"**SpecForge generation:** {gen.label}"))
     if gen.evidence:
-        st.caption(" · ".join(gen.evidence))
+        st.caption(fmt.data_markdown(" · ".join(gen.evidence)))
     for p in gen.problems:
-        st.warning(p, icon=":material/warning:")
+        st.warning(fmt.data_markdown(p), icon=":material/warning:")
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(cmd.env.items()))
     st.code(f"cd {shlex.quote(cmd.cwd)}\n" + (f"env {env} \\\n  " if env else "") + shlex.join(cmd.argv),
             language="bash", wrap_lines=True)
-    st.caption(f"checkpoints and tracker files go to `{cmd.output_dir}` · log `{train.log_path(name)}`")
+    st.caption(fmt.data_markdown(f"checkpoints and tracker files go to {code_span(cmd.output_dir)} · log "
+                                 f"{code_span(train.log_path(name))}"))
     if cmd.yaml_text is not None:
-        st.markdown(f"**Gen-3 config** (written to `{cmd.yaml_path}` at the start):")
+        st.markdown(fmt.data_markdown(f"**Gen-3 config** (written to {code_span(cmd.yaml_path)} at the start):"))
         st.code(cmd.yaml_text, language="yaml")
     notes = [n for n in cmd.notes if n not in gen.evidence and n not in gen.problems]
     for n in notes:
-        st.caption(f"• {n}")
+        st.caption(fmt.data_markdown(f"• {n}"))
     return True
 
 
-@st.fragment(run_every=REFRESH_S)
+@live_fragment(run_every=REFRESH_S)
 def run_controls(rt, name: str) -> None:
     """Start, Stop and Resume of a workspace run, enabled by its live state."""
     train = rt.train
@@ -82,7 +89,7 @@ def run_controls(rt, name: str) -> None:
         line += f" · pid {view.pid}"
     if view is not None and view.detail and not live:
         line += f" · {view.detail}"
-    st.markdown(line)
+    st.markdown(fmt.data_markdown(line))
     lock = control_lock(rt)
     out = train.output_dir(name)
     bar = st.container(horizontal=True)
@@ -102,8 +109,9 @@ def run_controls(rt, name: str) -> None:
             st.session_state["train-confirm-resume"] = warning
         else:
             _do("resume", lambda: train.resume(name, actor=actor(), source="dashboard"))
-    if confirm_box("train-confirm-start", f"`{out}` already holds checkpoints. **Start** trains from step 0 and "
-                   "writes new checkpoints beside (or over) them; **Resume** continues from the latest.",
+    if confirm_box("train-confirm-start", fmt.data_markdown(
+                   f"{code_span(out)} already holds checkpoints. **Start** trains from step 0 and writes new "
+                   "checkpoints beside (or over) them; **Resume** continues from the latest."),
                    confirm_label="Start from step 0") is True:
         _do("start", lambda: train.start(name, actor=actor(), source="dashboard"))
     if confirm_box("train-confirm-stop", f"Stop **{name}**? Its processes get SIGTERM; after "
@@ -111,16 +119,18 @@ def run_controls(rt, name: str) -> None:
                    confirm_label="Yes, stop") is True:
         _do("stop", lambda: train.stop(name, actor=actor(), source="dashboard"))
     warning = st.session_state.get("train-confirm-resume")
-    if warning and confirm_box("train-confirm-resume", f"**Resume {name}?** {warning}",
+    if warning and confirm_box("train-confirm-resume", fmt.data_markdown(f"**Resume {name}?** {warning}"),
                                confirm_label="Resume anyway") is True:
         _do("resume", lambda: train.resume(name, actor=actor(), source="dashboard", confirmed=True))
     if view is not None and view.state.value in ("EXITED", "FATAL") and view.exit_code not in (0, None) \
             and not fmt.stopped_by_user(view.detail):
-        lines = display_lines(view.log_path, 60)
+        hidden = bool(data_lock(rt))  # the log's words and its path: only for sessions that may see them
+        lines = [] if hidden else display_lines(view.log_path, 60)
         why = next((ln for ln in reversed(lines) if _ERROR.search(ln)), None)
-        st.error(f"The run ended with exit code {view.exit_code}"
-                 + (f": `{why.strip()[:400]}`" if why else "")
-                 + f". The log's last lines are in the Run tab; the whole log is `{view.log_path}`.",
+        st.error(fmt.data_markdown(f"The run ended with exit code {view.exit_code}"
+                                   + (f": {code_span(why.strip()[:400])}" if why else "")
+                                   + f". The log's last lines are in the Run tab; the whole log is "
+                                   f"{path_text(view.log_path, hidden)}."),
                  icon=":material/error:")
 
 
@@ -137,7 +147,14 @@ def display_lines(path, n: int) -> list[str]:
     return [ln.rsplit("\r", 1)[-1] if "\r" in ln else ln for ln in lines]
 
 
-@st.fragment(run_every=REFRESH_S)
-def log_tail(path) -> None:
-    """The run's log, newest line where the eye lands."""
+@live_fragment(run_every=REFRESH_S)
+def log_tail(rt, path, *, followed: bool = False) -> None:
+    """The run's log, newest line where the eye lands (for a session that may see logs; a log
+    ``followed`` by a typed path, for one that may still read typed paths)."""
+    from ui.train_runs import recheck_followed
+
+    if followed:
+        recheck_followed(rt)
+    if show_data_lock(rt):
+        return
     log_block(display_lines(path, 215), newest_age_s=newest_line_age(path), toggle_key="train-log-probes")

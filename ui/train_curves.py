@@ -13,7 +13,8 @@ from backend.train.checkpoints import list_checkpoints
 from state.bench import BenchStore
 from ui import fmt
 from ui import train_charts as tc
-from ui.components import freshness
+from ui.auth import data_lock, live_fragment
+from ui.components import freshness, path_text
 from ui.train_data import (AcceptView, Curves, Measured, RunRef, Snapshot, curves, eta, follower, latest_run,
                            measured, predicted, step_times)
 
@@ -59,8 +60,8 @@ def _status_line(rt, ref: RunRef, snap: Snapshot | None) -> None:
     view = rt.supervisor.view(ref.process) if ref.process else None
     if snap is not None and snap.generation:
         bits.append(f"SpecForge Gen-{snap.generation} log")
-    bits.append(f"log `{ref.log}`")
-    st.markdown(" · ".join(bits))
+    bits.append(f"log {path_text(ref.log, bool(data_lock(rt)))}")
+    st.markdown(fmt.data_markdown(" · ".join(bits)))
     if snap is None or not snap.exists:
         return
     live = view is not None and view.live
@@ -168,14 +169,14 @@ def _measured_table(view: AcceptView, meas: list[Measured]) -> None:
                    "step (N/A when no acceptance was logged at that step)")
 
 
-def _unparsed(snap: Snapshot, key: str) -> None:
+def _unparsed(snap: Snapshot, key: str, *, lines: bool = True) -> None:
     s = snap.stats
     text = (f"read {fmt.count(s.lines)} lines and bar redraws: {fmt.count(s.records)} records, "
             f"{fmt.count(s.ignored)} other lines")
     if s.unparsed or s.values_rejected:
         text += f", :orange[{fmt.count(s.unparsed)} not readable, {fmt.count(s.values_rejected)} values dropped]"
-    st.caption(text + (f" · {snap.tracker_note}" if snap.tracker_note else ""))
-    if snap.unparsed:
+    st.caption(fmt.data_markdown(text + (f" · {snap.tracker_note}" if snap.tracker_note else "")))
+    if snap.unparsed and lines:  # the log's own lines
         with st.expander(f"Lines not read ({fmt.count(len(snap.unparsed))} latest)"):
             st.dataframe(pd.DataFrame([{"line": u.line_no, "why": u.reason, "text": u.text} for u in snap.unparsed]),
                          hide_index=True, key=f"{key}-unparsed")
@@ -215,26 +216,34 @@ def live_curves(rt, refs: list[RunRef], opts: dict) -> None:
     _live_charts(rt, refs, opts)
 
 
-@st.fragment(run_every=REFRESH_S)
+@live_fragment(run_every=REFRESH_S)
 def _live_figures(rt, refs: list[RunRef], opts: dict) -> None:
+    from ui.train_runs import recheck_followed
+
+    recheck_followed(rt, refs)
     ref, snap, c, view, meas = _rows(rt, refs[:1], opts, newest_run=True)[0]
     _status_line(rt, ref, snap)
     if snap is not None and snap.catching_up:
         st.progress(snap.offset / snap.size, text=f"reading the log: {snap.offset / 2**20:,.0f} of "
                                                   f"{snap.size / 2**20:,.0f} MiB (what is read so far is shown)")
+    where = path_text(ref.log, bool(data_lock(rt)))
     if snap is None or not snap.exists:
-        st.info(f"No log yet at `{ref.log}`: the run writes it when it starts." if ref.log else
+        st.info(fmt.data_markdown(f"No log yet at {where}: the run writes it when it starts.") if ref.log else
                 "This run has no log path.", icon=":material/hourglass_empty:")
     elif not any(r.kind in ("metrics", "progress") for r in latest_run(snap.records, snap.times)[0]):
-        st.info(f"`{ref.log}` has no training line yet ({fmt.count(snap.stats.lines)} other lines): SpecForge "
-                "prints its first bar or metrics once the data is prepared.", icon=":material/hourglass_empty:")
+        st.info(fmt.data_markdown(f"{where} has no training line yet ({fmt.count(snap.stats.lines)} other lines): "
+                                  "SpecForge prints its first bar or metrics once the data is prepared."),
+                icon=":material/hourglass_empty:")
     else:
         _key_figures(snap, c, view, meas, opts)
         _measured_table(view, meas)
 
 
-@st.fragment(run_every=CHART_REFRESH_S)
+@live_fragment(run_every=CHART_REFRESH_S)
 def _live_charts(rt, refs: list[RunRef], opts: dict) -> None:
+    from ui.train_runs import recheck_followed
+
+    recheck_followed(rt, refs)
     rows = _rows(rt, refs, opts)
     snap = rows[0][1]
     shown = [(r.name, cv) for r, s, cv, _, _ in rows if s is not None and s.exists and s.records]
@@ -285,4 +294,4 @@ def _live_charts(rt, refs: list[RunRef], opts: dict) -> None:
                 else:
                     _missing(title, why)
     if snap is not None and snap.exists:
-        _unparsed(snap, "train-log")
+        _unparsed(snap, "train-log", lines=not data_lock(rt))

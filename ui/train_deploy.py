@@ -19,8 +19,8 @@ from backend.train.deploy import (DONE, FAILED, KEEP, RESTORE, RUNNING, SKIPPED,
                                   read_state, speculative_values, stored_baselines, DeployError)
 from backend.train.deploy_job import (command_line, deploy_jobs, start_deploy, stored_results)
 from ui import fmt
-from ui.auth import control_lock
-from ui.components import confirm_box, findings_list, freshness
+from ui.auth import control_lock, data_lock, live_fragment
+from ui.components import code_span, confirm_box, findings_list, freshness, path_text
 from ui.context import actor
 
 REFRESH_S = 2
@@ -83,9 +83,11 @@ def _form(rt, run_name: str | None, checkpoint_path: str, servers: list[str]) ->
         findings = preflight_checkpoint(ckpt, cfg.model_path, server=cfg, num_steps=int(steps), eagle_topk=int(topk),
                                         num_draft_tokens=int(ndt))
         errors = [f for f in findings if f.severity == "error"]
-        st.markdown(f"**Preflight** of `{Path(ckpt).name}` against `{cfg.model_path}`: "
-                    + (f":red[{len(errors)} error(s): the server will not be touched]" if errors else
-                       ":green[no errors]"))
+        hidden = bool(data_lock(rt))  # the workspace's paths and the command line
+        st.markdown(fmt.data_markdown(f"**Preflight** of {code_span(Path(ckpt).name)} against "
+                                      f"{path_text(cfg.model_path, hidden)}: "
+                                      + (f":red[{len(errors)} error(s): the server will not be touched]" if errors
+                                         else ":green[no errors]")))
         findings_list(findings, info=False)
 
         try:
@@ -105,8 +107,9 @@ def _form(rt, run_name: str | None, checkpoint_path: str, servers: list[str]) ->
         req = DeployRequest(**{**req.to_dict(), "concurrency": tuple(req.concurrency), "num_steps": int(steps),
                                "eagle_topk": int(topk), "num_draft_tokens": int(ndt), "after": after,
                                "mode": mode, "run_name": run_name, "ready_timeout_s": float(timeout)})
-        st.caption("Runs as a supervised job: `" + shlex.join(["python", "-m", "backend.cli", "train", "deploy",
-                                                                 *command_line(req)]) + "`")
+        if not hidden:
+            st.caption(fmt.data_markdown("Runs as a supervised job: " + code_span(shlex.join(
+                ["python", "-m", "backend.cli", "train", "deploy", *command_line(req)]))))
         lock = control_lock(rt)
         blocked = lock or ("preflight found errors" if errors else "") or ("" if ready else "choose the load")
         if st.button("Start deploy", key=f"{_KEY}-start", type="primary", icon=":material/rocket_launch:",
@@ -115,8 +118,9 @@ def _form(rt, run_name: str | None, checkpoint_path: str, servers: list[str]) ->
             st.session_state[f"{_KEY}-pending"] = req
     pending = st.session_state.get(f"{_KEY}-pending")
     if pending is not None and confirm_box(
-            f"{_KEY}-confirm", f"Relaunch **{pending.server}** with `{Path(pending.checkpoint).name}`? Its current run "
-            "stops while the checkpoint is served and benchmarked; a failure puts the previous config back.",
+            f"{_KEY}-confirm", fmt.data_markdown(
+                f"Relaunch **{pending.server}** with {code_span(Path(pending.checkpoint).name)}? Its current run "
+                "stops while the checkpoint is served and benchmarked; a failure puts the previous config back."),
             confirm_label="Yes, deploy") is True:
         st.session_state.pop(f"{_KEY}-pending", None)
         try:
@@ -177,24 +181,30 @@ def _load_inputs(server: str, ckpt: str, baselines) -> tuple[DeployRequest, bool
 
 # -- the job, live ----------------------------------------------------------------------------------
 
-@st.fragment(run_every=REFRESH_S)
+@live_fragment(run_every=REFRESH_S)
 def _live(rt, name: str, state_file: str) -> None:
     view = rt.supervisor.view(name)
     state = read_state(state_file)
     live = view is not None and view.live
+    hidden = bool(data_lock(rt))  # the workspace's paths
     with st.container(border=True):
         head = f"**{name}**"
         if view is not None:
-            head = f"{fmt.view_badge(view).markdown()} &nbsp; " + head + f" · log `{view.log_path}`"
-        st.markdown(head)
+            head = f"{fmt.view_badge(view).markdown()} &nbsp; " + head + f" · log {path_text(view.log_path, hidden)}"
+        st.markdown(fmt.data_markdown(head))
         if state is None:
-            st.info(f"No state yet: `{state_file}` is written when the job starts.", icon=":material/hourglass_empty:")
+            st.info(fmt.data_markdown(f"No state yet: {path_text(state_file, hidden)} is written when the job "
+                                      "starts."), icon=":material/hourglass_empty:")
             return
         if state.label:
-            st.markdown(f"`{state.request.get('checkpoint')}` → **{state.request.get('server')}** · {state.label}")
+            ckpt = state.request.get("checkpoint")
+            shown = code_span(Path(str(ckpt)).name if hidden else ckpt)  # the folder's name only, when paths are hidden
+            st.markdown(fmt.data_markdown(f"{shown} → **{state.request.get('server')}** · {state.label}"))
         if state.state == RUNNING and not live and view is not None:
-            st.error(f"The job ended without finishing its steps ({fmt.state_text(view.state.value, view.exit_code)}); "
-                     f"its log `{view.log_path}` says why. The server may need a look on the Servers page.")
+            st.error(fmt.data_markdown(
+                f"The job ended without finishing its steps ({fmt.state_text(view.state.value, view.exit_code)}); "
+                f"its log {path_text(view.log_path, hidden)} says why. The server may need a look on the Servers "
+                "page."))
         _steps(state, live)
         if state.state == RUNNING and live:
             freshness(state.updated_at, REFRESH_S, "state written")
@@ -228,10 +238,11 @@ def _steps(state, live: bool) -> None:
         msg = f" — {s.message}" if s.message else ""
         icon = ":grey[○ not run]" if s.status == "pending" and state.finished else _ICON.get(s.status, s.status)
         lines.append(f"- {icon} **{s.title}**{took}{msg}")
-    st.markdown("\n".join(lines))
+    st.markdown(fmt.data_markdown("\n".join(lines)))
     cur = state.current
     if cur is not None and live:
-        st.caption(f"{cur.title}: {state.detail or 'working'} · elapsed {fmt.duration(now - state.started_at)}")
+        st.caption(fmt.data_markdown(f"{cur.title}: {state.detail or 'working'} · elapsed "
+                                     f"{fmt.duration(now - state.started_at)}"))
         if cur.name in ("benchmark", "baseline") and state.total:
             st.progress(min(1.0, state.done / state.total), text=f"{fmt.count(state.done)} of "
                         f"{fmt.count(state.total)} requests")
@@ -244,7 +255,7 @@ def _steps(state, live: bool) -> None:
                  "unknown": "How the server was left is not known: check it on the Servers page."}
         text = f"**{step}** {what}: {state.error}\n\n**Server:** {state.restore or restore.message} " \
                f"{where.get(state.server_left, '')}"
-        (st.warning if state.state == STOPPED else st.error)(text, icon=":material/error:")
+        (st.warning if state.state == STOPPED else st.error)(fmt.data_markdown(text), icon=":material/error:")
 
 
 def _result(state) -> None:
@@ -279,9 +290,9 @@ def _result(state) -> None:
                                     "break-even accept_len": st.column_config.TextColumn(
                                         "break-even", help="accept_len at which speculation matches the baseline")})
         if r.explanation:
-            st.markdown(r.explanation)
+            st.markdown(fmt.data_markdown(r.explanation))
         elif r.reason:
-            st.info(f"Speedup N/A: {r.reason}.", icon=":material/info:")
+            st.info(fmt.data_markdown(f"Speedup N/A: {r.reason}."), icon=":material/info:")
 
 
 def _id(v: int | None) -> str:

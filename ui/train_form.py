@@ -8,12 +8,15 @@ from __future__ import annotations
 import streamlit as st
 from pydantic import ValidationError
 
+from backend.train.command import CommandError
 from backend.train.runconfig import GENERATIONS, TRACKERS, TrackerConfig, TrainRunConfig
 from backend.workspace import ConfigError
-from ui.auth import control_lock
+from ui import fmt
+from ui.auth import control_lock, show_data_lock
+from ui.components import code_span
 from ui.context import actor
 from ui.regen_live import known_runs as regen_outputs
-from ui.train_control import command_preview
+from ui.train_control import command_preview, command_problems
 
 OTHER = "another path (type it below)"
 PENDING = "train-form-pending"
@@ -60,11 +63,14 @@ def _errors(exc: ValidationError) -> list[str]:
 
 def run_form(rt, name: str | None = None) -> None:
     """Create a run (``name`` None) or edit run ``name``."""
+    if show_data_lock(rt):  # its fields hold the workspace's paths and the run's command
+        return
     editing = name is not None
     old = rt.train.config(name) if editing else None
     cur = old.model_dump() if old is not None else {**_defaults(), "tracker": TrackerConfig().model_dump()}
     set_before = old.model_fields_set if old is not None else set()
     k = f"train-form-{name or 'new'}"
+    lock = control_lock(rt)
     with st.form(k):
         a, b, c = st.columns(3)
         run_name = a.text_input("Run name", value=name or "", key=f"{k}-name", disabled=editing,
@@ -118,7 +124,9 @@ def run_form(rt, name: str | None = None) -> None:
                                   help="the patched SGLang servers Gen-3 online training reads features from")
         hidden = c[1].text_input("Prepared hidden states (offline training; empty: online)",
                                  value=cur.get("train_hidden_states") or "", key=f"{k}-hidden")
-        review = st.form_submit_button("Review", icon=":material/preview:")
+        review = st.form_submit_button("Review", icon=":material/preview:", disabled=bool(lock),
+                                       help=lock or "detect the generation with the environment's python and show "
+                                                    "the command the run gets")
     if review:
         values = {"name": (name or run_name).strip(), "python": python.strip(), "generation": gen,
                   "target_model": target or "", "train_data": data or "", "draft_config": draft_cfg.strip() or None,
@@ -151,20 +159,33 @@ def run_form(rt, name: str | None = None) -> None:
             cfg = None
         if cfg is not None and not editing and cfg.name in rt.train.names():
             problems.append(f"`name`: a run named {cfg.name!r} exists already; choose another or edit it")
+        built = None
+        if not problems:
+            # the review runs the typed python and reads the typed folders: the backend allows it (an
+            # operator, folders under the workspace's roots) and audits it, once per press
+            try:
+                built = rt.review_train(actor(), cfg, name=name, source="dashboard")
+            except CommandError as exc:
+                built = exc
+            except Exception as exc:  # refused (audited; says nothing of whether a path exists)
+                problems.append(str(exc))
         if problems:
-            st.error("**Not saved**:\n\n" + "\n".join(f"- {p}" for p in problems))
+            st.error(fmt.data_markdown("**Not saved**:\n\n" + "\n".join(f"- {p}" for p in problems)))
             st.session_state.pop(PENDING, None)
         else:
-            st.session_state[PENDING] = (name, cfg)
+            st.session_state[PENDING] = (name, cfg, built)
     pending = st.session_state.get(PENDING)
     if pending is None or pending[0] != name:
         return
-    cfg = pending[1]
+    cfg, built = pending[1], pending[2]
     with st.container(border=True):
-        st.markdown(f"**{cfg.name}** will be {'updated' if editing else 'added'} in `{rt.workspace.config_path}` "
-                    "(comments kept) and run as:")
-        ok = command_preview(rt, cfg.name, cfg)
-        lock = control_lock(rt)
+        st.markdown(fmt.data_markdown(f"**{cfg.name}** will be {'updated' if editing else 'added'} in "
+                                      f"{code_span(rt.workspace.config_path)} (comments kept) and run as:"))
+        if isinstance(built, CommandError):
+            st.error(fmt.data_markdown(command_problems(built)))
+            ok = False
+        else:
+            ok = command_preview(rt, cfg.name, cmd=built)
         row = st.container(horizontal=True)
         if not ok:
             st.caption("It can be saved as it is, and started once the problems above are fixed (here, or in the "

@@ -3,17 +3,26 @@ outside the dashboard)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import streamlit as st
 
+from backend.auth import NotAuthorised, PathRefused
+from ui import fmt
+from ui.auth import control_lock, show_data_lock, typed_path
+from ui.components import code_span
+from ui.context import actor
 from ui.train_data import RunRef
 
 FOLLOWED = "train-followed"
+TYPED = "train-followed-typed"
 
 
 def followed() -> dict[str, RunRef]:
     return st.session_state.setdefault(FOLLOWED, {})
+
+
+def _typed() -> dict[str, tuple[str, str]]:
+    """The paths each followed run was typed with: they are allowed again at each run of the page."""
+    return st.session_state.setdefault(TYPED, {})
 
 
 def workspace_run(rt, name: str) -> RunRef:
@@ -22,13 +31,40 @@ def workspace_run(rt, name: str) -> RunRef:
                   draft_config=cfg.draft_config, process=name, target=cfg.target_model, source="workspace")
 
 
+def _still_allowed(rt, name: str, ref: RunRef) -> bool:
+    """Whether this session may still read the paths run ``name`` was followed by (typed paths: an
+    operator's, under the workspace's roots, resolved afresh); the run is dropped when not."""
+    typed = _typed().get(name)
+    if typed is None:
+        return False
+    try:
+        for text, now in zip(typed, (ref.log, ref.output_dir)):
+            if text and rt.typed_path(actor(), text, source="dashboard") != now:
+                raise PathRefused(f"{text} now resolves to another file; follow it again")
+    except (NotAuthorised, PathRefused) as exc:
+        followed().pop(name, None)
+        _typed().pop(name, None)
+        st.warning(f"No longer following **{name}**: {exc}", icon=":material/lock:")
+        return False
+    return True
+
+
+def recheck_followed(rt, refs: list[RunRef] | None = None) -> None:
+    """In a live part that reads a followed run's files: once this session may no longer read typed
+    paths (signed out, another role), the whole page runs again, and drops the run (one refusal audited)."""
+    if (refs is None or any(r.source == "followed" for r in refs)) and control_lock(rt):
+        st.rerun(scope="app")
+
+
 def known_runs(rt) -> dict[str, RunRef]:
-    """The runs to choose from: the workspace's ``[[train]]`` runs, then the logs followed in this session."""
+    """The runs to choose from: the workspace's ``[[train]]`` runs, then the logs followed in this session
+    (each checked again: reading a typed path is an operator's action, audited once per path and while)."""
     out: dict[str, RunRef] = {}
     for name in rt.train.names():
         out[name] = workspace_run(rt, name)
-    for name, ref in followed().items():
-        out.setdefault(name, ref)
+    for name, ref in list(followed().items()):
+        if name not in out and _still_allowed(rt, name, ref):
+            out[name] = ref
     return out
 
 
@@ -38,58 +74,75 @@ def run_tab(rt, ref: RunRef) -> None:
     from ui.train_form import run_form
 
     if ref.source != "workspace":
-        st.markdown(f"Followed by path in this session (started elsewhere): log `{ref.log}`"
-                    + (f", output folder `{ref.output_dir}`" if ref.output_dir else ""))
+        st.markdown(fmt.data_markdown(
+            f"Followed by path in this session (started elsewhere): log {code_span(ref.log)}"
+            + (f", output folder {code_span(ref.output_dir)}" if ref.output_dir else "")))
         if st.button("Stop following", key="train-unfollow", icon=":material/visibility_off:"):
             followed().pop(ref.name, None)
+            _typed().pop(ref.name, None)
             st.rerun()
     else:
         head = st.container(horizontal=True, vertical_alignment="center")
         head.markdown("**Command**")
+        lock = control_lock(rt)
         if head.button("Detect the generation again", key="train-redetect", icon=":material/refresh:",
-                       help="ask the training environment's python again (after SpecForge was installed or "
-                            "upgraded); its answer is otherwise kept while the dashboard runs"):
-            rt.train.generation(ref.name, refresh=True)
-        command_preview(rt, ref.name)
-        with st.expander("Edit this run", icon=":material/edit:"):
-            run_form(rt, ref.name)
+                       disabled=bool(lock),
+                       help=lock or "ask the training environment's python again (after SpecForge was installed or "
+                                    "upgraded); its answer is otherwise kept while the dashboard runs"):
+            try:
+                rt.detect_generation(actor(), ref.name, source="dashboard")
+            except Exception as exc:  # refused (audited) or the interpreter could not be asked
+                st.error(f"The generation was not detected again: {exc}", icon=":material/lock:")
+        if not show_data_lock(rt):  # a command line and the workspace's paths
+            command_preview(rt, ref.name)
+            with st.expander("Edit this run", icon=":material/edit:"):
+                run_form(rt, ref.name)
     if ref.log is not None:
         st.markdown("**Log**")
-        log_tail(ref.log)
+        log_tail(rt, ref.log, followed=ref.source == "followed")
 
 
 def follow_form(rt) -> None:
-    """Follow a SpecForge run by its log (and output folder) without starting anything."""
+    """Follow a SpecForge run by its log (and output folder) without starting anything: reading files by
+    a typed path is an operator's action, allowed by the backend under the workspace's roots."""
+    lock = control_lock(rt)
     with st.form("train-follow"):
         a, b, c = st.columns([3, 3, 1])
-        log = a.text_input("Training log (its console output)", key="train-follow-log",
+        log = a.text_input("Training log (its console output)", key="train-follow-log", disabled=bool(lock),
                            help="a relative path is taken from the workspace folder",
                            placeholder="/runs/llama3-eagle3/train.log")
-        out = b.text_input("Output folder (--output-dir; optional)", key="train-follow-out",
+        out = b.text_input("Output folder (--output-dir; optional)", key="train-follow-out", disabled=bool(lock),
                            placeholder="/runs/llama3-eagle3/outputs")
-        run_id = c.text_input("Gen-3 run_id", key="train-follow-runid", help="only for Gen-3 checkpoints "
-                              "({run_id}-stepN); empty lists every run's")
-        go = st.form_submit_button("Follow", icon=":material/visibility:")
+        run_id = c.text_input("Gen-3 run_id", key="train-follow-runid", disabled=bool(lock),
+                              help="only for Gen-3 checkpoints ({run_id}-stepN); empty lists every run's")
+        go = st.form_submit_button("Follow", icon=":material/visibility:", disabled=bool(lock), help=lock or None)
     if not go:
         return
     if not log.strip() and not out.strip():
         st.error("Give the log path, the output folder, or both.")
         return
-    root = Path(rt.workspace.root)
-    logp = root / Path(log.strip()).expanduser() if log.strip() else None  # relative: to the workspace folder
-    outp = root / Path(out.strip()).expanduser() if out.strip() else None
+    # nothing is looked at before the backend allows it: a refusal says nothing of whether a path exists
+    logp = typed_path(rt, log.strip()) if log.strip() else None
+    if log.strip() and logp is None:
+        return
+    outp = typed_path(rt, out.strip()) if out.strip() else None
+    if out.strip() and outp is None:
+        return
     if logp is not None and logp.is_dir():
-        st.error(f"`{logp}` is a folder: give the log file (the run's stdout and stderr).")
+        st.error(fmt.data_markdown(f"{code_span(logp)} is a folder: give the log file (the run's stdout and "
+                                   "stderr)."))
         return
     if outp is not None and outp.exists() and not outp.is_dir():
-        st.error(f"`{outp}` is a file: the output folder is the run's --output-dir.")
+        st.error(fmt.data_markdown(f"{code_span(outp)} is a file: the output folder is the run's --output-dir."))
         return
     base = (logp or outp).name
     name = base
     n = 2
-    while name in known_runs(rt) and followed().get(name) != RunRef(name, logp, outp, run_id.strip() or None,
-                                                                    source="followed"):
+    taken = set(rt.train.names()) | set(followed())
+    while name in taken and followed().get(name) != RunRef(name, logp, outp, run_id.strip() or None,
+                                                           source="followed"):
         name, n = f"{base} ({n})", n + 1
     followed()[name] = RunRef(name, logp, outp, run_id.strip() or None, source="followed")
+    _typed()[name] = (log.strip(), out.strip())
     st.session_state["train-run-wanted"] = name
     st.rerun()

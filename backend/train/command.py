@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from backend.filemodes import make_private_dirs, write_private
 from backend.train.runconfig import TrainRunConfig, resolve_path
 
 TORCHRUN = ("-m", "torch.distributed.run", "--standalone")
@@ -59,10 +60,8 @@ class TrainCommand:
         if self.yaml_text is None or self.yaml_path is None:
             return
         p = Path(self.yaml_path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(f".{p.name}.tmp")
-        tmp.write_text(self.yaml_text, encoding="utf-8")
-        tmp.replace(p)
+        make_private_dirs(p.parent)
+        write_private(p, self.yaml_text)
 
 
 def config_problems(cfg: TrainRunConfig, generation: str | None = None) -> list[tuple[str, str]]:

@@ -24,6 +24,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from backend.readcap import SMALL_TEXT_MAX, read_text_capped
 from backend.sglang.version import end_probe_group
 
 GEN2_SCRIPT = "scripts/train_eagle3.py"
@@ -143,7 +144,7 @@ def clear_cache(python: str | None = None) -> None:
 
 def _checkout_version(specforge_dir: Path) -> str | None:
     try:
-        text = (specforge_dir / "version.txt").read_text(encoding="utf-8").strip()
+        text = read_text_capped(specforge_dir / "version.txt", SMALL_TEXT_MAX, errors="strict")[0].strip()
     except (OSError, UnicodeDecodeError):
         return None
     return text.splitlines()[0].strip() if text else None

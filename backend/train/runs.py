@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from backend.filemodes import make_private_dirs
 from backend.supervisor.spec import Kind, ProcessSpec, RestartPolicy
 from backend.train.command import CommandError, TrainCommand, build_command, config_problems, output_dir_of
 from backend.train.generation import EnvProbe, GenerationInfo, clear_cache, detect_generation, probe_env
@@ -254,7 +255,7 @@ class TrainRuns:
             if cmd.yaml_text is not None and cmd.yaml_path is not None:
                 TrainCommand(argv=cmd.argv, env=cmd.env, cwd=cmd.cwd, generation=cmd.generation.generation or "",
                              output_dir=cmd.output_dir, yaml_text=cmd.yaml_text, yaml_path=cmd.yaml_path).write_yaml()
-            Path(cmd.output_dir).mkdir(parents=True, exist_ok=True)
+            make_private_dirs(cmd.output_dir)  # 0700 when Specdeck makes it; a folder already there is left
             spec = self._spec(cfg, cmd)
             # the spec with (or without) --resume must be the one this start uses: no config sync between
             with self.supervisor._lock:

@@ -1,7 +1,8 @@
-"""On loopback, what makes a session local: the TCP peer and forwarding headers, never Host.
+"""On loopback, what makes a session local: the TCP peer, forwarding headers and the dashboard's
+token, never Host.
 
 A real `streamlit run` on 127.0.0.1; raw websocket sessions from this host
-with and without the headers a reverse proxy adds.
+with and without the token and the headers a reverse proxy adds.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from tests.e2e.netns_ws_client import Session
 from tests.helpers import free_port
 
 REPO = Path(__file__).resolve().parents[2]
-BANNER = "Sign in to start, stop or relaunch"
+TOKEN = "loopback-test-token-0123456789"
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +37,7 @@ def dashboard(tmp_path_factory):
                        timeout=120)
     assert r.returncode == 0, r.stderr
     port = free_port()
-    env = dict(os.environ, SPECDECK_WORKSPACE=str(ws), SPECDECK_HOME=str(tmp / "home"))
+    env = dict(os.environ, SPECDECK_WORKSPACE=str(ws), SPECDECK_HOME=str(tmp / "home"), SPECDECK_ACCESS_TOKEN=TOKEN)
     env.pop("FORWARDED_ALLOW_IPS", None)
     log = open(tmp / "streamlit.log", "wb")
     proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
@@ -64,26 +65,45 @@ def dashboard(tmp_path_factory):
         log.close()
 
 
-def _first_run_alerts(port: int, headers: dict[str, str]) -> list[str]:
+def _first_run(port: int, headers: dict[str, str], token: str | None = TOKEN) -> dict:
     sock = socket.create_connection(("127.0.0.1", port), timeout=60)
     with connect(f"ws://localhost:{port}/_stcore/stream", sock=sock, subprotocols=["streamlit"],
                  additional_headers=headers, open_timeout=60, max_size=None) as ws:
-        return Session(ws).run()["alerts"]
+        s = Session(ws)
+        s.query = f"token={token}" if token else ""
+        run = s.run()
+        run["text"] = "\n".join(run["text"])
+        return run
 
 
 @pytest.mark.timeout(240)
-def test_a_direct_loopback_session_is_local(dashboard):
-    assert not any(BANNER in a for a in _first_run_alerts(dashboard, {}))
+def test_a_direct_loopback_session_with_the_token_is_local(dashboard):
+    run = _first_run(dashboard, {})
+    assert "Workspace:" in run["text"] and "loopback" in run["text"]
+    assert not any("Sign in to start" in a for a in run["alerts"])
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("token", [None, "not-the-token"])
+def test_a_loopback_session_without_the_token_gets_the_token_page_only(dashboard, token):
+    run = _first_run(dashboard, {}, token)
+    assert run["headings"][:1] == ["Open Specdeck"]
+    assert "Workspace:" not in run["text"] and "loopback" not in run["text"]
 
 
 @pytest.mark.timeout(240)
 def test_a_forwarded_client_is_not_local(dashboard):
-    # uvicorn trusts X-Forwarded-For from a loopback peer: the session's peer is the forwarded client
-    alerts = _first_run_alerts(dashboard, {"X-Forwarded-For": "203.0.113.9"})
-    assert any(BANNER in a and "connected from 203.0.113.9" in a for a in alerts), alerts
+    # uvicorn trusts X-Forwarded-For from a loopback peer: the session's peer is the forwarded client,
+    # and the token does not make it local: it gets the sign-in page
+    run = _first_run(dashboard, {"X-Forwarded-For": "203.0.113.9"})
+    assert run["headings"][:1] == ["Sign in"] and "User name" in run["inputs"]
+    assert "Workspace:" not in run["text"] and "loopback" not in run["text"]
 
 
 @pytest.mark.timeout(240)
-def test_any_forwarding_header_means_a_proxy_stands_between(dashboard):
-    alerts = _first_run_alerts(dashboard, {"X-Real-IP": "203.0.113.9"})
-    assert any(BANNER in a and "connected from 127.0.0.1 through a proxy" in a for a in alerts), alerts
+@pytest.mark.parametrize("header", ["X-Real-IP", "Forwarded"])
+def test_any_forwarding_header_means_a_proxy_stands_between(dashboard, header):
+    value = "for=203.0.113.9" if header == "Forwarded" else "203.0.113.9"
+    run = _first_run(dashboard, {header: value})
+    assert run["headings"][:1] == ["Sign in"] and "User name" in run["inputs"]
+    assert "loopback" not in run["text"]

@@ -79,11 +79,13 @@ def test_a_signed_in_user_acts_and_the_audit_names_them_and_their_address(rt):
 
 
 def test_loopback_is_audited_as_local_and_this_hosts_code_as_itself(rt):
-    rt.start("sleeper", actor=Caller("127.0.0.1", "127.0.0.1"), source="dashboard")
+    with pytest.raises(NotAuthorised, match="token"):  # a loopback browser without the dashboard's token
+        rt.start("sleeper", actor=Caller("127.0.0.1", "127.0.0.1", local_token="guess"), source="dashboard")
+    rt.start("sleeper", actor=Caller("127.0.0.1", "127.0.0.1", local_token=rt.access_token), source="dashboard")
     _wait_live(rt, "sleeper")
     rt.stop("sleeper", actor="ops", source="cli")
     got = [(e.action, e.actor, e.client) for e in reversed(audit.recent(rt.store, limit=10))]
-    assert got[-2:] == [("start", "local", "127.0.0.1"), ("stop", "ops", "local")]
+    assert got[-3:] == [("start", "anonymous", "127.0.0.1"), ("start", "local", "127.0.0.1"), ("stop", "ops", "local")]
 
 
 def test_migration_0004_adds_the_client_column_and_keeps_old_entries(tmp_path, monkeypatch):

@@ -192,6 +192,9 @@ def exposed(monkeypatch):
 
 
 def test_read_only_without_a_user_cannot_import_or_delete(workspace, exposed):
+    # anonymous browsers see the page only where the workspace opts in; even then they act on nothing
+    with open(workspace / "specdeck.toml", "a") as f:
+        f.write("\n[access]\nanonymous_view = true\n")
     rt = runtime_mod.get_runtime()
     at = _page()
     assert _button(at, "Import").disabled and "Read-only" in _button(at, "Import").help

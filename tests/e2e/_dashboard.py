@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -20,15 +21,26 @@ REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
 
 
+class DashboardURL(str):
+    """The dashboard's base URL; :meth:`page` gives a page's URL with the loopback token, as the
+    URL printed at start carries it (a browser on this host without it gets the token page)."""
+
+    token: str = ""
+
+    def page(self, path: str = "") -> str:
+        return f"{self}{path}?token={self.token}"
+
+
 @contextmanager
 def serve(home: Path, env_extra: dict[str, str] | None = None, *, workspace: Path | None = None,
           timeout_s: float = 60.0, address: str = "127.0.0.1", args: tuple[str, ...] = ()):
     """`streamlit run app.py [ARGS]` on ``address`` and a free port, with ``workspace``, or else the
-    demo workspace under ``home``; yields its URL.  At the end the dashboard is stopped and so is
+    demo workspace under ``home``; yields its URL (a :class:`DashboardURL`).  At the end the dashboard is stopped and so is
     every process of that workspace."""
     port = free_port()
     home.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, SPECDECK_HOME=str(home), PYTHONUNBUFFERED="1")
+    token = secrets.token_urlsafe(24)
+    env = dict(os.environ, SPECDECK_HOME=str(home), PYTHONUNBUFFERED="1", SPECDECK_ACCESS_TOKEN=token)
     env.pop("SPECDECK_WORKSPACE", None)
     if workspace is not None:
         env["SPECDECK_WORKSPACE"] = str(workspace)
@@ -40,7 +52,8 @@ def serve(home: Path, env_extra: dict[str, str] | None = None, *, workspace: Pat
          "--server.headless", "true", "--global.developmentMode", "false", *args],
         cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
-    url = f"http://{address}:{port}"
+    url = DashboardURL(f"http://{address}:{port}")
+    url.token = token
     try:
         deadline = time.time() + timeout_s
         while True:

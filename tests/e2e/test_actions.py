@@ -15,7 +15,7 @@ def test_stop_shows_in_history_and_audit_without_a_reload(tmp_path):
     from playwright.sync_api import expect
 
     with serve(tmp_path) as url, browser(width=1440, height=1400) as page:
-        page.goto(url, wait_until="domcontentloaded")
+        page.goto(url.page(), wait_until="domcontentloaded")
         expect(page.get_by_text("Workspace:").first).to_be_visible(timeout=60_000)
         page.locator("[data-testid='stSidebarNav'] a").filter(has_text="Processes").first.click()
         expect(page.get_by_role("heading", name="Processes").first).to_be_visible(timeout=30_000)

@@ -36,7 +36,7 @@ def test_every_page_loads_without_exception(dashboard):
     assert present, "no pages found"
     with _browser() as page:
         # the frame runs first, so st.navigation (not the pages/ folder) defines the pages
-        page.goto(url, wait_until="domcontentloaded")
+        page.goto(url.page(), wait_until="domcontentloaded")
         page.wait_for_selector("[data-testid='stAppViewContainer']", timeout=30_000)
         expect(page.get_by_text("Workspace:").first).to_be_visible(timeout=30_000)
         for slug, title in present:
@@ -57,7 +57,7 @@ def test_a_page_url_opened_first_gets_the_frame(tmp_path):
     from playwright.sync_api import expect
 
     with _serve(tmp_path) as url, _browser() as page:
-        page.goto(f"{url}/gpus", wait_until="domcontentloaded")
+        page.goto(url.page("/gpus"), wait_until="domcontentloaded")
         expect(page.get_by_role("heading", name="GPUs").first).to_be_visible(timeout=60_000)
         expect(page.get_by_text("Workspace:").first).to_be_visible(timeout=30_000)
         nav = page.locator("[data-testid='stSidebarNav'] a")

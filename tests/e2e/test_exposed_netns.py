@@ -29,7 +29,12 @@ from tests.e2e._dashboard import serve
 REPO = Path(__file__).resolve().parents[2]
 SHOTS = REPO / "artifacts" / "screenshots"
 PASSWORD = "alice-password-1"
+VIEWER_PASSWORD = "bob-password-1"
 BANNER = "Sign in to start, stop or relaunch"
+PAGES = ["Benchmarks", "GPUs", "Processes", "Regeneration", "Servers", "Training"]
+# what an anonymous session must never be sent: the workspace's name, its folder, a process name
+# and its command line, a file's content
+SECRETS = ("exposed", "ticker", "backend.demo", "root:x:0:0")
 
 pytestmark = pytest.mark.browser
 
@@ -97,8 +102,9 @@ def _wait_ticker(ws: Path, state: str, timeout: float = 60) -> None:
 
 
 @contextmanager
-def _dashboard(tmp: Path, host_ip: str):
-    """`streamlit run app.py --server.address HOST_IP` on a workspace with a ticker and user alice."""
+def _dashboard(tmp: Path, host_ip: str, *, users: bool = True, access: str = ""):
+    """`streamlit run app.py --server.address HOST_IP` on a workspace with a ticker, and (``users``)
+    alice, an operator, and bob, a viewer."""
     ws = tmp / "ws"
     ws.mkdir()
     (ws / "specdeck.toml").write_text(f"""
@@ -107,7 +113,7 @@ name = "exposed"
 
 [telemetry]
 source = "fake"
-
+{access}
 [[process]]
 name = "ticker"
 argv = ["{sys.executable}", "-m", "backend.demo", "ticker", "--interval", "0.5"]
@@ -115,8 +121,11 @@ cwd = "{REPO}"
 autostart = true
 stop_grace_s = 5
 """)
-    r = _cli(ws, "users", "add", "alice", "--password-stdin", stdin=PASSWORD + "\n")
-    assert r.returncode == 0, r.stderr
+    if users:
+        r = _cli(ws, "users", "add", "alice", "--password-stdin", stdin=PASSWORD + "\n")
+        assert r.returncode == 0, r.stderr
+        r = _cli(ws, "users", "add", "bob", "--role", "viewer", "--password-stdin", stdin=VIEWER_PASSWORD + "\n")
+        assert r.returncode == 0, r.stderr
     # browsers reach it by this address: let Streamlit's Host check accept it (as a deployment would)
     hosts = ("--server.allowedHosts", "localhost", "--server.allowedHosts", "127.0.0.1",
              "--server.allowedHosts", host_ip)
@@ -167,60 +176,97 @@ def _next_line(q: queue.Queue, proc: subprocess.Popen, deadline: float) -> str:
     return line
 
 
+def _steps(proc: subprocess.Popen, q: queue.Queue, deadline: float, until: str | None = "READY") -> dict:
+    steps = {}
+    while True:
+        line = _next_line(q, proc, deadline) if until else q.get(timeout=max(0.1, deadline - time.time()))
+        if line is None or (until and line.strip() == until):
+            return steps
+        step = json.loads(line)
+        steps[step["step"]] = step
+
+
+def _ws_client(ns: str, host_ip: str, port: int, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        ["ip", "netns", "exec", ns, sys.executable, str(REPO / "tests/e2e/netns_ws_client.py"), host_ip, str(port),
+         *args], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _shows_nothing(step: dict, ws: Path) -> None:
+    """A step that drew the sign-in page only: no navigation to anything else, no data."""
+    assert step["pages"] == ["Sign in"], step["pages"]
+    assert step["headings"][:1] == ["Sign in"], step["headings"]
+    for secret in (*SECRETS, str(ws)):
+        assert secret not in step["text"], f"{step['step']}: sent {secret!r}"
+
+
 @pytest.mark.timeout(300)
-def test_raw_websocket_client_claiming_localhost_cannot_control(netns, tmp_path):
+def test_raw_websocket_client_claiming_localhost_gets_nothing_and_controls_nothing(netns, tmp_path):
     ns, host_ip, ns_ip = netns
     with _dashboard(tmp_path, host_ip) as (ws, port, _url):
-        proc = subprocess.Popen(
-            ["ip", "netns", "exec", ns, sys.executable, str(REPO / "tests/e2e/netns_ws_client.py"), host_ip,
-             str(port), "alice", PASSWORD],
-            cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = _ws_client(ns, host_ip, port, "alice", PASSWORD, "bob", VIEWER_PASSWORD)
         try:
             q = _lines(proc)
-            deadline = time.time() + 180
-            steps = {}
-            while True:
-                line = _next_line(q, proc, deadline)
-                if line.strip() == "READY":
-                    break
-                step = json.loads(line)
-                steps[step["step"]] = step
-            # the user is removed while the signed-in client's confirmation is open
+            deadline = time.time() + 200
+            steps = _steps(proc, q, deadline)
+            # the operator is removed while her confirmation is open
             assert _cli(ws, "users", "remove", "alice").returncode == 0
             proc.stdin.write("go\n")
             proc.stdin.flush()
-            last = json.loads(_next_line(q, proc, deadline))
-            while (line := q.get(timeout=max(0.1, deadline - time.time()))) is not None:
-                step = json.loads(line)
-                steps[step["step"]] = step
+            steps.update(_steps(proc, q, deadline, until=None))
             assert proc.wait(timeout=60) == 0, proc.stderr.read()[-3000:]
         finally:
             if proc.poll() is None:
                 proc.terminate()
                 proc.wait(timeout=10)
 
-        unsigned = steps["unsigned"]
-        assert any(BANNER in a and f"connected from {ns_ip}" in a for a in unsigned["alerts"])
-        for label in ("Start", "Stop", "Restart"):
-            assert unsigned["buttons"][label]["disabled"] and BANNER in unsigned["buttons"][label]["help"]
-        assert "Yes, stop" not in steps["unsigned-forged-stop"]["buttons"]  # the forged press went nowhere
+        # anonymous: the sign-in page and nothing else, whatever page or widget it asks for
+        for name in ("anonymous", "anonymous-page-by-name", "operator-signed-out", "anonymous-forged-stop"):
+            _shows_nothing(steps[name], ws)
+        assert "Yes, stop" not in steps["anonymous-forged-stop"]["buttons"]
+        if "anonymous-forged-path" in steps:
+            assert "root:x:0:0" not in steps["anonymous-forged-path"]["text"]
         assert "Unknown user name or wrong password." in steps["wrong-password"]["alerts"]
-        assert steps["signed-in"]["headings"][0] == "Servers"
-        assert steps["signed-in-processes"]["buttons"]["Stop"]["disabled"] is False
+        # the operator sees every page and may stop
+        assert steps["operator"]["pages"] == PAGES
+        assert steps["operator-processes"]["buttons"]["Stop"]["disabled"] is False
         assert "Yes, stop" in steps["stop-pressed"]["buttons"]
-        refused = [a for a in last["alerts"] if a.startswith("Could not stop **ticker**")]
-        # alice was the only user: the dashboard is read-only now, and the runtime refuses
-        assert refused and "Read-only" in refused[0], last["alerts"]
-        assert any(a.startswith("Signed out: the user was removed") for a in last["alerts"])
-        for title in ("Servers", "Processes", "GPUs"):  # read-only now, and every page says why
-            banner = [a for a in steps[f"read-only {title}"]["alerts"] if a.startswith("Read-only")]
-            assert banner and "no user is configured" in banner[0] and f"connected from {ns_ip}" in banner[0]
-        assert steps["pages"]["pages"] == ["Benchmarks", "GPUs", "Processes", "Regeneration", "Servers", "Training"]  # no sign-in page: nobody to be
-        assert not any(s.get("exceptions") for s in [*steps.values(), last])
+        # the viewer sees every page, the ticker's figures included, and acts on nothing
+        assert steps["viewer"]["pages"] == PAGES
+        viewer = steps["viewer-processes"]
+        assert "ticker" in viewer["text"]
+        assert viewer["buttons"]["Stop"]["disabled"] and "viewer" in viewer["buttons"]["Stop"]["help"]
+        assert "Yes, stop" not in steps["viewer-forged-stop"]["buttons"]
+        if "viewer-forged-path" in steps:
+            assert "root:x:0:0" not in steps["viewer-forged-path"]["text"]
+        # alice removed while her confirmation was open: signed out, back to the sign-in page
+        last = steps["confirmed-after-removal"]
+        assert any(a.startswith("Signed out: the user was removed") for a in last["alerts"]), last["alerts"]
+        assert "ticker" not in last["text"]
+        assert not any(st.get("exceptions") for st in steps.values())
         assert _ticker_state(ws) == "RUNNING"
         got = [(e.action, e.outcome, e.actor, e.client) for e in _audit(ws) if e.source == "dashboard"]
-        assert got == [("login", "refused", "alice", ns_ip), ("login", "ok", "alice", ns_ip),
-                       ("stop", "refused", "anonymous", ns_ip)]
+        assert ("stop", "ok", "alice", ns_ip) not in got and ("stop", "ok", "bob", ns_ip) not in got
+        assert got[:3] == [("login", "refused", "alice", ns_ip), ("login", "ok", "alice", ns_ip),
+                           ("logout", "ok", "alice", ns_ip)], got
+        assert ("login", "ok", "bob", ns_ip) in got
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("users", [False, True], ids=["no-user", "users"])
+def test_without_sign_in_nothing_is_shown_with_or_without_users(netns, tmp_path, users):
+    ns, host_ip, _ns_ip = netns
+    with _dashboard(tmp_path, host_ip, users=users) as (ws, port, _url):
+        proc = _ws_client(ns, host_ip, port, "--anonymous")
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err[-3000:]
+    steps = {json.loads(line)["step"]: json.loads(line) for line in out.splitlines() if line.startswith("{")}
+    for step in steps.values():
+        _shows_nothing(step, ws)
+        assert not step["exceptions"]
+    text = steps["anonymous"]["text"]
+    assert ("No user is configured" in text) is (not users)
+    assert ("User name" in text) is users
 
 
 @pytest.mark.timeout(300)
@@ -239,15 +285,40 @@ def test_browser_from_another_address_signs_in_stops_and_is_audited(netns, tmp_p
         seen = json.loads(r.stdout.strip().splitlines()[-1])
         _wait_ticker(ws, "EXITED")
         entries = [(e.action, e.outcome, e.actor, e.client) for e in _audit(ws) if e.source == "dashboard"]
-    assert set(seen["banner"]) == {"Servers", "Processes", "GPUs"}
-    assert all(f"connected from {ns_ip}" in text for text in seen["banner"].values())
-    assert seen["stop_disabled_unsigned"] is True
+    for key in ("anonymous_page_url", "anonymous", "signed_out"):  # the sign-in page, nothing else
+        shown = seen[key]
+        assert shown["nav"] == 0 and shown["sidebar"] == "", (key, shown)
+        for secret in (*SECRETS, str(ws), "Workspace:"):
+            assert secret not in shown["text"], (key, secret)
     assert seen["wrong_password"] == "Unknown user name or wrong password."
     assert seen["signed_in"].startswith(f"Signed in as alice from {ns_ip}")
-    assert seen["banner_after_sign_in"] == 0 and seen["stopped"] and seen["signed_out"]
+    assert seen["banner_after_sign_in"] == 0 and seen["stopped"]
     assert seen["exceptions"] == 0
+    assert seen["hosts"] == [host_ip], seen["hosts"]  # nothing fetched from anywhere else (the icon included)
     assert entries == [("login", "refused", "alice", ns_ip), ("login", "ok", "alice", ns_ip),
                        ("stop", "ok", "alice", ns_ip), ("logout", "ok", "alice", ns_ip)]
     SHOTS.mkdir(parents=True, exist_ok=True)
     for shot in out.glob("*.png"):
-        shutil.copy(shot, SHOTS / shot.name)
+        shutil.copy(shot, SHOTS / f"exposed-{shot.name}")
+
+
+@pytest.mark.timeout(300)
+def test_anonymous_view_shows_figures_but_no_logs_argv_or_paths(netns, tmp_path):
+    ns, host_ip, _ns_ip = netns
+    with _dashboard(tmp_path, host_ip, access="\n[access]\nanonymous_view = true\n") as (ws, port, _url):
+        time.sleep(2)  # the ticker has printed lines by now
+        assert "tick 1" in (ws / "logs" / "ticker.log").read_text()
+        proc = _ws_client(ns, host_ip, port, "--anonymous")
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err[-3000:]
+    steps = {json.loads(line)["step"]: json.loads(line) for line in out.splitlines() if line.startswith("{")}
+    assert steps["anonymous"]["pages"] == PAGES + ["Sign in"] or sorted(steps["anonymous"]["pages"]) == sorted(
+        PAGES + ["Sign in"])
+    processes = steps["anonymous-page-by-name"]
+    assert processes["headings"][:1] == ["Processes"]
+    assert "ticker" in processes["text"]  # its name and state are figures anyone may see
+    for secret in ("tick 1", "ticker ready", "backend.demo", str(ws)):  # its log, its command line, the folder
+        assert secret not in processes["text"], secret
+    for label in ("Start", "Stop", "Restart"):
+        assert processes["buttons"][label]["disabled"], label
+    assert not any(s["exceptions"] for s in steps.values())

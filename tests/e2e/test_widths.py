@@ -98,7 +98,7 @@ def test_nothing_a_user_needs_is_cut_off(dashboard, width):
 
     found: dict[str, list[str]] = {}
     with browser(width=width, height=900) as page:
-        page.goto(dashboard, wait_until="domcontentloaded")
+        page.goto(dashboard.page(), wait_until="domcontentloaded")
         expect(page.get_by_text("Workspace:").first).to_be_visible(timeout=60_000)
         for title in ("Servers", "Processes", "GPUs"):
             _open(page, title)

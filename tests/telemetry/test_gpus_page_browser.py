@@ -78,7 +78,7 @@ def test_nothing_on_the_gpus_page_is_cut(dashboard, width):
 
     SHOTS.mkdir(parents=True, exist_ok=True)
     with browser(width, 4200) as page:
-        page.goto(f"{dashboard}/gpus", wait_until="domcontentloaded")
+        page.goto(dashboard.page("/gpus"), wait_until="domcontentloaded")
         expect(page.get_by_role("heading", name="GPUs").first).to_be_visible(timeout=60_000)
         # the live block has drawn: key figures, both training runs attributed, the history chart
         expect(page.get_by_text("Sampler cost").first).to_be_visible(timeout=60_000)
