@@ -8,6 +8,7 @@ error, never an exception.
 from __future__ import annotations
 
 import json
+import math
 import time
 import urllib.error
 import urllib.request
@@ -120,8 +121,11 @@ class ServerInfo:
             except (TypeError, ValueError):
                 return None
 
+        accept = num(st0.get("avg_spec_accept_length", data.get("avg_spec_accept_length")))
         return cls(
-            avg_spec_accept_length=num(st0.get("avg_spec_accept_length", data.get("avg_spec_accept_length"))),
+            # 0 (or -1) is "no reading yet" (an engine may send the key before its first verify); an
+            # accepted length is at least 1 whenever there is one
+            avg_spec_accept_length=accept if accept is not None and accept > 0 and math.isfinite(accept) else None,
             last_gen_throughput=num(pick("last_gen_throughput")),
             speculative_algorithm=pick("speculative_algorithm"),
             speculative_num_steps=num(pick("speculative_num_steps"), int),
