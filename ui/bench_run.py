@@ -14,13 +14,12 @@ from pathlib import Path
 
 import streamlit as st
 
-from backend.bench.cli_run import command_line, preview
 from backend.bench.client import BACKENDS, Load
-from backend.bench.job import (DONE, FAILED, RUNNING, STOPPED, Progress, bench_process_spec, job_dir, load_dict,
-                               progress_path, read_progress)
+from backend.bench.job import (DONE, FAILED, RUNNING, STOPPED, Progress, bench_process_spec, command_line, job_dir,
+                               load_dict, preview, progress_path, read_progress)
 from ui import fmt
 from ui.auth import control_lock, data_lock, live_fragment, show_data_lock
-from ui.components import confirm_box, freshness, path_text
+from ui.components import freshness, path_text, stop_control
 from ui.context import actor
 
 REFRESH_S = 2
@@ -233,19 +232,11 @@ def live_progress(rt) -> None:
 def _stop(rt, view) -> None:
     if view is None:
         return
-    lock = control_lock(rt)
-    if st.button("Stop", key="bench-stop", icon=":material/stop:", disabled=not view.live or bool(lock),
-                 help=lock or "SIGTERM: the benchmark ends, results already stored stay"):
-        st.session_state["bench-confirm-stop"] = True
-    if confirm_box("bench-confirm-stop", f"Stop **{view.name}**? The load being measured is abandoned; results "
-                   f"already stored stay. After {view.spec.stop_grace_s:.0f} s it gets SIGKILL.",
-                   confirm_label="Yes, stop") is True:
-        try:
-            rt.stop(view.name, actor=actor(), source="dashboard")
-        except Exception as exc:  # refused or failed: the audit log has it
-            st.error(f"Could not stop {view.name}: {exc}")
-        else:
-            st.toast(f"Stop of {view.name} requested", icon=":material/check_circle:")
+    stop_control(rt, view, key="bench", disabled=not view.live,
+                 help="SIGTERM: the benchmark ends, results already stored stay",
+                 question=f"Stop **{view.name}**? The load being measured is abandoned; results already stored "
+                          f"stay. After {view.spec.stop_grace_s:.0f} s it gets SIGKILL.",
+                 done=f"Stop of {view.name} requested")
 
 
 def show_new_results(ids) -> None:

@@ -18,14 +18,13 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from backend.bench.cli_sweep import preview
-from backend.bench.sweep import (DONE, FAILED, RUNNING, STOPPED, SweepState, command_line, read_state, state_path,
-                                 sweep_process_spec)
+from backend.bench.sweep import (DONE, FAILED, RUNNING, STOPPED, SweepState, command_line, preview, read_state,
+                                 state_path, sweep_process_spec)
 from backend.bench.sweep_plan import MODES, PlanError, SweepPlan, expand, parse_int_list
 from ui import charts, fmt
 from ui.auth import control_lock, data_lock, live_fragment, show_data_lock
 from ui.bench_run import show_new_results
-from ui.components import confirm_box, freshness, path_text
+from ui.components import freshness, path_text, stop_control
 from ui.context import actor
 
 REFRESH_S = 2
@@ -318,20 +317,12 @@ def _tables(s: SweepState) -> None:
 
 
 def _stop(rt, view) -> None:
-    lock = control_lock(rt)
-    if st.button("Stop the sweep", key="sweep-stop", icon=":material/stop:", disabled=bool(lock),
-                 help=lock or "the job ends its benchmark, restores the server, then exits"):
-        st.session_state["sweep-confirm-stop"] = True
-    if confirm_box("sweep-confirm-stop", f"Stop **{view.name}**? Results stored so far stay. It restores the "
-                   f"server's original configuration before it exits (SIGKILL after "
-                   f"{view.spec.stop_grace_s:.0f} s); running it again with the same state file resumes.",
-                   confirm_label="Yes, stop") is True:
-        try:
-            rt.stop(view.name, actor=actor(), source="dashboard")
-        except Exception as exc:  # refused or failed: the audit log has it
-            st.error(f"Could not stop {view.name}: {exc}")
-        else:
-            st.toast("Stop: requested", icon=":material/check_circle:")
+    stop_control(rt, view, key="sweep", label="Stop the sweep",
+                 help="the job ends its benchmark, restores the server, then exits",
+                 question=f"Stop **{view.name}**? Results stored so far stay. It restores the server's original "
+                          f"configuration before it exits (SIGKILL after {view.spec.stop_grace_s:.0f} s); running it "
+                          "again with the same state file resumes.",
+                 done="Stop: requested")
 
 
 def _resume(rt, view, s: SweepState) -> None:

@@ -7,6 +7,8 @@ import time
 import streamlit as st
 
 from ui import fmt
+from ui.auth import control_lock
+from ui.context import actor
 
 
 # Streamlit cuts a metric's label, value and delta and a button's label with an
@@ -100,6 +102,24 @@ def confirm_box(key: str, question: str, *, confirm_label: str = "Confirm",
         st.session_state[key] = False
         box.empty()
     return answer
+
+
+def stop_control(rt, view, *, key: str, question: str, done: str, label: str = "Stop", help: str,
+                 disabled: bool = False) -> None:
+    """A supervised job's Stop button and its confirmation: the button (key ``{key}-stop``) arms the
+    question (``{key}-confirm-stop``); a Yes stops ``view``'s process as the session's user, with
+    ``done`` as a toast, or says why it could not.  Disabled while the session may not control."""
+    lock = control_lock(rt)
+    if st.button(label, key=f"{key}-stop", icon=":material/stop:", disabled=disabled or bool(lock),
+                 help=lock or help):
+        st.session_state[f"{key}-confirm-stop"] = True
+    if confirm_box(f"{key}-confirm-stop", question, confirm_label="Yes, stop") is True:
+        try:
+            rt.stop(view.name, actor=actor(), source="dashboard")
+        except Exception as exc:  # refused or failed: the audit log has it
+            st.error(f"Could not stop {view.name}: {exc}")
+        else:
+            st.toast(done, icon=":material/check_circle:")
 
 
 def log_block(lines: list[str], *, newest_age_s: float | None, toggle_key: str, latest: int = 15,

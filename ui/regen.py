@@ -14,8 +14,9 @@ import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
 
-from backend.regen.follow import Eta, History
+from backend.regen.follow import History
 from backend.regen.samples import turns
+from specdeck_types.eta import Eta
 from ui import charts, fmt
 
 STATE_TEXT = {
@@ -133,7 +134,7 @@ def _series(fig: go.Figure, name: str, ts, ys, *, fmt: str, breaks=(), dash: str
             yaxis: str = "y") -> None:
     """``charts.add_series`` with the points handed to plotly as numpy arrays: the same breaks,
     min/max downsampling and local time, without plotly checking 2,000 Python objects one by one
-    (4 times faster for a 2,000-point trace, measured in bench/bench_regen_page.py's setting)."""
+    (4 times faster for a 2,000-point trace, measured in perf/bench_regen_page.py's setting)."""
     timed = [(t, y) for t, y in zip(ts, ys) if t is not None]
     xs, vals = charts.downsample(*charts.with_breaks([t for t, _ in timed], [y for _, y in timed], breaks))
     offset = time.localtime().tm_gmtoff  # local wall-clock time, as charts.to_local gives

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shlex
-from pathlib import Path
 
 import streamlit as st
 
@@ -15,7 +14,7 @@ from ui import fmt
 from ui.auth import control_lock, live_fragment, show_data_lock, typed_path
 from ui.components import confirm_box
 from ui.context import actor
-from ui.regen_live import LIVE_STATES, REFRESH_S, job_for
+from ui.regen_live import REFRESH_S
 
 
 def _do(what: str, fn) -> None:
@@ -29,53 +28,35 @@ def _do(what: str, fn) -> None:
 
 @live_fragment(run_every=REFRESH_S)
 def job_controls(rt, out: str) -> None:
-    """Pause, resume, requeue failed and stop, enabled by the job's live state."""
-    f = progress_follower(out)
-    snap = f.latest or {}
-    job = job_for(rt, out)
-    view = rt.supervisor.view(job.name) if job is not None else None
-    live = view is not None and view.live
-    state = snap.get("state")
+    """Pause, resume, requeue failed and stop, as the job's live state allows (:func:`control.controls`)."""
+    snap = progress_follower(out).latest or {}
+    c = control.controls(rt, out, snap)
     lock = control_lock(rt)
-    name = job.name if job is not None else control.job_name(Path(out))
     bar = st.container(horizontal=True)
-    c = [bar] * 4
-    can_pause = state in ("starting", "running", "waiting") and (live or view is None)
-    if c[0].button("Pause", key="regen-pause", icon=":material/pause:", disabled=not can_pause or bool(lock),
-                   help=lock or "stop submitting, finish what is in flight, flush, exit"):
-        _do("pause", lambda: rt.act("pause", name, lambda: (True, f"wrote {control.request_pause(out)}"),
-                                    actor=actor(), source="dashboard"))
-    has_job_json = RunFiles.of(out).job.exists()
-    can_resume = not live and state != "done" and (job is not None or has_job_json)
-    if c[1].button("Resume", key="regen-resume", icon=":material/play_arrow:", disabled=not can_resume or bool(lock),
-                   help=lock or "start the job again on the same output: it asks only the rows not written yet"):
-        if job is not None:
-            _do("resume", lambda: rt.start(job.name, actor=actor(), source="dashboard"))
-        else:
-            spec, meta = control.resume_spec(Path(out), rt.workspace.root, rt.workspace.logs_dir)
-            _do("resume", lambda: rt.start_job(spec, meta, actor=actor(), source="dashboard"))
-    can_requeue = not live and state not in LIVE_STATES and (snap.get("failed") or 0) > 0
-    if c[2].button("Requeue failed", key="regen-requeue", icon=":material/replay:",
-                   disabled=not can_requeue or bool(lock),
-                   help=lock or "move the failed rows back to the queue; Resume then asks them again"):
+    if bar.button("Pause", key="regen-pause", icon=":material/pause:", disabled=not c.can_pause or bool(lock),
+                  help=lock or "stop submitting, finish what is in flight, flush, exit"):
+        _do("pause", lambda: control.pause(rt, c, actor=actor()))
+    if bar.button("Resume", key="regen-resume", icon=":material/play_arrow:",
+                  disabled=not c.can_resume or bool(lock),
+                  help=lock or "start the job again on the same output: it asks only the rows not written yet"):
+        _do("resume", lambda: control.resume(rt, c, actor=actor()))
+    if bar.button("Requeue failed", key="regen-requeue", icon=":material/replay:",
+                  disabled=not c.can_requeue or bool(lock),
+                  help=lock or "move the failed rows back to the queue; Resume then asks them again"):
         st.session_state["regen-confirm-requeue"] = True
-    if c[3].button("Stop", key="regen-stop", icon=":material/stop:", disabled=not live or bool(lock),
-                   help=lock or "SIGTERM, then SIGKILL after the grace period; prefer Pause"):
+    if bar.button("Stop", key="regen-stop", icon=":material/stop:", disabled=not c.can_stop or bool(lock),
+                  help=lock or "SIGTERM, then SIGKILL after the grace period; prefer Pause"):
         st.session_state["regen-confirm-stop"] = True
     if confirm_box("regen-confirm-requeue", f"Requeue the {fmt.count(snap.get('failed'))} failed rows of "
                    f"`{out}`? They leave the error file and are asked again at the next resume.",
                    confirm_label="Yes, requeue", danger=False) is True:
-        def _requeue():
-            ok, text = rt.act("requeue", name, lambda: control.requeue(out), actor=actor(), source="dashboard")
-            if not ok:
-                raise RuntimeError(text)
-        _do("requeue the failed rows", _requeue)
-    if view is not None and confirm_box(
-            "regen-confirm-stop", f"Stop **{view.name}**? It gets SIGTERM and flushes what it has; after "
-            f"{view.spec.stop_grace_s:.0f} s it gets SIGKILL. Pause is the gentler way.",
+        _do("requeue the failed rows", lambda: control.requeue(rt, c, actor=actor()))
+    if c.view is not None and confirm_box(
+            "regen-confirm-stop", f"Stop **{c.view.name}**? It gets SIGTERM and flushes what it has; after "
+            f"{c.view.spec.stop_grace_s:.0f} s it gets SIGKILL. Pause is the gentler way.",
             confirm_label="Yes, stop") is True:
-        _do("stop", lambda: rt.stop(view.name, actor=actor(), source="dashboard"))
-    if view is None and state in LIVE_STATES:
+        _do("stop", lambda: control.stop(rt, c, actor=actor()))
+    if c.started_elsewhere:
         st.caption("Started outside the dashboard: Pause works; Stop needs the job started from here (or "
                    "Ctrl-C / SIGTERM to its process, which flushes and exits).")
 

@@ -20,7 +20,6 @@ from ui.components import code_span, freshness, path_text
 
 REFRESH_S = 2
 SAMPLE_REFRESH_S = 5
-LIVE_STATES = ("starting", "running", "waiting", "pausing", "stopping")
 
 
 def known_runs(rt) -> dict[str, str]:
@@ -36,18 +35,11 @@ def known_runs(rt) -> dict[str, str]:
     return found
 
 
-def job_for(rt, out: str):
-    for job in rt.jobs():
-        if job.meta.get("out") == out:
-            return job
-    return None
-
-
 @live_fragment(run_every=REFRESH_S)
 def live_job(rt, out: str) -> None:
     f = progress_follower(out).poll()
     snap = f.latest
-    job = job_for(rt, out)
+    job = control.job_for(rt, out)
     view = rt.supervisor.view(job.name) if job is not None else None
     hidden = bool(data_lock(rt))  # paths and the log's words: only for sessions that may see them
     if view is not None:
@@ -79,7 +71,7 @@ def live_job(rt, out: str) -> None:
         blocks.length_histogram(snap.get("completion_tokens_hist"), unit="tokens", key="regen")
     blocks.server_lines(snap)
     blocks.error_table(snap.get("errors"), examples=not hidden)
-    if snap.get("state") in LIVE_STATES:
+    if snap.get("state") in control.LIVE_STATES:
         freshness(snap.get("t"), REFRESH_S, "progress logged")
     else:
         st.caption(fmt.data_markdown(f"last snapshot {fmt.age(time.time() - (snap.get('t') or time.time()))} · "

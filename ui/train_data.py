@@ -24,6 +24,7 @@ from backend.train.accept import Prediction, metric_for, predictions
 from backend.train.logparse import TrainRecord
 from backend.train.reader import Progress, ReadStats, TrainLogReader, UnparsedLine
 from backend.train.trackers import TensorboardReader, find_tracker_files
+from specdeck_types.eta import Eta
 
 
 POLL_BYTES = 4 * 1024 * 1024  # per refresh: about a second of parsing on a slow machine
@@ -421,14 +422,6 @@ def measured(results: Iterable, checkpoints: Iterable) -> list[Measured]:
 
 
 # -- progress ----------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Eta:
-    point_s: float | None
-    low_s: float | None
-    high_s: float | None
-    basis: str
-
 
 def eta(progress: Progress, c: Curves, *, window: int = 20) -> Eta:
     """Time left: the point estimate from tqdm's rate, the range from the fastest and slowest of the last

@@ -28,6 +28,8 @@ import math
 import random
 import threading
 import time
+from collections.abc import AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -165,29 +167,36 @@ def _sse_payload(line: bytes) -> bytes | None:
     return line
 
 
-async def _generate(session: aiohttp.ClientSession, url: str, prompt: list[int], load: Load,
-                    out: Outcome) -> None:
-    payload = {"input_ids": prompt, "stream": True,
-               "sampling_params": {"max_new_tokens": load.output_len, "ignore_eos": True, "temperature": 0.0}}
-    st = time.perf_counter()
-    out.start = st
-    recent = st
-    last_len = 0
+async def _events(session: aiohttp.ClientSession, url: str, payload: dict[str, Any],
+                  out: Outcome) -> AsyncIterator[dict[str, Any]]:
+    """POST ``payload`` and give its server-sent events as JSON objects.  Sets ``out.start``; an
+    answer other than 200 sets ``out.error`` and gives no event; the end of the stream sets
+    ``out.latency``.  (Iterate it inside ``aclosing`` so the response is let go at once.)"""
+    out.start = time.perf_counter()
     async with session.post(url, json=payload) as resp:
         if resp.status != 200:
             out.error = f"HTTP {resp.status}: {(await resp.text())[:300]}"
             return
         async for raw in resp.content:
             body = _sse_payload(raw)
-            if body is None:
-                continue
-            data = json.loads(body)
+            if body is not None:
+                yield json.loads(body)
+        out.latency = time.perf_counter() - out.start
+
+
+async def _generate(session: aiohttp.ClientSession, url: str, prompt: list[int], load: Load,
+                    out: Outcome) -> None:
+    payload = {"input_ids": prompt, "stream": True,
+               "sampling_params": {"max_new_tokens": load.output_len, "ignore_eos": True, "temperature": 0.0}}
+    recent, last_len = 0.0, 0
+    async with aclosing(_events(session, url, payload, out)) as events:
+        async for data in events:
             if not data.get("text"):
                 continue
             now = time.perf_counter()
             n = int((data.get("meta_info") or {}).get("completion_tokens", last_len + 1))
             if out.ttft == 0.0:
-                out.ttft = now - st
+                out.ttft = now - out.start
             else:
                 new = n - last_len
                 if new <= 0:
@@ -195,7 +204,8 @@ async def _generate(session: aiohttp.ClientSession, url: str, prompt: list[int],
                 out.itl.extend([(now - recent) / new] * new)
             recent = now
             last_len = n
-        out.latency = time.perf_counter() - st
+    if out.error:
+        return
     out.output_len = last_len
     out.ok = True
 
@@ -205,19 +215,10 @@ async def _chat(session: aiohttp.ClientSession, url: str, prompt: str, load: Loa
     payload = {"model": model, "messages": [{"role": "user", "content": prompt}], "stream": True,
                "max_tokens": load.output_len, "temperature": 0.0, "ignore_eos": True,
                "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
-    st = time.perf_counter()
-    out.start = st
     chunks: list[tuple[float, int, int | None]] = []  # (time, chars, completion tokens so far if told)
     total: int | None = None
-    async with session.post(url, json=payload) as resp:
-        if resp.status != 200:
-            out.error = f"HTTP {resp.status}: {(await resp.text())[:300]}"
-            return
-        async for raw in resp.content:
-            body = _sse_payload(raw)
-            if body is None:
-                continue
-            data = json.loads(body)
+    async with aclosing(_events(session, url, payload, out)) as events:
+        async for data in events:
             usage = data.get("usage") or None
             told = int(usage["completion_tokens"]) if usage and "completion_tokens" in usage else None
             if told is not None:
@@ -228,12 +229,13 @@ async def _chat(session: aiohttp.ClientSession, url: str, prompt: str, load: Loa
             text = ((choices[0].get("delta") or {}).get("content") or "") if choices else ""
             if text:
                 chunks.append((time.perf_counter(), len(text), told))
-        out.latency = time.perf_counter() - st
+    if out.error:
+        return
     if not chunks:
         out.error = "the stream carried no text"
         return
     counts = _chunk_tokens(chunks, total)
-    out.ttft = chunks[0][0] - st
+    out.ttft = chunks[0][0] - out.start
     for (t0, _, _), (t1, _, _), n in zip(chunks, chunks[1:], counts[1:]):
         if n > 0:
             out.itl.extend([(t1 - t0) / n] * n)

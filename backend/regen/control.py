@@ -1,4 +1,4 @@
-"""Controlling a regeneration from the dashboard: the job's command, pause and requeue.
+"""Controlling a regeneration from the dashboard: the job's command, and what may be done to it when.
 
 A regeneration started from the page runs the same command as from a terminal,
 ``python -m backend.cli --workspace ROOT regen run ...``, as a supervised process of kind
@@ -6,50 +6,58 @@ A regeneration started from the page runs the same command as from a terminal,
 job's state: the output files and the progress log are the state.
 
 - start: :func:`run_argv` builds the argv from validated form values, :func:`job_spec` the spec;
-- pause: :func:`request_pause` writes ``pause`` to ``OUT.control`` (the job stops submitting,
-  finishes what is in flight, flushes and exits 0 in state ``paused``);
-- resume: the same spec started again: the job resumes from the ids already written;
-- requeue failed: ``regen requeue OUT`` (:func:`requeue_argv`), run to completion;
-- stop: the supervisor's stop (SIGTERM to the group, grace, SIGKILL).
+- what is allowed now: :func:`controls` reads the job and its last snapshot into :class:`Controls`;
+- pause: :func:`pause` writes ``pause`` to ``OUT.control`` (:func:`request_pause`; the job stops
+  submitting, finishes what is in flight, flushes and exits 0 in state ``paused``);
+- resume: :func:`resume` starts the same spec again (or, for a run started elsewhere, one that
+  reads ``OUT.job.json``): the job resumes from the ids already written;
+- requeue failed: :func:`requeue` moves the error file's rows back to the queue, in this process
+  (:func:`requeue_failed`), refused while a job holds the output;
+- stop: :func:`stop`, the supervisor's stop (SIGTERM to the group, grace, SIGKILL).
+
+Every action goes through the runtime (``rt.act``, ``rt.start``, ``rt.start_job``, ``rt.stop``) with
+the caller's ``actor``, so it is authorised and audited as before.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
-import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from backend.filemodes import open_private
+from backend.regen import output
+from backend.regen.jobconfig import REASONING, Sampling  # REASONING: the start form's choices too
 from backend.regen.output import RunFiles
-from backend.supervisor.spec import Kind, ProcessSpec, RestartPolicy
+from backend.regen.progress import RunLocked
+from specdeck_types.process import Kind, ProcessSpec, RestartPolicy
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-REASONING = ("none", "save", "disable")
 STOP_GRACE_S = 60.0  # a stopped job flushes what it has before it exits
-REQUEUE_TIMEOUT_S = 120.0
+LIVE_STATES = ("starting", "running", "waiting", "pausing", "stopping")  # a job in these writes the output
+PAUSABLE_STATES = ("starting", "running", "waiting")  # a pause is read and obeyed
 
 
 class FormError(ValueError):
     """A form value that cannot be used; the message names the field."""
 
 
-@dataclass(frozen=True)
-class RunForm:
-    """What the start form asks for."""
+@dataclass
+class RunForm(Sampling):
+    """What the start form asks for: where the rows come from and go, the servers, the run's
+    parameters (:class:`Sampling`, with ``regen run``'s defaults and limits), the stall alert."""
 
     out: str
     servers: tuple[str, ...]
     mix: str | None = None
     inputs: tuple[str, ...] = ()
-    concurrency: int = 64
-    max_tokens: int = 4096
-    temperature: float = 0.7
-    top_p: float | None = None
-    reasoning: str = "none"
-    system_prompt: str | None = None
     stall_after_min: float = 10.0
     extra: dict[str, str] = field(default_factory=dict)
 
@@ -69,16 +77,10 @@ class RunForm:
         for p in self.inputs:
             if not Path(p).expanduser().is_file():
                 raise FormError(f"input files: {p}: no such file")
-        if self.concurrency < 1:
-            raise FormError(f"concurrency: {self.concurrency} is not at least 1")
-        if self.max_tokens < 1:
-            raise FormError(f"max tokens: {self.max_tokens} is not at least 1")
-        if not 0.0 <= self.temperature <= 2.0:
-            raise FormError(f"temperature: {self.temperature} is not between 0 and 2")
-        if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
-            raise FormError(f"top_p: {self.top_p} is not in (0, 1]")
-        if self.reasoning not in REASONING:
-            raise FormError(f"reasoning: {self.reasoning!r} is not one of {', '.join(REASONING)}")
+        try:
+            self.check_limits()
+        except ValueError as exc:
+            raise FormError(str(exc)) from None
         if self.stall_after_min <= 0:
             raise FormError("stall alert: give a number of minutes above 0")
         return out
@@ -141,27 +143,138 @@ def request_pause(out: str | os.PathLike[str]) -> Path:
     return path
 
 
-def requeue_argv(out: str | os.PathLike[str], python: str = sys.executable) -> list[str]:
-    return [python, "-m", "backend.cli", "regen", "requeue", str(RunFiles.of(out).out)]
-
-
-def requeue(out: str | os.PathLike[str], *, timeout_s: float = REQUEUE_TIMEOUT_S) -> tuple[bool, str]:
-    """Run ``regen requeue OUT``; (succeeded, what it printed).  Past ``timeout_s`` it gets
-    SIGTERM, then SIGKILL after a grace period."""
-    try:
-        proc = subprocess.Popen(requeue_argv(out), cwd=REPO_ROOT, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
-    except OSError as exc:
-        return False, f"could not run regen requeue: {exc}"
-    try:
-        text, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.terminate()
+@contextmanager
+def _run_lock(files: RunFiles) -> Iterator[None]:
+    """Hold the output's run lock (the lock a job holds on its progress log) meanwhile: a job that
+    holds it now refuses this with :class:`RunLocked`, and none starts on the output until it is
+    let go.  An output no job has logged progress for has no lock to take."""
+    if not files.progress.exists():
+        yield
+        return
+    with open_private(files.progress, "ab") as fh:
         try:
-            proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-        return False, f"regen requeue did not finish within {timeout_s:.0f} s and was stopped"
-    text = (text or "").strip()
-    return proc.returncode == 0, text or f"exit status {proc.returncode}"
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise RunLocked(f"{files.progress}: a regeneration job is writing this output") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def requeue_failed(out: str | os.PathLike[str], error_class: str | None = None) -> tuple[bool, str]:
+    """Move the failed rows of ``out`` (all, or those of ``error_class``) back to its queue: (done,
+    what happened), as ``regen requeue OUT`` says it.  Refused while a job runs on the output."""
+    files = RunFiles.of(out)
+    try:
+        with _run_lock(files):
+            n = output.requeue(files, error_class)
+    except RunLocked:
+        return False, f"error: a job is running on {files.out}; pause it first (its failed rows stay where they are)"
+    what = f"failed rows of class {error_class}" if error_class else "failed rows"
+    return True, f"{n} {what} moved back to the queue of {files.out}; the next regen run asks them again"
+
+
+# -- what may be done to a job, and doing it ------------------------------------------------------
+
+
+def job_for(rt, out: str):
+    """The job started from the dashboard on ``out`` (:class:`backend.supervisor.adhoc.AdhocJob`), or None."""
+    for job in rt.jobs():
+        if job.meta.get("out") == out:
+            return job
+    return None
+
+
+@dataclass(frozen=True)
+class Controls:
+    """One output's regeneration as the controls see it: which actions it allows now, and what they act on.
+
+    ``state`` and ``failed`` come from the job's last progress snapshot (None and 0 before the first);
+    ``job`` is the dashboard's job on the output (None for a run started elsewhere) and ``view`` its
+    process in the supervisor."""
+
+    out: str
+    name: str  # the job's name, or ``regen-<output stem>`` for a run started elsewhere
+    state: str | None = None
+    failed: int = 0
+    job: Any = None
+    view: Any = None
+    has_job_json: bool = False  # the output's parameters are known, so a run started elsewhere can resume
+
+    @property
+    def live(self) -> bool:
+        """The dashboard's process for the job is running (or starting, stopping, waiting to restart)."""
+        return self.view is not None and self.view.live
+
+    @property
+    def can_pause(self) -> bool:
+        """The job submits rows and reads its control file: ours while it lives, or one started elsewhere."""
+        return self.state in PAUSABLE_STATES and (self.live or self.view is None)
+
+    @property
+    def can_resume(self) -> bool:
+        """Not running, not finished, and there is a command to run again (our job, or ``OUT.job.json``)."""
+        return not self.live and self.state != "done" and (self.job is not None or self.has_job_json)
+
+    @property
+    def can_requeue(self) -> bool:
+        """Failed rows, and no job writing the output."""
+        return not self.live and self.state not in LIVE_STATES and self.failed > 0
+
+    @property
+    def can_stop(self) -> bool:
+        """Only a process the dashboard supervises can be stopped from it."""
+        return self.live
+
+    @property
+    def started_elsewhere(self) -> bool:
+        """A job writes the output, but not under the dashboard: Pause works, Stop does not."""
+        return self.view is None and self.state in LIVE_STATES
+
+
+def controls(rt, out: str, snap: dict[str, Any] | None) -> Controls:
+    """What may be done now to the regeneration writing ``out``, whose last progress snapshot is ``snap``."""
+    snap = snap or {}
+    job = job_for(rt, out)
+    view = rt.supervisor.view(job.name) if job is not None else None
+    return Controls(out=str(out), name=job.name if job is not None else job_name(Path(out)),
+                    state=snap.get("state"), failed=int(snap.get("failed") or 0), job=job, view=view,
+                    has_job_json=RunFiles.of(out).job.exists())
+
+
+class Refused(RuntimeError):
+    """A requeue that found a job writing the output; the message says so."""
+
+
+# The actions below do what the page's buttons do.  The page offers each only when :class:`Controls`
+# allows it; what reaches them anyway (a job that ended or started since) is refused where it lands,
+# and audited: a stop or start by the supervisor, a requeue by the output's run lock.
+
+
+def pause(rt, c: Controls, *, actor, source: str = "dashboard") -> tuple[bool, str]:
+    """Ask the job to pause, through its control file; audited as ``pause``."""
+    return rt.act("pause", c.name, lambda: (True, f"wrote {request_pause(c.out)}"), actor=actor, source=source)
+
+
+def resume(rt, c: Controls, *, actor, source: str = "dashboard"):
+    """Start the job again on the same output: it asks only the rows not written yet.  The dashboard's
+    job is started as it was; a run started elsewhere becomes a job that runs with its ``.job.json``."""
+    if c.job is not None:
+        return rt.start(c.job.name, actor=actor, source=source)
+    spec, meta = resume_spec(Path(c.out), rt.workspace.root, rt.workspace.logs_dir)
+    return rt.start_job(spec, meta, actor=actor, source=source)
+
+
+def requeue(rt, c: Controls, *, actor, source: str = "dashboard") -> str:
+    """Move the failed rows back to the queue, here and now (the next resume asks them again); audited
+    as ``requeue`` with what was moved.  :class:`Refused` when a job holds the output."""
+    ok, text = rt.act("requeue", c.name, lambda: requeue_failed(c.out), actor=actor, source=source)
+    if not ok:
+        raise Refused(text)
+    return text
+
+
+def stop(rt, c: Controls, *, actor, source: str = "dashboard"):
+    """The supervisor's stop: SIGTERM to the job's group, SIGKILL after its grace period."""
+    return rt.stop(c.name, actor=actor, source=source)

@@ -37,6 +37,7 @@ from typing import Any
 
 from backend.readcap import JSONL_ROW_MAX, readline_capped, size_text, skip_line
 from backend.regen.output import RunFiles
+from specdeck_types.eta import Eta
 
 MAX_POINTS = 2000  # history points kept per run (about; see ProgressFollower)
 SAMPLE_ABOVE_BYTES = 4 * 1024 * 1024  # a progress log larger than this is sampled when first opened
@@ -162,18 +163,6 @@ class LineReader:
 
 
 # -- ETA -----------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Eta:
-    point_s: float | None
-    low_s: float | None
-    high_s: float | None
-    basis: str  # how the band was made, for the page's tooltip
-
-    @property
-    def known(self) -> bool:
-        return self.point_s is not None
 
 
 def quantile(values: Sequence[float], q: float) -> float | None:

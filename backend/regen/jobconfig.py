@@ -24,6 +24,33 @@ from backend.regen.output import RunFiles
 REASONING = ("none", "save", "disable")
 
 
+@dataclass(kw_only=True)
+class Sampling:
+    """What a run asks of its servers, with the defaults and limits: requests at once per server, the
+    answer's length, sampling, the reasoning mode and a system prompt.  ``regen run``'s
+    :class:`JobConfig` and the page's start form (:class:`backend.regen.control.RunForm`) both hold them."""
+
+    concurrency: int = 64
+    max_tokens: int = 4096
+    temperature: float = 0.7
+    top_p: float | None = None
+    reasoning: str = "none"
+    system_prompt: str | None = None
+
+    def check_limits(self) -> None:
+        """:class:`ValueError` naming the first parameter outside its limits."""
+        if self.concurrency < 1:
+            raise ValueError(f"concurrency: {self.concurrency} is not >= 1")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens: {self.max_tokens} is not >= 1")
+        if not 0.0 <= self.temperature <= 2.0:
+            raise ValueError(f"temperature: {self.temperature} is not in [0, 2]")
+        if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p: {self.top_p} is not in (0, 1]")
+        if self.reasoning not in REASONING:
+            raise ValueError(f"reasoning: {self.reasoning!r} is not one of {', '.join(REASONING)}")
+
+
 @dataclass
 class ServerSpec:
     url: str
@@ -31,18 +58,12 @@ class ServerSpec:
 
 
 @dataclass
-class JobConfig:
+class JobConfig(Sampling):
     out: Path
     servers: list[ServerSpec]
     inputs: list[str] = field(default_factory=list)   # input files (each its own dataset)
     mix: dict[str, Any] | None = None                 # a MixConfig as a dict (entries with files)
     root: str | None = None                           # where the mix's relative files are
-    concurrency: int = 64
-    max_tokens: int = 4096
-    temperature: float = 0.7
-    top_p: float | None = None
-    reasoning: str = "none"
-    system_prompt: str | None = None
     model: str | None = None
     request_timeout: float = 3600.0
     max_attempts: int = 10
@@ -52,20 +73,11 @@ class JobConfig:
             raise ValueError("no server: give --server URL_OR_NAME")
         if bool(self.inputs) == bool(self.mix):
             raise ValueError("give the inputs (--input FILE ...) or a mix (--mix NAME), one of the two")
-        if self.concurrency < 1:
-            raise ValueError(f"concurrency: {self.concurrency} is not >= 1")
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens: {self.max_tokens} is not >= 1")
-        if not 0.0 <= self.temperature <= 2.0:
-            raise ValueError(f"temperature: {self.temperature} is not in [0, 2]")
-        if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p: {self.top_p} is not in (0, 1]")
+        self.check_limits()
         if self.request_timeout <= 0:
             raise ValueError(f"request_timeout: {self.request_timeout} is not > 0")
         if self.max_attempts < 1:
             raise ValueError(f"max_attempts: {self.max_attempts} is not >= 1")
-        if self.reasoning not in REASONING:
-            raise ValueError(f"reasoning: {self.reasoning!r} is not one of {', '.join(REASONING)}")
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
