@@ -203,10 +203,17 @@ stop_grace_s = 10
 
 def _demo_port(skip: tuple[int, ...] | set[int] = ()) -> int:
     """30000 + a few: a free port, so the demo never collides with a real server (nor with ``skip``:
-    the ports already given to the demo's other servers, which are not listening yet)."""
+    the ports already given to the demo's other servers, which are not listening yet).  The hundred
+    ports tried start at SPECDECK_DEMO_PORT_BASE (default 30100), so that demos written at the same
+    moment by separate processes (parallel test workers) never pick the same one."""
+    import os
     import socket
 
-    for port in range(30100, 30200):
+    try:
+        base = int(os.environ.get("SPECDECK_DEMO_PORT_BASE") or 30100)
+    except ValueError:
+        base = 30100
+    for port in range(base, base + 100):
         if port in skip:
             continue
         with socket.socket() as s:
@@ -215,7 +222,7 @@ def _demo_port(skip: tuple[int, ...] | set[int] = ()) -> int:
             except OSError:
                 continue
             return port
-    return 30100 + len(skip)  # nothing free: preflight will say the port is busy
+    return base + len(skip)  # nothing free: preflight will say the port is busy
 
 
 def write_demo_workspace(root: Path) -> Path:

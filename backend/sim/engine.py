@@ -10,6 +10,10 @@ Timing model (all figures in real seconds, never scaled by SPECDECK_SIM_SPEED):
   (``DRAFT_COST * target`` each). Each request then gains 1 + (accepted drafts) tokens.
   With accept_len 2.1 and 5 draft tokens this is about 82 tok/s against 90 without
   speculation; a draft with accept_len 3 at 3 steps gives about 135 tok/s.
+- The modelled time is also kept as a simulated clock (``Engine.clock_s``: the sum of every
+  prefill and iteration cost, idle time excluded), and each finished request's moments on
+  both clocks are kept (``Engine.finished``, served at ``GET /sim/requests``): what the
+  simulator delivered, in real and in simulated seconds, whatever else the machine was doing.
 - A draft token is accepted with probability ``p`` while the previous one was (a chain,
   depth ``num_steps``), so accept_len = 1 + p + p^2 + ... An EAGLE-3 draft served with
   ``--speculative-algorithm EAGLE`` gets final hidden states instead of the three-layer
@@ -18,6 +22,7 @@ Timing model (all figures in real seconds, never scaled by SPECDECK_SIM_SPEED):
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
 import math
@@ -42,6 +47,7 @@ DRAFT_COST = 0.276
 NO_GRAPH_PENALTY = 1.35
 PREFILL_TOK_S = 24000.0
 DEFAULT_ACCEPT_P = 0.55
+FINISHED_KEPT = 4096  # finished requests whose timings are kept for GET /sim/requests
 
 MTP_ARCHS = ("DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "Glm4MoeForCausalLM",
              "BailingMoeForCausalLM", "BailingMoeV2ForCausalLM")
@@ -239,6 +245,8 @@ class Engine:
 
         self.forward_ct = 0
         self.decode_ct = 0
+        self.clock_s = 0.0  # simulated seconds of modelled work (prefills and iterations)
+        self.finished: collections.deque[dict[str, Any]] = collections.deque(maxlen=FINISHED_KEPT)
         now = time.monotonic()
         self._last_decode_tic = now
         self._last_prefill_tic = now
@@ -295,6 +303,7 @@ class Engine:
         if events is not None:
             req.events = events
         with self._cv:
+            req.v_created = self.clock_s
             key = hashlib.sha1(prompt.encode("utf-8", "replace")).hexdigest()
             req.cached_tokens = min(self._cache.get(key, 0), max(0, ptoks - 1))
             self._cache[key] = ptoks
@@ -306,6 +315,12 @@ class Engine:
 
     def cancel(self, req: Request) -> None:
         req.cancelled = True
+
+    def finished_requests(self) -> list[dict[str, Any]]:
+        """The kept finished requests, oldest first: rid, finish reason, token counts and their
+        moments (created, first token, finished) in real (monotonic) and simulated seconds."""
+        with self._lock:
+            return [dict(x) for x in self.finished]
 
     def counts(self) -> tuple[int, int]:
         with self._lock:
@@ -347,6 +362,7 @@ class Engine:
                 self._decode_step()
 
     def _sleep_until(self, cost: float) -> None:
+        self.clock_s += cost
         now = time.monotonic()
         self._next_deadline = max(self._next_deadline, now) + cost
         delay = self._next_deadline - now
@@ -395,6 +411,7 @@ class Engine:
         kept = r.add_tokens(pieces)
         if r.first_token_at is None:
             r.first_token_at = now
+            r.v_first_token = self.clock_s
             self.metrics.ttft.observe(now - r.created)
         elif r.last_token_at is not None and kept:
             per = (now - r.last_token_at) / len(kept)
@@ -421,6 +438,12 @@ class Engine:
         if r.finish_reason is None:
             r.finish_reason = reason
             r.finished_at = time.monotonic()
+            r.v_finished = self.clock_s
+            self.finished.append({
+                "rid": r.rid, "finish_reason": reason, "prompt_tokens": r.prompt_tokens,
+                "completion_tokens": r.generated, "created": r.created, "first_token": r.first_token_at,
+                "finished": r.finished_at, "v_created": r.v_created, "v_first_token": r.v_first_token,
+                "v_finished": r.v_finished})
             self.metrics.num_requests.inc()
             self.metrics.e2e.observe(r.finished_at - r.created)
             r.events.put(("done", r))

@@ -49,6 +49,10 @@ class Request:
     first_token_at: float | None = None
     last_token_at: float | None = None
     finished_at: float | None = None
+    # the same moments on the simulated clock (Engine.clock_s: the modelled GPU time, idle excluded)
+    v_created: float = 0.0
+    v_first_token: float | None = None
+    v_finished: float | None = None
     finish_reason: str | None = None
     matched_stop: str | int | None = None
     stop_at: int | None = None        # char offset where a matched stop string begins

@@ -131,6 +131,10 @@ class Handler(BaseHTTPRequestHandler):
             if path in ("/health", "/health_generate"):
                 ok = sim.ready or (path == "/health" and not fl.health_waits_ready)
                 return self.send_body(200 if ok else 503, b"")
+            if path == "/sim/requests" and method == "GET":  # the simulator's own, not SGLang's
+                eng = sim.engine
+                return self.send_json(200, {"clock_s": eng.clock_s if eng else 0.0,
+                                            "finished": eng.finished_requests() if eng else []})
             if path == "/ready" and fl.has_ready_endpoint:
                 return self.send_body(200 if sim.ready else 503, b"")
             if path in ("/get_server_info", "/server_info") and method == "GET":

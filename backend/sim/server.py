@@ -18,7 +18,11 @@ Environment (simulator settings only):
   SPECDECK_SIM_FAIL           oom | cuda-oom | cuda-graph | warmup | scheduler
   SPECDECK_SIM_TRAFFIC        1 = built-in background traffic; N > 1 = N concurrent streams
   SPECDECK_SIM_GPU_MEM_GB     memory of one simulated GPU (default 79.19)
+  SPECDECK_SIM_HOLD           a file path: weight loading holds after its first shard while it exists
 Also honoured as SGLang does: SGLANG_LOG_MS (0.5.10+), SGLANG_LOG_FORWARD_ITERS (0.5.5+).
+
+:func:`serve` runs the same server in threads of the calling process (it is a
+ThreadingHTTPServer), with its environment and output streams given explicitly.
 """
 
 from __future__ import annotations
@@ -26,11 +30,12 @@ from __future__ import annotations
 import os
 import random
 import signal
+import socket
 import sys
 import threading
 import time
 from http.server import ThreadingHTTPServer
-from typing import Any
+from typing import Any, TextIO
 
 from backend.sim import args as simargs
 from backend.sim.engine import (DEFAULT_ACCEPT_P, MTP_ARCHS, DraftInfo, Engine, ModelInfo, SpecPlan, Speed,
@@ -56,7 +61,8 @@ def _env_float(env: dict[str, str], name: str, default: float) -> float:
 # Settings derived from flags, env and the model directories
 # --------------------------------------------------------------------------------------
 class Sim(StartupMixin):
-    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+    def __init__(self, argv: list[str], env: dict[str, str], *, out: TextIO | None = None,
+                 err: TextIO | None = None) -> None:
         self.argv = argv
         self.env = env
         version = env.get("SPECDECK_SIM_VERSION") or env.get("SPECDECK_SIM_SGLANG_VERSION") or None
@@ -64,7 +70,7 @@ class Sim(StartupMixin):
         self.ns, self.unknown = simargs.parse(argv)
         ns = self.ns
         self.out = Output(self.flavor, tp_size=ns.tp_size, log_level=ns.log_level,
-                          log_level_http=ns.log_level_http)
+                          log_level_http=ns.log_level_http, out=out, err=err)
         self.seed = int(env.get("SPECDECK_SIM_SEED") or (ns.random_seed if ns.random_seed is not None else 0))
         self.speed_scale = max(1e-3, _env_float(env, "SPECDECK_SIM_SPEED", 1.0))
         self.fail = (env.get("SPECDECK_SIM_FAIL") or "").strip().lower()
@@ -257,69 +263,80 @@ class Sim(StartupMixin):
                      peak=_env_float(self.env, "SPECDECK_SIM_PEAK_TOK_S", 860.0), plan=self.plan)
 
 # --------------------------------------------------------------------------------------
-# main
+# main, and the same server in a thread of this process
 # --------------------------------------------------------------------------------------
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    env = dict(os.environ)
+def _checked_argv(argv: list[str], env: dict[str, str], err: TextIO) -> int | None:
+    """2 (with argparse's message on ``err``) where the imitated version would refuse the flags."""
     version = env.get("SPECDECK_SIM_VERSION") or env.get("SPECDECK_SIM_SGLANG_VERSION")
     flavor = Flavor.of(version, env)
     if flavor.cuda_graph_max_bs_removed and simargs.ambiguous_cuda_graph_flag(argv):
-        sys.stderr.write("usage: launch_server.py [-h] [--model-path MODEL_PATH] ...\n"
-                         "launch_server.py: error: ambiguous option: --cuda-graph-max-bs could match "
-                         "--cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill\n")
-        sys.stderr.flush()
+        err.write("usage: launch_server.py [-h] [--model-path MODEL_PATH] ...\n"
+                  "launch_server.py: error: ambiguous option: --cuda-graph-max-bs could match "
+                  "--cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill\n")
+        err.flush()
         return 2
-    try:
-        sim = Sim(argv, env)
-    except StartupFailed as e:
-        sys.stderr.write(f"{e}\n")
-        return 1
+    return None
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    """A ThreadingHTTPServer that knows its open connections, so that a server stopped inside a
+    process that goes on (:class:`Served`) drops them as an ended process would."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.open_conns: set[socket.socket] = set()
+        self._conns_lock = threading.Lock()
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._conns_lock:
+            self.open_conns.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._conns_lock:
+            self.open_conns.discard(request)
+        super().shutdown_request(request)
+
+    def drop_connections(self) -> None:
+        with self._conns_lock:
+            conns, self.open_conns = list(self.open_conns), set()
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            c.close()
+
+
+def _bind(sim: Sim) -> _HTTPServer | None:
+    """The HTTP server on the simulator's host and port, serving in a daemon thread; None (and
+    uvicorn's bind error printed) where the address is taken."""
     if sim.tokenizer.load_error:
         sim.out.main(f"WARNING: cannot use {sim.tokenizer.load_error}; counting tokens with the built-in "
                      "simulated tokenizer", level=30)
     if sim.unknown:
         sim.out.main(f"WARNING: the simulated server ignores unrecognized arguments: {' '.join(sim.unknown)}",
                      level=30)
-
     handler = type("SimHandler", (Handler,), {"sim": sim})
     try:
-        httpd = ThreadingHTTPServer((sim.ns.host, sim.ns.port), handler)
+        httpd = _HTTPServer((sim.ns.host, sim.ns.port), handler)
     except OSError as e:
         sim.out.main(f"ERROR:    [Errno {e.errno}] error while attempting to bind on address "
                      f"('{sim.ns.host}', {sim.ns.port}): {e.strerror.lower() if e.strerror else e}", level=40)
-        return 1
+        return None
     httpd.daemon_threads = True
-    serve = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                             name="sim-http", daemon=True)
-    serve.start()
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                     name="sim-http", daemon=True).start()
+    return httpd
 
-    # The handler only writes to a pipe (no Python locks: setting an Event from
-    # a handler can deadlock against the main thread waiting on that Event);
-    # a relay thread turns the byte into sim.stop.
-    wake_r, wake_w = os.pipe()
 
-    def on_signal(signum: int, _frame: Any) -> None:
-        try:
-            os.write(wake_w, b"\0")
-        except OSError:
-            pass
-
-    def relay() -> None:
-        try:
-            os.read(wake_r, 1)
-        finally:
-            sim.stop.set()
-
-    threading.Thread(target=relay, name="sim-signals", daemon=True).start()
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-
+def _run(sim: Sim, httpd: ThreadingHTTPServer) -> int:
+    """Startup, then serving until ``sim.stop`` is set, then the shutdown lines; the exit status."""
     rc = 0
     traffic: threading.Thread | None = None
     try:
         sim.startup()
-        setting = (env.get("SPECDECK_SIM_TRAFFIC") or "").strip().lower()
+        setting = (sim.env.get("SPECDECK_SIM_TRAFFIC") or "").strip().lower()
         if setting and setting not in ("0", "false", "no", "off"):
             traffic = threading.Thread(target=traffic_loop, args=(sim, setting), name="sim-traffic", daemon=True)
             traffic.start()
@@ -343,6 +360,98 @@ def main(argv: list[str] | None = None) -> int:
         sim.out.main("INFO:     Application shutdown complete.")
         sim.out.main(f"INFO:     Finished server process [{os.getpid()}]")
     return rc
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    env = dict(os.environ)
+    bad = _checked_argv(argv, env, sys.stderr)
+    if bad is not None:
+        return bad
+    try:
+        sim = Sim(argv, env)
+    except StartupFailed as e:
+        sys.stderr.write(f"{e}\n")
+        return 1
+    httpd = _bind(sim)
+    if httpd is None:
+        return 1
+
+    # The handler only writes to a pipe (no Python locks: setting an Event from
+    # a handler can deadlock against the main thread waiting on that Event);
+    # a relay thread turns the byte into sim.stop.
+    wake_r, wake_w = os.pipe()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        try:
+            os.write(wake_w, b"\0")
+        except OSError:
+            pass
+
+    def relay() -> None:
+        try:
+            os.read(wake_r, 1)
+        finally:
+            sim.stop.set()
+
+    threading.Thread(target=relay, name="sim-signals", daemon=True).start()
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return _run(sim, httpd)
+
+
+class Served:
+    """A simulated server run by :func:`serve` in threads of this process: what ``python -m
+    backend.sim.server`` does, without the process (no signal handlers; :meth:`stop` is its SIGTERM)."""
+
+    def __init__(self, sim: Sim, httpd: _HTTPServer) -> None:
+        self.sim = sim
+        self.port = httpd.server_address[1]
+        self.base = f"http://{sim.ns.host}:{self.port}"
+        self.returncode: int | None = None
+        self._httpd = httpd
+        self._thread = threading.Thread(target=self._main, name="sim-main", daemon=True)
+        self._thread.start()
+
+    def _main(self) -> None:
+        rc = 1
+        try:
+            rc = _run(self.sim, self._httpd)
+        finally:
+            self._httpd.drop_connections()
+        self.returncode = rc
+
+    def poll(self) -> int | None:
+        """The exit status once it has ended (a startup failure, or :meth:`stop`), else None."""
+        return self.returncode if not self._thread.is_alive() else None
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        self.sim.stop.set()
+        self._thread.join(timeout)
+        return self.poll()
+
+
+def serve(argv: list[str], env: dict[str, str], *, out: TextIO, err: TextIO | None = None) -> Served | int:
+    """The simulated server of ``python -m backend.sim.server ARGV`` with only ``env`` as its
+    environment, started in threads of this process and writing its lines to ``out`` (and
+    ``err``; default ``out``); the exit status instead where it would end before serving (bad
+    flags, an address in use)."""
+    err = err or out
+    env = dict(env)
+    bad = _checked_argv(argv, env, err)
+    if bad is not None:
+        return bad
+    try:
+        sim = Sim(list(argv), env, out=out, err=err)
+    except StartupFailed as e:
+        err.write(f"{e}\n")
+        return 1
+    except SystemExit as e:  # argparse's refusal, as the process would exit
+        return e.code if isinstance(e.code, int) else 2
+    httpd = _bind(sim)
+    if httpd is None:
+        return 1
+    return Served(sim, httpd)
 
 
 if __name__ == "__main__":

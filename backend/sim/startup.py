@@ -36,6 +36,8 @@ class StartupMixin:
     model: ModelInfo
     fail: str
     gpu_mem: float
+    env: dict[str, str]
+    stop: Any
 
     def fail_here(self, point: str, msg_lines: list[str], exc_line: str, extra: list[str] | None = None) -> None:
         out = self.out
@@ -49,6 +51,16 @@ class StartupMixin:
             out.raw("", level=40)
         out.main("Received sigquit from a child process. It usually means the child failed.", level=40)
         raise StartupFailed(point)
+
+    def hold_while_asked(self) -> None:
+        """Loading goes no further while the file SPECDECK_SIM_HOLD names exists: a server that
+        stays in its loading phase exactly as long as a test needs, at any SPECDECK_SIM_SPEED."""
+        hold = (self.env.get("SPECDECK_SIM_HOLD") or "").strip()
+        if not hold:
+            return
+        while os.path.exists(hold):
+            if self.stop.wait(0.05):
+                raise Stopped()
 
     def startup(self) -> None:
         out, fl, ns, plan = self.out, self.flavor, self.ns, self.plan
@@ -71,6 +83,8 @@ class StartupMixin:
         per = 6.0 / shards
         for i in range(1, shards + 1):
             self.sleep(per)
+            if i == 1:
+                self.hold_while_asked()
             if self.fail == "cuda-oom" and i == max(1, shards // 2):
                 self._fail_cuda_oom(avail)
             out.raw(tqdm_line("Loading safetensors checkpoint shards", i, shards, per * i))

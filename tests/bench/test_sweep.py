@@ -16,7 +16,7 @@ import pytest
 from backend.bench.relaunch import relaunch_and_wait
 from backend.bench.sweep import read_state
 from backend.cli import main
-from backend.supervisor.spec import ProcState
+from specdeck_types.process import ProcState
 from tests.bench.sweep_kit import SERVER, make_models, wait_until, write_workspace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,6 +34,15 @@ EXPECTED_ACCEPT = {1: 1.55, 3: 2.0189, 5: 2.1607}
 def ws(tmp_path):
     target, draft = make_models(tmp_path / "models")
     return write_workspace(tmp_path / "ws", target, draft, env=SIM_ENV)
+
+
+@pytest.fixture
+def quick_ws(tmp_path):
+    """``ws`` with a simulator three times as fast, for a test that checks no figure: a configuration of 24
+    prompts of 64 tokens still takes over 2.5 s, so a stop half-way through one lands there."""
+    target, draft = make_models(tmp_path / "models")
+    env = dict(SIM_ENV, SPECDECK_SIM_BASELINE_TOK_S="600", SPECDECK_SIM_PEAK_TOK_S="6000")
+    return write_workspace(tmp_path / "ws", target, draft, env=env)
 
 
 def _start(ws: Path) -> tuple[str, tuple[str, ...]]:
@@ -75,6 +84,7 @@ def _stop_all(ws: Path) -> None:
     main(["--workspace", str(ws), "processes", "stop-all"], out=io.StringIO(), err=io.StringIO())
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_sweep_of_three_configurations_and_the_baseline(ws, tmp_path):
     text, argv = _start(ws)
@@ -118,8 +128,10 @@ def test_a_sweep_of_three_configurations_and_the_baseline(ws, tmp_path):
         _stop_all(ws)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
-def test_a_stopped_sweep_restores_the_server_and_resumes_from_its_state_file(ws, tmp_path):
+def test_a_stopped_sweep_restores_the_server_and_resumes_from_its_state_file(quick_ws, tmp_path):
+    ws = quick_ws
     text, argv = _start(ws)
     state = tmp_path / "sweep" / "state.json"
     cmd = _sweep_cmd(ws, state, "--num-prompts", "24", "--output-len", "64")
@@ -162,6 +174,7 @@ def test_a_stopped_sweep_restores_the_server_and_resumes_from_its_state_file(ws,
 
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_stopping_the_supervised_job_leaves_the_server_it_relaunched_to_the_restore(ws, tmp_path):
     """The dashboard's Stop ends the job's process and its descendants; the server the job relaunched

@@ -30,7 +30,7 @@ def _open(page, title: str) -> None:
 
 
 def _nothing_but_sign_in(page) -> dict:
-    expect(page.get_by_role("heading", name="Sign in").first).to_be_visible(timeout=60_000)
+    expect(page.get_by_role("heading", name="Sign in").first).to_be_visible(timeout=120_000)
     page.wait_for_timeout(1500)  # anything else would have drawn by now
     return {"nav": page.locator("[data-testid='stSidebarNav']").count(),
             # a sidebar drawn earlier in the tab may stay as an empty frame with its collapse control

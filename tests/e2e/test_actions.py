@@ -16,13 +16,13 @@ def test_stop_shows_in_history_and_audit_without_a_reload(tmp_path):
 
     with serve(tmp_path) as url, browser(width=1440, height=1400) as page:
         page.goto(url.page(), wait_until="domcontentloaded")
-        expect(page.get_by_text("Workspace:").first).to_be_visible(timeout=60_000)
+        expect(page.get_by_text("Workspace:").first).to_be_visible(timeout=120_000)
         page.locator("[data-testid='stSidebarNav'] a").filter(has_text="Processes").first.click()
         expect(page.get_by_role("heading", name="Processes").first).to_be_visible(timeout=30_000)
         page.locator("[data-testid='stSelectbox']").filter(has_text="Process").first.click()
         page.get_by_role("option", name="demo-ticker").click()
         stop = page.locator("[data-testid='stMain']").get_by_role("button", name="Stop", exact=True)
-        expect(stop).to_be_enabled(timeout=60_000)  # the ticker is running
+        expect(stop).to_be_enabled(timeout=120_000)  # the ticker is running
         audit = page.locator("[data-testid='stTable']").filter(has_text="outcome")
         history = page.locator("[data-testid='stTable']").filter(has_text="from").filter(has_text="to").last
         expect(history.locator("tbody tr").first).to_contain_text("RUNNING", timeout=30_000)

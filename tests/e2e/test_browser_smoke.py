@@ -58,7 +58,7 @@ def test_a_page_url_opened_first_gets_the_frame(tmp_path):
 
     with _serve(tmp_path) as url, _browser() as page:
         page.goto(url.page("/gpus"), wait_until="domcontentloaded")
-        expect(page.get_by_role("heading", name="GPUs").first).to_be_visible(timeout=60_000)
+        expect(page.get_by_role("heading", name="GPUs").first).to_be_visible(timeout=120_000)
         expect(page.get_by_text("Workspace:").first).to_be_visible(timeout=30_000)
         nav = page.locator("[data-testid='stSidebarNav'] a")
         titles = [nav.nth(i).inner_text().strip().splitlines()[-1].strip() for i in range(nav.count())]

@@ -66,7 +66,7 @@ def test_a_local_browser_without_the_token_sees_only_the_token_page(tmp_path):
         page.on("request", lambda r: hosts.add(urlsplit(r.url).hostname or r.url[:40]))
         for target in (url, url + "/processes"):
             page.goto(target, wait_until="domcontentloaded")
-            expect(page.get_by_role("heading", name="Open Specdeck")).to_be_visible(timeout=60_000)
+            expect(page.get_by_role("heading", name="Open Specdeck")).to_be_visible(timeout=120_000)
             page.wait_for_timeout(1500)
             text = page.locator("[data-testid='stApp']").inner_text()
             assert "Workspace:" not in text and "tokened" not in text and "ticker" not in text
@@ -76,10 +76,10 @@ def test_a_local_browser_without_the_token_sees_only_the_token_page(tmp_path):
         expect(page.get_by_text("That is not this dashboard's token.")).to_be_visible(timeout=30_000)
         page.get_by_test_id("stTextInputField").fill(url.token)
         page.get_by_role("button", name="Open").click()
-        expect(page.get_by_text("Workspace:").first).to_be_visible(timeout=60_000)
+        expect(page.get_by_text("Workspace:").first).to_be_visible(timeout=120_000)
         # the URL printed at start opens the dashboard directly, and the token leaves the address bar
         page.goto(url.page("/processes"), wait_until="domcontentloaded")
-        expect(page.get_by_role("heading", name="Processes").first).to_be_visible(timeout=60_000)
+        expect(page.get_by_role("heading", name="Processes").first).to_be_visible(timeout=120_000)
         expect(page.get_by_text("Workspace:").first).to_be_visible(timeout=30_000)
         page.wait_for_timeout(1000)
         assert "token=" not in page.url
@@ -94,7 +94,7 @@ def test_the_workspace_can_turn_the_token_off(tmp_path):
     ws = _workspace(tmp_path, "loopback_token = false")
     with serve(tmp_path / "home", workspace=ws, timeout_s=90) as url, browser(1440, 900) as page:
         page.goto(url, wait_until="domcontentloaded")
-        expect(page.get_by_text("Workspace:").first).to_be_visible(timeout=60_000)
+        expect(page.get_by_text("Workspace:").first).to_be_visible(timeout=120_000)
 
 
 @pytest.mark.timeout(300)

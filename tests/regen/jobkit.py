@@ -1,5 +1,6 @@
-"""What the regeneration job tests share: the simulator as a real process, the CLI as a real
-process, input files, and reading the output files back."""
+"""What the regeneration job tests share: the simulator in threads of the test process (the job
+is what these tests are about), the CLI as a real process, input files, and reading the output
+files back."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.helpers import free_port, wait_for
-from tests.sim.simproc import start_sim
+from tests.sim.simproc import start_sim_thread
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,7 +23,8 @@ FAST_SIM = {"SPECDECK_SIM_SPEED": "200", "SPECDECK_SIM_BASELINE_TOK_S": "4000", 
 
 
 class SimServer:
-    """``python -m backend.sim.server`` on 127.0.0.1; start() again on the same port after stop()."""
+    """The simulated server on 127.0.0.1, in threads of this process (backend.sim.server.serve);
+    start() again on the same port after stop()."""
 
     def __init__(self, log_dir: Path, env: dict[str, str] | None = None, port: int | None = None,
                  extra: list[str] | None = None) -> None:
@@ -37,7 +39,7 @@ class SimServer:
     def start(self, wait: bool = True) -> "SimServer":
         self.starts += 1
         log = self.log_dir / f"sim-{self.port}-{self.starts}.log"
-        self.proc = start_sim(self.extra, log, self.env, port=self.port).proc
+        self.proc = start_sim_thread(self.extra, log, self.env, port=self.port).proc
         if wait:
             wait_for(self.ready, 30, f"the simulator on {self.url}")
         return self

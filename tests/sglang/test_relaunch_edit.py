@@ -139,7 +139,16 @@ def _flag(argv, flag: str) -> str | None:
     return argv[argv.index(flag) + 1] if flag in argv else None
 
 
+def _quick(rt) -> None:
+    """The runtime's supervisor loop and the server's monitor at test pace (a relaunch is seen
+    RUNNING and its /health answered within a few tenths of a second, not seconds)."""
+    rt.loop.interval_s = 0.1
+    mon = rt.fleet.monitor("sim")
+    mon.poll_interval_s, mon.http_interval_s = 0.1, 0.2
+
+
 def _start(rt) -> AppTest:
+    _quick(rt)
     rt.start("sim", actor="tester", source="test", force=True)
     _wait_ready(rt, None)
     at = AppTest.from_file(PAGE, default_timeout=30).run()
@@ -151,6 +160,7 @@ def _text(root: Path) -> str:
     return (root / "specdeck.toml").read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_relaunch_with_each_field_edited_on_a_workspace_with_the_optional_tables(ws):
     root, _draft = ws(_with_tables)
@@ -207,6 +217,7 @@ def test_relaunch_with_each_field_edited_on_a_workspace_with_the_optional_tables
     assert rt.fleet.snapshot("sim").status == "ready"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_relaunch_with_each_field_edited_on_a_workspace_without_the_optional_tables(ws):
     root, draft = ws(_without_tables)

@@ -34,6 +34,55 @@ def start_sim(args: list[str], log: Path, env: dict[str, str] | None = None, *, 
     return Sim(proc, port, log)
 
 
+def start_sim_thread(args: list[str], log: Path, env: dict[str, str] | None = None, *,
+                     port: int | None = None) -> "Sim":
+    """:func:`start_sim`'s server in threads of this process (backend.sim.server.serve): the same
+    flags, settings and log lines, no interpreter to start; where the process is not the point."""
+    from backend.sim.server import serve  # noqa: PLC0415
+    from tests.helpers import free_port  # noqa: PLC0415
+
+    port = port or free_port()
+    fh = open(log, "a", encoding="utf-8")
+    served = serve(["--host", "127.0.0.1", "--port", str(port), *args], env or {}, out=fh)
+    return Sim(ThreadProc(served, fh), port, log)
+
+
+class ThreadProc:
+    """What the tests ask of a server's ``Popen`` (poll, wait, send_signal, kill, returncode) for
+    a server from :func:`backend.sim.server.serve`: SIGTERM, SIGINT and SIGKILL all stop it."""
+
+    def __init__(self, served, log_fh) -> None:
+        self.served, self._fh = served, log_fh
+        self.returncode: int | None = served if isinstance(served, int) else None
+        if self.returncode is not None:
+            log_fh.close()
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self.served.poll()
+            if self.returncode is not None:
+                self._fh.close()
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        end = time.monotonic() + (timeout if timeout is not None else 1e9)
+        while self.poll() is None:
+            if time.monotonic() > end:
+                raise subprocess.TimeoutExpired("backend.sim.server (thread)", timeout)
+            time.sleep(0.02)
+        return self.returncode
+
+    def send_signal(self, _sig: int) -> None:
+        if self.returncode is None:
+            self.served.sim.stop.set()
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
 class Sim:
     def __init__(self, proc: subprocess.Popen, port: int, log: Path) -> None:
         self.proc, self.port, self.log = proc, port, log

@@ -40,6 +40,7 @@ def sim(launch, dirs) -> Sim:
 BACKENDS = ("sglang", "sglang-oai", "sglang-oai-chat")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_bench_serving_runs_every_backend(serve_python, sim, tmp_path):
     cmd = [str(serve_python), str(HERE / "bench_serving_main.py")]

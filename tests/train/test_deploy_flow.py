@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -16,10 +17,10 @@ import pytest
 
 from backend.bench.relaunch import relaunch_and_wait
 from backend.sim.models import make_draft_dir, make_target_dir
-from backend.supervisor.spec import ProcState
 from backend.train.deploy import DeployRequest, read_state
 from backend.train.deploy_job import run_deploy
 from specdeck_types.bench import BenchConfig, BenchFigures, BenchLoad, BenchResult
+from specdeck_types.process import ProcState
 from state.bench import BenchStore
 from tests.bench.sweep_kit import SERVER, flag, session, wait_until, write_workspace
 from tests.train.ckpt_files import draft_config, eagle3_tensors, write_checkpoint
@@ -151,19 +152,40 @@ def test_a_checkpoint_with_the_wrong_fc_width_fails_at_preflight_and_leaves_the_
         assert read_state(tmp_path / "state.json").failed_step == "preflight"  # the file says the same
 
 
+def release_when(hold: Path, cond) -> threading.Thread:
+    """A thread that removes the simulator's hold file (SPECDECK_SIM_HOLD) once ``cond()`` holds
+    (or after 120 s), so that the servers started after that load as usual."""
+    def run() -> None:
+        end = time.monotonic() + 120
+        while time.monotonic() < end and not cond():
+            time.sleep(0.05)
+        hold.unlink(missing_ok=True)
+
+    t = threading.Thread(target=run, name="sim-hold-release", daemon=True)
+    t.start()
+    return t
+
+
 @pytest.mark.timeout(300)
 def test_a_server_that_does_not_come_up_is_restored_to_its_previous_config_and_running(tmp_path):
-    # loading takes several seconds at this speed; the deploy gives the server 1 s
-    ws = make_ws(tmp_path, env={"SPECDECK_SIM_SPEED": "2"})
+    # the relaunched server's loading is held (SPECDECK_SIM_HOLD) until the deploy has given up on it
+    # after its 1 s; the restored server then loads as usual
+    hold = tmp_path / "hold-loading"
+    ws = make_ws(tmp_path, env={"SPECDECK_SIM_HOLD": str(hold)})
     ckpt = make_ckpt(ws["runs"] / "tiny-run")
     hand_rows(ws)
+    state_file = tmp_path / "state.json"
     with session(ws["root"]) as s:
         run_id = start_server(s)
         original_argv = tuple(s.sup.view(SERVER).spec.argv)
         text = (ws["root"] / "specdeck.toml").read_text()
+        hold.touch()
+        release = release_when(hold, lambda: (x := read_state(state_file)) is not None
+                               and x.step("relaunch").status not in ("pending", "running"))
         st = run_deploy(s, DeployRequest(checkpoint=str(ckpt), server=SERVER, ready_timeout_s=1.0,
                                          restore_timeout_s=120.0, mode="builtin"),
-                        tmp_path / "state.json", actor="t", source="test")
+                        state_file, actor="t", source="test")
+        release.join(5)
         assert (st.state, st.failed_step) == ("failed", "relaunch")
         assert "was not ready after 1 s" in st.error
         assert st.step("restore").status == "done" and st.restore.startswith("restored")
@@ -226,7 +248,10 @@ def test_a_gen3_runtime_checkpoint_stops_at_inspection_with_the_export_command(t
 
 @pytest.mark.timeout(300)
 def test_sigterm_while_waiting_for_the_server_puts_the_previous_config_back(tmp_path):
-    ws = make_ws(tmp_path, env={"SPECDECK_SIM_SPEED": "1"})  # about 15 s of loading: time to stop it
+    # the relaunched server's loading is held (SPECDECK_SIM_HOLD) until the deploy has been sent SIGTERM
+    # while waiting for it; the restored server then loads as usual
+    hold = tmp_path / "hold-loading"
+    ws = make_ws(tmp_path, env={"SPECDECK_SIM_HOLD": str(hold)})
     ckpt = make_ckpt(ws["runs"] / "tiny-run")
     hand_rows(ws)
     state_file = tmp_path / "state.json"
@@ -234,6 +259,7 @@ def test_sigterm_while_waiting_for_the_server_puts_the_previous_config_back(tmp_
         start_server(s)
         original_argv = tuple(s.sup.view(SERVER).spec.argv)
         text = (ws["root"] / "specdeck.toml").read_text()
+        hold.touch()
         env = {k: v for k, v in os.environ.items() if not k.startswith("SPECDECK_SIM_")}
         proc = subprocess.Popen(
             [sys.executable, "-m", "backend.cli", "--workspace", str(ws["root"]), "train", "deploy", str(ckpt),
@@ -243,8 +269,10 @@ def test_sigterm_while_waiting_for_the_server_puts_the_previous_config_back(tmp_
             wait_until(lambda: (x := read_state(state_file)) is not None and x.step("relaunch").status == "running"
                        and "is starting" in x.detail, 120, "the deploy waiting for the relaunched server")
             proc.send_signal(signal.SIGTERM)
+            hold.unlink()
             out, err = proc.communicate(timeout=180)
         finally:
+            hold.unlink(missing_ok=True)
             if proc.poll() is None:
                 proc.terminate()
                 proc.wait(30)

@@ -1,0 +1,89 @@
+"""The simulator in threads of the test process (backend.sim.server.serve), its hold switch
+(SPECDECK_SIM_HOLD) and its own record of what it served on both clocks (GET /sim/requests)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import pytest
+
+from backend.sim.engine import Speed
+from tests.helpers import wait_for
+from tests.sim.simproc import start_sim_thread
+
+FAST = {"SPECDECK_SIM_SPEED": "200", "SPECDECK_SIM_SEED": "1"}
+
+
+def _gen(sim, n: int) -> dict:
+    status, raw = sim.request("/generate", {"text": "Say something.", "sampling_params": {
+        "max_new_tokens": n, "ignore_eos": True}})
+    assert status == 200, raw
+    return json.loads(raw)
+
+
+def test_served_in_a_thread_answers_records_both_clocks_and_stops_like_the_process(dirs, tmp_path):
+    env = dict(FAST, SPECDECK_SIM_BASELINE_TOK_S="100", SPECDECK_SIM_PEAK_TOK_S="1000")
+    sim = start_sim_thread(["--model-path", str(dirs["target"])], tmp_path / "sim.log", env)
+    try:
+        sim.wait_ready()
+        assert _gen(sim, 20)["meta_info"]["completion_tokens"] == 20
+        status, raw = sim.request("/sim/requests")
+        assert status == 200
+        got = json.loads(raw)
+        [r] = [x for x in got["finished"] if x["completion_tokens"] == 20]
+        assert r["finish_reason"] == "length"
+        # one stream: 19 decode steps after the prefill's token, each (1 + c) / peak = 1 / baseline s
+        step = Speed(baseline=100.0, peak=1000.0).iteration(1, True)
+        assert step == pytest.approx(0.01)
+        assert (r["v_finished"] - r["v_first_token"]) == pytest.approx(19 * step, rel=1e-6)
+        assert r["v_created"] <= r["v_first_token"] <= r["v_finished"] <= got["clock_s"]
+        assert r["created"] <= r["first_token"] <= r["finished"]
+        # an idle connection held open, as a client's pool does: dropped when the server stops
+        conn = socket.create_connection(("127.0.0.1", sim.port), timeout=5)
+        conn.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert conn.recv(4096).startswith(b"HTTP/1.1 200")
+        assert sim.stop() == 0
+        conn.settimeout(5)
+        assert conn.recv(4096) == b""  # closed by the server
+        conn.close()
+        assert "Application shutdown complete." in sim.text()
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", sim.port), timeout=2).close()
+    finally:
+        sim.stop()
+
+
+def test_bad_flags_end_it_before_serving_as_the_process_would(dirs, tmp_path):
+    sim = start_sim_thread(["--model-path", str(dirs["target"]), "--speculative-algorithm", "MEDUSA"],
+                           tmp_path / "sim.log", FAST)
+    assert sim.proc.poll() == 2
+
+
+def test_loading_holds_while_the_hold_file_exists(dirs, tmp_path):
+    hold = tmp_path / "hold"
+    hold.touch()
+    sim = start_sim_thread(["--model-path", str(dirs["target"])], tmp_path / "sim.log",
+                           dict(FAST, SPECDECK_SIM_HOLD=str(hold)))
+    try:
+        wait_for(lambda: "Load weight begin" in sim.text(), 30, "loading to begin")
+        time.sleep(1.0)  # 200 times faster, the whole startup takes 0.1 s: it is held, not slow
+        assert sim.status("/health") == 503 and "Load weight end" not in sim.text()
+        hold.unlink()
+        sim.wait_ready()
+        assert "Load weight end" in sim.text()
+    finally:
+        hold.unlink(missing_ok=True)
+        sim.stop()
+
+
+def test_a_held_server_stops_at_once(dirs, tmp_path):
+    hold = tmp_path / "hold"
+    hold.touch()
+    sim = start_sim_thread(["--model-path", str(dirs["target"])], tmp_path / "sim.log",
+                           dict(FAST, SPECDECK_SIM_HOLD=str(hold)))
+    wait_for(lambda: "Load weight begin" in sim.text(), 30, "loading to begin")
+    t0 = time.monotonic()
+    assert sim.stop() == 0
+    assert time.monotonic() - t0 < 5
