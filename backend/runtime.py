@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 from backend.auth import USERS_FILE, AccessPolicy, Authority, Caller, NotAuthorised, UserStore
-from backend.supervisor.spec import ProcessSpec
 from backend.workspace import ConfigError, Workspace, load_workspace, parse_config, read_config_text, resolve_root
 from backend.sglang.fleet import PreflightBlocked
+from specdeck_types.process import ProcessSpec
 from state import Store, audit
 
 __all__ = ["NotAuthorised", "PreflightBlocked", "Runtime", "close_all", "current_actor", "get_runtime"]
@@ -46,7 +46,8 @@ class Runtime:
 
     def __init__(self, workspace: Workspace, *, background: bool = True):
         from backend.sglang.fleet import ServerFleet
-        from backend.supervisor.supervisor import Supervisor, SupervisorLoop
+        from backend.supervisor.loop import SupervisorLoop
+        from backend.supervisor.supervisor import Supervisor
         from backend.telemetry.sampler import make_workspace_sampler
 
         self.workspace = workspace

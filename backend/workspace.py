@@ -29,8 +29,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from backend.regen.catalog import DatasetConfig, MixEntry, check_catalog
-from backend.supervisor.spec import Kind, ProcessSpec, ReadinessProbe, RestartPolicy
 from backend.validation import check_name
+from specdeck_types.process import Kind, ProcessSpec, ReadinessProbe, RestartPolicy
 
 CONFIG_NAME = "specdeck.toml"
 REPO_ROOT = Path(__file__).resolve().parent.parent

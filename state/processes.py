@@ -16,7 +16,7 @@ import weakref
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from backend.supervisor.spec import ProcessSpec, ProcState
+from specdeck_types.process import ProcessSpec, ProcState
 from state.store import Store
 
 _UNSET: Any = object()

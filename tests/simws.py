@@ -30,7 +30,8 @@ def running_fleet(root: Path, text: str, *, monitor_kwargs: dict | None = None,
     supervisor loop (0.2 s) running.  ``specs`` may change the fleet's process specs before they
     are synced.  On the way out every live process is stopped and everything is closed."""
     from backend.sglang.fleet import ServerFleet  # noqa: PLC0415
-    from backend.supervisor.supervisor import Supervisor, SupervisorLoop  # noqa: PLC0415
+    from backend.supervisor.loop import SupervisorLoop  # noqa: PLC0415
+    from backend.supervisor.supervisor import Supervisor  # noqa: PLC0415
     from backend.workspace import Workspace, parse_config  # noqa: PLC0415
     from state import Store  # noqa: PLC0415
 

@@ -1,4 +1,21 @@
-"""backend/ and state/ are plain Python: none of their modules imports streamlit."""
+"""The house's layers, read from the code's own imports.
+
+- ``backend/`` and ``state/`` are plain Python: none of their modules imports streamlit.
+- ``backend/`` never imports ``ui``, ``pages`` or ``app``, nor ``backend.cli`` (the command line sits on
+  top of the domains: only ``backend/cli`` itself, and ``backend/runtime.py``, the dashboard's
+  composition root, may import it).
+- ``state/`` imports nothing from ``backend``, ``ui``, ``pages`` or ``app`` (the value types both
+  use live in ``specdeck_types/``).
+- ``specdeck_types/`` imports nothing of the project but itself.
+- No modules of the project import each other in a circle.
+
+Every import counts, at the top of a module or inside a function (an import inside a function
+still ties the two modules), except those under ``if TYPE_CHECKING:``, which never run.  An
+import names one module: ``from a.b import c`` names ``a.b.c`` where that is a module, else
+``a.b``; ``import a.b.c`` names the longest of ``a.b.c``, ``a.b``, ``a`` that is a module (the
+packages it passes through are not counted, so a package's ``__init__`` that hands names on makes
+no circle).  ``importlib.import_module`` with a literal name counts too.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +26,22 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 LAYERS = ("backend", "state")
+PROJECT = ("app.py", "backend", "pages", "perf", "scripts", "specdeck_types", "state", "ui")
 
+# Circles known and not yet taken apart; a circle found must lie inside one of these.
+ALLOWED_CIRCLES = (
+    # the Training page's run tab, its form and its live log call into each other (train_control's log
+    # tail asks train_runs.recheck_followed; train_runs draws train_control's and train_form's parts)
+    frozenset({"ui.train_control", "ui.train_form", "ui.train_runs"}),
+)
+# state/ writes its database and folders with the same private modes as everything else Specdeck
+# writes; backend/filemodes.py is standard library only (the supervisor's wrapper runs it alone).
+STATE_MAY_IMPORT = frozenset({"backend.filemodes"})
+# May import backend.cli: the command line itself, and the dashboard's composition root.
+CLI_USERS = ("backend.cli", "backend.runtime", "backend.__main__")
+
+
+# -- streamlit --------------------------------------------------------------------------------------
 
 def streamlit_imports(source: str, filename: str = "<string>") -> list[int]:
     """Line numbers of every import of streamlit (or a submodule) in ``source``."""
@@ -63,3 +95,236 @@ def test_no_streamlit_import(path: Path):
 )
 def test_detector(source, expected):
     assert streamlit_imports(source) == expected
+
+
+# -- the module graph -------------------------------------------------------------------------------
+
+def project_modules(root: Path = REPO) -> dict[str, Path]:
+    """Every module of the project (tests are not), by dotted name."""
+    out: dict[str, Path] = {}
+    for top in PROJECT:
+        base = root / top
+        paths = [base] if base.is_file() else sorted(base.rglob("*.py")) if base.is_dir() else []
+        for p in paths:
+            parts = list(p.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join(parts)] = p
+    return out
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
+        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _nodes(tree: ast.AST):
+    """Every node of ``tree`` but those under ``if TYPE_CHECKING:``."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            stack.extend(node.orelse)
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def imports_of(source: str, module: str, modules: set[str], *, package: bool = False) -> set[str]:
+    """The project modules that ``source`` (the module named ``module``) imports."""
+
+    def longest(name: str) -> str | None:
+        parts = name.split(".")
+        for n in range(len(parts), 0, -1):
+            if ".".join(parts[:n]) in modules:
+                return ".".join(parts[:n])
+        return None
+
+    here = module.split(".") if package else module.split(".")[:-1]
+    found: set[str] = set()
+    for node in _nodes(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(filter(None, (longest(a.name) for a in node.names)))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here[:len(here) - (node.level - 1)] if node.level > 1 else here
+                mod = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                mod = node.module or ""
+            for a in node.names:
+                sub = f"{mod}.{a.name}" if mod else a.name
+                target = sub if sub in modules else longest(mod) if mod else None
+                if target:
+                    found.add(target)
+        elif isinstance(node, ast.Call) and node.args:
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            arg = node.args[0]
+            if name in ("import_module", "__import__") and isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                target = longest(arg.value)
+                if target:
+                    found.add(target)
+    found.discard(module)
+    return found
+
+
+def import_graph(root: Path = REPO) -> dict[str, set[str]]:
+    mods = project_modules(root)
+    names = set(mods)
+    return {m: imports_of(p.read_text(encoding="utf-8"), m, names, package=p.name == "__init__.py")
+            for m, p in mods.items()}
+
+
+def circles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    found: list[frozenset[str]] = []
+    counter = 0
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph.get(start, ()))))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            for child in children:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    scc = set()
+                    while True:
+                        m = stack.pop()
+                        on_stack.discard(m)
+                        scc.add(m)
+                        if m == node:
+                            break
+                    if len(scc) > 1:
+                        found.append(frozenset(scc))
+    return found
+
+
+def _under(module: str, *tops: str) -> bool:
+    return any(module == t or module.startswith(t + ".") for t in tops)
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Each import that crosses a layer the wrong way, as ``importer -> imported: why``."""
+    out = []
+    for m, targets in sorted(graph.items()):
+        for t in sorted(targets):
+            if _under(m, "backend"):
+                if _under(t, "ui", "pages", "app"):
+                    out.append(f"{m} -> {t}: backend/ never imports the dashboard")
+                elif _under(t, "backend.cli") and not _under(m, *CLI_USERS):
+                    out.append(f"{m} -> {t}: only the command line (and backend/runtime.py) imports backend.cli")
+            elif _under(m, "state"):
+                if _under(t, "backend", "ui", "pages", "app") and t not in STATE_MAY_IMPORT:
+                    out.append(f"{m} -> {t}: state/ imports nothing from backend/, ui/ or pages/")
+            elif _under(m, "specdeck_types"):
+                if not _under(t, "specdeck_types"):
+                    out.append(f"{m} -> {t}: specdeck_types/ imports nothing of the project")
+    return out
+
+
+def unexpected_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    return [sorted(c) for c in circles(graph) if not any(c <= allowed for allowed in ALLOWED_CIRCLES)]
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    return import_graph()
+
+
+def test_the_graph_is_read(graph):
+    assert {"backend.cli.bench", "state.processes", "specdeck_types.process", "ui.auth", "app"} <= set(graph)
+    assert "backend.bench.job" in graph["backend.cli.bench"]
+
+
+def test_layers(graph):
+    assert layer_violations(graph) == []
+
+
+def test_no_import_circle(graph):
+    found = unexpected_circles(graph)
+    assert not found, "modules that import each other in a circle: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+# -- the detectors on planted imports -----------------------------------------------------------------
+
+MODS = {"backend", "backend.cli", "backend.cli.bench", "backend.bench", "backend.bench.job", "backend.runtime",
+        "backend.filemodes", "state", "state.store", "specdeck_types", "specdeck_types.bench", "ui", "ui.auth",
+        "ui.context", "pages.gpus", "app"}
+
+
+@pytest.mark.parametrize(
+    "module, source, expected",
+    [
+        ("backend.bench.job", "from backend.cli.bench import describe", {"backend.cli.bench"}),
+        ("backend.bench.job", "def f():\n    from backend.cli import bench\n", {"backend.cli.bench"}),
+        ("backend.bench.job", "import backend.cli.bench.nothing", {"backend.cli.bench"}),
+        ("backend.bench.job", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ui.auth import x\n",
+         set()),
+        ("backend.bench.job", "import typing\nif typing.TYPE_CHECKING:\n    import ui.auth\nelse:\n    import state\n",
+         {"state"}),
+        ("backend.bench.job", "from . import runner", {"backend.bench"}),
+        ("backend.bench.job", "from .. import filemodes", {"backend.filemodes"}),
+        ("backend.bench", "from .job import x", {"backend.bench.job"}),
+        ("backend.bench.job", "import importlib\nimportlib.import_module('ui.context')", {"ui.context"}),
+        ("backend.bench.job", "import os, json\nfrom pathlib import Path", set()),
+    ],
+)
+def test_imports_of(module, source, expected):
+    assert imports_of(source, module, MODS, package=module == "backend.bench") == expected
+
+
+@pytest.mark.parametrize(
+    "graph, expected",
+    [
+        ({"backend.bench.job": {"backend.cli.bench"}}, ["backend.bench.job -> backend.cli.bench"]),
+        ({"backend.bench.job": {"ui.auth"}}, ["backend.bench.job -> ui.auth"]),
+        ({"backend.cli.bench": {"pages.gpus"}}, ["backend.cli.bench -> pages.gpus"]),
+        ({"state.store": {"backend.bench.job"}}, ["state.store -> backend.bench.job"]),
+        ({"state.store": {"ui.context"}}, ["state.store -> ui.context"]),
+        ({"specdeck_types.bench": {"state.store"}}, ["specdeck_types.bench -> state.store"]),
+        ({"specdeck_types.bench": {"backend.filemodes"}}, ["specdeck_types.bench -> backend.filemodes"]),
+        # allowed
+        ({"backend.cli": {"backend.cli.bench"}, "backend.runtime": {"backend.cli"}}, []),
+        ({"state.store": {"backend.filemodes", "specdeck_types.bench"}}, []),
+        ({"specdeck_types.bench": {"specdeck_types"}, "ui.auth": {"backend.runtime", "state"}}, []),
+    ],
+)
+def test_layer_rules_catch_planted_imports(graph, expected):
+    assert [v.split(":")[0] for v in layer_violations(graph)] == expected
+
+
+@pytest.mark.parametrize(
+    "graph, expected",
+    [
+        ({"a": {"b"}, "b": {"a"}}, [["a", "b"]]),
+        ({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}, [["a", "b", "c"]]),
+        ({"a": {"b"}, "b": {"c"}, "c": set()}, []),
+        ({"ui.auth": {"ui.context"}, "ui.context": {"ui.auth"}}, [["ui.auth", "ui.context"]]),
+        # inside an allowed circle: passes; one more module drawn into it: fails
+        ({"ui.train_form": {"ui.train_control"}, "ui.train_control": {"ui.train_form"}}, []),
+        ({"ui.train_form": {"ui.regen_live"}, "ui.regen_live": {"ui.train_form"}}, [["ui.regen_live", "ui.train_form"]]),
+    ],
+)
+def test_circle_rule_catches_planted_circles(graph, expected):
+    assert unexpected_circles(graph) == expected

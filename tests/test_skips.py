@@ -28,7 +28,7 @@ def own_importorskips(source: str, filename: str = "<string>") -> list[tuple[int
 
 
 def test_the_project_packages_are_known():
-    assert {"backend", "state", "ui", "tests", "bench"} <= OWN
+    assert {"backend", "state", "ui", "tests", "perf"} <= OWN
 
 
 @pytest.mark.parametrize("source, expected", [

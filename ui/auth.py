@@ -7,6 +7,8 @@ draws the gate, the banner, the sign-in page and the account box.
 
 For the pages:
 
+- :func:`runtime` / :func:`actor` (the pages take them from ``ui.context``): the
+  workspace's runtime, with the page gated on what this session may view, and who asks;
 - :func:`control_lock` / :func:`data_lock`: why this session may not act, or
   may not see prompts, answers, logs and command lines ("" when it may);
 - :func:`live_fragment`: ``st.fragment(run_every=...)`` that stops drawing
@@ -18,6 +20,7 @@ For the pages:
 from __future__ import annotations
 
 import functools
+import hmac
 import logging
 import os
 import threading
@@ -29,6 +32,8 @@ from streamlit.errors import StreamlitAPIException
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from backend.auth import ABSOLUTE_S, IDLE_S, Access, Caller, LoginRefused, NotAuthorised, PathRefused, is_loopback
+from backend.runtime import Runtime, get_runtime
+from backend.workspace import ConfigError
 
 log = logging.getLogger("specdeck")
 
@@ -37,6 +42,7 @@ NOTICE_KEY = "_specdeck_auth_notice"
 HOME_KEY = "_specdeck_home_page"
 LOCAL_TOKEN_KEY = "_specdeck_local_token"
 PENDING_TOKEN_KEY = "_specdeck_url_token"  # a ?token= seen by a page that ran before the frame
+FRAME_SEEN = "_specdeck_frame"  # set by the frame (app.py) on every run, before its page runs
 FORWARDING_HEADERS = ("forwarded", "x-forwarded-for", "x-real-ip")
 _warned: set[str] = set()
 
@@ -88,27 +94,96 @@ def caller() -> Caller:
                   local_token=st.session_state.get(LOCAL_TOKEN_KEY))
 
 
-def access(rt=None, *, touch: bool = False) -> Access:
-    from ui.context import runtime
+def _may_see_startup_error() -> bool:
+    """Whether a backend that could not start may say why to this session: the text names files of
+    the workspace, so only to a browser on this host that carries the dashboard's token (nobody
+    can sign in without a backend)."""
+    c = caller()
+    if c.exposed:
+        return False
+    want = os.environ.get("SPECDECK_ACCESS_TOKEN") or ""
+    if c.peer == "" or not want:
+        return c.peer == ""
+    got = st.session_state.get(LOCAL_TOKEN_KEY) or st.query_params.get("token") or ""
+    return hmac.compare_digest(str(got).encode(), want.encode())
 
-    rt = rt or runtime()
+
+def runtime(*, show_config_error: bool = False, gate: bool = True) -> Runtime:
+    """The runtime, or a clear error on the page (and st.stop) when it cannot start.
+
+    The frame (app.py) passes ``show_config_error`` so a broken edit of the
+    workspace file is shown once per page, above the page.  With ``gate`` (every
+    page), a session that may not view stops here: the frame has drawn the
+    sign-in page instead (this holds a page that runs without the frame too).
+    """
+    try:
+        rt = get_runtime()
+    except ConfigError as exc:
+        log.error("the workspace config has problems:\n%s", exc)
+        if not _may_see_startup_error():
+            st.error("**The dashboard cannot start**: its workspace config has problems. They are listed "
+                     "in the terminal that runs the dashboard.")
+            st.stop()
+        st.error("**The workspace config has problems**, so nothing was started:")
+        st.code(str(exc), language=None)
+        st.caption("Fix the file and reload the page. Each line names the file, line and key.")
+        st.stop()
+        raise  # unreachable; keeps type checkers happy
+    except Exception as exc:  # a locked or damaged state file, a full disk, ...
+        log.exception("the dashboard's backend could not start")
+        if not _may_see_startup_error():
+            st.error("**The dashboard's backend could not start.** The reason is in the terminal that runs it.")
+            st.stop()
+        st.error(f"**The dashboard's backend could not start**: {type(exc).__name__}: {exc}")
+        st.caption("Likely causes: the state file is locked by another program or damaged, or the disk "
+                   "is full. The full traceback is in the terminal that runs the dashboard.")
+        st.stop()
+        raise
+    if gate or show_config_error:
+        acc = access(rt)
+        if gate and not acc.can_view:
+            ctx = get_script_run_ctx()
+            if ctx is not None and Path(ctx.main_script_path).name == "app.py":
+                # a page run without the frame (Streamlit's pages/ folder): the frame draws the sign-in page
+                if acc.notice:  # the frame's own check would only find the session gone
+                    st.session_state.pop(TOKEN_KEY, None)
+                    st.session_state[NOTICE_KEY] = acc.notice
+                st.session_state.pop(FRAME_SEEN, None)
+                st.switch_page("app.py")
+            st.stop()
+        show_config_error = show_config_error and acc.can_see_data
+    if show_config_error and rt.config_error is not None:
+        st.warning("**The workspace file was edited and has problems**; the dashboard keeps using the "
+                   "last good config until they are fixed:", icon=":material/warning:")
+        st.code(str(rt.config_error), language=None)
+    return rt
+
+
+def actor() -> Caller:
+    """Who asks, for the runtime's control methods: they decide whether this session may act
+    and whom the audit names (the signed-in user, or ``local`` on loopback)."""
+    return caller()
+
+
+def access(rt, *, touch: bool = False) -> Access:
+    """What this request may do in the runtime ``rt``, as the backend decides it."""
     return rt.auth.access(caller(), touch=touch)
 
 
-def control_lock(rt=None) -> str:
+def control_lock(rt) -> str:
     """Why this session may not control ("" when it may): pass as ``help=`` and ``disabled=bool(...)``.
 
     Disabling a widget is a courtesy: the backend refuses the action itself."""
     return access(rt).reason
 
 
-def data_lock(rt=None) -> str:
+def data_lock(rt) -> str:
     """Why this session may not see prompts, answers, log lines, command lines, the audit log or
     the workspace's paths ("" when it may): show it in their place."""
     return access(rt).data_reason
 
 
-def show_data_lock(rt=None) -> bool:
+def show_data_lock(rt) -> bool:
     """True (after a caption saying why) when data is hidden from this session: ``if show_data_lock(): return``."""
     why = data_lock(rt)
     if why:
@@ -123,8 +198,6 @@ def live_fragment(fn=None, *, run_every=None):
     def wrap(f):
         @functools.wraps(f)
         def guarded(*args, **kwargs):
-            from ui.context import runtime
-
             if not access(runtime(gate=False)).can_view:
                 st.rerun(scope="app")
             return f(*args, **kwargs)
@@ -137,8 +210,6 @@ def live_fragment(fn=None, *, run_every=None):
 def typed_path(rt, typed: str, *, action: str = "read") -> Path | None:
     """The path typed in a widget, resolved, when the backend allows this session to read it
     (an operator action, under the workspace's roots); else None after an error that says why."""
-    from ui.context import actor
-
     try:
         return rt.typed_path(actor(), typed, action=action, source="dashboard")
     except (NotAuthorised, PathRefused) as exc:

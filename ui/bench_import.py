@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from backend.bench.intake import MAX_BYTES, FileOutcome, store_files, summary
-from backend.cli.bench import describe
+from backend.bench.describe import describe
 from specdeck_types.bench import BenchResult
 from state.bench import BenchStore
 from ui import fmt

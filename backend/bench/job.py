@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -30,8 +31,8 @@ from backend.bench.client import ClientError, Load
 from backend.bench.runner import BenchRunError, Target, run_benchmark
 from backend.filemodes import make_private_dirs, write_private
 from backend.readcap import CONFIG_JSON_MAX, load_json_capped
-from backend.supervisor.spec import Kind, ProcessSpec, RestartPolicy
 from specdeck_types.bench import BenchResult
+from specdeck_types.process import Kind, ProcessSpec, RestartPolicy
 
 RUNNING, DONE, FAILED, STOPPED = "running", "done", "failed", "stopped"
 MIN_WRITE_GAP_S = 0.25  # progress within one phase is written at most 4 times a second
@@ -177,6 +178,22 @@ def bench_process_spec(ws, server: str, run_id: str, argv_tail: list[str]) -> Pr
                        cwd=str(REPO_ROOT), stop_grace_s=15.0, restart=RestartPolicy(mode="never"))
 
 
+def command_line(server: str, loads: list[Load], mode: str) -> list[str]:
+    """The ``bench run`` arguments after SERVER for ``loads`` (one shared prompt count and lengths)."""
+    first = loads[0]
+    tail = ["--concurrency", *[str(x.concurrency) for x in loads], "--num-prompts", str(first.num_prompts),
+            "--input-len", str(first.input_len), "--output-len", str(first.output_len),
+            "--backend", first.backend, "--json"]
+    if mode in ("builtin", "sglang"):
+        tail.append(f"--{mode}")
+    return tail
+
+
+def preview(server: str, loads: list[Load], mode: str) -> str:
+    """The command a page shows before starting the job."""
+    return shlex.join(["python", "-m", "backend.cli", "bench", "run", server, *command_line(server, loads, mode)])
+
+
 def job_dir(ws, server: str, run_id: str) -> Path:
     return Path(ws.outputs_dir) / "bench" / f"{server}-{run_id}"
 
@@ -189,8 +206,6 @@ def start_job(sup, ws, server: str, loads: list[Load], mode: str = "auto", *, ac
               source: str = "dashboard", run_id: str | None = None) -> tuple[ProcessSpec, Path]:
     """Register and start ``bench run`` for ``server`` under the supervisor ``sup`` (audited as
     ``actor`` via ``source``); returns the job's spec and its progress file."""
-    from backend.bench.cli_run import command_line
-
     run_id = run_id or time.strftime("%Y%m%d-%H%M%S")
     spec = bench_process_spec(ws, server, run_id, command_line(server, loads, mode))
     sup.sync_specs([spec], prune=False)

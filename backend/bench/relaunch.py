@@ -30,7 +30,7 @@ from typing import Any, Callable
 from backend.filemodes import write_private
 from backend.sglang.config import ServerConfig
 from backend.sglang.preflight import Finding
-from backend.supervisor.spec import ProcState
+from specdeck_types.process import ProcState
 
 PhaseHook = Callable[[str, str], None]  # (phase, detail)
 LOG_LINES = 20

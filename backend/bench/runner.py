@@ -28,6 +28,7 @@ import math
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -40,6 +41,7 @@ from backend.bench.importers_serving import config_from_server_info
 from backend.filemodes import make_private_dirs, open_private, write_private
 from backend.readcap import CONFIG_JSON_MAX, load_json_capped
 from backend.sglang.client import Metrics, ServerInfo, SglangClient
+from backend.sglang.launch import endpoints
 from backend.sglang.logparse import DecodeBatch, parse_line
 from backend.supervisor.logtail import read_last
 from specdeck_types.bench import RUN, BenchConfig, BenchFigures, BenchLoad, BenchResult, Percentiles
@@ -65,6 +67,32 @@ class Target:
     model_path: str | None = None  # folder with the tokenizer (default: /model_info's tokenizer_path)
     api_key: str | None = None
     env: dict[str, str] = field(default_factory=dict)  # added to the benchmark process's environment
+
+
+class UnknownServer(Exception):
+    """The workspace has no server of the name asked for; ``str(e)`` is for the user."""
+
+
+def _api_key(extra_args: list[str]) -> str | None:
+    for i, a in enumerate(extra_args):
+        if a == "--api-key" and i + 1 < len(extra_args):
+            return extra_args[i + 1]
+        if a.startswith("--api-key="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def target_of(session, name: str) -> Target:
+    """The workspace server ``name`` as a benchmark target; ``session`` is anything with ``ws`` and
+    ``fleet``, such as :class:`backend.cli.session.Session`."""
+    if name not in session.fleet.names():
+        raise UnknownServer(f"no server named {name!r} in {session.ws.config_path}")
+    cfg = session.fleet.config(name)
+    caps = session.fleet.capabilities(name)
+    return Target(base_url=endpoints(cfg, caps).base_url, name=name,
+                  python=sys.executable if cfg.simulate else cfg.python,
+                  log_path=session.fleet.log_path(name), model_path=cfg.model_path,
+                  api_key=_api_key(list(cfg.extra_args)))
 
 
 # --------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """A sweep as a supervised job: relaunch a server in each configuration, benchmark it, restore it.
 
-``python -m backend.cli bench sweep SERVER ...`` (:mod:`backend.bench.cli_sweep`) runs
+``python -m backend.cli bench sweep SERVER ...`` (:mod:`backend.cli.bench`) runs
 :func:`run_sweep`: for each configuration of the plan (:mod:`backend.bench.sweep_plan`) it
 preflights, relaunches and waits until the server is ready (:mod:`backend.bench.relaunch`),
 then benchmarks every load, storing each result as soon as it has it (tagged with the sweep
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 import threading
 import time
@@ -31,13 +32,13 @@ from backend.bench.client import ClientError, Load
 from backend.bench.job import REPO_ROOT, ProgressWriter
 from backend.bench.relaunch import (Original, RelaunchError, RelaunchStopped, relaunch_and_wait, remember,
                                     restore)
-from backend.bench.runner import BenchRunError, run_benchmark
+from backend.bench.runner import BenchRunError, run_benchmark, target_of
 from backend.bench.sweep_check import check_sweep
 from backend.bench.sweep_plan import SweepConfig, SweepPlan, expand
 from backend.filemodes import PRIVATE_FILE, make_private_dirs
 from backend.readcap import CONFIG_JSON_MAX, SMALL_TEXT_MAX, TooLarge, load_json_capped, read_text_whole
-from backend.supervisor.spec import Kind, ProcessSpec, RestartPolicy
 from specdeck_types.bench import BenchResult
+from specdeck_types.process import Kind, ProcessSpec, RestartPolicy
 
 RUNNING, DONE, FAILED, STOPPED = "running", "done", "failed", "stopped"
 PENDING = "pending"
@@ -305,8 +306,6 @@ def _run(session, plan: SweepPlan, state_path: Path, actor: str, source: str, st
 def _measure(session, plan: SweepPlan, st: SweepState, c: dict[str, Any], cfg: SweepConfig, w: ProgressWriter,
              bench, work: Path, stop: threading.Event, emit, phase, recheck) -> bool:
     """Benchmark every load of the plan not yet measured for config ``c``; False when one failed."""
-    from backend.bench.cli_run import target_of
-
     target = target_of(session, plan.server)
     for conc in plan.concurrency:
         if str(conc) in c["results"]:
@@ -381,3 +380,8 @@ def command_line(plan: SweepPlan) -> list[str]:
              "--input-len", str(plan.input_len), "--output-len", str(plan.output_len), "--mode", plan.mode,
              "--backend", plan.backend, "--ready-timeout", f"{plan.ready_timeout_s:g}"]
     return tail
+
+
+def preview(plan: SweepPlan) -> str:
+    """The command a page shows before starting the job."""
+    return shlex.join(["python", "-m", "backend.cli", "bench", "sweep", plan.server, *command_line(plan)])

@@ -19,9 +19,9 @@
     python -m backend.cli [--workspace DIR] train runs [--json] | command NAME [--resume] [--json]
     python -m backend.cli [--workspace DIR] train start NAME | stop NAME [--no-wait] | resume NAME [--yes]
     python -m backend.cli [--workspace DIR] train deploy CKPT --server NAME [--keep|--restore-after] [--json]
-    python -m backend.cli [--workspace DIR] users add|passwd|role|remove|list ...   (backend/auth/cli.py)
+    python -m backend.cli [--workspace DIR] users add|passwd|role|remove|list ...
     python -m backend.cli init DIR
-    python -m backend.cli [--workspace DIR] regen run|status|validate|requeue ...   (backend/regen/cli.py)
+    python -m backend.cli [--workspace DIR] regen run|status|validate|requeue ...
 
 The workspace is the ``--workspace`` folder, else ``$SPECDECK_WORKSPACE``,
 else the demo workspace.  Every start/stop/restart is written to the audit

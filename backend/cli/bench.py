@@ -1,9 +1,14 @@
-"""``bench``: benchmark results of the workspace.
+"""``bench``: benchmark results of the workspace, and benchmarks run here.
 
     bench import FILE... [--server NAME] [--json]
     bench list [--server S] [--concurrency N] [--target T] [--source S] [--limit N] [--json]
-    bench run SERVER [--concurrency N ...] [--num-prompts N] [--input-len N] [--output-len N] [--builtin|--sglang]
-    bench sweep SERVER [--steps 3,5] [--topk 1,4] [--draft-tokens 4,8] [--baseline] ...  (cli_sweep.py)
+    bench delete ID...
+    bench run SERVER [--concurrency N ...] [--num-prompts N] [--input-len N] [--output-len N]
+        [--builtin | --sglang] [--backend sglang|sglang-oai-chat] [--progress-file PATH] [--json]
+    bench sweep SERVER [--steps 3,5] [--topk 1,4] [--draft-tokens 4,8]
+        [--baseline | --baseline-only] [--concurrency 1,16] [--num-prompts N] [--input-len N]
+        [--output-len N] [--mode auto|builtin|sglang] [--backend sglang|sglang-oai-chat]
+        [--ready-timeout S] [--state-file PATH] [--json]
 
 ``import`` recognises the format of each file (see :mod:`backend.bench.importers`),
 stores every result in the workspace's state and prints one line per result
@@ -11,63 +16,58 @@ stores every result in the workspace's state and prints one line per result
 was already stored from the same file and line).  Lines that could not be read
 are reported on stderr as ``FILE:LINE: field: why``; the rest is imported.
 Exit status 1 when a file could not be imported or had such lines.
+
+``run`` benchmarks a workspace server in the foreground (:mod:`backend.bench.job`).  Several
+concurrencies run one after the other, each stored as its own result.  The job writes its
+progress file (default: ``<outputs>/bench/<server>-<run id>/progress.json``) and prints one
+line per stored result (a JSON object with ``--json``).  SIGTERM stops it cleanly: the
+benchmark process gets SIGTERM, results already stored stay, the progress file says
+``stopped``.  Exit status 0 when every load was measured, 1 otherwise.
+
+``sweep`` relaunches a server in each configuration, benchmarks it and restores it
+(:mod:`backend.bench.sweep`).  Lists take commas or spaces.  An axis left out keeps the
+server's own value.  Progress goes to the state file (default
+``<outputs>/bench/sweep-SERVER-ID/state.json``) and, line by line, to stdout; each stored
+result is one line (a JSON object with ``--json``), and at the end the break-even model's
+prediction for each speculative configuration is printed beside the measured tok/s (with
+``--json``: one last object with the sweep's state and that check).  Given an existing state
+file, the sweep resumes after the configurations already measured.  SIGTERM stops it; the
+server is restored either way.  Exit status 0 when every configuration was measured and the
+server restored, 1 otherwise, 2 for a bad plan.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
+import threading
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import TextIO
 
+from backend.bench.client import BACKENDS, Load
+from backend.bench.describe import describe
 from backend.bench.importers import BenchImportError, import_file
-from backend.cli.session import SOURCE, Session, actor
-from state import audit
+from backend.bench.job import DONE, job_dir, run_job, stop_on_sigterm
+from backend.bench.runner import Target, UnknownServer, target_of
+from backend.bench.sweep import DONE as SWEEP_DONE
+from backend.bench.sweep import SweepStateError, run_sweep, state_path
+from backend.bench.sweep_check import describe_row
+from backend.bench.sweep_plan import MODES, PlanError, SweepPlan, parse_int_list
+from backend.cli.session import SOURCE, CommandError, Session, actor
 from specdeck_types.bench import BenchResult
+from state import audit
 from state.bench import BenchFilter, BenchStore
 
 
-def _f(v: float | None, digits: int) -> str:
-    if v is None:
-        return "N/A"
-    return "inf" if math.isinf(v) else f"{v:.{digits}f}"
-
-
-def describe(r: BenchResult) -> str:
-    """One line: where it came from, the configuration, the load, the figures."""
-    cfg, load, res = r.config, r.load, r.results
-    if r.is_baseline:
-        spec = "no speculation"
-    elif cfg.algorithm:
-        parts = [cfg.algorithm]
-        if cfg.draft_model:
-            parts.append(cfg.draft_model)
-        if cfg.num_draft_tokens:
-            parts.append(f"{cfg.num_draft_tokens} draft tokens")
-        spec = " ".join(parts)
-    else:
-        spec = "speculation not recorded"
-    lens = f"{load.input_len or '?'}/{load.output_len or '?'} tok" if (load.input_len or load.output_len) else ""
-    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started_at)) if r.started_at else ""
-    acc = _f(r.results.accept_len, 2)
-    if res.accept_len is None and res.accept_len_lifetime is not None:
-        acc = f"{_f(res.accept_len_lifetime, 2)} (server lifetime)"
-    fields = [
-        f"#{r.id}" if r.id is not None else "",
-        when,
-        r.server or "",
-        cfg.target_model or "",
-        spec,
-        f"concurrency {load.concurrency}" if load.concurrency is not None else "concurrency N/A",
-        lens,
-        f"{_f(res.output_tok_s, 1)} tok/s",
-        f"accept_len {acc}",
-        r.label or "",
-    ]
-    return " · ".join(x for x in fields if x)
+def _target(s: Session, name: str) -> Target:
+    """The workspace server ``name`` as a benchmark target, or an error for the user."""
+    try:
+        return target_of(s, name)
+    except UnknownServer as exc:
+        raise CommandError(str(exc)) from None
 
 
 def cmd_bench_import(s: Session, args: argparse.Namespace, out: TextIO) -> int:
@@ -164,14 +164,183 @@ def _register_delete(bs: argparse._SubParsersAction) -> None:
     a.set_defaults(func=cmd_bench_delete, acts=False)
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    from backend.bench.cli_run import register_run  # `bench run`: see that module
-    from backend.bench.cli_sweep import register_sweep  # `bench sweep`: see that module
+def cmd_bench_run(s: Session, args: argparse.Namespace, out: TextIO) -> int:
+    target = _target(s, args.server)
+    mode = "builtin" if args.builtin else "sglang" if args.sglang else "auto"
+    loads = [Load(concurrency=c, num_prompts=args.num_prompts, input_len=args.input_len,
+                  output_len=args.output_len, backend=args.backend, seed=args.seed,
+                  warmup_requests=args.warmup_requests) for c in args.concurrency]
+    run_id = time.strftime("%Y%m%d-%H%M%S")
+    work = job_dir(s.ws, args.server, run_id)
+    progress = Path(args.progress_file) if args.progress_file else work / "progress.json"
+    if args.progress_file:
+        work = progress.parent
+    stop = threading.Event()
+    stop_on_sigterm(stop)
+    bench = BenchStore(s.store)
 
+    def store(r: BenchResult) -> BenchResult:
+        return bench.insert(r).result
+
+    def emit(r: BenchResult) -> None:
+        asked, got = r.load.num_prompts, r.results.completed
+        if asked is not None and got is not None and got < asked:
+            sys.stderr.write(f"warning: {asked - got} of {asked} requests failed at concurrency "
+                             f"{r.load.concurrency}; the figures are of the {got} that completed "
+                             f"(details in {work})\n")
+        out.write((json.dumps(r.to_dict(), sort_keys=True) if args.json else describe(r)) + "\n")
+        out.flush()
+
+    if not args.json:
+        out.write(f"benchmarking {args.server} at {target.base_url}: "
+                  f"concurrency {' '.join(map(str, args.concurrency))}, {args.num_prompts} prompts of "
+                  f"{args.input_len}/{args.output_len} tokens; progress in {progress}\n")
+        out.flush()
+    final, stored = run_job(target, loads, mode=mode, work_dir=work, store=store, progress_path=progress,
+                            stop=stop, emit=emit)
+    if final.state != DONE:
+        why = final.error or final.state
+        sys.stderr.write(f"error: benchmark of {args.server} {final.state} after {len(stored)} of "
+                         f"{len(loads)} load(s): {why}\n")
+        return 1
+    return 0
+
+
+def _check_run(args: argparse.Namespace) -> str | None:
+    for name in ("num_prompts", "input_len", "output_len"):
+        if getattr(args, name) < 1:
+            return f"--{name.replace('_', '-')} must be at least 1"
+    if any(c < 1 for c in args.concurrency):
+        return "--concurrency values must be at least 1"
+    if args.builtin and args.sglang:
+        return "--builtin and --sglang exclude each other"
+    return None
+
+
+def _register_run(bench_sub: argparse._SubParsersAction) -> None:
+    a = bench_sub.add_parser("run", help="benchmark a server (SGLang's bench_serving where the serving "
+                                         "environment has it, else the built-in client) and store the result")
+    a.add_argument("server")
+    a.add_argument("--concurrency", type=int, nargs="+", default=[1], metavar="N",
+                   help="requests in flight; several values run one after the other (default 1)")
+    a.add_argument("--num-prompts", type=int, default=200, metavar="N")
+    a.add_argument("--input-len", type=int, default=1024, metavar="N")
+    a.add_argument("--output-len", type=int, default=512, metavar="N")
+    a.add_argument("--backend", choices=BACKENDS, default="sglang",
+                   help="/generate (sglang, default) or /v1/chat/completions (sglang-oai-chat)")
+    a.add_argument("--seed", type=int, default=1)
+    a.add_argument("--warmup-requests", type=int, default=1, metavar="N")
+    g = a.add_mutually_exclusive_group()
+    g.add_argument("--builtin", action="store_true", help="use the built-in client")
+    g.add_argument("--sglang", action="store_true", help="use SGLang's benchmark (fails without sglang)")
+    a.add_argument("--progress-file", metavar="PATH", help="where to write progress (JSON, replaced as it goes)")
+    a.add_argument("--json", action="store_true", help="one JSON line per stored result")
+    a.set_defaults(func=cmd_bench_run, acts=False, check=_check_run)
+
+
+def plan_of(args: argparse.Namespace) -> SweepPlan:
+    lists = {}
+    for name, flag in (("steps", "--steps"), ("topk", "--topk"), ("draft_tokens", "--draft-tokens"),
+                       ("concurrency", "--concurrency")):
+        raw = getattr(args, name)
+        if raw is not None:
+            lists[name] = parse_int_list(" ".join(raw), flag)
+    return SweepPlan.build(server=args.server, baseline=args.baseline, baseline_only=args.baseline_only,
+                           num_prompts=args.num_prompts, input_len=args.input_len, output_len=args.output_len,
+                           mode=args.mode, backend=args.backend, ready_timeout_s=args.ready_timeout, **lists)
+
+
+def _flag(problem: str) -> str:
+    """A plan problem ("draft_tokens: ...") in the command line's words ("--draft-tokens: ...")."""
+    field, sep, rest = problem.partition(": ")
+    if sep and field in SweepPlan.model_fields and field != "server":
+        field = "--ready-timeout" if field == "ready_timeout_s" else "--" + field.replace("_", "-")
+    return field + sep + rest
+
+
+def _check_sweep(args: argparse.Namespace) -> str | None:
+    try:
+        plan_of(args)
+    except PlanError as exc:
+        return "; ".join(_flag(p) for p in exc.problems)
+    return None
+
+
+def cmd_bench_sweep(s: Session, args: argparse.Namespace, out: TextIO) -> int:
+    plan = plan_of(args)
+    _target(s, plan.server)  # an unknown server is a clear error before anything else
+    sweep_id = args.sweep_id or time.strftime("%Y%m%d-%H%M%S")
+    path = Path(args.state_file) if args.state_file else state_path(s.ws, plan.server, sweep_id)
+    stop = threading.Event()
+    stop_on_sigterm(stop)
+
+    def say(text: str) -> None:
+        if not args.json:
+            out.write(text + "\n")
+            out.flush()
+
+    def emit(r: BenchResult) -> None:
+        d = r.to_dict()
+        d.pop("raw", None)
+        out.write((json.dumps(d, sort_keys=True) if args.json else "stored " + describe(r)) + "\n")
+        out.flush()
+
+    say(f"sweep of {plan.server}; state in {path}")
+    try:
+        st = run_sweep(s, plan, state_path=path, actor=actor(), source="cli", stop=stop, sweep_id=sweep_id,
+                       emit=emit, say=say)
+    except (PlanError, SweepStateError) as exc:
+        raise CommandError(str(exc)) from exc
+    if args.json:
+        out.write(json.dumps({"sweep_id": st.sweep_id, "state": st.state, "state_file": str(path),
+                              "restored": st.restored, "errors": st.errors, "check": st.check},
+                             sort_keys=True) + "\n")
+    else:
+        if st.check:
+            out.write("break-even model against the measurements:\n")
+            for row in st.check:
+                out.write("  " + describe_row(row) + "\n")
+        for note in st.notes:
+            out.write(f"note: {note}\n")
+    for e in st.errors:
+        sys.stderr.write(f"error: {e}\n")
+    if st.state != SWEEP_DONE or st.errors:
+        sys.stderr.write(f"error: sweep {st.sweep_id} {st.state} with {st.n_done} of {len(st.configs)} "
+                         f"configuration(s) measured; state in {path}\n")
+        return 1
+    return 0
+
+
+def _register_sweep(bench_sub: argparse._SubParsersAction) -> None:
+    a = bench_sub.add_parser("sweep", help="relaunch a server in each configuration (steps x top-k x draft "
+                                           "tokens, and the baseline), benchmark each, then restore it")
+    a.add_argument("server")
+    a.add_argument("--steps", nargs="+", metavar="N", help="speculative steps, e.g. 3,5")
+    a.add_argument("--topk", nargs="+", metavar="K", help="EAGLE top-k, e.g. 1,4")
+    a.add_argument("--draft-tokens", nargs="+", metavar="N", help="draft tokens, e.g. 4,8")
+    g = a.add_mutually_exclusive_group()
+    g.add_argument("--baseline", action="store_true", help="also run without speculation (first)")
+    g.add_argument("--baseline-only", action="store_true", help="run only without speculation")
+    a.add_argument("--concurrency", nargs="+", metavar="N", help="loads, e.g. 1,16 (default 1)")
+    a.add_argument("--num-prompts", type=int, default=200, metavar="N")
+    a.add_argument("--input-len", type=int, default=1024, metavar="N")
+    a.add_argument("--output-len", type=int, default=512, metavar="N")
+    a.add_argument("--mode", choices=MODES, default="auto",
+                   help="auto: SGLang's benchmark where the serving environment has it, else the built-in client")
+    a.add_argument("--backend", choices=BACKENDS, default="sglang")
+    a.add_argument("--ready-timeout", type=float, default=1800.0, metavar="S",
+                   help="how long a relaunched server may take to become ready (default 1800 s)")
+    a.add_argument("--state-file", metavar="PATH", help="the sweep's state (JSON); an existing one is resumed")
+    a.add_argument("--sweep-id", metavar="ID", help=argparse.SUPPRESS)
+    a.add_argument("--json", action="store_true", help="one JSON line per stored result, and one at the end")
+    a.set_defaults(func=cmd_bench_sweep, acts=True, check=_check_sweep)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
     bench = sub.add_parser("bench", help="benchmark results: import, list, delete, run, sweep")
     bs = bench.add_subparsers(dest="action", required=True, metavar="ACTION")
     _register_import(bs)
     _register_list(bs)
     _register_delete(bs)
-    register_run(bs)
-    register_sweep(bs)
+    _register_run(bs)
+    _register_sweep(bs)

@@ -10,6 +10,10 @@
     python -m backend.cli [--workspace DIR] train start NAME
     python -m backend.cli [--workspace DIR] train stop NAME [--no-wait]
     python -m backend.cli [--workspace DIR] train resume NAME [--yes]
+    python -m backend.cli [--workspace DIR] train deploy CHECKPOINT --server NAME [--steps N] [--topk N]
+        [--draft-tokens N] [--concurrency N ...] [--num-prompts N] [--input-len N] [--output-len N]
+        [--measure-baseline] [--keep | --restore-after] [--builtin | --sglang] [--run-name NAME]
+        [--ready-timeout S] [--state-file PATH] [--json]
 
 ``parselog`` prints one line per record (``--json``: one JSON object per line, with step, epoch,
 position where it has one, split and each metric) and, on stderr, every line it could not read (and every
@@ -25,6 +29,14 @@ checkpoint against that target model: exit 1 on errors.
 the working folder and, for Gen-3, the YAML that ``start`` writes.  ``resume`` prints what it must be
 confirmed against (SpecForge 0.2.0's ``--resume`` starts over; no checkpoint yet) and does nothing
 without ``--yes`` (exit 1).
+
+``deploy`` takes a checkpoint to a benchmarked server in one command (:mod:`backend.train.deploy_job`):
+it inspects and preflights the checkpoint against the server's target, relaunches the server with it
+(EAGLE3) and waits until it is ready, benchmarks it at the stored baseline's load (or the load given),
+stores the result labelled with the checkpoint, and prints the speedup against the baseline at the same
+load with the break-even accept_len.  One line per step as it ends (``--json``: the final state as one
+JSON object).  A failure, or SIGTERM, puts the server back as it was.  Exit status 0 when every step
+succeeded, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -33,8 +45,13 @@ import argparse
 import json
 import math
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
+
+from backend.cli.session import SOURCE, actor, print_findings, report
+from backend.cli.session import CommandError as UserError
 
 if TYPE_CHECKING:  # the parser is imported by the commands, not when the command line starts
     from backend.train.logparse import TrainRecord
@@ -108,7 +125,6 @@ def cmd_parselog(args: argparse.Namespace, out: TextIO) -> int:
 
     if args.follow:
         import signal
-        import threading
 
         from backend.bench.job import stop_on_sigterm
 
@@ -137,8 +153,6 @@ def cmd_parselog(args: argparse.Namespace, out: TextIO) -> int:
 def _follow(path: Path, read_new, out: TextIO, stop) -> None:
     """Read what is appended until Ctrl-C or ``stop`` is set (SIGTERM), woken by file events with a 1 s
     polling fallback."""
-    import threading
-
     from backend.sglang.logwatch import FileWatcher
 
     wake = threading.Event()
@@ -210,7 +224,6 @@ def cmd_checkpoints(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
-    from backend.cli.session import print_findings
     from backend.train.checkpoints import inspect_checkpoint, preflight_checkpoint
 
     try:
@@ -281,7 +294,6 @@ def cmd_runs(s, args: argparse.Namespace, out: TextIO) -> int:
 def cmd_command(s, args: argparse.Namespace, out: TextIO) -> int:
     import shlex
 
-    from backend.cli.session import CommandError as UserError
     from backend.train.command import CommandError
 
     try:
@@ -308,7 +320,6 @@ def cmd_command(s, args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _act(s, name: str, fn) -> Any:
-    from backend.cli.session import CommandError as UserError
     from backend.train.command import CommandError
 
     try:
@@ -318,7 +329,6 @@ def _act(s, name: str, fn) -> Any:
 
 
 def cmd_start(s, args: argparse.Namespace, out: TextIO) -> int:
-    from backend.cli.session import SOURCE, actor, report
 
     v = _act(s, args.name, lambda: s.train.start(args.name, actor=actor(), source=SOURCE))
     report(v, out)
@@ -327,7 +337,6 @@ def cmd_start(s, args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_stop(s, args: argparse.Namespace, out: TextIO) -> int:
-    from backend.cli.session import SOURCE, actor, report
 
     report(_act(s, args.name, lambda: s.train.stop(args.name, actor=actor(), source=SOURCE,
                                                    wait=not args.no_wait)), out)
@@ -335,8 +344,6 @@ def cmd_stop(s, args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_resume(s, args: argparse.Namespace, out: TextIO) -> int:
-    from backend.cli.session import SOURCE, actor, report
-    from backend.cli.session import CommandError as UserError
     from backend.train.runs import ResumeNeedsConfirmation
 
     warning = _act(s, args.name, lambda: s.train.resume_warning(args.name))
@@ -353,12 +360,101 @@ def cmd_resume(s, args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _request(args: argparse.Namespace):
+    from backend.train.deploy import KEEP, RESTORE, DeployRequest
+
+    return DeployRequest(
+        checkpoint=str(Path(args.checkpoint).expanduser().resolve()), server=args.server,
+        num_steps=args.steps, eagle_topk=args.topk, num_draft_tokens=args.draft_tokens,
+        concurrency=tuple(args.concurrency or ()), num_prompts=args.num_prompts, input_len=args.input_len,
+        output_len=args.output_len, measure_baseline=args.measure_baseline,
+        after=RESTORE if args.restore_after else KEEP,
+        mode="builtin" if args.builtin else "sglang" if args.sglang else "auto", run_name=args.run_name,
+        ready_timeout_s=args.ready_timeout, restore_timeout_s=max(args.ready_timeout, args.restore_timeout))
+
+
+def cmd_deploy(s, args: argparse.Namespace, out: TextIO) -> int:
+    from backend.bench.job import stop_on_sigterm
+    from backend.train.deploy import DONE
+    from backend.train.deploy_job import run_deploy, state_path
+
+    req = _request(args)
+    path = Path(args.state_file) if args.state_file else state_path(s.ws, req.server, time.strftime("%Y%m%d-%H%M%S"))
+    stop = threading.Event()
+    stop_on_sigterm(stop)
+    if not args.json:
+        out.write(f"deploying {req.checkpoint} to {req.server}; state in {path}\n")
+        out.flush()
+
+    def tell(st, name: str) -> None:
+        if args.json:
+            return
+        step = st.step(name)
+        out.write(f"{step.status.upper():8} {step.title}: {step.message}\n")
+        out.flush()
+
+    st = run_deploy(s, req, path, actor=actor(), source=SOURCE, stop=stop, on_step=tell)
+    if args.json:
+        json.dump(st.to_dict(), out, sort_keys=True)
+        out.write("\n")
+    if st.state != DONE:
+        sys.stderr.write(f"error: deploy {st.state} at step {st.failed_step}: {st.error}\n"
+                         f"server: {st.restore}\n")
+        return 1
+    return 0
+
+
+def _check_deploy(args: argparse.Namespace) -> str | None:
+    for name in ("steps", "topk", "draft_tokens", "num_prompts", "input_len", "output_len"):
+        v = getattr(args, name)
+        if v is not None and v < 1:
+            return f"--{name.replace('_', '-')} must be at least 1"
+    if args.concurrency and any(c < 1 for c in args.concurrency):
+        return "--concurrency values must be at least 1"
+    if args.ready_timeout <= 0 or args.restore_timeout <= 0:
+        return "--ready-timeout and --restore-timeout must be positive"
+    if args.measure_baseline and not args.concurrency:
+        return "--measure-baseline needs the load to measure at: give --concurrency (and the lengths)"
+    return None
+
+
+def _register_deploy(train_sub: argparse._SubParsersAction) -> None:
+    a = train_sub.add_parser("deploy", help="preflight a checkpoint, relaunch a server with it, benchmark it at "
+                                            "the baseline's load and report the speedup")
+    a.add_argument("checkpoint", help="the checkpoint folder (config.json + model.safetensors)")
+    a.add_argument("--server", required=True, help="the workspace server to deploy it to")
+    a.add_argument("--steps", type=int, default=None, metavar="N", help="speculative steps (default: the server's)")
+    a.add_argument("--topk", type=int, default=None, metavar="N", help="EAGLE top-k (default: the server's)")
+    a.add_argument("--draft-tokens", type=int, default=None, metavar="N",
+                   help="draft tokens (default: the server's)")
+    a.add_argument("--concurrency", type=int, nargs="+", default=None, metavar="N",
+                   help="the load (default: the stored baseline's concurrency and lengths)")
+    a.add_argument("--num-prompts", type=int, default=None, metavar="N")
+    a.add_argument("--input-len", type=int, default=None, metavar="N")
+    a.add_argument("--output-len", type=int, default=None, metavar="N")
+    a.add_argument("--measure-baseline", action="store_true",
+                   help="where no baseline is stored at the load, measure one first (the server without speculation)")
+    g = a.add_mutually_exclusive_group()
+    g.add_argument("--keep", action="store_true", help="leave the server serving the checkpoint (default)")
+    g.add_argument("--restore-after", action="store_true", help="put the server back as it was afterwards")
+    m = a.add_mutually_exclusive_group()
+    m.add_argument("--builtin", action="store_true", help="benchmark with the built-in client")
+    m.add_argument("--sglang", action="store_true", help="benchmark with SGLang's bench_serving")
+    a.add_argument("--run-name", default=None, help="the training run, for the label (default: the parent folder)")
+    a.add_argument("--ready-timeout", type=float, default=900.0, metavar="S",
+                   help="seconds for the server to come up with the checkpoint (default 900)")
+    a.add_argument("--restore-timeout", type=float, default=900.0, metavar="S",
+                   help="seconds for it to come back with its previous config (default 900)")
+    a.add_argument("--state-file", default=None, metavar="PATH", help="where to write the state (JSON)")
+    a.add_argument("--json", action="store_true", help="print the final state as one JSON object")
+    a.set_defaults(func=cmd_deploy, acts=True, check=_check_deploy)
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     train = sub.add_parser("train", help="SpecForge training: runs (start, stop, resume), logs, tracker files, "
                                          "checkpoints")
     ts = train.add_subparsers(dest="action", required=True, metavar="ACTION")
-    from backend.train.cli_deploy import register as register_deploy  # train deploy (backend/train/cli_deploy.py)
-    register_deploy(ts)
+    _register_deploy(ts)
     a = ts.add_parser("parselog", help="parse a training log: one record per line (Gen-1, Gen-2, Gen-3)")
     a.add_argument("log")
     a.add_argument("--json", action="store_true", help="one JSON object per line")

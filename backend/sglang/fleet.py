@@ -32,7 +32,7 @@ from backend.sglang.monitor import ServerMonitor, ServerSnapshot
 from backend.sglang.preflight import Finding, has_errors, run_preflight
 from backend.sglang.runs import RunInfo
 from backend.sglang.version import Capabilities, resolve_capabilities
-from backend.supervisor.spec import ProcessSpec
+from specdeck_types.process import ProcessSpec
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from backend.sglang.config import ServerConfig
 from backend.sglang.version import Capabilities, capabilities
-from backend.supervisor.spec import Kind, ProcessSpec, ReadinessProbe
+from specdeck_types.process import Kind, ProcessSpec, ReadinessProbe
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SIM_MODULE = "backend.sim.server"

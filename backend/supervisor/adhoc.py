@@ -25,7 +25,7 @@ from typing import Any
 
 from backend.filemodes import make_private_dirs
 from backend.readcap import CONFIG_JSON_MAX, load_json_capped
-from backend.supervisor.spec import ProcessSpec
+from specdeck_types.process import ProcessSpec
 
 log = logging.getLogger(__name__)
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from backend.supervisor.supervisor import Supervisor
+from typing import Protocol
 
 log = logging.getLogger("backend.supervisor.supervisor")
+
+
+class Pollable(Protocol):
+    """What the loop drives: :class:`backend.supervisor.supervisor.Supervisor`, or a stand-in."""
+
+    def poll(self) -> object: ...
 
 
 class SupervisorLoop:
@@ -20,7 +23,7 @@ class SupervisorLoop:
     >>> loop = SupervisorLoop(sup, interval_s=1.0); loop.start(); ...; loop.stop()
     """
 
-    def __init__(self, supervisor: "Supervisor", interval_s: float = 1.0):
+    def __init__(self, supervisor: Pollable, interval_s: float = 1.0):
         self.supervisor = supervisor
         self.interval_s = interval_s
         self.polls = 0

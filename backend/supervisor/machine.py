@@ -24,7 +24,7 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass
 
-from backend.supervisor.spec import ProcState, ReadinessProbe, RestartPolicy
+from specdeck_types.process import ProcState, ReadinessProbe, RestartPolicy
 
 S = ProcState
 

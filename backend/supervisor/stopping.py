@@ -17,7 +17,7 @@ from backend.supervisor import machine
 from backend.supervisor.logtail import LogTailer
 from backend.supervisor.osproc import Ident
 from backend.supervisor.runfiles import read_exit
-from backend.supervisor.spec import ProcState
+from specdeck_types.process import ProcState
 from state.processes import ProcessRecord
 
 log = logging.getLogger("backend.supervisor.supervisor")

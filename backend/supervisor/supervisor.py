@@ -34,9 +34,9 @@ from backend.supervisor import machine
 from backend.supervisor.logtail import TailChunk, read_last, read_tail
 from backend.supervisor.osproc import HttpProber, Killer, Launch, OsKiller, Prober, Spawner, WrapperSpawner
 from backend.supervisor.runfiles import RunPaths, read_identity
-from backend.supervisor.spec import Kind, ProcessSpec, ProcState
 from backend.supervisor.stopping import RunProgress, StopMixin, SupervisorError
 from backend.supervisor.ticking import TickMixin
+from specdeck_types.process import Kind, ProcessSpec, ProcState
 from state import audit
 from state.processes import ProcessRecord, ProcessRepo, StateEvent
 from state.store import Store
@@ -481,6 +481,4 @@ class Supervisor(TickMixin, StopMixin):
         self._prober.close()
 
 
-from backend.supervisor.loop import SupervisorLoop  # noqa: E402  (re-exported: callers import it from here)
-
-__all__ = ["ActionRefused", "ProcessView", "Supervisor", "SupervisorError", "SupervisorLoop", "UnknownProcess"]
+__all__ = ["ActionRefused", "ProcessView", "Supervisor", "SupervisorError", "UnknownProcess"]

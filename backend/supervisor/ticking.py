@@ -18,8 +18,8 @@ import psutil
 from backend.supervisor import machine
 from backend.supervisor.logtail import LogTailer
 from backend.supervisor.runfiles import ExitRecord, read_exit
-from backend.supervisor.spec import ProcState
 from backend.supervisor.stopping import IDENTITY_WAIT_S, RunProgress
+from specdeck_types.process import ProcState
 from state.processes import ProcessRecord
 
 log = logging.getLogger("backend.supervisor.supervisor")

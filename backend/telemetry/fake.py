@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Callable, Iterable
 
-from backend.telemetry import nvml as _n
+from backend.telemetry import nvml_codes as _n
 
 try:  # the real error hierarchy, so ``except pynvml.NVMLError_NotSupported`` works too
     import pynvml as _pynvml

@@ -132,7 +132,7 @@ class NvmlAdapter(FieldwisePass, VersionedCalls, StaticReads, SlowReads):
         self._skip: dict[tuple[int, str], tuple[float, str]] = {}
         self._reprobe_s = reprobe_s
         self._pass_lock = threading.Lock()
-        # per-call timings (µs per GPU), kept only when asked for (bench/gpu_proof.py)
+        # per-call timings (µs per GPU), kept only when asked for (perf/gpu_proof.py)
         self._times: dict[str, deque[float]] | None = {} if time_calls else None
         self._calls_us = 0.0  # µs spent in timed NVML calls during the current pass
         self.procs_interval_s = procs_interval_s
@@ -394,7 +394,7 @@ def open_adapter(mode: str = "auto", *, demo: bool = False, fake_kwargs: dict[st
     ``"auto"``: the real library when it initialises; otherwise the fake when
     ``demo`` is true, else the real adapter in its "no driver" state.
     """
-    from backend.telemetry.fake import FakeNvml  # noqa: PLC0415
+    from backend.telemetry.fake import FakeNvml  # noqa: PLC0415 (it imports pynvml, which this module defers)
 
     if mode == "fake":
         return NvmlAdapter(FakeNvml(**(fake_kwargs or {})), source="fake")

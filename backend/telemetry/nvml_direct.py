@@ -4,7 +4,7 @@ nvidia-ml-py wraps each NVML function in Python: it looks the function
 pointer up (a dict read), allocates a fresh ctypes struct, wraps the
 argument in ``byref`` and checks the return code.  Once a second, on a CPU
 that has gone idle in between, that Python costs about 45 µs of a 180 µs
-pass on an H200 (bench/bench_telemetry.py, "direct C calls" line).  A
+pass on an H200 (perf/bench_telemetry.py, "direct C calls" line).  A
 direct reader does the same call with the function pointer, the output
 struct and its ``byref`` made once, and raises the library's own
 ``NVMLError(code)`` on failure, so everything that handles errors sees the

@@ -40,7 +40,7 @@ from backend.telemetry.model import (
     Series,
     TelemetrySnapshot,
 )
-from backend.telemetry.nvml import NvmlAdapter
+from backend.telemetry.nvml import NvmlAdapter, open_adapter
 from backend.telemetry.ring import Buckets, Ring
 
 log = logging.getLogger(__name__)
@@ -499,8 +499,6 @@ def make_sampler(
     CUDA_VISIBLE_DEVICES or tensor parallelism names, a training run on one)
     so attribution shows the demo's jobs.
     """
-    from backend.telemetry.nvml import open_adapter  # noqa: PLC0415
-
     adapter = open_adapter(gpu_source, demo=demo, fake_kwargs={"gpus": fake_gpus, "follow": managed})
     return Sampler(adapter, store=store, disk_paths=disk_paths, managed=managed, interval_s=interval_s, **kwargs)
 

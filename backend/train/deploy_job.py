@@ -21,12 +21,12 @@ from typing import Any, Callable
 from backend.bench.client import ClientError, Load
 from backend.bench.relaunch import (PreflightFailed, RelaunchError, RelaunchStopped, relaunch_and_wait, remember,
                                     restore)
-from backend.bench.runner import BenchRunError, run_benchmark
-from backend.supervisor.spec import Kind, ProcessSpec, RestartPolicy
+from backend.bench.runner import BenchRunError, run_benchmark, target_of
 from backend.train.deploy import (DONE, FAILED, KEEP, RESTORE, RUNNING, SKIPPED, STOPPED, DeployError, DeployRequest,
                                   DeployState, PlannedLoad, baseline_config, checkpoint_label, compare, deploy_config,
                                   plan_loads, speculative_values, stored_baselines, write_state)
 from specdeck_types.bench import BenchResult
+from specdeck_types.process import Kind, ProcessSpec, RestartPolicy
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WRITE_GAP_S = 0.25  # benchmark progress is written at most 4 times a second
@@ -87,7 +87,6 @@ class _Job:
             raise Stopped() from None
 
     def bench(self, load: PlannedLoad, label: str, work: Path) -> BenchResult:
-        from backend.bench.cli_run import target_of
         from state.bench import BenchStore
 
         target = target_of(self.s, self.req.server)

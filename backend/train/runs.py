@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from backend.filemodes import make_private_dirs
-from backend.supervisor.spec import Kind, ProcessSpec, RestartPolicy
 from backend.train.command import CommandError, TrainCommand, build_command, config_problems, output_dir_of
 from backend.train.generation import EnvProbe, GenerationInfo, clear_cache, detect_generation, probe_env
 from backend.train.runconfig import TrainRunConfig
+from specdeck_types.process import Kind, ProcessSpec, RestartPolicy
 
 log = logging.getLogger(__name__)
 

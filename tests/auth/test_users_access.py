@@ -9,7 +9,7 @@ from argparse import Namespace
 import pytest
 
 from backend.auth import Authority, Caller, LoginRefused, NotAuthorised, SessionStore, UsersError, UserStore
-from backend.auth.cli import run as users_cli
+from backend.cli.users import run as users_cli
 from backend.auth.sessions import LoginThrottle
 from backend.auth.users import parse_users
 

@@ -1,4 +1,4 @@
-"""The benchmark scripts in bench/ measure what they say: the size they ran at, a log without a
+"""The benchmark scripts in perf/ measure what they say: the size they ran at, a log without a
 repeated block, each parser in a process of its own. Run small, so the suite stays quick."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, REPO / "perf" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -29,7 +29,7 @@ def ingest():
 
 @pytest.mark.timeout(120)
 def test_logtail_names_the_size_it_ran_at(tmp_path):
-    r = subprocess.run([sys.executable, str(REPO / "bench" / "bench_logtail.py"), "--size-gb", "0.02",
+    r = subprocess.run([sys.executable, str(REPO / "perf" / "bench_logtail.py"), "--size-gb", "0.02",
                         "--calls", "20", "--dir", str(tmp_path)], capture_output=True, text=True, timeout=110)
     assert r.returncode == 0, r.stderr
     out = r.stdout
@@ -69,7 +69,7 @@ def test_ingest_measures_each_parser_in_its_own_process(ingest, tmp_path):
 
 @pytest.mark.timeout(120)
 def test_readcap_names_the_size_and_the_refusal(tmp_path):
-    r = subprocess.run([sys.executable, str(REPO / "bench" / "bench_readcap.py"), "--size-gb", "0.05",
+    r = subprocess.run([sys.executable, str(REPO / "perf" / "bench_readcap.py"), "--size-gb", "0.05",
                         "--dir", str(tmp_path)], capture_output=True, text=True, timeout=110)
     assert r.returncode == 0, r.stderr
     out = r.stdout

@@ -7,7 +7,7 @@ import pytest
 
 from backend.bench.relaunch import (PreflightFailed, RelaunchFailed, relaunch_and_wait, remember, restore,
                                     restored_text)
-from backend.supervisor.spec import ProcState
+from specdeck_types.process import ProcState
 from tests.bench.sweep_kit import SERVER, flag, make_models, session, write_workspace
 
 

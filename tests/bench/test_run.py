@@ -233,7 +233,7 @@ def test_sigterm_stops_the_benchmark_and_says_stopped(ws, tmp_path):
 def test_bench_run_as_a_supervised_job(ws):
     from backend.bench.job import progress_path, start_job
     from backend.cli.session import Session
-    from backend.supervisor.spec import ProcState
+    from specdeck_types.process import ProcState
     from state.bench import BenchStore
 
     _start_server(ws)

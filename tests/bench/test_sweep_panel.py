@@ -11,8 +11,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from backend import runtime as runtime_mod
-from backend.bench.cli_sweep import preview
-from backend.bench.sweep import read_state
+from backend.bench.sweep import preview, read_state
 from backend.bench.sweep_plan import SweepPlan
 from state import audit
 from tests.bench.sweep_kit import SERVER, make_models, wait_until, write_workspace
@@ -158,7 +157,7 @@ def test_the_form_queues_a_sweep_that_runs_as_a_supervised_job_and_is_shown_fini
 def test_stop_asks_first_then_stops_the_job(ws):
     import sys
 
-    from backend.supervisor.spec import Kind, ProcessSpec
+    from specdeck_types.process import Kind, ProcessSpec
 
     path = _state(ws)
     rt = runtime_mod.get_runtime()
@@ -187,7 +186,7 @@ def test_stop_asks_first_then_stops_the_job(ws):
 def test_a_stopped_sweep_can_be_resumed_from_the_panel(ws):
     import sys
 
-    from backend.supervisor.spec import Kind, ProcessSpec
+    from specdeck_types.process import Kind, ProcessSpec
 
     path = _state(ws, state="stopped", phase="stopped", current=None, restored=True)
     rt = runtime_mod.get_runtime()

@@ -175,7 +175,6 @@ def test_a_load_with_failed_requests_is_stored_with_a_note(tmp_path, monkeypatch
     """run_sweep with the relaunch and the benchmark replaced: the bookkeeping alone."""
     from types import SimpleNamespace
 
-    import backend.bench.cli_run as cli_run
     import backend.bench.sweep as sweep
     from backend.bench.relaunch import LaunchResult, Original
     from specdeck_types.bench import BenchConfig, BenchFigures, BenchLoad, BenchResult
@@ -187,7 +186,7 @@ def test_a_load_with_failed_requests_is_stored_with_a_note(tmp_path, monkeypatch
                         lambda *a, **k: LaunchResult(SERVER, (), (), "r1", 1, 0.5))
     restored = []
     monkeypatch.setattr(sweep, "restore", lambda *a, **k: restored.append(a[2]))
-    monkeypatch.setattr(cli_run, "target_of", lambda session, name: None)
+    monkeypatch.setattr(sweep, "target_of", lambda session, name: None)
     monkeypatch.setattr(sweep, "run_benchmark", lambda target, load, **k: BenchResult(
         source="run", config=BenchConfig(algorithm="EAGLE3", num_steps=3, num_draft_tokens=4), server=SERVER,
         load=BenchLoad(concurrency=load.concurrency, num_prompts=load.num_prompts, input_len=8, output_len=8),

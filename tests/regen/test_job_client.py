@@ -225,7 +225,7 @@ def test_servers_are_urls_or_workspace_server_names():
     import argparse
     from types import SimpleNamespace
 
-    from backend.regen.cli import UsageError, _server
+    from backend.cli.regen import UsageError, _server
 
     ws = SimpleNamespace(config=SimpleNamespace(server=[{"name": "demo-llama", "host": "0.0.0.0", "port": 30001},
                                                         {"name": "other", "port": 30002}]),

@@ -15,8 +15,8 @@ from backend import runtime as runtime_mod
 from backend.regen import control
 from backend.runtime import Runtime
 from backend.supervisor.adhoc import load_jobs, save_job
-from backend.supervisor.spec import Kind, ProcessSpec
 from backend.workspace import load_workspace
+from specdeck_types.process import Kind, ProcessSpec
 from state import audit
 from tests.regen.regen_fixtures import append, snap
 

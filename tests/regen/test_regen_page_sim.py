@@ -85,6 +85,7 @@ def test_start_from_the_form_runs_to_done_and_the_page_shows_it(setup):
     assert time.time() - progress_lines(out)[-1]["t"] < 240
 
 
+@pytest.mark.slow
 def test_pause_then_resume_from_the_page_finishes_every_row_once(setup):
     root, sim, _ = setup
     more = write_rows(root / "datasets" / "code.jsonl", 270, start=30)  # 300 rows, asked one at a time
@@ -154,6 +155,7 @@ def test_requeue_failed_from_the_page_moves_them_back_and_is_audited(tmp_path, m
         runtime_mod.close_all()
 
 
+@pytest.mark.slow
 def test_a_run_started_from_a_terminal_can_be_resumed_from_the_page(setup):
     from tests.regen.jobkit import end_process, start_cli
 

@@ -17,7 +17,7 @@ import pytest
 
 import backend.sim.server  # noqa: F401  (our own simulator: a broken import fails, never skips)
 from backend.sglang.fleet import PreflightBlocked
-from backend.supervisor.spec import RestartPolicy
+from specdeck_types.process import RestartPolicy
 from state import audit
 from tests.helpers import free_port, wait_for
 from tests.simws import running_fleet
@@ -106,6 +106,7 @@ def _no_old_figures(s, what: str) -> None:
     assert s.alert is None, what
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_restart_starts_a_new_run_with_no_figures_of_the_old_one(tmp_path, kimi):
     root = tmp_path / "ws"
@@ -150,6 +151,7 @@ def test_a_restart_starts_a_new_run_with_no_figures_of_the_old_one(tmp_path, kim
         assert s.run_id not in (old_run, new.run_id)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_crash_and_backoff_restart_starts_a_new_run(tmp_path, kimi):
     def restart_on_failure(specs):  # restarted on failure after a 2 s backoff

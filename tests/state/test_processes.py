@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from backend.supervisor.spec import Kind, ProcessSpec, ProcState, ReadinessProbe, RestartPolicy
+from specdeck_types.process import Kind, ProcessSpec, ProcState, ReadinessProbe, RestartPolicy
 from state import audit
 from state.processes import ProcessRecord, ProcessRepo
 from state.store import Store

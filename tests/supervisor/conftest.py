@@ -17,9 +17,9 @@ import psutil
 import pytest
 
 from backend.supervisor.runfiles import read_json
-from backend.supervisor.spec import Kind, ProcessSpec
 from backend.supervisor.starts import same_start, start_of
 from backend.supervisor.supervisor import Supervisor, SupervisorError
+from specdeck_types.process import Kind, ProcessSpec
 from state.store import Store
 
 PY = sys.executable

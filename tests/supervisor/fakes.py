@@ -7,7 +7,7 @@ from concurrent.futures import Future
 
 from backend.supervisor.osproc import Ident, Launch, SpawnHandle
 from backend.supervisor.runfiles import ExitRecord, Identity, write_exit, write_identity
-from backend.supervisor.spec import Kind, ProcessSpec
+from specdeck_types.process import Kind, ProcessSpec
 
 
 class FakeClock:

@@ -14,9 +14,9 @@ import psutil
 import pytest
 
 from backend.supervisor.runfiles import read_json
-from backend.supervisor.spec import ProcState as S, ReadinessProbe, RestartPolicy
 from backend.supervisor.starts import start_of
 from backend.supervisor.supervisor import ActionRefused, SupervisorError
+from specdeck_types.process import ProcState as S, ReadinessProbe, RestartPolicy
 from state import audit
 from tests.supervisor.conftest import PY, gone, wait_for
 
@@ -169,7 +169,7 @@ def test_start_refused_when_active_and_stop_refused_when_idle(real):
 _SUPERVISE_SCRIPT = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, {repo!r})
-    from backend.supervisor.spec import ProcessSpec
+    from specdeck_types.process import ProcessSpec
     from backend.supervisor.supervisor import Supervisor
     from state.store import Store
     root = {root!r}

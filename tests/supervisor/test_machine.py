@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from backend.supervisor import machine
-from backend.supervisor.spec import ProcState as S, ReadinessProbe, RestartPolicy
+from specdeck_types.process import ProcState as S, ReadinessProbe, RestartPolicy
 
 
 def test_every_state_has_edges_and_no_edge_leaves_a_live_process_unstoppable():

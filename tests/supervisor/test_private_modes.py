@@ -9,7 +9,7 @@ import stat
 
 import pytest
 
-from backend.supervisor.spec import ProcState as S
+from specdeck_types.process import ProcState as S
 from tests.supervisor.conftest import wait_for
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from backend.supervisor.spec import ProcState as S
+from specdeck_types.process import ProcState as S
 from tests.helpers import printed
 from tests.supervisor.conftest import gone, wait_for
 

@@ -7,8 +7,8 @@ import signal
 
 import pytest
 
-from backend.supervisor.spec import ProcState as S, RestartPolicy
 from backend.supervisor.supervisor import ActionRefused
+from specdeck_types.process import ProcState as S, RestartPolicy
 from state import audit
 from state.processes import ProcessRepo
 from tests.supervisor.fakes import fake_spec as spec

@@ -7,8 +7,8 @@ import signal
 import pytest
 
 from backend.supervisor.runfiles import RunPaths, read_json
-from backend.supervisor.spec import Kind, ProcessSpec, ProcState as S, ReadinessProbe, RestartPolicy
 from backend.supervisor.supervisor import ActionRefused, Supervisor, UnknownProcess
+from specdeck_types.process import Kind, ProcessSpec, ProcState as S, ReadinessProbe, RestartPolicy
 from state import audit
 from state.processes import ProcessRepo
 from state.store import Store
@@ -309,7 +309,7 @@ def test_loop_polls_in_the_background_and_stop_joins(env):
     import threading
     import time
 
-    from backend.supervisor.supervisor import SupervisorLoop
+    from backend.supervisor.loop import SupervisorLoop
 
     sup, clock, fos, prober, _, _, tmp = env
     sup.sync_specs([spec(tmp)])

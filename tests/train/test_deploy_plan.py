@@ -119,7 +119,7 @@ def test_state_file_round_trip_and_a_torn_file(tmp_path):
 
 def test_the_supervised_command_line_parses_back_to_the_same_request(tmp_path):
     from backend.cli import build_parser
-    from backend.train.cli_deploy import _request
+    from backend.cli.train import _request
     from backend.train.deploy_job import deploy_process_spec
 
     class WS:

@@ -19,10 +19,10 @@ from backend.demo import DEMO_TINY_SERVER, DEMO_TRAIN, write_demo_workspace
 from backend.sglang.config import ServerConfig
 from backend.sglang.launch import to_process_spec
 from backend.sglang.preflight import run_preflight
-from backend.supervisor.spec import ProcState
 from backend.telemetry.attribution import free_memory_by_gpu
 from backend.telemetry.sampler import make_workspace_sampler
 from backend.train.deploy import deploy_config, read_state
+from specdeck_types.process import ProcState
 from state.bench import BenchStore
 from tests.bench.sweep_kit import flag, session, wait_until
 

@@ -19,11 +19,11 @@ import pytest
 
 from backend.cli import main as cli_main
 from backend.runtime import Runtime
-from backend.supervisor.spec import Kind, ProcState as S
 from backend.train.generation import clear_cache
 from backend.train.reader import TrainLogReader
 from backend.train.runs import ResumeNeedsConfirmation
 from backend.workspace import load_workspace
+from specdeck_types.process import Kind, ProcState as S
 from state import audit
 from tests.supervisor.conftest import _end_group, wait_for
 

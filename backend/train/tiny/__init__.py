@@ -13,7 +13,7 @@ the log parsers, checkpoint inspection, preflight and deploy flow run on it as o
         --output-dir OUT [Gen-2 flags] [--device auto|cpu|cuda] [--size tiny|large]
 
 A demo-size run (tiny target, 200 conversations, 150 steps at about five a second on one CPU thread, about
-40 s from start to exit by ``bench/bench_tiny_train.py``)::
+40 s from start to exit by ``perf/bench_tiny_train.py``)::
 
     python -m backend.train.tiny make-target models/tiny-target
     python -m backend.train.tiny make-data data/tiny-train.jsonl
@@ -22,5 +22,5 @@ A demo-size run (tiny target, 200 conversations, 150 steps at about five a secon
         --batch-size 4 --max-length 128 --learning-rate 1e-2 --log-interval 10 --save-interval 50
 
 On one H200, ``--size large --device cuda`` (hidden 1024, 16 target layers) with ``--batch-size 32`` runs seven to
-eleven steps a second with the GPU 60-80 % busy (``bench/bench_tiny_train.py``, two sessions).
+eleven steps a second with the GPU 60-80 % busy (``perf/bench_tiny_train.py``, two sessions).
 """

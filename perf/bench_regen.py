@@ -1,6 +1,6 @@
 """Regeneration client benchmarks (figures printed, not a test).
 
-    .venv/bin/python bench/bench_regen.py [--rows 3000] [--concurrency 64 256]
+    .venv/bin/python perf/bench_regen.py [--rows 3000] [--concurrency 64 256]
         [--specforge-dir DIR --specforge-python PY] [--uneven-rows 1500] [--skip-uneven]
 
 Servers: a minimal OpenAI-compatible stand-in of this benchmark's own (raw asyncio, HTTP/1.1

@@ -1,6 +1,6 @@
 """Memory of inspecting a checkpoint folder whose config.json is 1 GiB (the Training page's inspection).
 
-    .venv/bin/python bench/bench_readcap.py [--size-gb 1] [--dir /tmp] [--no-plain]
+    .venv/bin/python perf/bench_readcap.py [--size-gb 1] [--dir /tmp] [--no-plain]
 
 The config.json is ``{`` and then zeros, created sparse (instant, no disk used), in a checkpoint folder
 written by hand; everything is deleted at the end.  Each measurement runs in a fresh process, after a

@@ -1,6 +1,6 @@
 """Benchmark: SGLang server-log ingestion into typed records.
 
-    python bench/bench_ingest.py [--size-mb 1024] [--dir /tmp] [--keep] [--no-sglang] [--no-per-line] [--seed 0]
+    python perf/bench_ingest.py [--size-mb 1024] [--dir /tmp] [--keep] [--no-sglang] [--no-per-line] [--seed 0]
 
 Writes a synthetic log (Decode and Prefill batch lines in every format of the
 reference, mixed with HTTP access lines and other server lines; every line drawn

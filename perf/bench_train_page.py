@@ -1,6 +1,6 @@
 """Benchmark: what the Training page spends on a long SpecForge Gen-2 log.
 
-    python bench/bench_train_page.py [--steps 100000] [--ttt 7]
+    python perf/bench_train_page.py [--steps 100000] [--ttt 7]
 
 Writes a Gen-2 log of ``--steps`` tqdm redraws (one per step, an ``Eval - Step`` line per TTT position
 every 50 steps), then prints, side by side in one run:

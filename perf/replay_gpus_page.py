@@ -1,8 +1,8 @@
 """Show the GPUs page on readings recorded on a GPU machine (for screenshots).
 
-    .venv/bin/python -m streamlit run bench/replay_gpus_page.py -- FRAMES.jsonl
+    .venv/bin/python -m streamlit run perf/replay_gpus_page.py -- FRAMES.jsonl
 
-FRAMES.jsonl is written by ``bench/gpu_proof.py``: one telemetry snapshot per
+FRAMES.jsonl is written by ``perf/gpu_proof.py``: one telemetry snapshot per
 line, taken with the real NVML adapter.  This script replays them through the
 page's own code (pages/gpus.py) with a stand-in runtime whose sampler yields
 the recorded GPU readings, attribution and sampler cost in a loop, with the
@@ -143,10 +143,12 @@ if __name__ == "__main__":
     st.set_page_config(page_title="Specdeck · GPUs (replay)", layout="wide")
     path = sys.argv[1] if len(sys.argv) > 1 else str(REPO / "artifacts" / "gpu_proof" / "frames.jsonl")
     rt = replay_runtime(path)
+    import ui.auth
     import ui.context
 
-    ui.context.runtime = lambda: rt  # the page asks ui.context for its runtime
-    st.info(f"Replay of real readings recorded by bench/gpu_proof.py on "
+    # the page asks ui.context for its runtime, its live parts ask ui.auth
+    ui.auth.runtime = ui.context.runtime = lambda **_: rt
+    st.info(f"Replay of real readings recorded by perf/gpu_proof.py on "
             f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(rt.recorded_at))} "
             f"({rt.telemetry.adapter.state().message}); host figures are this machine's.", icon=":material/replay:")
     src = (REPO / "pages" / "gpus.py").read_text(encoding="utf-8")

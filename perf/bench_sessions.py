@@ -1,6 +1,6 @@
 """Benchmark: does the dashboard stay responsive with 200 browser sessions open from one address?
 
-    python bench/bench_sessions.py [--sessions 200] [--samples 40]
+    python perf/bench_sessions.py [--sessions 200] [--samples 40]
 
 Starts the dashboard on 127.0.0.1 with the demo workspace and its loopback token, then, for
 each case, opens the sessions (raw websocket clients of Streamlit's protocol, each completing

@@ -1,7 +1,8 @@
-"""What a managed process is: its spec, readiness probe and restart policy.
+"""What a managed process is: its spec, readiness probe and restart policy, and its states.
 
 Specs are plain frozen dataclasses so they can be stored as JSON in the
-state store and compared for equality when a config changes.
+state store and compared for equality when a config changes.  The supervisor
+(``backend/supervisor``) runs them; ``state/processes.py`` stores them.
 """
 
 from __future__ import annotations

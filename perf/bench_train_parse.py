@@ -1,6 +1,6 @@
 """How fast the training-log reader gets through a whole SpecForge log, and what a poll costs.
 
-    .venv/bin/python bench/bench_train_parse.py [--steps 20000] [--ttt 7] [--dir /tmp]
+    .venv/bin/python perf/bench_train_parse.py [--steps 20000] [--ttt 7] [--dir /tmp]
 
 Writes two synthetic logs of ``--steps`` optimizer steps in SpecForge's own formats: Gen-2 (one tqdm
 redraw per step after a carriage return, ``Eval - Step`` lines for every TTT position every 50 steps)

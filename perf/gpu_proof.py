@@ -1,6 +1,6 @@
 """Real-GPU proof: the sampler with the real NVML adapter while a torch job loads the GPUs.
 
-    python3 bench/gpu_proof.py --out "$OUT"        (or OUT=... python3 bench/gpu_proof.py)
+    python3 perf/gpu_proof.py --out "$OUT"        (or OUT=... python3 perf/gpu_proof.py)
 
 Needs torch (CUDA) and nvidia-ml-py; psutil is optional (host CPU/memory and
 network are then N/A, and process trees are read from /proc).
@@ -260,8 +260,9 @@ def main() -> int:
     supervised = report["psutil"] and not args.no_supervisor
     if supervised:
         # the job is started, watched and stopped by Specdeck's own supervisor, as in the dashboard
-        from backend.supervisor.spec import Kind, ProcessSpec
-        from backend.supervisor.supervisor import Supervisor, SupervisorLoop
+        from specdeck_types.process import Kind, ProcessSpec
+        from backend.supervisor.loop import SupervisorLoop
+        from backend.supervisor.supervisor import Supervisor
         from state import Store
 
         work = out / "workspace"

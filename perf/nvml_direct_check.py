@@ -6,7 +6,7 @@ move between reads a few µs apart, within a tolerance for what does).  Each
 round reads direct, bindings, direct: an exact field agrees when the
 bindings' value is one of the two direct ones (memory can move in between).
 
-    python bench/nvml_direct_check.py [--rounds 5]
+    python perf/nvml_direct_check.py [--rounds 5]
 """
 
 from __future__ import annotations

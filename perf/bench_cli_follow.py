@@ -1,6 +1,6 @@
 """How far `processes log NAME -f` falls behind a fast writer.
 
-    .venv/bin/python bench/bench_cli_follow.py [--rate-mb 50] [--seconds 20] [--dir /tmp]
+    .venv/bin/python perf/bench_cli_follow.py [--rate-mb 50] [--seconds 20] [--dir /tmp]
 
 A writer process appends lines stamped with the time they were written, at
 ``--rate-mb`` MB/s.  Two followers run side by side in this process, each

@@ -1,7 +1,7 @@
 """Benchmark: how long the Servers page takes to show SGLang's own verdict on an edited launch
 command, in a browser, as a user edits ``extra arguments`` in the Start… panel.
 
-    python bench/bench_preflight_edit.py [--python .venv-serve/bin/python] [--port 8611] [--shot FILE]
+    python perf/bench_preflight_edit.py [--python .venv-serve/bin/python] [--port 8611] [--shot FILE]
 
 Starts the dashboard on a temporary workspace with one EAGLE3 server of that serving python
 (never launched), opens the Servers page in Chromium at 1024 px, and prints:

@@ -21,9 +21,9 @@
     (goal: under 1 % of one core), from resource.getrusage for the whole
     process and from the sampler's own thread-time figure.
 
-    python bench/bench_telemetry.py                 # real NVML when it works, else the fake
-    python bench/bench_telemetry.py --fake --seconds 20
-    python bench/bench_telemetry.py --gpu-job --seconds 120 --old   # on a GPU machine, a torch
+    python perf/bench_telemetry.py                 # real NVML when it works, else the fake
+    python perf/bench_telemetry.py --fake --seconds 20
+    python perf/bench_telemetry.py --gpu-job --seconds 120 --old   # on a GPU machine, a torch
                                                     # process on every GPU so the process list has one
 
 The fake NVML is a Python stand-in: its calls cost a few µs each, so with

@@ -1,6 +1,6 @@
 """The built-in benchmark client's own overhead, beside SGLang's bench_serving, on one zero-delay server.
 
-    .venv/bin/python bench/bench_bench_client.py [--concurrency 1 16 256] [--output-len 32]
+    .venv/bin/python perf/bench_bench_client.py [--concurrency 1 16 256] [--output-len 32]
         [--serve-python .venv-serve/bin/python] [--no-sglang] [--repeat 3]
 
 A stand-in server (aiohttp, in its own process) answers ``/generate`` at once: ``output-len``

@@ -1,6 +1,6 @@
 """Benchmark: the Regeneration page on a run the size of the real one (83,288 rows).
 
-    python bench/bench_regen_page.py [--rows 83288] [--answer-chars 3300] [--hours 50] [--dir /tmp] [--keep]
+    python perf/bench_regen_page.py [--rows 83288] [--answer-chars 3300] [--hours 50] [--dir /tmp] [--keep]
 
 Writes, in a fresh workspace under ``--dir``: an input file, an output of ``--rows`` SpecForge rows
 (about 350 MB at the default answer length), and a progress log of one snapshot every 2 s over

@@ -2,7 +2,7 @@
 the supervisor's launch path while the telemetry sampler (the real NVML adapter) attributes the GPU
 to the run and the training log reader follows its log.
 
-    python3 bench/train_gpu_proof.py --out "$OUT" [--steps 600] [--max-seconds 420]
+    python3 perf/train_gpu_proof.py --out "$OUT" [--steps 600] [--max-seconds 420]
 
 The run is a ``[[train]]`` entry of a workspace written into ``--work`` (a temporary folder by
 default), started with ``TrainRuns.start`` as ``python -m backend.cli train start`` does.  Once a
@@ -42,7 +42,7 @@ def _workspace(root: Path, steps: int, args: argparse.Namespace) -> None:
                  [py, "-m", "backend.train.tiny", "make-data", str(data), "--rows", str(args.rows)]):
         subprocess.run(argv, cwd=REPO, check=True)
     (root / "specdeck.toml").write_text(f"""\
-# the real-GPU proof of training (bench/train_gpu_proof.py)
+# the real-GPU proof of training (perf/train_gpu_proof.py)
 [telemetry]
 source = "{args.source}"
 interval_s = 1.0

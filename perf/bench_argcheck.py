@@ -1,6 +1,6 @@
 """Benchmark: what checking a launch command costs preflight.
 
-    python bench/bench_argcheck.py [--python .venv-serve/bin/python] [--cold 3] [--cached 2000]
+    python perf/bench_argcheck.py [--python .venv-serve/bin/python] [--cold 3] [--cached 2000]
 
 Prints, for one EAGLE3 config with ``--tp 2`` in its extra arguments:
 

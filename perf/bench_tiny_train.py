@@ -1,6 +1,6 @@
 """Benchmark: the tiny trainer's speed, run as users run it (``python -m backend.train.tiny train``).
 
-    python bench/bench_tiny_train.py [--device cpu|cuda|all] [--repeat 3] [--rows 200] [--epochs 3]
+    python perf/bench_tiny_train.py [--device cpu|cuda|all] [--repeat 3] [--rows 200] [--epochs 3]
                                      [--batch-size 4] [--max-length 128] [--ttt-length 7] [--size tiny]
                                      [--large-batch-size 32] [--large-rows 2000] [--large-steps 300]
                                      [--threads 1,2]

@@ -1,6 +1,6 @@
 """Cost of one Supervisor.poll() with N managed processes (real sleeping children).
 
-    .venv/bin/python bench/bench_supervisor_poll.py [--processes 50] [--polls 300]
+    .venv/bin/python perf/bench_supervisor_poll.py [--processes 50] [--polls 300]
 
 Prints mean / median / p95 milliseconds per poll once every process is
 RUNNING (goal: < 5 ms for 50).  Everything it starts is stopped at the end.
@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from backend.supervisor.spec import Kind, ProcessSpec, ProcState  # noqa: E402
 from backend.supervisor.supervisor import Supervisor  # noqa: E402
+from specdeck_types.process import Kind, ProcessSpec, ProcState  # noqa: E402
 from state.store import Store  # noqa: E402
 
 

@@ -1,6 +1,6 @@
 """Log tail cost on a large log (1 GiB by default): unchanged, and after 1 MB vs 10 MB appended.
 
-    .venv/bin/python bench/bench_logtail.py [--size-gb 1] [--dir /tmp]
+    .venv/bin/python perf/bench_logtail.py [--size-gb 1] [--dir /tmp]
 
 The file is created sparse (instant, no disk used) and deleted at the end;
 every figure names the size it was measured at.  Goals: < 1 ms per call when unchanged; reading appended bytes costs

@@ -1,6 +1,6 @@
 """Benchmark: reading regeneration inputs (backend.regen.datasets) at the size of the real run.
 
-    python bench/bench_regen_read.py [--rows 83288] [--prompt-chars 1500] [--dir /tmp] [--keep]
+    python perf/bench_regen_read.py [--rows 83288] [--prompt-chars 1500] [--dir /tmp] [--keep]
 
 Writes the same rows (SpecForge records, ShareGPT turns and prompt-only rows mixed, plus a few
 bad rows) as JSON lines, as one JSON array (.json) and as Parquet, then reads each in a fresh
