@@ -28,9 +28,7 @@ once, without a restart.
 from __future__ import annotations
 
 import fcntl
-import os
 import re
-import tempfile
 import threading
 import time
 from contextlib import contextmanager
@@ -42,6 +40,7 @@ import tomlkit
 from tomlkit.exceptions import ParseError
 
 from backend.auth.passwords import burn_verify, hash_password, verify_password
+from backend.filemodes import write_private
 
 USERS_FILE = "users.toml"
 NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.@-]{0,63}$")
@@ -236,20 +235,7 @@ class UserStore:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def _write(self, text: str) -> None:
-        fd, tmp = tempfile.mkstemp(prefix="." + self.path.name + ".", dir=self.path.parent)
-        try:
-            os.fchmod(fd, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
+        write_private(self.path, text, fsync=True)  # atomic, 0600: the hashes are nobody else's
 
     def add(self, name: str, password: str, *, role: str = DEFAULT_ROLE, now: float | None = None) -> User:
         problem = name_problem(name) or role_problem(role)
