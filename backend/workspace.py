@@ -163,7 +163,7 @@ class WorkspaceConfig(_Model):
     # Regeneration inputs: the dataset catalog and the mixes (backend.regen.catalog).
     dataset: list[DatasetConfig] = Field(default_factory=list)
     mix: list[MixEntry] = Field(default_factory=list)
-    # Training runs; validated by backend.train.runconfig.TrainRunConfig (see _validate_train).
+    # Training runs; validated by backend.train.config.TrainRunConfig (see _validate_train).
     train: list[dict[str, Any]] = Field(default_factory=list)
 
 
@@ -413,7 +413,7 @@ def _validate_servers(cfg: WorkspaceConfig, text: str, path: Path | str) -> list
 def _validate_train(cfg: WorkspaceConfig, text: str, path: Path | str) -> list[str]:
     """``[[train]]`` entries: each a valid TrainRunConfig, named unlike every process and server."""
     from backend.train.command import config_problems
-    from backend.train.runconfig import TrainRunConfig
+    from backend.train.config import TrainRunConfig
 
     problems: list[str] = []
     names: dict[str, tuple] = {p.name: ("process", i, "name") for i, p in enumerate(cfg.process)}

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from backend.regen.catalog import DatasetConfig
 from backend.sglang.config import ServerConfig
-from backend.train.runconfig import TrainRunConfig
+from backend.train.config import TrainRunConfig
 from backend.workspace import ProcessConfig
 
 NAME_RULE = "use letters, digits, '.', '_' or '-' (at most 64), starting with a letter or digit"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from backend.sglang.modelinfo import ModelInfoError, read_json_config
+from backend.modelinfo import ModelInfoError, read_json_config
 from backend.train.checkpoints import CheckpointInfo, RunCheckpoints, inspect_checkpoint, list_checkpoints, \
     preflight_checkpoint
 from ui import fmt

@@ -9,7 +9,7 @@ import streamlit as st
 from pydantic import ValidationError
 
 from backend.train.command import CommandError
-from backend.train.runconfig import GENERATIONS, TRACKERS, TrackerConfig, TrainRunConfig
+from backend.train.config import GENERATIONS, TRACKERS, TrackerConfig, TrainRunConfig
 from backend.workspace import ConfigError
 from ui import fmt
 from ui.auth import control_lock, show_data_lock

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from backend.regen.jobconfig import REASONING, JobConfig, ServerSpec, read_job_json
+from backend.regen.config import REASONING, JobConfig, ServerSpec, read_job_json
 from backend.regen.output import OutputError, RunFiles, requeue, validate
 from backend.regen.progress import RunLocked, last_snapshot, locked
 

@@ -34,7 +34,7 @@ from typing import Any
 
 from backend.filemodes import open_private
 from backend.regen import output
-from backend.regen.jobconfig import REASONING, Sampling  # REASONING: the start form's choices too
+from backend.regen.config import REASONING, Sampling  # REASONING: the start form's choices too
 from backend.regen.output import RunFiles
 from backend.regen.progress import RunLocked
 from specdeck_types.process import Kind, ProcessSpec, RestartPolicy

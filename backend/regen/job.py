@@ -47,7 +47,7 @@ from backend.regen.client import PERMANENT, SUCCESS, Outcome, ServerClient, back
 from backend.regen.datasets import Skipped, read_mix
 from backend.regen.output import (OutputWriter, RunFiles, error_record, scan, skipped_key, skipped_record,
                                   success_record)
-from backend.regen.jobconfig import JobConfig, ServerSpec, write_job_json
+from backend.regen.config import JobConfig, ServerSpec, write_job_json
 from backend.regen.progress import SNAPSHOT_SECONDS, ProgressLog, Stats, last_snapshot
 from backend.regen.records import Row
 

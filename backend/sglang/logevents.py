@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from enum import IntEnum
 from typing import Any
 
-from backend.sglang.logprefix import BadTimestamp, _TS_RE, parse_prefix
+from backend.logprefix import BadTimestamp, _TS_RE, parse_prefix
 
 
 class Phase(IntEnum):

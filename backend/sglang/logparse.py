@@ -5,7 +5,7 @@
 log's own hint) or None for every other line.  Batch lines of every version are
 read key by key (``Decode batch.`` / ``Decode batch [N],`` / ``Decode batch,``;
 with or without a trailing comma; any field order; unknown keys kept), after
-any prefix that :mod:`backend.sglang.logprefix` reads.
+any prefix that :mod:`backend.logprefix` reads.
 
 Values of known keys must be what SGLang prints: ASCII digits (at most 18 for
 a count, 20 before and after the point for a decimal), no sign, no exponent, no
@@ -31,7 +31,7 @@ from typing import Any, Union
 from backend.sglang.logevents import (  # noqa: F401 (re-exported)
     _EVENT_RE, _FATALS, FatalEvent, Phase, PhaseEvent, parse_event,
 )
-from backend.sglang.logprefix import (  # noqa: F401 (re-exported)
+from backend.logprefix import (  # noqa: F401 (re-exported)
     _TS_RE, BadTimestamp, _epoch, _ranks_of, line_time, looks_like_prefixed_line, parse_prefix, rank_label,
 )
 

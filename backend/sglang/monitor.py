@@ -21,7 +21,7 @@ from backend.sglang.config import ServerConfig
 from backend.sglang.ingest import FileWatcher, IngestStats, LogIngester, UnparsedLine
 from backend.sglang.launch import endpoints
 from backend.sglang.logparse import FatalEvent, Phase, PhaseEvent, rank_label
-from backend.sglang.modelinfo import ModelInfoError, read_json_config
+from backend.modelinfo import ModelInfoError, read_json_config
 from backend.sglang.runs import (RunInfo, current_run_start, readings_after, readings_boundary, run_starts,
                                  split_series)
 from backend.sglang.version import Capabilities, capabilities, resolve_capabilities

@@ -24,7 +24,7 @@ from typing import Callable
 from backend.sglang.argcheck import argv_findings, check_argv, effective_config
 from backend.sglang.config import ServerConfig
 from backend.sglang.findings import ORDER, Finding, Severity, has_errors  # noqa: F401 (re-exported)
-from backend.sglang.modelinfo import (
+from backend.modelinfo import (
     DraftInfo, ModelInfoError, TargetInfo, default_aux_layers, read_draft, read_target,
 )
 from backend.sglang.version import Capabilities, capabilities, resolve_capabilities

@@ -8,13 +8,12 @@ endpoint paths, what ``accept rate`` means, and how ``/health`` behaves.
 
 from __future__ import annotations
 
-import os
-import re
-import signal
 import subprocess
 import threading
 from dataclasses import dataclass
 from typing import Literal
+
+from backend.pyprobe import end_probe_group, parse_version
 
 # When the version cannot be detected we assume the newest release we know.
 NEWEST_KNOWN = "0.5.23"
@@ -22,17 +21,6 @@ NEWEST_KNOWN = "0.5.23"
 _VERSION_CMD = "import importlib.metadata as m; print(m.version('sglang'))"
 _cache: dict[str, str | None] = {}
 _cache_lock = threading.Lock()
-
-
-def parse_version(text: str) -> tuple[int, ...]:
-    """``'0.5.3.post3'`` → ``(0, 5, 3)``; ``'0.5.10rc1'`` → ``(0, 5, 10)``.
-
-    Raises ValueError when the text does not start with a dotted number.
-    """
-    m = re.match(r"^\s*v?(\d+(?:\.\d+)*)", text or "")
-    if not m:
-        raise ValueError(f"not a version: {text!r}")
-    return tuple(int(p) for p in m.group(1).split("."))
 
 
 def detect_version(python: str, *, timeout_s: float = 15.0, use_cache: bool = True) -> str | None:
@@ -67,20 +55,6 @@ def detect_version(python: str, *, timeout_s: float = 15.0, use_cache: bool = Tr
     with _cache_lock:
         _cache[python] = version
     return version
-
-
-def end_probe_group(proc: subprocess.Popen) -> None:
-    """SIGTERM to a probe subprocess's process group (started with start_new_session), a short grace, then SIGKILL."""
-    for sig, grace in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except OSError:
-            break
-        try:
-            proc.communicate(timeout=grace)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def clear_cache() -> None:

@@ -7,7 +7,7 @@ beside them.  A Gen-2 folder holds ``config.json`` + ``model.safetensors`` (with
 runtime checkpoints (training state per rank) that must be exported with ``specforge export --to sglang``
 first.
 
-Inspection reads ``config.json`` and the safetensors header through :mod:`backend.sglang.modelinfo` and
+Inspection reads ``config.json`` and the safetensors header through :mod:`backend.modelinfo` and
 the small fields of ``training_state.pt`` through :mod:`backend.train.torchstate`; no tensor is loaded.
 Preflight runs the Servers page's own checks (:mod:`backend.sglang.preflight`) for the checkpoint as the
 EAGLE3 draft of a chosen target.
@@ -24,7 +24,7 @@ from typing import Any
 from backend.readcap import read_text_capped
 from backend.sglang import preflight
 from backend.sglang.config import ServerConfig, SpeculativeConfig
-from backend.sglang.modelinfo import DraftInfo, ModelInfoError, read_draft, read_json_config, read_target
+from backend.modelinfo import DraftInfo, ModelInfoError, read_draft, read_json_config, read_target
 from backend.sglang.preflight import Finding
 from backend.sglang.version import Capabilities, capabilities
 from backend.train.torchstate import StateReadError, TrainingState, read_training_state

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from backend.filemodes import make_private_dirs, write_private
-from backend.train.runconfig import TrainRunConfig, resolve_path
+from backend.train.config import TrainRunConfig, resolve_path
 
 TORCHRUN = ("-m", "torch.distributed.run", "--standalone")
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -118,7 +118,7 @@ def _num(x: float) -> str:
 
 
 def output_dir_of(cfg: TrainRunConfig, root: Path, outputs_dir: Path) -> str:
-    from backend.train.runconfig import default_output_dir
+    from backend.train.config import default_output_dir
 
     return resolve_path(cfg.output_dir, root) or str(default_output_dir(outputs_dir, cfg.name))
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backend.readcap import SMALL_TEXT_MAX, read_text_capped
-from backend.sglang.version import end_probe_group
+from backend.pyprobe import end_probe_group
 
 GEN2_SCRIPT = "scripts/train_eagle3.py"
 GEN1_SCRIPT = "scripts/train_eagle3_online.py"

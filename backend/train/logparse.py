@@ -32,7 +32,7 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from backend.sglang.logprefix import line_time
+from backend.logprefix import line_time
 
 MAX_STEP = 10 ** 12
 MAX_EPOCH = 10 ** 6

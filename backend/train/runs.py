@@ -26,7 +26,7 @@ from typing import Any, Callable
 from backend.filemodes import make_private_dirs
 from backend.train.command import CommandError, TrainCommand, build_command, config_problems, output_dir_of
 from backend.train.generation import EnvProbe, GenerationInfo, clear_cache, detect_generation, probe_env
-from backend.train.runconfig import TrainRunConfig
+from backend.train.config import TrainRunConfig
 from specdeck_types.process import Kind, ProcessSpec, RestartPolicy
 
 log = logging.getLogger(__name__)
@@ -275,13 +275,13 @@ class TrainRuns:
 
 
 def _abs(path: str | None, root: Path) -> str | None:
-    from backend.train.runconfig import resolve_path
+    from backend.train.config import resolve_path
 
     return resolve_path(path, Path(root))
 
 
 def _is_020(version: str) -> bool:
-    from backend.sglang.version import parse_version
+    from backend.pyprobe import parse_version
 
     try:
         v = parse_version(version)

@@ -80,7 +80,7 @@ def test_an_outputs_folder_specdeck_makes_is_0700(tmp_path: Path):
 
 
 def test_a_regeneration_writes_its_files_0600(tmp_path: Path):
-    from backend.regen.jobconfig import JobConfig, write_job_json
+    from backend.regen.config import JobConfig, write_job_json
     from backend.regen.output import OutputWriter, RunFiles
     from backend.regen.progress import ProgressLog
 

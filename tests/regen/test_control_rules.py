@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from backend.regen import control
-from backend.regen.jobconfig import JobConfig, Sampling, ServerSpec
+from backend.regen.config import JobConfig, Sampling, ServerSpec
 from backend.regen.output import RunFiles, encode, error_record
 from backend.regen.progress import ProgressLog
 from backend.supervisor.adhoc import AdhocJob

@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 
 from backend.regen.job import Job
-from backend.regen.jobconfig import JobConfig, ServerSpec
+from backend.regen.config import JobConfig, ServerSpec
 from backend.regen.output import RunFiles, requeue
 from backend.regen.progress import ProgressLog
 from tests.regen.jobkit import progress_lines, read_jsonl, run_cli, sibling

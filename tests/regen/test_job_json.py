@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from backend.regen.jobconfig import JobConfig, ServerSpec, read_job_json, write_job_json
+from backend.regen.config import JobConfig, ServerSpec, read_job_json, write_job_json
 from backend.regen.output import RunFiles
 
 

@@ -10,7 +10,7 @@ from backend.regen import control
 from backend.regen.client import backoff
 from backend.regen.follow import eta_band, stall_alert
 from backend.regen.job import Job
-from backend.regen.jobconfig import JobConfig, ServerSpec
+from backend.regen.config import JobConfig, ServerSpec
 from backend.regen.progress import HIST_EDGES, WINDOW_S, Stats
 
 T0 = 1_764_000_000.0

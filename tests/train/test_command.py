@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from backend.train.command import CommandError, build_command, config_problems
-from backend.train.runconfig import TrainRunConfig
+from backend.train.config import TrainRunConfig
 
 ROOT = Path("/ws")
 OUT = Path("/ws/outputs")

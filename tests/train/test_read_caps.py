@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from backend.readcap import MiB
-from backend.sglang.modelinfo import ModelInfoError, read_json_config, read_safetensors_header
+from backend.modelinfo import ModelInfoError, read_json_config, read_safetensors_header
 from backend.train.checkpoints import inspect_checkpoint, list_checkpoints
 from backend.train.torchstate import StateReadError, read_training_state
 from tests.train.ckpt_files import write_checkpoint

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.train.runconfig import TrainRunConfig
+from backend.train.config import TrainRunConfig
 from backend.workspace import ConfigError, load_workspace, parse_config, update_entry
 
 GOOD = """\

@@ -419,7 +419,7 @@ def test_command_unpacks_as_argv_env_yaml_generation_notes(tmp_path):
 
 
 def test_save_writes_what_the_config_sets_and_keeps_the_rest(tmp_path):
-    from backend.train.runconfig import TrainRunConfig
+    from backend.train.config import TrainRunConfig
     from backend.train.runs import TrainRuns
 
     clear_cache()

@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from backend.regen.output import RunFiles, validate
-from backend.sglang.modelinfo import read_target
+from backend.modelinfo import read_target
 from backend.train.checkpoints import inspect_checkpoint, preflight_checkpoint
 from backend.train.tiny.__main__ import main
 from backend.train.tiny.demo_data import write_demo_data

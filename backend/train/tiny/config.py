@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from backend.readcap import CONFIG_JSON_MAX, read_text_whole
-from backend.sglang.modelinfo import ModelInfoError, _int_field, _line_of, read_json_config
+from backend.modelinfo import ModelInfoError, _int_field, _line_of, read_json_config
 from backend.train.tiny import tokenizer
 from backend.train.tiny.draft import ARCHITECTURE, DraftConfig
 from backend.train.tiny.target import TargetConfig
