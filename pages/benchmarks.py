@@ -8,9 +8,13 @@ import time
 import streamlit as st
 
 from state.bench import BenchStore
-from ui import bench_breakeven, bench_charts, bench_import, bench_run, fmt
-from ui import bench_data as data
-from ui.bench_sweep import sweep_panel
+from ui import fmt
+from ui.bench import run as bench_run
+from ui.bench import imports as bench_import
+from ui.bench import charts as bench_charts
+from ui.bench import breakeven as bench_breakeven
+from ui.bench import data as data
+from ui.bench.sweep import sweep_panel
 from ui.components import page_header
 from ui.context import require_frame, runtime
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import streamlit as st
 
 from backend.regen.output import RunFiles
-from ui import regen_control
-from ui import regen_live as live
+from ui.regen import control as regen_control
+from ui.regen import live as live
 from ui.auth import control_lock, data_lock, typed_path
 from ui.components import page_header
 from ui.context import require_frame, runtime

@@ -16,7 +16,8 @@ from backend.bench import baseline
 from backend.sglang import livefigures
 from backend.sglang.alerts import ACCEPT_FLOOR
 from backend.sglang.preflight import has_errors
-from ui import baseline_measure, charts, fmt
+from ui import charts, fmt
+from ui.bench import baseline as baseline_measure
 from backend.logview import newest_line_age
 from ui.auth import control_lock, data_lock, live_fragment, show_data_lock
 from ui.components import code_span, confirm_box, findings_list, freshness, log_block, page_header, path_text

@@ -5,9 +5,17 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ui import train_ckpt, train_control, train_curves, train_form, train_runs
+from ui.train import runs as train_runs
+
+from ui.train import form as train_form
+
+from ui.train import curves as train_curves
+
+from ui.train import control as train_control
+
+from ui.train import ckpt as train_ckpt
 from ui.components import page_header
-from ui.train_deploy import deploy_panel
+from ui.train.deploy import deploy_panel
 from ui.context import require_frame, runtime
 
 require_frame(__file__)

@@ -6,7 +6,7 @@ Writes a Gen-2 log of ``--steps`` tqdm redraws (one per step, an ``Eval - Step``
 every 50 steps), then prints, side by side in one run:
 
 * the first read of the whole log in one poll (what the page waited for before the reading was split);
-* the first refresh with the page's per-refresh budget (ui.train_data.POLL_BYTES), and how many
+* the first refresh with the page's per-refresh budget (ui.train.data.POLL_BYTES), and how many
   refreshes the whole log takes;
 * one refresh of a log that is already read (nothing appended);
 * building every curve, the predicted accept length, and the loss and per-position charts from it.
@@ -23,9 +23,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from ui import train_charts as tc  # noqa: E402
+from ui.train import charts as tc  # noqa: E402
 from ui import train_data  # noqa: E402
-from ui.train_data import LogFollower, curves, predicted  # noqa: E402
+from ui.train.data import LogFollower, curves, predicted  # noqa: E402
 
 
 def write_log(path: Path, steps: int, ttt: int) -> None:

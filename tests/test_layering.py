@@ -32,7 +32,7 @@ PROJECT = ("app.py", "backend", "pages", "perf", "scripts", "specdeck_types", "s
 ALLOWED_CIRCLES = (
     # the Training page's run tab, its form and its live log call into each other (train_control's log
     # tail asks train_runs.recheck_followed; train_runs draws train_control's and train_form's parts)
-    frozenset({"ui.train_control", "ui.train_form", "ui.train_runs"}),
+    frozenset({"ui.train.control", "ui.train.form", "ui.train.runs"}),
 )
 # state/ writes its database and folders with the same private modes as everything else Specdeck
 # writes; backend/filemodes.py is standard library only (the supervisor's wrapper runs it alone).
@@ -322,8 +322,8 @@ def test_layer_rules_catch_planted_imports(graph, expected):
         ({"a": {"b"}, "b": {"c"}, "c": set()}, []),
         ({"ui.auth": {"ui.context"}, "ui.context": {"ui.auth"}}, [["ui.auth", "ui.context"]]),
         # inside an allowed circle: passes; one more module drawn into it: fails
-        ({"ui.train_form": {"ui.train_control"}, "ui.train_control": {"ui.train_form"}}, []),
-        ({"ui.train_form": {"ui.regen_live"}, "ui.regen_live": {"ui.train_form"}}, [["ui.regen_live", "ui.train_form"]]),
+        ({"ui.train.form": {"ui.train.control"}, "ui.train.control": {"ui.train.form"}}, []),
+        ({"ui.train.form": {"ui.regen.live"}, "ui.regen.live": {"ui.train.form"}}, [["ui.regen.live", "ui.train.form"]]),
     ],
 )
 def test_circle_rule_catches_planted_circles(graph, expected):

@@ -298,7 +298,7 @@ def test_a_benchmark_of_a_server_that_is_not_running_fails_and_the_page_says_why
 # The page's pure parts
 # --------------------------------------------------------------------------------------
 def test_concurrency_field_reads_a_list_and_names_what_is_wrong():
-    from ui.bench_run import FormError, parse_concurrency
+    from ui.bench.run import FormError, parse_concurrency
 
     assert parse_concurrency("1 4, 16;4") == [1, 4, 16]
     for text, why in (("", "give at least one value"), ("1 x", "`x` is not a whole number"),
@@ -309,7 +309,7 @@ def test_concurrency_field_reads_a_list_and_names_what_is_wrong():
 
 def test_series_side_by_side_never_share_a_colour():
     from ui import charts
-    from ui.bench_charts import colours
+    from ui.bench.charts import colours
 
     names = [f"server{i} · EAGLE3" for i in range(len(charts.PALETTE))]
     got = colours(names)
@@ -319,7 +319,7 @@ def test_series_side_by_side_never_share_a_colour():
 
 
 def test_long_legend_names_wrap_at_their_joins():
-    from ui.bench_charts import wrap
+    from ui.bench.charts import wrap
 
     name = "demo-llama70b-eagle3 · EAGLE3 · Llama-3.1-70B-Instruct-EAGLE3 · 3 steps · topk 1 · 4 draft tokens"
     assert wrap(name, 40) == ("demo-llama70b-eagle3 · EAGLE3<br>Llama-3.1-70B-Instruct-EAGLE3 · 3 steps<br>"
@@ -328,7 +328,7 @@ def test_long_legend_names_wrap_at_their_joins():
 
 
 def test_a_lone_baseline_is_grey_and_several_each_get_their_own_colour():
-    from ui.bench_charts import BASELINE_COLOUR, page_palette
+    from ui.bench.charts import BASELINE_COLOUR, page_palette
 
     one = [_extra(*row) for row in EXTRA]
     assert page_palette(one)["sim8b · no speculation"] == BASELINE_COLOUR

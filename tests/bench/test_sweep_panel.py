@@ -18,7 +18,7 @@ from tests.bench.sweep_kit import SERVER, make_models, wait_until, write_workspa
 
 PAGE = """
 from ui.context import runtime
-from ui.bench_sweep import sweep_panel
+from ui.bench.sweep import sweep_panel
 
 sweep_panel(runtime())
 """
@@ -213,8 +213,8 @@ def test_a_stopped_sweep_can_be_resumed_from_the_panel(ws):
 
 REDRAW_PAGE = """
 import streamlit as st
-from ui import bench_run
-from ui.bench_sweep import sweep_panel
+from ui.bench import run as bench_run
+from ui.bench.sweep import sweep_panel
 from ui.context import runtime
 
 st.session_state["runs"] = st.session_state.get("runs", 0) + 1

@@ -1,4 +1,4 @@
-"""The deploy panel (ui/train_deploy.py) through AppTest: the preflight shown before starting, the
+"""The deploy panel (ui/train/deploy.py) through AppTest: the preflight shown before starting, the
 baseline's load as the default, Start through the supervisor to the result row beside the baseline and
 the previous draft, and a failure shown with its step and how the server was left."""
 
@@ -19,7 +19,7 @@ from tests.train.test_deploy_flow import BASELINE_TOK_S, hand_rows, make_ckpt, m
 
 SCRIPT = """
 from ui.context import runtime
-from ui.train_deploy import deploy_panel
+from ui.train.deploy import deploy_panel
 deploy_panel(runtime(), {run!r}, {ckpt!r})
 """
 

@@ -11,7 +11,7 @@ def test_a_run_appended_to_the_log_breaks_the_lines(tmp_path):
     """The supervisor's line before each run anchors wall time; a second run starts a new line."""
     from datetime import datetime
 
-    from ui.train_data import curves, follower
+    from ui.train.data import curves, follower
 
     mark = "===== specdeck: sf run {n} starting at 2026-11-30 10:00:{s:02d}: python train.py\n"
     log = tmp_path / "sf.log"
@@ -32,7 +32,7 @@ def test_tensorboard_fills_in_the_learning_rate(tmp_path):
     """Gen-2 prints no lr: its TensorBoard files under <output>/runs have train/lr; a metric the console has
     is not taken twice."""
     from tests.train.test_trackers import frame, scalar_event, version_event
-    from ui.train_data import curves, follower
+    from ui.train.data import curves, follower
 
     out = tmp_path / "out"
     (out / "runs").mkdir(parents=True)
@@ -51,7 +51,7 @@ def test_tensorboard_fills_in_the_learning_rate(tmp_path):
 
 def test_eta_band_and_ema():
     from backend.train.reader import Progress
-    from ui.train_data import Curves, Series, ema, eta
+    from ui.train.data import Curves, Series, ema, eta
 
     # by hand: n=1 → 1.0; n=2 → (0.5·0.5·1 + 0.5·3) / 0.75 = 2.3333; a gap restarts it
     got = ema([1.0, 3.0, None, 2.0], 0.5)
@@ -70,8 +70,8 @@ def test_eta_band_and_ema():
 def test_a_quiet_log_is_stale_only_after_the_runs_own_interval(tmp_path):
     """Gen-3 prints a line every log_interval steps: 50 steps at 2 s is 100 s of silence, not a stall; a
     Gen-2 bar redraws every step."""
-    from ui.train_curves import expected_gap_s
-    from ui.train_data import follower
+    from ui.train.curves import expected_gap_s
+    from ui.train.data import follower
 
     g3 = tmp_path / "g3.log"
     g3.write_text("".join(f"step {s}: {{'loss': 2.0, 'acc_0': 0.5, 'perf/optimizer_step_time_s': 2.0}}\n"
@@ -86,7 +86,7 @@ def test_steps_sharing_a_second_are_spread_over_it(tmp_path):
     """tqdm prints whole seconds: four steps shown at 00:01 sit 0.25 s apart, not on one instant."""
     from datetime import datetime
 
-    from ui.train_data import follower
+    from ui.train.data import follower
 
     mark = "===== specdeck: sf run 1 starting at 2026-11-30 10:00:00: python train.py\n"
     bars = "".join(f"\rTraining Epoch 0:  10%|#  | {n}/50 [00:{1 if n <= 4 else 2:02d}<00:10,  4.00it/s, "
@@ -107,7 +107,7 @@ def test_timestamped_lines_keep_the_bars_on_the_clock(tmp_path):
     timestamp puts the bars after it back on the clock."""
     from datetime import datetime
 
-    from ui.train_data import follower
+    from ui.train.data import follower
 
     log = tmp_path / "t.log"
     log.write_text("===== specdeck: sf run 1 starting at 2026-11-30 10:00:00: python train.py\n"
@@ -127,7 +127,7 @@ def test_bars_before_the_first_timestamp_are_placed_from_it(tmp_path):
     placed back from the first timestamped line, not forward from the run's start."""
     from datetime import datetime
 
-    from ui.train_data import follower
+    from ui.train.data import follower
 
     log = tmp_path / "t.log"
     log.write_text("===== specdeck: sf run 1 starting at 2026-11-30 10:00:00: python train.py\n"

@@ -270,9 +270,9 @@ def test_a_restart_blanks_the_previous_runs_figures(workspace):
 
 @pytest.mark.timeout(120)
 def test_a_long_log_is_read_over_several_refreshes(workspace, monkeypatch):
-    import ui.train_data
+    import ui.train.data
 
-    monkeypatch.setattr(ui.train_data, "POLL_BYTES", 1500)
+    monkeypatch.setattr(ui.train.data, "POLL_BYTES", 1500)
     log = workspace / "train.log"
     log.write_text(gen2_log(), encoding="utf-8")
     size = log.stat().st_size

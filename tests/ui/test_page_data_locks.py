@@ -150,15 +150,15 @@ def test_a_viewer_cannot_follow_a_training_log_by_path(ws, monkeypatch):
     log.write_text(gen2_log(), encoding="utf-8")
     rt = runtime_mod.get_runtime()
     read = []
-    import ui.train_curves
-    real = ui.train_curves.follower
-    monkeypatch.setattr(ui.train_curves, "follower", lambda *a, **k: read.append(a) or real(*a, **k))
+    import ui.train.curves
+    real = ui.train.curves.follower
+    monkeypatch.setattr(ui.train.curves, "follower", lambda *a, **k: read.append(a) or real(*a, **k))
     _as(monkeypatch, _viewer(rt))
     at = _open("pages/training.py")
     follow = next(b for b in at.button if b.label == "Follow")
     assert follow.disabled and "viewer" in follow.help and at.text_input(key="train-follow-log").disabled
-    import ui.train_runs
-    _unlocked_page(monkeypatch, ui.train_runs)
+    import ui.train.runs
+    _unlocked_page(monkeypatch, ui.train.runs)
     at = _open("pages/training.py")
     at.text_input(key="train-follow-log").input(str(log))
     next(b for b in at.button if b.label == "Follow").click()
@@ -177,8 +177,8 @@ def test_a_viewer_cannot_follow_a_specforge_run_by_path(ws, monkeypatch):
     append(out, {**in_row("q0", "p", "new"), "status": "success"})
     rt = runtime_mod.get_runtime()
     followed = []
-    import ui.regen_live
-    monkeypatch.setattr(ui.regen_live, "specforge_follower", lambda *a: followed.append(a))
+    import ui.regen.live
+    monkeypatch.setattr(ui.regen.live, "specforge_follower", lambda *a: followed.append(a))
     _as(monkeypatch, _viewer(rt))
     at = _open("pages/regeneration.py")
     at.segmented_control(key="regen-mode").set_value("SpecForge's regenerate_train_data.py").run()

@@ -36,10 +36,10 @@ class FakeRuntime:
 
 
 def _panel(which: str, rt, view) -> None:
-    import ui.bench_run
-    import ui.bench_sweep
+    import ui.bench.run
+    import ui.bench.sweep
 
-    (ui.bench_run if which == "bench" else ui.bench_sweep)._stop(rt, view)
+    (ui.bench.run if which == "bench" else ui.bench.sweep)._stop(rt, view)
 
 
 PAGES = [  # the panel, its keys' prefix, the button's label, the question's words, the toast

@@ -14,7 +14,7 @@ from backend.regen.output import RunFiles
 from backend.regen.follow_specforge import specforge_follower
 from backend.regen.samples import find_original, find_row, input_entries, last_row, read_job, row_at, row_before
 from ui import fmt
-from ui import regen as blocks
+from ui.regen import blocks as blocks
 from ui.auth import control_lock, data_lock, live_fragment, show_data_lock
 from ui.components import code_span, freshness, path_text
 

@@ -23,7 +23,7 @@ from backend.bench.sweep import (DONE, FAILED, RUNNING, STOPPED, SweepState, com
 from backend.bench.sweep_plan import MODES, PlanError, SweepPlan, expand, parse_int_list
 from ui import charts, fmt
 from ui.auth import control_lock, data_lock, live_fragment, show_data_lock
-from ui.bench_run import show_new_results
+from ui.bench.run import show_new_results
 from ui.components import freshness, path_text, stop_control
 from ui.context import actor
 

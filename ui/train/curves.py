@@ -12,10 +12,10 @@ from backend.train.accept import FORMULA
 from backend.train.checkpoints import list_checkpoints
 from state.bench import BenchStore
 from ui import fmt
-from ui import train_charts as tc
+from ui.train import charts as tc
 from ui.auth import data_lock, live_fragment
 from ui.components import freshness, path_text
-from ui.train_data import (AcceptView, Curves, Measured, RunRef, Snapshot, curves, eta, follower, latest_run,
+from ui.train.data import (AcceptView, Curves, Measured, RunRef, Snapshot, curves, eta, follower, latest_run,
                            measured, predicted, step_times)
 
 REFRESH_S = 2
@@ -218,7 +218,7 @@ def live_curves(rt, refs: list[RunRef], opts: dict) -> None:
 
 @live_fragment(run_every=REFRESH_S)
 def _live_figures(rt, refs: list[RunRef], opts: dict) -> None:
-    from ui.train_runs import recheck_followed
+    from ui.train.runs import recheck_followed
 
     recheck_followed(rt, refs)
     ref, snap, c, view, meas = _rows(rt, refs[:1], opts, newest_run=True)[0]
@@ -241,7 +241,7 @@ def _live_figures(rt, refs: list[RunRef], opts: dict) -> None:
 
 @live_fragment(run_every=CHART_REFRESH_S)
 def _live_charts(rt, refs: list[RunRef], opts: dict) -> None:
-    from ui.train_runs import recheck_followed
+    from ui.train.runs import recheck_followed
 
     recheck_followed(rt, refs)
     rows = _rows(rt, refs, opts)

@@ -9,7 +9,7 @@ from datetime import datetime
 import plotly.graph_objects as go
 
 from ui import charts
-from ui.train_data import AcceptView, Curves, Measured, Series, ema
+from ui.train.data import AcceptView, Curves, Measured, Series, ema
 
 STEP, WALL = "step", "wall time"
 # positions in a fixed order of well-separated colours (position 0 always the same blue)

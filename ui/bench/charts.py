@@ -19,7 +19,7 @@ import streamlit as st
 from backend.bench.breakeven import pair_with_baselines
 from specdeck_types.bench import BenchResult
 from ui import charts, fmt
-from ui.bench_data import config_label, lengths, load_label, series_label, server_of, when
+from ui.bench.data import config_label, lengths, load_label, series_label, server_of, when
 
 BASELINE_COLOUR = "#6b7280"
 MAX_BARS = 30  # speedup bars on screen (the newest runs)

@@ -15,8 +15,8 @@ from ui import fmt
 from ui.auth import control_lock, show_data_lock
 from ui.components import code_span
 from ui.context import actor
-from ui.regen_live import known_runs as regen_outputs
-from ui.train_control import command_preview, command_problems
+from ui.regen.live import known_runs as regen_outputs
+from ui.train.control import command_preview, command_problems
 
 OTHER = "another path (type it below)"
 PENDING = "train-form-pending"

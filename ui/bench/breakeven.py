@@ -15,8 +15,8 @@ from backend.bench import breakeven as be
 from backend.bench.demo_history import CSV_NAME as DEMO_CSV, REGENERATED_SAMPLES
 from specdeck_types.bench import BenchResult
 from ui import charts, fmt
-from ui.bench_charts import BASELINE_COLOUR
-from ui.bench_data import config_label, load_label, server_of, when
+from ui.bench.charts import BASELINE_COLOUR
+from ui.bench.data import config_label, load_label, server_of, when
 
 
 def _ms(seconds: float) -> str:

@@ -10,7 +10,7 @@ from ui import fmt
 from ui.auth import control_lock, show_data_lock, typed_path
 from ui.components import code_span
 from ui.context import actor
-from ui.train_data import RunRef
+from ui.train.data import RunRef
 
 FOLLOWED = "train-followed"
 TYPED = "train-followed-typed"
@@ -70,8 +70,8 @@ def known_runs(rt) -> dict[str, RunRef]:
 
 def run_tab(rt, ref: RunRef) -> None:
     """A workspace run's command (and Gen-3 YAML) and its edit form; for a followed log, what is followed."""
-    from ui.train_control import command_preview, log_tail
-    from ui.train_form import run_form
+    from ui.train.control import command_preview, log_tail
+    from ui.train.form import run_form
 
     if ref.source != "workspace":
         st.markdown(fmt.data_markdown(

@@ -14,7 +14,7 @@ from ui import fmt
 from ui.auth import control_lock, live_fragment, show_data_lock, typed_path
 from ui.components import confirm_box
 from ui.context import actor
-from ui.regen_live import REFRESH_S
+from ui.regen.live import REFRESH_S
 
 
 def _do(what: str, fn) -> None:
