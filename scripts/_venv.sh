@@ -2,6 +2,7 @@
 # environments and install the pinned requirements when they changed since the last install.
 #   ensure_venv requirements.txt [requirements-dev.txt]   .venv, the dashboard's and the tests'
 #   ensure_serve_env                                      .venv-serve, from requirements-serve.txt
+#   ensure_specforge_env                                  .venv-specforge, from requirements-specforge.txt
 
 _specdeck_python() {
   local py="${SPECDECK_PYTHON:-}"
@@ -87,6 +88,32 @@ ensure_serve_env() {
   echo "specdeck: building $dir from $lock (about 450 MB to download the first time)" >&2
   if [ -L "$dir" ]; then rm -f "$dir"; else rm -rf "$dir"; fi
   "$py" -m venv "$dir"
+  "$dir/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -r "$lock"
+  if ! serve_env_matches "$dir" "$lock"; then
+    echo "specdeck: $dir does not hold exactly the pins of $lock after the install" >&2
+    return 1
+  fi
+  echo "$want" > "$stamp"
+}
+
+# .venv-specforge: SpecForge's release and what its run-config loader (specforge.config) imports, from
+# the fully pinned requirements-specforge.txt installed with --no-deps (specforge's own dependency list
+# pulls torch and sglang).  Reused while it holds exactly those pins; otherwise built anew.
+ensure_specforge_env() {
+  local dir=.venv-specforge lock=requirements-specforge.txt
+  local stamp="$dir/.specdeck-requirements"
+  local want py
+  want=$( (cat "$lock"; echo "--no-deps") | sha256sum | cut -d' ' -f1)
+  if serve_env_matches "$dir" "$lock"; then
+    [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] || echo "$want" > "$stamp"
+    return 0
+  fi
+  py=$(_specdeck_python) || return 1
+  echo "specdeck: building $dir from $lock" >&2
+  rm -rf "$dir"
+  "$py" -m venv "$dir"
+  # the setuptools some Pythons put in a new venv is not a pin of the lock file
+  "$dir/bin/python" -m pip uninstall --quiet --disable-pip-version-check -y setuptools >/dev/null 2>&1 || true
   "$dir/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -r "$lock"
   if ! serve_env_matches "$dir" "$lock"; then
     echo "specdeck: $dir does not hold exactly the pins of $lock after the install" >&2

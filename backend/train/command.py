@@ -11,12 +11,18 @@ One builder per generation, flags by the reference (specforge.md §1):
 
 ``python -m torch.distributed.run`` is ``torchrun`` run by the training interpreter itself, so the
 launcher always belongs to the environment that trains.  A ``module:`` entry (the project's CPU trainer,
-``backend.train.tiny train``) takes the generation's flags and runs as ``python -m MODULE ...`` (through
+``backend.flows.tiny train``) takes the generation's flags and runs as ``python -m MODULE ...`` (through
 the launcher only when it needs more than one process).  Flags whose value is SpecForge's default and that
 a smaller trainer may not have (``--tp-size 1``) are left out; every other setting is written explicitly.
 
 Resume: Gen-1 and Gen-2 add ``--resume``; Gen-3 adds the override
 ``training.resume_from=<output_dir>/<run_id>-latest``.
+
+Gen-3's YAML follows SpecForge's loader (``specforge.config.load_config``, checked in the tests against
+the release on the package index): online runs are ``deployment.mode: disaggregated`` with
+``deployment.disaggregated.backend: mooncake``; the tracker's options go to ``tracking`` under SpecForge's
+names.  Whether the SpecForge of a run takes its command is asked before a start
+(backend.train.specforge_check).
 """
 
 from __future__ import annotations
@@ -97,12 +103,11 @@ def config_problems(cfg: TrainRunConfig, generation: str | None = None) -> list[
         if cfg.eval_data:
             out.append(("eval_data", "no Gen-3 YAML field for evaluation data is known here; put it in "
                                      "gen3_yaml"))
-        for key in ("project", "run_name", "wandb_dir"):
-            if getattr(tr, key):
-                out.append((f"tracker.{key}", "Gen-3's YAML takes only tracking.report_to here (the run name is "
-                                              "the run's name, its run_id); put more in gen3_yaml"))
-        if tr.offline:
-            out.append(("tracker.offline", "not a Gen-3 option known here; put it in gen3_yaml"))
+        data3 = cfg.gen3_yaml.get("data") if isinstance(cfg.gen3_yaml.get("data"), dict) else {}
+        if cfg.eval_interval is not None and not data3.get("eval_hidden_states_path"):
+            out.append(("eval_interval", "Gen-3 evaluates only offline, from prepared hidden states: set "
+                                         "data.eval_hidden_states_path in gen3_yaml with it, or leave eval_interval "
+                                         "out (SpecForge's loader refuses one without the other)"))
         online = not cfg.train_hidden_states
         urls = ((cfg.gen3_yaml.get("deployment") or {}).get("disaggregated") or {}).get("server_urls") \
             if isinstance(cfg.gen3_yaml.get("deployment"), dict) else None
@@ -211,13 +216,55 @@ def gen3_document(cfg: TrainRunConfig, root: Path, output_dir: str) -> dict[str,
     deployment: dict[str, Any] = {"mode": "local_colocated" if cfg.train_hidden_states else "disaggregated",
                                   "trainer": {"nnodes": 1, "nproc_per_node": cfg.nproc}}
     if not cfg.train_hidden_states:
+        # Online features travel from the capture server through Mooncake: SpecForge's loader requires the
+        # backend (since July 2026) and refuses shared_dir for online training.
         deployment["disaggregated"] = {"control_dir": str(Path(output_dir) / "control"),
-                                       "consumer_state_dir": str(Path(output_dir) / "consumer-state")}
+                                       "consumer_state_dir": str(Path(output_dir) / "consumer-state"),
+                                       "backend": "mooncake"}
         if cfg.capture_servers:
             deployment["disaggregated"]["server_urls"] = list(cfg.capture_servers)
-    doc = {"model": model, "data": data, "training": training, "tracking": {"report_to": cfg.tracker.report_to},
+    doc = {"model": model, "data": data, "training": training, "tracking": gen3_tracking(cfg, root),
            "run_id": cfg.name, "output_dir": output_dir, "deployment": deployment}
     return _deep_merge(doc, cfg.gen3_yaml)
+
+
+def gen3_tracking(cfg: TrainRunConfig, root: Path) -> dict[str, Any]:
+    """The YAML's ``tracking`` section: ``report_to`` and the back-end's options that the config sets
+    (SpecForge's TrackingConfig names them ``wandb_project``, ``swanlab_name``, ``mlflow_run_name``...)."""
+    tr = cfg.tracker
+    out: dict[str, Any] = {"report_to": tr.report_to}
+    if tr.report_to in ("wandb", "swanlab"):
+        p = tr.report_to
+        for key, v in ((f"{p}_project", tr.project), (f"{p}_name", tr.run_name)):
+            if v:
+                out[key] = v
+        if p == "wandb" and tr.offline:
+            out["wandb_offline"] = True
+        if p == "wandb" and tr.wandb_dir:
+            out["wandb_dir"] = resolve_path(tr.wandb_dir, root)
+    elif tr.report_to == "mlflow":
+        for key, v in (("mlflow_tracking_uri", tr.mlflow_tracking_uri),
+                       ("mlflow_experiment_name", tr.mlflow_experiment_name), ("mlflow_run_name", tr.run_name)):
+            if v:
+                out[key] = v
+    return out
+
+
+MOONCAKE_ENDPOINTS = (("mooncake_metadata_server", "MOONCAKE_METADATA_SERVER"),
+                      ("mooncake_master_server_addr", "MOONCAKE_MASTER_SERVER_ADDR"))
+
+
+def mooncake_note(cfg: TrainRunConfig, doc: dict[str, Any]) -> str | None:
+    """What an online Gen-3 run still needs to reach Mooncake, when neither its YAML nor its environment
+    names the endpoints (SpecForge refuses to launch without them)."""
+    dis = (doc.get("deployment") or {}).get("disaggregated")
+    if not isinstance(dis, dict) or dis.get("backend") != "mooncake" or dis.get("managed_local"):
+        return None
+    missing = [f"{key} (or {env})" for key, env in MOONCAKE_ENDPOINTS if not dis.get(key) and not cfg.env.get(env)]
+    if not missing:
+        return None
+    return ("Mooncake endpoints not set here: " + ", ".join(missing) + "; SpecForge refuses to launch an online run "
+            "unless they are in deployment.disaggregated (gen3_yaml) or in the environment it starts with")
 
 
 def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -254,6 +301,9 @@ def build_command(cfg: TrainRunConfig, generation: str | None, *, root: Path, ou
 
         doc = gen3_document(cfg, root, out_dir)
         yaml_text = yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
+        note = mooncake_note(cfg, doc)
+        if note:
+            said.append(note)
         yaml_path = gen3_yaml_path(out_dir)
         if console_script:
             head = [console_script]
@@ -306,5 +356,5 @@ def build_command(cfg: TrainRunConfig, generation: str | None, *, root: Path, ou
                         resume=resume)
 
 
-__all__ = ["CommandError", "TrainCommand", "build_command", "config_problems", "gen3_document", "gen3_yaml_path",
-           "output_dir_of", "spec_flags"]
+__all__ = ["CommandError", "TrainCommand", "build_command", "config_problems", "gen3_document", "gen3_tracking",
+           "gen3_yaml_path", "mooncake_note", "output_dir_of", "spec_flags"]

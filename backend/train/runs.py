@@ -140,9 +140,12 @@ class TrainRuns:
         return detect_generation(cfg.python, _abs(cfg.specforge_dir, self.workspace.root), cfg.generation,
                                  probe=self._probe(cfg.python))
 
-    def command(self, name: str, *, resume: bool = False, cfg: TrainRunConfig | None = None) -> RunCommand:
+    def command(self, name: str, *, resume: bool = False, cfg: TrainRunConfig | None = None,
+                check: bool = True) -> RunCommand:
         """The run's command (``cfg``: an edited config not saved yet); raises :class:`CommandError`
-        naming the fields that prevent it."""
+        naming the fields that prevent it.  ``check``: ask the run's SpecForge whether it takes the command
+        (backend.train.specforge_check; its flag table without SpecForge), a refusal raising CommandError in
+        SpecForge's words."""
         cfg = cfg or self.config(name)
         info = self.generation(name, cfg)
         notes = list(info.evidence) + list(info.problems)
@@ -150,13 +153,19 @@ class TrainRuns:
                                           outputs_dir=self.workspace.outputs_dir,
                                           console_script=info.console_script, resume=resume,
                                           notes=tuple(notes))
+        said: tuple[str, ...] = ()  # SpecForge's answer comes first among the notes
+        if check:
+            from backend.train.specforge_check import review
+
+            probe = self._probe(cfg.python) if cfg.entry_kind == "specforge" else None
+            said = review(cfg, cmd, info, probe, specforge_dir=_abs(cfg.specforge_dir, self.workspace.root))
         extra = []
         n = self._checkpoint_count(cmd.output_dir, cfg.name)
         if n and not resume:
             extra.append(f"{cmd.output_dir} already holds {n} checkpoint(s): Start trains from step 0 "
                          "(Resume continues from the latest)")
         return RunCommand(name=cfg.name, argv=cmd.argv, env=cmd.env, yaml_text=cmd.yaml_text, generation=info,
-                          notes=cmd.notes + tuple(extra), cwd=cmd.cwd, output_dir=cmd.output_dir,
+                          notes=said + cmd.notes + tuple(extra), cwd=cmd.cwd, output_dir=cmd.output_dir,
                           yaml_path=cmd.yaml_path, resume=resume)
 
     def spec(self, name: str, *, resume: bool = False) -> ProcessSpec:
@@ -173,7 +182,7 @@ class TrainRuns:
         out = []
         for cfg in self.configs():
             try:
-                out.append(self._spec(cfg, self.command(cfg.name, cfg=cfg)))
+                out.append(self._spec(cfg, self.command(cfg.name, cfg=cfg, check=False)))
             except CommandError as exc:
                 log.info("training run %s has no command yet: %s", cfg.name, exc)
         return out
