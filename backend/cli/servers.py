@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import TextIO
 
 from backend.cli.session import CommandError, Session, print_findings
@@ -25,6 +26,18 @@ def cmd_servers_list(s: Session, args: argparse.Namespace, out: TextIO) -> int:
 def cmd_servers_preflight(s: Session, args: argparse.Namespace, out: TextIO) -> int:
     if args.name not in s.fleet.names():
         raise CommandError(f"no server named {args.name!r} in {s.ws.config_path}")
+    from backend.sglang import argcheck
+    from backend.sglang.version import resolve_capabilities
+
+    # A running dashboard of this workspace lends its warm SGLang parser (run/argparser.sock);
+    # without one the check starts a parser here, which first imports sglang.
+    argcheck.borrow_from(s.ws.run_dir)
+    cfg = s.fleet.config(args.name)
+    why = argcheck.slow_first_check(cfg, resolve_capabilities(cfg), s.ws.run_dir)
+    if why:
+        sys.stderr.write(f"note: {why}: SGLang's parser starts here for this check and imports sglang first, "
+                         "which takes several seconds; a dashboard of this workspace showing the server keeps "
+                         "one warm that later checks use\n")
     findings = s.fleet.preflight(args.name)
     if args.json:
         from dataclasses import asdict

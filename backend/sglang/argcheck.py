@@ -6,8 +6,9 @@ EAGLE3 into EAGLE, ``--tp 2`` changes the tensor parallelism) or be refused at s
 (``--cuda-graph-max-bs`` in 0.5.20+).  Two ways to find out:
 
 * SGLang's own parser: when the serving python has sglang, ``prepare_server_args`` runs
-  there on the exact argv (in a warm parser process, :mod:`backend.sglang.argworker`;
-  answers cached per python and argv);
+  there on the exact argv (in a warm parser process, :mod:`backend.sglang.argworker`, or
+  the dashboard's, lent to the command line by :mod:`backend.sglang.argshare`; answers
+  cached per python and argv);
 * the flag table: otherwise argparse's prefix and alias matching is emulated against
   the option list of SGLang 0.5.23 (``flags-0.5.23.json``, made by
   ``scripts/sglang_flag_table.py``) with the documented differences of older versions.
@@ -18,12 +19,13 @@ it into preflight findings.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from backend.sglang import argworker
+from backend.sglang import argshare, argworker
 from backend.sglang.config import ServerConfig
 from backend.sglang.findings import Finding
 from backend.sglang.flagtable import Emulated, emulate, flag_table, full_table, table_label
@@ -120,6 +122,21 @@ def _is_option(tok: str) -> bool:
 
 _cache: dict[tuple[str, tuple[str, ...], tuple[str, ...]], dict] = {}
 _cache_lock = threading.Lock()
+_borrow_dir: str | None = None  # a workspace run/ folder whose dashboard lends its warm parsers
+_answered_by = threading.local()
+
+
+def borrow_from(run_dir: str | os.PathLike[str] | None) -> None:
+    """Ask the dashboard serving ``run_dir`` (:mod:`backend.sglang.argshare`) before starting a
+    parser in this process; None stops asking.  For the command line, a process of its own."""
+    global _borrow_dir
+    _borrow_dir = None if run_dir is None else os.fspath(run_dir)
+
+
+def answered_by() -> str:
+    """Who answered this thread's last :func:`run_probe`: "cache", "dashboard" (its warm parser),
+    "parser" (this process's), or "" before any."""
+    return getattr(_answered_by, "who", "")
 
 
 def clear_cache() -> None:
@@ -141,9 +158,15 @@ def run_probe(python: str, base: list[str], groups: list[list[str]], *, env: dic
     if use_cache:
         with _cache_lock:
             if key in _cache:
+                _answered_by.who = "cache"
                 return _cache[key]
-    fields = [d for d, _ in COMPARED]
-    answer = argworker.ask(python, env or {}, {"base": base, "groups": groups, "fields": fields}, timeout_s)
+    request = {"base": base, "groups": groups, "fields": [d for d, _ in COMPARED]}
+    answer = None
+    if _borrow_dir is not None and argworker.existing(python, env or {}) is None:
+        answer = argshare.ask(_borrow_dir, python, env or {}, request, timeout_s)
+    _answered_by.who = "dashboard" if answer is not None else "parser"
+    if answer is None:
+        answer = argworker.ask(python, env or {}, request, timeout_s)
     if answer.get("kind") in ("parsed", "rejected", "import"):
         with _cache_lock:
             _cache[key] = answer
@@ -163,6 +186,22 @@ def warm_parser(cfg: ServerConfig, caps: Capabilities) -> None:
             argworker.warm(python, additions)
 
     threading.Thread(target=go, name=f"argcheck-warm-{cfg.name}", daemon=True).start()
+
+
+def slow_first_check(cfg: ServerConfig, caps: Capabilities, run_dir: str | os.PathLike[str]) -> str | None:
+    """For a process of its own (the command line): why checking ``cfg``'s launch command will
+    wait for sglang's import here, or None when it will not (a simulated server, no sglang for its
+    python, a parser of this process already warm, or the dashboard serving ``run_dir`` lending
+    its warm parser)."""
+    if cfg.simulate:
+        return None
+    python = serving_python(cfg)
+    if detect_version(python) is None:
+        return None
+    additions = build_env(cfg, caps)
+    if argworker.existing(python, additions) is not None or argshare.available(run_dir, python, additions):
+        return None
+    return argshare.last_reason()
 
 
 # -- the check ------------------------------------------------------------------------

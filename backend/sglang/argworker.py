@@ -86,6 +86,7 @@ class Parser:
 
     def __init__(self, python: str, env: dict[str, str], idle_s: float) -> None:
         self.python = python
+        self.env = env  # the environment it imported sglang in
         self.proc = subprocess.Popen([python, "-c", _source(), "serve", f"{idle_s:g}"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                                      start_new_session=True)
@@ -185,7 +186,7 @@ class Parser:
 _parsers: dict[tuple[str, tuple[tuple[str, str], ...]], Parser] = {}
 _lock = threading.Lock()
 # Applied by each request's fork, and read by nothing at import: a parser serves every value.
-_PER_REQUEST = frozenset({"CUDA_VISIBLE_DEVICES", "PYTHONUNBUFFERED"})
+PER_REQUEST = frozenset({"CUDA_VISIBLE_DEVICES", "PYTHONUNBUFFERED"})
 
 
 def environment(additions: dict[str, str]) -> dict[str, str]:
@@ -196,11 +197,22 @@ def environment(additions: dict[str, str]) -> dict[str, str]:
     return env
 
 
+def _key(python: str, additions: dict[str, str]) -> tuple[str, tuple[tuple[str, str], ...]]:
+    return python, tuple(sorted((k, v) for k, v in additions.items() if k not in PER_REQUEST))
+
+
+def existing(python: str, additions: dict[str, str]) -> Parser | None:
+    """The warm parser for ``python`` and ``additions`` when one runs now; never starts one."""
+    with _lock:
+        p = _parsers.get(_key(python, additions))
+    return p if p is not None and p.alive else None
+
+
 def _parser(python: str, additions: dict[str, str]) -> tuple[Parser, bool]:
     """The warm parser for ``python`` and ``additions`` (started when there is none); whether
     it is new.  Parsers it replaces or evicts are closed on a thread of their own, never
     under the lock, and one that is answering is never evicted."""
-    key = (python, tuple(sorted((k, v) for k, v in additions.items() if k not in _PER_REQUEST)))
+    key = _key(python, additions)
     gone: list[Parser] = []
     with _lock:
         p = _parsers.get(key)
@@ -260,6 +272,26 @@ def ask(python: str, additions: dict[str, str], request: dict, timeout_s: float)
                     return {"ok": False, "kind": "failed", "error": str(exc)}
                 # it had ended on its own (idle) just before the request: once more, with a fresh one
     raise AssertionError("unreachable")
+
+
+def ask_existing(python: str, additions: dict[str, str], request: dict, timeout_s: float) -> dict | None:
+    """Like :func:`ask`, but only of a parser that runs now, and with the environment the
+    request carries (``request["env"]``, another process's); None when there is none, or it
+    ended before answering."""
+    p = existing(python, additions)
+    if p is None:
+        return None
+    deadline = time.monotonic() + timeout_s
+    with p.lock:
+        try:
+            return p.ask(request, deadline)
+        except TimeoutError:
+            _drop(p)
+            return {"ok": False, "kind": "failed",
+                    "error": f"SGLang's parser did not answer within {timeout_s:.0f} s"}
+        except _Ended:
+            _drop(p)
+            return None
 
 
 def running() -> list[int]:
