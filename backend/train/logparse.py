@@ -335,8 +335,10 @@ def _bar(m: re.Match) -> TrainRecord:
     info: dict[str, Any] = {"n": n, "total": total, "remaining_s": remaining, "s_per_it": rate,
                             "desc": desc}
     kind = "metrics" if metrics else "progress"
-    gen = None if epoch is not None else 3  # Gen-1 and Gen-2 draw the same per-epoch bar
-    return TrainRecord(kind, "bar", generation=gen, epoch=epoch, split=split, metrics=metrics, elapsed_s=elapsed,
+    # A bar names no generation: Gen-1 and Gen-2 draw the same per-epoch bar, and Gen-3's whole-run
+    # "Training: …step/s" bar is also what other trainers draw (NeMo Automodel's EAGLE-3 recipe prints the
+    # same description and unit).  The generation comes from lines only SpecForge prints.
+    return TrainRecord(kind, "bar", generation=None, epoch=epoch, split=split, metrics=metrics, elapsed_s=elapsed,
                        info=info, rejected=tuple(rejected))
 
 

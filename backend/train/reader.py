@@ -6,7 +6,8 @@ redraw of a tqdm bar is a segment of its own; an unfinished last segment waits f
 :meth:`TrainLogReader.flush` at the end of a file).  A segment longer than :data:`MAX_LINE` is counted
 and skipped up to its end.
 
-The reader adds what one line cannot know: the generation (from the first line that tells), the global
+The reader adds what one line cannot know: the generation (from the first line that only SpecForge's
+generation prints; a progress bar never tells, see :func:`trainer_label`), the global
 step of a bar (``epoch × steps per epoch + position in the bar``, marked ``info["step_derived"]``),
 whether Gen-2's ``Eval - Step`` lines follow an evaluation bar (split ``eval``) or not (``train``), and
 the run's progress (:meth:`TrainLogReader.progress`).  The supervisor's ``===== specdeck: … starting at``
@@ -69,6 +70,12 @@ class Progress:
     eta_s: float | None  # to the end of the run, from the bar's rate; None when unknown
     generation: int | None
     ended: str | None = None  # how the run ended (the supervisor's end line), None while it runs
+
+
+def trainer_label(generation: int | None) -> str:
+    """What wrote a log, as far as its lines tell: ``SpecForge Gen-N`` only from a line that SpecForge's
+    generation N alone prints (a progress bar is not one), else ``unknown trainer``."""
+    return f"SpecForge Gen-{generation}" if generation else "unknown trainer"
 
 
 class TrainLogReader:
