@@ -36,8 +36,8 @@ def cmd_servers_preflight(s: Session, args: argparse.Namespace, out: TextIO) -> 
     why = argcheck.slow_first_check(cfg, resolve_capabilities(cfg), s.ws.run_dir)
     if why:
         sys.stderr.write(f"note: {why}: SGLang's parser starts here for this check and imports sglang first, "
-                         "which takes several seconds; a dashboard of this workspace showing the server keeps "
-                         "one warm that later checks use\n")
+                         "which takes several seconds; a running dashboard of this workspace keeps one warm per "
+                         "server (until 30 minutes without a check) and checks from here then use it\n")
     findings = s.fleet.preflight(args.name)
     if args.json:
         from dataclasses import asdict
