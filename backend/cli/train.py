@@ -89,7 +89,7 @@ def _emit(records: list[TrainRecord], as_json: bool, out: TextIO) -> None:
 
 
 def cmd_parselog(args: argparse.Namespace, out: TextIO) -> int:
-    from backend.train.reader import TrainLogReader
+    from backend.train.reader import TrainLogReader, trainer_label
 
     err = sys.stderr
     path = Path(args.log)
@@ -144,7 +144,7 @@ def cmd_parselog(args: argparse.Namespace, out: TextIO) -> int:
     if problems:
         err.write("\n".join(problems) + "\n")
     st = reader.stats
-    gen = f"SpecForge Gen-{reader.generation}" if reader.generation else "generation not told by the log"
+    gen = trainer_label(reader.generation)
     err.write(f"{path}: {st.lines:,} lines, {st.records:,} records, {st.ignored:,} other lines, "
               f"{st.unparsed:,} unparsed, {st.values_rejected:,} values dropped; {gen}\n")
     return 0
