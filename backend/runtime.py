@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 
 from backend.auth import USERS_FILE, AccessPolicy, Authority, Caller, NotAuthorised, UserStore
-from backend.workspace import ConfigError, Workspace, load_workspace, parse_config, read_config_text, resolve_root
+from backend.workspace import ConfigError, Workspace, read_config_text, resolve_root
+from backend.flows.workspace import load_workspace, parse_config
 from backend.sglang.fleet import PreflightBlocked
 from specdeck_types.process import ProcessSpec
 from state import Store, audit

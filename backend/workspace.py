@@ -24,11 +24,10 @@ import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from backend.regen.catalog import DatasetConfig, MixEntry, check_catalog
 from backend.validation import check_name
 from specdeck_types.process import Kind, ProcessSpec, ReadinessProbe, RestartPolicy
 
@@ -157,14 +156,18 @@ class WorkspaceConfig(_Model):
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     access: AccessConfig = Field(default_factory=AccessConfig)
     process: list[ProcessConfig] = Field(default_factory=list)
-    # SGLang server entries; validated by backend.sglang.config.ServerConfig
-    # (see _validate_servers).
+    # The domains' tables, each parsed by its domain: [[server]] by backend.sglang.config, [[dataset]]
+    # and [[mix]] by backend.regen.catalog, [[train]] by backend.train.config.  Here they are only
+    # lists of tables; backend.flows.workspace composes the whole check.
     server: list[dict[str, Any]] = Field(default_factory=list)
-    # Regeneration inputs: the dataset catalog and the mixes (backend.regen.catalog).
-    dataset: list[DatasetConfig] = Field(default_factory=list)
-    mix: list[MixEntry] = Field(default_factory=list)
-    # Training runs; validated by backend.train.config.TrainRunConfig (see _validate_train).
+    dataset: list[dict[str, Any]] = Field(default_factory=list)
+    mix: list[dict[str, Any]] = Field(default_factory=list)
     train: list[dict[str, Any]] = Field(default_factory=list)
+
+
+# A domain's check of its own tables: (the parsed config, the file's text, its path) -> problems, each
+# "path:line: key: why".
+TableCheck = Callable[[WorkspaceConfig, str, "Path | str"], list[str]]
 
 
 @dataclass
@@ -172,6 +175,9 @@ class Workspace:
     root: Path
     config_path: Path
     config: WorkspaceConfig
+    # How the config was parsed (see parse_config); an edit written back is parsed the same way.
+    model: type[WorkspaceConfig] = WorkspaceConfig
+    checks: Sequence[TableCheck] = ()
 
     @property
     def name(self) -> str:
@@ -240,7 +246,7 @@ class Workspace:
                 if "outputs_dir" in self.config.workspace.model_fields_set:
                     key = "workspace.outputs_dir"
                     try:
-                        line = _locate(self.config_path.read_text(encoding="utf-8"), ("workspace", "outputs_dir"))
+                        line = locate(self.config_path.read_text(encoding="utf-8"), ("workspace", "outputs_dir"))
                     except (OSError, ValueError):
                         pass
                 where = f"{self.config_path}:{line}" if line else str(self.config_path)
@@ -287,8 +293,13 @@ def resolve_root(path: str | Path | None) -> Path:
     return (default_home() / "demo").resolve()
 
 
-def load_workspace(path: str | Path | None = None, *, create_demo: bool | None = None) -> Workspace:
-    """Open the workspace at ``path`` (see :func:`resolve_root`).
+def load_workspace(path: str | Path | None = None, *, create_demo: bool | None = None,
+                   model: type[WorkspaceConfig] = WorkspaceConfig, checks: Sequence[TableCheck] = (),
+                   write_demo: Callable[[Path], Any] | None = None) -> Workspace:
+    """Open the workspace at ``path`` (see :func:`resolve_root`); ``model`` and ``checks`` as for
+    :func:`parse_config`, ``write_demo(root)`` writes the demo workspace.  The dashboard and the
+    command line open it through :func:`backend.flows.workspace.load_workspace`, which passes the
+    domains' parts.
 
     With no folder chosen, the demo workspace is created when missing.  A
     chosen folder without a config file is an error that says how to make
@@ -310,14 +321,14 @@ def load_workspace(path: str | Path | None = None, *, create_demo: bool | None =
     if missing:
         if not create_demo:
             raise ConfigError([f"{cfg_path}: no workspace config here; run `python -m backend.cli init {root}`"])
-        from backend.demo import write_demo_workspace
-
+        if write_demo is None:
+            raise ConfigError([f"{cfg_path}: no workspace config here, and no demo to write"])
         try:
-            write_demo_workspace(root)
+            write_demo(root)
         except OSError as exc:
             raise ConfigError([f"{cfg_path}: cannot write the demo workspace: {_os_reason(exc)}"]) from None
-    cfg = parse_config(read_config_text(cfg_path), cfg_path)
-    ws = Workspace(root=root, config_path=cfg_path, config=cfg)
+    cfg = parse_config(read_config_text(cfg_path), cfg_path, model=model, checks=checks)
+    ws = Workspace(root=root, config_path=cfg_path, config=cfg, model=model, checks=tuple(checks))
     ws.ensure_dirs()
     return ws
 
@@ -353,8 +364,12 @@ def read_config_text(path: Path) -> str:
                            "(save the file as UTF-8)"]) from None
 
 
-def parse_config(text: str, path: Path | str = CONFIG_NAME) -> WorkspaceConfig:
-    """Parse and validate config text; raise ConfigError listing every problem."""
+def parse_config(text: str, path: Path | str = CONFIG_NAME, *, model: type[WorkspaceConfig] = WorkspaceConfig,
+                 checks: Sequence[TableCheck] = ()) -> WorkspaceConfig:
+    """Parse and validate config text; raise ConfigError listing every problem.
+
+    ``model``: the config model (a subclass may type the domains' tables); ``checks``: the domains'
+    checks of their tables, run in order after the model (see backend.flows.workspace)."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -362,12 +377,12 @@ def parse_config(text: str, path: Path | str = CONFIG_NAME) -> WorkspaceConfig:
         where = f"{path}:{m.group(1)}" if m else str(path)
         raise ConfigError([f"{where}: TOML syntax: {exc}"]) from None
     try:
-        cfg = WorkspaceConfig.model_validate(data)
+        cfg = model.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError([_describe(err, text, path) for err in exc.errors()]) from None
-    problems = _unique_process_names(cfg, text, path) + _validate_servers(cfg, text, path)
-    problems += _validate_regen(cfg, text, path)
-    problems += _validate_train(cfg, text, path)
+        raise ConfigError([describe_error(err, text, path) for err in exc.errors()]) from None
+    problems = _unique_process_names(cfg, text, path)
+    for check in checks:
+        problems += check(cfg, text, path)
     if problems:
         raise ConfigError(problems)
     return cfg
@@ -379,95 +394,27 @@ def _unique_process_names(cfg: WorkspaceConfig, text: str, path: Path | str) -> 
     for i, p in enumerate(cfg.process):
         if p.name in first:
             j = first[p.name]
-            problems.append(f"{path}:{_locate(text, ('process', i, 'name'))}: process[{i}].name: {p.name!r} is used "
-                            f"twice (first by process[{j}] at line {_locate(text, ('process', j, 'name'))})")
+            problems.append(f"{path}:{locate(text, ('process', i, 'name'))}: process[{i}].name: {p.name!r} is used "
+                            f"twice (first by process[{j}] at line {locate(text, ('process', j, 'name'))})")
         else:
             first[p.name] = i
     return problems
 
 
-def _validate_servers(cfg: WorkspaceConfig, text: str, path: Path | str) -> list[str]:
-    from backend.sglang.config import ServerConfig  # a broken import is an error, never a skipped check
-
-    problems: list[str] = []
-    names: dict[str, tuple] = {p.name: ("process", i, "name") for i, p in enumerate(cfg.process)}
-    for i, entry in enumerate(cfg.server):
-        try:
-            sc = ServerConfig.model_validate(entry)
-        except ValidationError as exc:
-            for err in exc.errors():
-                err = dict(err)
-                err["loc"] = ("server", i, *err["loc"])
-                problems.append(_describe(err, text, path))
-            continue
-        if sc.name in names:
-            other = names[sc.name]
-            problems.append(f"{path}:{_locate(text, ('server', i, 'name'))}: server[{i}].name: "
-                            f"{sc.name!r} is already the name of {other[0]}[{other[1]}] "
-                            f"(line {_locate(text, other)}); every process and server needs its own name")
-        else:
-            names[sc.name] = ("server", i, "name")
-    return problems
-
-
-def _validate_train(cfg: WorkspaceConfig, text: str, path: Path | str) -> list[str]:
-    """``[[train]]`` entries: each a valid TrainRunConfig, named unlike every process and server."""
-    from backend.train.command import config_problems
-    from backend.train.config import TrainRunConfig
-
-    problems: list[str] = []
-    names: dict[str, tuple] = {p.name: ("process", i, "name") for i, p in enumerate(cfg.process)}
-    for i, entry in enumerate(cfg.server):
-        name = entry.get("name") if isinstance(entry, dict) else None
-        if isinstance(name, str) and name not in names:
-            names[name] = ("server", i, "name")
-    for i, entry in enumerate(cfg.train):
-        try:
-            tc = TrainRunConfig.model_validate(entry)
-        except ValidationError as exc:
-            for err in exc.errors():
-                err = dict(err)
-                err["loc"] = ("train", i, *err["loc"])
-                problems.append(_describe(err, text, path))
-            continue
-        for field, why in config_problems(tc):  # what the chosen generation cannot do
-            loc = ("train", i, *field.split("."))
-            line = _locate(text, loc)
-            problems.append(f"{f'{path}:{line}' if line else path}: {_dotted(loc)}: {why}")
-        if tc.name in names:
-            other = names[tc.name]
-            problems.append(f"{path}:{_locate(text, ('train', i, 'name'))}: train[{i}].name: "
-                            f"{tc.name!r} is already the name of {other[0]}[{other[1]}] "
-                            f"(line {_locate(text, other)}); every process, server and training run needs its "
-                            "own name")
-        else:
-            names[tc.name] = ("train", i, "name")
-    return problems
-
-
-def _validate_regen(cfg: WorkspaceConfig, text: str, path: Path | str) -> list[str]:
-    """Mix lines name catalog datasets (backend.regen.catalog.check_catalog)."""
-    out = []
-    for loc, why in check_catalog(cfg.dataset, cfg.mix):
-        line = _locate(text, loc)
-        out.append(f"{f'{path}:{line}' if line else path}: {_dotted(loc)}: {why}")
-    return out
-
-
-def _describe(err: Any, text: str, path: Path | str) -> str:
+def describe_error(err: Any, text: str, path: Path | str) -> str:
     loc = tuple(err.get("loc", ()))
-    key = _dotted(loc)
+    key = dotted(loc)
     msg = err.get("msg", "invalid")
     if err.get("type") == "extra_forbidden":
         msg = "unknown key (check its spelling)"
     elif err.get("type") == "missing":
         msg = "required key is missing"
-    line = _locate(text, loc)
+    line = locate(text, loc)
     where = f"{path}:{line}" if line else str(path)
     return f"{where}: {key or '(top level)'}: {msg}"
 
 
-def _dotted(loc: tuple) -> str:
+def dotted(loc: tuple) -> str:
     out = ""
     for part in loc:
         if isinstance(part, int):
@@ -477,7 +424,7 @@ def _dotted(loc: tuple) -> str:
     return out
 
 
-def _locate(text: str, loc: tuple) -> int | None:
+def locate(text: str, loc: tuple) -> int | None:
     """Best-effort line number of ``loc`` (e.g. ('process', 1, 'argv')) in TOML text."""
     lines = text.splitlines()
     start, end = 0, len(lines)
@@ -569,7 +516,7 @@ def update_entry(ws: Workspace, table: str, name: str, values: dict[str, Any], *
             doc.add(table, tomlkit.aot())
         doc[table].append(entry)
     new_text = tomlkit.dumps(doc)
-    cfg = parse_config(new_text, ws.config_path)  # raises before anything is written
+    cfg = parse_config(new_text, ws.config_path, model=ws.model, checks=ws.checks)  # raises before anything is written
     from backend.filemodes import write_private
 
     write_private(ws.config_path, new_text)  # atomic, 0600: the file names models, paths and hosts

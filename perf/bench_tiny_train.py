@@ -1,4 +1,4 @@
-"""Benchmark: the tiny trainer's speed, run as users run it (``python -m backend.train.tiny train``).
+"""Benchmark: the tiny trainer's speed, run as users run it (``python -m backend.flows.tiny train``).
 
     python perf/bench_tiny_train.py [--device cpu|cuda|all] [--repeat 3] [--rows 200] [--epochs 3]
                                      [--batch-size 4] [--max-length 128] [--ttt-length 7] [--size tiny]
@@ -29,8 +29,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from backend.train.reader import TrainLogReader  # noqa: E402
-from backend.train.tiny.demo_data import write_demo_data  # noqa: E402
-from backend.train.tiny.target import make_target  # noqa: E402
+from backend.flows.tiny.demo_data import write_demo_data  # noqa: E402
+from backend.flows.tiny.target import make_target  # noqa: E402
 
 
 def one_run(root: Path, i: int, device: str, size: str, data: Path, flags: list[str],
@@ -40,7 +40,7 @@ def one_run(root: Path, i: int, device: str, size: str, data: Path, flags: list[
     env = dict(os.environ)
     if threads:
         env["OMP_NUM_THREADS"] = threads
-    cmd = [sys.executable, "-m", "backend.train.tiny", "train", "--target-model-path", str(root / f"target-{size}"),
+    cmd = [sys.executable, "-m", "backend.flows.tiny", "train", "--target-model-path", str(root / f"target-{size}"),
            "--train-data-path", str(data), "--output-dir", str(out), "--device", device, "--seed", "0", *flags]
     t0 = time.perf_counter()
     c0 = os.times()

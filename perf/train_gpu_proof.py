@@ -38,8 +38,8 @@ def _workspace(root: Path, steps: int, args: argparse.Namespace) -> None:
     py = sys.executable
     target, data = root / "models" / "target", root / "data" / "train.jsonl"
     data.parent.mkdir(parents=True, exist_ok=True)
-    for argv in ([py, "-m", "backend.train.tiny", "make-target", str(target), "--size", args.size],
-                 [py, "-m", "backend.train.tiny", "make-data", str(data), "--rows", str(args.rows)]):
+    for argv in ([py, "-m", "backend.flows.tiny", "make-target", str(target), "--size", args.size],
+                 [py, "-m", "backend.flows.tiny", "make-data", str(data), "--rows", str(args.rows)]):
         subprocess.run(argv, cwd=REPO, check=True)
     (root / "specdeck.toml").write_text(f"""\
 # the real-GPU proof of training (perf/train_gpu_proof.py)
@@ -51,7 +51,7 @@ interval_s = 1.0
 name = "{NAME}"
 python = {json.dumps(py)}
 generation = "gen2"
-entry = "module:backend.train.tiny train"
+entry = "module:backend.flows.tiny train"
 target_model = {json.dumps(str(target))}
 train_data = {json.dumps(str(data))}
 num_epochs = 1000
@@ -92,7 +92,7 @@ def main() -> int:
     from backend.train.checkpoints import inspect_checkpoint, list_checkpoints
     from backend.train.reader import TrainLogReader
     from backend.train.runs import TrainRuns
-    from backend.workspace import load_workspace
+    from backend.flows.workspace import load_workspace
     from state.store import Store
 
     ws = load_workspace(str(root))

@@ -14,7 +14,7 @@ if str(REPO) not in sys.path:
 
 
 # A pytest-xdist worker (scripts/test runs several): its own hundred ports for the demo workspaces
-# its tests write (backend/demo.py), so that two workers never give their demos the same port.
+# its tests write (backend/flows/demo.py), so that two workers never give their demos the same port.
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 if _WORKER.startswith("gw") and _WORKER[2:].isdigit():
     os.environ["SPECDECK_DEMO_PORT_BASE"] = str(30200 + 100 * int(_WORKER[2:]))

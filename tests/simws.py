@@ -32,13 +32,14 @@ def running_fleet(root: Path, text: str, *, monitor_kwargs: dict | None = None,
     from backend.sglang.fleet import ServerFleet  # noqa: PLC0415
     from backend.supervisor.loop import SupervisorLoop  # noqa: PLC0415
     from backend.supervisor.supervisor import Supervisor  # noqa: PLC0415
-    from backend.workspace import Workspace, parse_config  # noqa: PLC0415
+    from backend.flows.workspace import CHECKS, SpecdeckConfig, parse_config  # noqa: PLC0415
+    from backend.workspace import Workspace  # noqa: PLC0415
     from state import Store  # noqa: PLC0415
 
     root.mkdir(parents=True, exist_ok=True)
     path = root / "specdeck.toml"
     path.write_text(text)
-    ws = Workspace(root=root, config_path=path, config=parse_config(text, path))
+    ws = Workspace(root=root, config_path=path, config=parse_config(text, path), model=SpecdeckConfig, checks=CHECKS)
     ws.ensure_dirs()
     store = Store(ws.store_path)
     sup = Supervisor(store, ws.run_dir)

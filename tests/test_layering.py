@@ -7,6 +7,11 @@
 - ``state/`` imports nothing from ``backend``, ``ui``, ``pages`` or ``app`` (the value types both
   use live in ``specdeck_types/``).
 - ``specdeck_types/`` imports nothing of the project but itself.
+- The domains (``backend/{sglang, regen, bench, train, telemetry, auth}``) stand side by side: none
+  imports another, nor ``backend.flows`` (what crosses domains lives there, above them).
+- The foundation below them (the supervisor's process API, the simulator, the workspace file reader,
+  the small shared readers and writers: ``FOUNDATION``) imports no domain and no flow.
+- ``backend/flows`` imports neither the command line nor the dashboard's composition root.
 - No modules of the project import each other in a circle.
 
 Every import counts, at the top of a module or inside a function (an import inside a function
@@ -37,6 +42,10 @@ ALLOWED_CIRCLES = (
 # state/ writes its database and folders with the same private modes as everything else Specdeck
 # writes; backend/filemodes.py is standard library only (the supervisor's wrapper runs it alone).
 STATE_MAY_IMPORT = frozenset({"backend.filemodes"})
+DOMAINS = ("sglang", "regen", "bench", "train", "telemetry", "auth")
+FOUNDATION = ("backend.supervisor", "backend.sim", "backend.demo", "backend.workspace", "backend.filemodes",
+              "backend.readcap",
+              "backend.validation", "backend.logview", "backend.logprefix", "backend.modelinfo", "backend.pyprobe")
 # May import backend.cli: the command line itself, and the dashboard's composition root.
 CLI_USERS = ("backend.cli", "backend.runtime", "backend.__main__")
 
@@ -224,6 +233,12 @@ def _under(module: str, *tops: str) -> bool:
     return any(module == t or module.startswith(t + ".") for t in tops)
 
 
+def domain_of(module: str) -> str | None:
+    """``backend.sglang.config`` -> ``sglang``; None for a module in no domain."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "backend" and parts[1] in DOMAINS else None
+
+
 def layer_violations(graph: dict[str, set[str]]) -> list[str]:
     """Each import that crosses a layer the wrong way, as ``importer -> imported: why``."""
     out = []
@@ -234,6 +249,14 @@ def layer_violations(graph: dict[str, set[str]]) -> list[str]:
                     out.append(f"{m} -> {t}: backend/ never imports the dashboard")
                 elif _under(t, "backend.cli") and not _under(m, *CLI_USERS):
                     out.append(f"{m} -> {t}: only the command line (and backend/runtime.py) imports backend.cli")
+                elif domain_of(m) and domain_of(t) and domain_of(m) != domain_of(t):
+                    out.append(f"{m} -> {t}: a domain never imports another (what crosses them is a flow)")
+                elif domain_of(m) and _under(t, "backend.flows"):
+                    out.append(f"{m} -> {t}: a domain never imports a flow")
+                elif _under(m, *FOUNDATION) and (domain_of(t) or _under(t, "backend.flows", "backend.runtime")):
+                    out.append(f"{m} -> {t}: the foundation imports no domain, flow or composition root")
+                elif _under(m, "backend.flows") and _under(t, "backend.runtime"):
+                    out.append(f"{m} -> {t}: a flow never imports the dashboard's composition root")
             elif _under(m, "state"):
                 if _under(t, "backend", "ui", "pages", "app") and t not in STATE_MAY_IMPORT:
                     out.append(f"{m} -> {t}: state/ imports nothing from backend/, ui/ or pages/")
@@ -254,11 +277,20 @@ def graph() -> dict[str, set[str]]:
 
 def test_the_graph_is_read(graph):
     assert {"backend.cli.bench", "state.processes", "specdeck_types.process", "ui.auth", "app"} <= set(graph)
-    assert "backend.bench.job" in graph["backend.cli.bench"]
+    assert "backend.flows.bench_job" in graph["backend.cli.bench"]
 
 
 def test_layers(graph):
     assert layer_violations(graph) == []
+
+
+def test_every_domain_and_the_foundation_are_there(graph):
+    """The rules name real packages: a renamed domain or foundation module must be renamed here too."""
+    for d in DOMAINS:
+        assert f"backend.{d}" in graph, f"backend/{d} is gone; update DOMAINS"
+    for f in FOUNDATION:
+        assert f in graph, f"{f} is gone; update FOUNDATION"
+    assert any(_under(m, "backend.flows") for m in graph)
 
 
 def test_no_import_circle(graph):
@@ -268,7 +300,8 @@ def test_no_import_circle(graph):
 
 # -- the detectors on planted imports -----------------------------------------------------------------
 
-MODS = {"backend", "backend.cli", "backend.cli.bench", "backend.bench", "backend.bench.job", "backend.runtime",
+MODS = {"backend", "backend.cli", "backend.cli.bench", "backend.bench", "backend.bench.job", "backend.flows",
+        "backend.flows.bench_job", "backend.runtime",
         "backend.filemodes", "state", "state.store", "specdeck_types", "specdeck_types.bench", "ui", "ui.auth",
         "ui.context", "pages.gpus", "app"}
 
@@ -276,18 +309,18 @@ MODS = {"backend", "backend.cli", "backend.cli.bench", "backend.bench", "backend
 @pytest.mark.parametrize(
     "module, source, expected",
     [
-        ("backend.bench.job", "from backend.cli.bench import describe", {"backend.cli.bench"}),
-        ("backend.bench.job", "def f():\n    from backend.cli import bench\n", {"backend.cli.bench"}),
-        ("backend.bench.job", "import backend.cli.bench.nothing", {"backend.cli.bench"}),
-        ("backend.bench.job", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ui.auth import x\n",
+        ("backend.flows.bench_job", "from backend.cli.bench import describe", {"backend.cli.bench"}),
+        ("backend.flows.bench_job", "def f():\n    from backend.cli import bench\n", {"backend.cli.bench"}),
+        ("backend.flows.bench_job", "import backend.cli.bench.nothing", {"backend.cli.bench"}),
+        ("backend.flows.bench_job", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ui.auth import x\n",
          set()),
-        ("backend.bench.job", "import typing\nif typing.TYPE_CHECKING:\n    import ui.auth\nelse:\n    import state\n",
+        ("backend.flows.bench_job", "import typing\nif typing.TYPE_CHECKING:\n    import ui.auth\nelse:\n    import state\n",
          {"state"}),
-        ("backend.bench.job", "from . import runner", {"backend.bench"}),
-        ("backend.bench.job", "from .. import filemodes", {"backend.filemodes"}),
+        ("backend.flows.bench_job", "from . import runner", {"backend.flows"}),
+        ("backend.flows.bench_job", "from .. import filemodes", {"backend.filemodes"}),
         ("backend.bench", "from .job import x", {"backend.bench.job"}),
-        ("backend.bench.job", "import importlib\nimportlib.import_module('ui.context')", {"ui.context"}),
-        ("backend.bench.job", "import os, json\nfrom pathlib import Path", set()),
+        ("backend.flows.bench_job", "import importlib\nimportlib.import_module('ui.context')", {"ui.context"}),
+        ("backend.flows.bench_job", "import os, json\nfrom pathlib import Path", set()),
     ],
 )
 def test_imports_of(module, source, expected):
@@ -297,14 +330,25 @@ def test_imports_of(module, source, expected):
 @pytest.mark.parametrize(
     "graph, expected",
     [
-        ({"backend.bench.job": {"backend.cli.bench"}}, ["backend.bench.job -> backend.cli.bench"]),
-        ({"backend.bench.job": {"ui.auth"}}, ["backend.bench.job -> ui.auth"]),
+        ({"backend.flows.bench_job": {"backend.cli.bench"}}, ["backend.flows.bench_job -> backend.cli.bench"]),
+        ({"backend.flows.bench_job": {"ui.auth"}}, ["backend.flows.bench_job -> ui.auth"]),
         ({"backend.cli.bench": {"pages.gpus"}}, ["backend.cli.bench -> pages.gpus"]),
-        ({"state.store": {"backend.bench.job"}}, ["state.store -> backend.bench.job"]),
+        ({"state.store": {"backend.flows.bench_job"}}, ["state.store -> backend.flows.bench_job"]),
         ({"state.store": {"ui.context"}}, ["state.store -> ui.context"]),
         ({"specdeck_types.bench": {"state.store"}}, ["specdeck_types.bench -> state.store"]),
         ({"specdeck_types.bench": {"backend.filemodes"}}, ["specdeck_types.bench -> backend.filemodes"]),
+        ({"backend.train.checkpoints": {"backend.sglang.preflight"}},
+         ["backend.train.checkpoints -> backend.sglang.preflight"]),
+        ({"backend.bench": {"backend.regen.output"}}, ["backend.bench -> backend.regen.output"]),
+        ({"backend.sglang.fleet": {"backend.flows.relaunch"}}, ["backend.sglang.fleet -> backend.flows.relaunch"]),
+        ({"backend.workspace": {"backend.regen.catalog"}}, ["backend.workspace -> backend.regen.catalog"]),
+        ({"backend.supervisor.loop": {"backend.flows.demo"}}, ["backend.supervisor.loop -> backend.flows.demo"]),
+        ({"backend.sim.server": {"backend.sglang.config"}}, ["backend.sim.server -> backend.sglang.config"]),
+        ({"backend.flows.sweep": {"backend.runtime"}}, ["backend.flows.sweep -> backend.runtime"]),
         # allowed
+        ({"backend.flows.deploy": {"backend.bench.breakeven", "backend.sglang.config", "backend.workspace"}}, []),
+        ({"backend.train.runs": {"backend.workspace", "backend.supervisor.logtail", "backend.train.config"}}, []),
+        ({"backend.sglang.client": {"specdeck_types.server_info"}, "backend.bench.intake": {"state.bench"}}, []),
         ({"backend.cli": {"backend.cli.bench"}, "backend.runtime": {"backend.cli"}}, []),
         ({"state.store": {"backend.filemodes", "specdeck_types.bench"}}, []),
         ({"specdeck_types.bench": {"specdeck_types"}, "ui.auth": {"backend.runtime", "state"}}, []),

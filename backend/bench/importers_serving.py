@@ -32,7 +32,7 @@ import re
 from typing import Any
 
 from backend.bench.records import Parsed, Problem, integer, num, positive
-from backend.sglang.client import ServerInfo
+from specdeck_types.server_info import ServerInfo
 from specdeck_types.bench import NO_SPECULATION, BenchConfig, BenchFigures, BenchLoad, BenchResult, Percentiles
 
 JSONL_FORMAT = "bench_serving_jsonl"

@@ -17,7 +17,7 @@ was already stored from the same file and line).  Lines that could not be read
 are reported on stderr as ``FILE:LINE: field: why``; the rest is imported.
 Exit status 1 when a file could not be imported or had such lines.
 
-``run`` benchmarks a workspace server in the foreground (:mod:`backend.bench.job`).  Several
+``run`` benchmarks a workspace server in the foreground (:mod:`backend.flows.bench_job`).  Several
 concurrencies run one after the other, each stored as its own result.  The job writes its
 progress file (default: ``<outputs>/bench/<server>-<run id>/progress.json``) and prints one
 line per stored result (a JSON object with ``--json``).  SIGTERM stops it cleanly: the
@@ -25,7 +25,7 @@ benchmark process gets SIGTERM, results already stored stay, the progress file s
 ``stopped``.  Exit status 0 when every load was measured, 1 otherwise.
 
 ``sweep`` relaunches a server in each configuration, benchmarks it and restores it
-(:mod:`backend.bench.sweep`).  Lists take commas or spaces.  An axis left out keeps the
+(:mod:`backend.flows.sweep`).  Lists take commas or spaces.  An axis left out keeps the
 server's own value.  Progress goes to the state file (default
 ``<outputs>/bench/sweep-SERVER-ID/state.json``) and, line by line, to stdout; each stored
 result is one line (a JSON object with ``--json``), and at the end the break-even model's
@@ -50,12 +50,12 @@ from typing import TextIO
 from backend.bench.client import BACKENDS, Load
 from backend.bench.describe import describe
 from backend.bench.importers import BenchImportError, import_file
-from backend.bench.job import DONE, job_dir, run_job, stop_on_sigterm
-from backend.bench.runner import Target, UnknownServer, target_of
-from backend.bench.sweep import DONE as SWEEP_DONE
-from backend.bench.sweep import SweepStateError, run_sweep, state_path
+from backend.flows.bench_job import DONE, job_dir, run_job, stop_on_sigterm
+from backend.flows.bench_runner import Target, UnknownServer, target_of
+from backend.flows.sweep import DONE as SWEEP_DONE
+from backend.flows.sweep import SweepStateError, run_sweep, state_path
 from backend.bench.sweep_check import describe_row
-from backend.bench.sweep_plan import MODES, PlanError, SweepPlan, parse_int_list
+from backend.flows.sweep_plan import MODES, PlanError, SweepPlan, parse_int_list
 from backend.cli.session import SOURCE, CommandError, Session, actor
 from specdeck_types.bench import BenchResult
 from state import audit

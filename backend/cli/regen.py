@@ -103,7 +103,8 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _workspace(args: argparse.Namespace):
-    from backend.workspace import ConfigError, load_workspace
+    from backend.workspace import ConfigError
+    from backend.flows.workspace import load_workspace
 
     try:
         return load_workspace(getattr(args, "workspace", None))

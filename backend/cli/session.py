@@ -8,7 +8,7 @@ from typing import TextIO
 
 from backend.supervisor.machine import describe_exit
 from backend.supervisor.supervisor import Supervisor
-from backend.workspace import load_workspace
+from backend.flows.workspace import load_workspace
 from state import Store
 
 SOURCE = "cli"

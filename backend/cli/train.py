@@ -30,7 +30,7 @@ the working folder and, for Gen-3, the YAML that ``start`` writes.  ``resume`` p
 confirmed against (SpecForge 0.2.0's ``--resume`` starts over; no checkpoint yet) and does nothing
 without ``--yes`` (exit 1).
 
-``deploy`` takes a checkpoint to a benchmarked server in one command (:mod:`backend.train.deploy_job`):
+``deploy`` takes a checkpoint to a benchmarked server in one command (:mod:`backend.flows.deploy_job`):
 it inspects and preflights the checkpoint against the server's target, relaunches the server with it
 (EAGLE3) and waits until it is ready, benchmarks it at the stored baseline's load (or the load given),
 stores the result labelled with the checkpoint, and prints the speedup against the baseline at the same
@@ -126,7 +126,7 @@ def cmd_parselog(args: argparse.Namespace, out: TextIO) -> int:
     if args.follow:
         import signal
 
-        from backend.bench.job import stop_on_sigterm
+        from backend.flows.bench_job import stop_on_sigterm
 
         stop = threading.Event()
         previous = stop_on_sigterm(stop, (signal.SIGTERM,))[signal.SIGTERM]  # end like Ctrl-C, with the counts
@@ -224,7 +224,8 @@ def cmd_checkpoints(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
-    from backend.train.checkpoints import inspect_checkpoint, preflight_checkpoint
+    from backend.train.checkpoints import inspect_checkpoint
+    from backend.flows.checkpoint_check import preflight_checkpoint
 
     try:
         info = inspect_checkpoint(args.checkpoint, draft_config=args.draft_config)
@@ -361,7 +362,7 @@ def cmd_resume(s, args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _request(args: argparse.Namespace):
-    from backend.train.deploy import KEEP, RESTORE, DeployRequest
+    from backend.flows.deploy import KEEP, RESTORE, DeployRequest
 
     return DeployRequest(
         checkpoint=str(Path(args.checkpoint).expanduser().resolve()), server=args.server,
@@ -374,9 +375,9 @@ def _request(args: argparse.Namespace):
 
 
 def cmd_deploy(s, args: argparse.Namespace, out: TextIO) -> int:
-    from backend.bench.job import stop_on_sigterm
-    from backend.train.deploy import DONE
-    from backend.train.deploy_job import run_deploy, state_path
+    from backend.flows.bench_job import stop_on_sigterm
+    from backend.flows.deploy import DONE
+    from backend.flows.deploy_job import run_deploy, state_path
 
     req = _request(args)
     path = Path(args.state_file) if args.state_file else state_path(s.ws, req.server, time.strftime("%Y%m%d-%H%M%S"))

@@ -6,7 +6,8 @@ import argparse
 from pathlib import Path
 from typing import TextIO
 
-from backend.workspace import CONFIG_NAME, load_workspace
+from backend.workspace import CONFIG_NAME
+from backend.flows.workspace import load_workspace
 
 
 def cmd_init(args: argparse.Namespace, out: TextIO) -> int:

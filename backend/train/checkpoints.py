@@ -1,4 +1,4 @@
-"""A training run's checkpoints: listed, inspected without loading weights, and preflighted against a target.
+"""A training run's checkpoints: listed and inspected without loading weights.
 
 Folder names by SpecForge generation (reference §1, §2): Gen-1 ``epoch_{N}``, Gen-2 ``epoch_{N}_step_{M}``,
 Gen-3 ``{run_id}-step{N}`` with ``{run_id}-latest`` / ``{run_id}-best`` links and ``{run_id}.best_meta.json``
@@ -9,8 +9,7 @@ first.
 
 Inspection reads ``config.json`` and the safetensors header through :mod:`backend.modelinfo` and
 the small fields of ``training_state.pt`` through :mod:`backend.train.torchstate`; no tensor is loaded.
-Preflight runs the Servers page's own checks (:mod:`backend.sglang.preflight`) for the checkpoint as the
-EAGLE3 draft of a chosen target.
+Whether one can be served as a target's EAGLE3 draft is :mod:`backend.flows.checkpoint_check`.
 """
 
 from __future__ import annotations
@@ -22,11 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from backend.readcap import read_text_capped
-from backend.sglang import preflight
-from backend.sglang.config import ServerConfig, SpeculativeConfig
-from backend.modelinfo import DraftInfo, ModelInfoError, read_draft, read_json_config, read_target
-from backend.sglang.preflight import Finding
-from backend.sglang.version import Capabilities, capabilities
+from backend.modelinfo import DraftInfo, ModelInfoError, read_draft, read_json_config
 from backend.train.torchstate import StateReadError, TrainingState, read_training_state
 
 _GEN1 = re.compile(r"^epoch_([0-9]{1,9})$")
@@ -34,7 +29,6 @@ _GEN2 = re.compile(r"^epoch_([0-9]{1,9})_step_([0-9]{1,15})$")
 _GEN3 = re.compile(r"^(?P<run>.+)-step(?P<step>[0-9]{1,15})$")
 _GEN3_LINK = re.compile(r"^(?P<run>.+)-(?P<which>latest|best)$")
 _RANK_STATE = re.compile(r"^training_state_rank[0-9]+\.pt$")
-_SEVERITY_ORDER = ("error", "warning", "info")
 _LINK_FILE_MAX = 4095  # a link file names one folder; anything longer is not one
 
 
@@ -285,50 +279,3 @@ def inspect_checkpoint(path: str | Path, *, draft_config: str | Path | None = No
                 notes.append(f"no {name} tensor (SpecForge's exporter requires it)")
     return CheckpointInfo(p, gen, runtime, why is None, why, argv, draft, config_error, state, state_error, rank_states,
                           tuple(notes))
-
-
-# -- preflight ------------------------------------------------------------------------------------
-
-def preflight_checkpoint(checkpoint: str | Path, target: str | Path, *, server: ServerConfig | None = None,
-                         sglang_version: str | Capabilities | None = None, num_steps: int | None = 3,
-                         eagle_topk: int | None = 1, num_draft_tokens: int | None = 4,
-                         draft_config: str | Path | None = None) -> list[Finding]:
-    """The Servers page's draft checks for ``checkpoint`` served as the EAGLE3 draft of ``target``:
-    architecture against the algorithm, fc width = aux layers × target hidden size, vocab size and the
-    d2t/t2d mapping, layer count, aux layer ids, steps/topk/draft tokens.  Errors first.
-
-    ``server``: the serving server's config, whose settings (and sglang version) are kept; only the
-    algorithm and draft path change.  A runtime checkpoint gets one error with the export command."""
-    ckpt = Path(checkpoint)
-    if not ckpt.is_dir():
-        return [Finding("error", "checkpoint-missing", f"The checkpoint folder {ckpt} does not exist.",
-                        "Pick a checkpoint from the run's list.", "speculative.draft_model_path")]
-    info = inspect_checkpoint(ckpt, draft_config=draft_config)
-    if info.runtime:
-        cmd = " ".join(info.export_argv) if info.export_argv else (
-            f"specforge export --to sglang --checkpoint {ckpt} --draft-config <the run's draft config> "
-            f"--output-dir {ckpt.parent / (ckpt.name + '-sglang')}")
-        return [Finding("error", "checkpoint-not-servable", f"{ckpt.name} is {info.why_not_servable}.",
-                        f"Run: {cmd}", "speculative.draft_model_path")]
-    spec = dict(algorithm="EAGLE3", draft_model_path=str(ckpt), num_steps=num_steps, eagle_topk=eagle_topk,
-                num_draft_tokens=num_draft_tokens)
-    if server is not None:
-        cfg = server.model_copy(update={"model_path": str(target),
-                                        "speculative": server.speculative.model_copy(update=spec)})
-    else:
-        cfg = ServerConfig(name="checkpoint-preflight", model_path=str(target), simulate=True,
-                           speculative=SpeculativeConfig(**spec))
-    if isinstance(sglang_version, Capabilities):
-        caps = sglang_version
-    else:
-        caps = capabilities(sglang_version or cfg.sglang_version)
-    out: list[Finding] = []
-    tgt = None
-    if preflight._check_dir(str(target), "model_path", "model_path", out):
-        try:
-            tgt = read_target(target)
-        except ModelInfoError as exc:
-            out.append(Finding("error", "target-config", str(exc), "Fix the target's config.json.", "model_path"))
-    preflight._check_speculative(cfg, caps, tgt, out)
-    out.sort(key=lambda f: _SEVERITY_ORDER.index(f.severity))
-    return out

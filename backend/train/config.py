@@ -24,7 +24,7 @@ written back into the same table with its comments kept.  Example::
 
 ``entry`` names what runs instead of SpecForge's own entry point of the generation:
 ``"module:PKG.MOD [ARG ...]"`` runs ``python -m PKG.MOD ARG ...`` with the generation's flags (the
-project's CPU trainer is ``"module:backend.train.tiny train"``, which takes Gen-2's flags), and
+project's CPU trainer is ``"module:backend.flows.tiny train"``, which takes Gen-2's flags), and
 ``"script:PATH"`` runs a script (relative to ``specforge_dir``).  Relative data and output paths are
 relative to the workspace folder; ``output_dir`` defaults to ``<outputs>/train/<name>``.
 """
@@ -152,7 +152,7 @@ class TrainRunConfig(_Model):
             except ValueError as exc:
                 raise ValueError(f"cannot split the module's words: {exc}") from None
             if not words or not _MODULE_RE.match(words[0]):
-                raise ValueError("write entry = 'module:package.module [args]', e.g. 'module:backend.train.tiny "
+                raise ValueError("write entry = 'module:package.module [args]', e.g. 'module:backend.flows.tiny "
                                  "train'")
             return v
         if kind == "script":
@@ -217,10 +217,16 @@ class TrainRunConfig(_Model):
         """``module:`` → [module, args...]; ``script:`` → [path]; SpecForge's own → []."""
         kind, _, rest = self.entry.partition(":")
         if kind == "module":
-            return shlex.split(rest)
+            words = shlex.split(rest)
+            words[0] = RENAMED_MODULES.get(words[0], words[0])
+            return words
         if kind == "script":
             return [rest.strip()]
         return []
+
+
+# Modules of the project's own trainer that moved: a workspace written before still names the old one.
+RENAMED_MODULES = {"backend.train.tiny": "backend.flows.tiny"}
 
 
 def resolve_path(path: str | None, root: Path) -> str | None:

@@ -10,7 +10,7 @@ from backend.sglang.config import ServerConfig
 from backend.sglang.launch import build_argv, to_process_spec
 from backend.sglang.preflight import run_preflight
 from backend.telemetry.fake import FakeNvml
-from backend.workspace import load_workspace
+from backend.flows.workspace import load_workspace
 
 GiB = 1024 ** 3
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.workspace import load_workspace
+from backend.flows.workspace import load_workspace
 from state.store import Store
 
 
@@ -98,8 +98,8 @@ def test_a_regeneration_writes_its_files_0600(tmp_path: Path):
 
 
 def test_a_benchmark_jobs_progress_and_a_sweeps_lock_are_0600(tmp_path: Path):
-    from backend.bench.job import Progress, ProgressWriter
-    from backend.bench.sweep import take_lock
+    from backend.flows.bench_job import Progress, ProgressWriter
+    from backend.flows.sweep import take_lock
 
     p = tmp_path / "outputs" / "bench" / "s-1" / "progress.json"
     ProgressWriter(p, Progress("server", "builtin", [])).update(force=True, phase="running")

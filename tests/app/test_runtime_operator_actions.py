@@ -14,7 +14,7 @@ from backend.runtime import Runtime
 from backend.sim.models import make_draft_dir, make_target_dir
 from backend.train.generation import clear_cache
 from backend.train.config import TrainRunConfig
-from backend.workspace import load_workspace
+from backend.flows.workspace import load_workspace
 from state import audit
 from tests.helpers import free_port
 

@@ -100,7 +100,7 @@ def test_relaunch_with_fixed_config_rewrites_file_and_comes_up_ready(ws):
         raise AssertionError("relaunched server did not become ready")
     assert "EAGLE3" in v.spec.argv
     # the reloaded workspace sees the fix too
-    from backend.workspace import load_workspace
+    from backend.flows.workspace import load_workspace
 
     assert load_workspace(ws).config.server[0]["speculative"]["algorithm"] == "EAGLE3"
     rt.stop("sim", actor="bob", source="test")

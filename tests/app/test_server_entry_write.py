@@ -5,7 +5,8 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from backend.workspace import load_workspace, update_server_entry
+from backend.workspace import update_server_entry
+from backend.flows.workspace import load_workspace
 
 TOML = """# my workspace
 [workspace]

@@ -2,7 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from backend.workspace import ConfigError, load_workspace, parse_config
+from backend.workspace import ConfigError
+from backend.flows.workspace import load_workspace, parse_config
 
 GOOD = """
 [workspace]

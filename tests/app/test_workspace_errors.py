@@ -12,7 +12,8 @@ import pytest
 
 from backend import runtime as runtime_mod
 from backend.cli import main
-from backend.workspace import ConfigError, load_workspace, parse_config
+from backend.workspace import ConfigError
+from backend.flows.workspace import load_workspace, parse_config
 
 PY = sys.executable
 

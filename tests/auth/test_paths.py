@@ -9,7 +9,8 @@ import pytest
 
 from backend.auth import AccessPolicy, Authority, Caller, NotAuthorised, UserStore
 from backend.auth.paths import PathRefused, resolve_typed
-from backend.workspace import ConfigError, parse_config
+from backend.workspace import ConfigError
+from backend.flows.workspace import parse_config
 
 
 def test_a_path_under_a_root_is_resolved(tmp_path):

@@ -10,7 +10,7 @@ import pytest
 
 from backend.auth import Caller, NotAuthorised
 from backend.runtime import Runtime
-from backend.workspace import load_workspace
+from backend.flows.workspace import load_workspace
 from state import Store, audit
 from state import store as store_mod
 

@@ -6,7 +6,7 @@ import pytest
 
 from backend.bench.breakeven import ASSUMPTIONS, BreakEven, explain, pair_with_baselines
 from backend.bench.demo_history import install_demo_history
-from backend.demo import write_demo_workspace
+from backend.flows.demo import write_demo_workspace
 from state.bench import BenchStore
 from state.store import Store
 

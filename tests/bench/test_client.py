@@ -26,7 +26,7 @@ import statistics
 import pytest
 
 from backend.bench.client import Load, Outcome, _chunk_tokens, run_load, summarize
-from backend.bench.runner import Target, run_benchmark
+from backend.flows.bench_runner import Target, run_benchmark
 from tests.sim.simproc import Sim, start_sim as sim_process
 from tests.simws import make_models
 

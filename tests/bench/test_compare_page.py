@@ -209,7 +209,7 @@ def _bench_job(rt):
 
 @pytest.mark.timeout(240)
 def test_a_benchmark_started_from_the_form_is_stored_and_shown(workspace):
-    from backend.bench.job import read_progress
+    from backend.flows.bench_job import read_progress
     from state import audit
 
     at = _page()
@@ -247,7 +247,7 @@ def test_a_benchmark_started_from_the_form_is_stored_and_shown(workspace):
 
 @pytest.mark.timeout(240)
 def test_stop_from_the_page_ends_the_benchmark_and_keeps_what_was_stored(workspace):
-    from backend.bench.job import read_progress
+    from backend.flows.bench_job import read_progress
 
     at = _page()
     rt = runtime_mod.get_runtime()
@@ -275,7 +275,7 @@ def test_stop_from_the_page_ends_the_benchmark_and_keeps_what_was_stored(workspa
 
 @pytest.mark.timeout(120)
 def test_a_benchmark_of_a_server_that_is_not_running_fails_and_the_page_says_why(workspace):
-    from backend.bench.job import read_progress
+    from backend.flows.bench_job import read_progress
 
     at = _page()
     rt = runtime_mod.get_runtime()

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 CHILD = r"""
 import os, signal, sys, threading, time
 sys.path.insert(0, sys.argv[1])
-from backend.bench.job import stop_on_sigterm
+from backend.flows.bench_job import stop_on_sigterm
 
 class SignalInsideSet(threading.Event):
     def set(self):
@@ -54,7 +54,7 @@ def test_a_second_ctrl_c_interrupts_as_usual():
     child = r"""
 import os, signal, sys, threading
 sys.path.insert(0, sys.argv[1])
-from backend.bench.job import stop_on_sigterm
+from backend.flows.bench_job import stop_on_sigterm
 stop = threading.Event()
 stop_on_sigterm(stop)
 os.kill(os.getpid(), signal.SIGINT)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from backend.bench.relaunch import (PreflightFailed, RelaunchFailed, relaunch_and_wait, remember, restore,
+from backend.flows.relaunch import (PreflightFailed, RelaunchFailed, relaunch_and_wait, remember, restore,
                                     restored_text)
 from specdeck_types.process import ProcState
 from tests.bench.sweep_kit import SERVER, flag, make_models, session, write_workspace

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from backend.bench.client import Load
-from backend.bench.job import read_progress
-from backend.bench.runner import Mark, Target, accept_from_log, run_benchmark, windowed_accept
+from backend.flows.bench_job import read_progress
+from backend.flows.bench_runner import Mark, Target, accept_from_log, run_benchmark, windowed_accept
 from backend.cli import main
 from tests.bench.sweep_kit import write_workspace
 from tests.helpers import free_port
@@ -124,7 +124,7 @@ def test_sglang_bench_serving_runs_and_is_imported_with_the_windowed_accept_len(
 
 
 def test_sglang_mode_without_sglang_says_so(spec_sim, tmp_path):
-    from backend.bench.runner import BenchRunError
+    from backend.flows.bench_runner import BenchRunError
 
     with pytest.raises(BenchRunError, match="has no sglang"):
         run_benchmark(Target(spec_sim.base, python=sys.executable), Load(num_prompts=1), mode="sglang",
@@ -231,7 +231,7 @@ def test_sigterm_stops_the_benchmark_and_says_stopped(ws, tmp_path):
 
 @pytest.mark.timeout(180)
 def test_bench_run_as_a_supervised_job(ws):
-    from backend.bench.job import progress_path, start_job
+    from backend.flows.bench_job import progress_path, start_job
     from backend.cli.session import Session
     from specdeck_types.process import ProcState
     from state.bench import BenchStore
@@ -260,7 +260,7 @@ def test_bench_run_as_a_supervised_job(ws):
 
 
 def test_a_job_against_a_server_that_is_down_fails_and_says_why(tmp_path):
-    from backend.bench.job import run_job
+    from backend.flows.bench_job import run_job
 
     port = free_port()  # nothing listens there
     stored: list = []

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from backend.bench.relaunch import relaunch_and_wait
-from backend.bench.sweep import read_state
+from backend.flows.relaunch import relaunch_and_wait
+from backend.flows.sweep import read_state
 from backend.cli import main
 from specdeck_types.process import ProcState
 from tests.bench.sweep_kit import SERVER, make_models, wait_until, write_workspace
@@ -182,8 +182,8 @@ def test_stopping_the_supervised_job_leaves_the_server_it_relaunched_to_the_rest
     in the configuration the server started with, which the restore then keeps as it is."""
     import psutil
 
-    from backend.bench.sweep import command_line, state_path, sweep_process_spec
-    from backend.bench.sweep_plan import SweepPlan
+    from backend.flows.sweep import command_line, state_path, sweep_process_spec
+    from backend.flows.sweep_plan import SweepPlan
     from backend.cli.session import Session
 
     text, argv = _start(ws)

@@ -11,8 +11,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from backend import runtime as runtime_mod
-from backend.bench.sweep import preview, read_state
-from backend.bench.sweep_plan import SweepPlan
+from backend.flows.sweep import preview, read_state
+from backend.flows.sweep_plan import SweepPlan
 from state import audit
 from tests.bench.sweep_kit import SERVER, make_models, wait_until, write_workspace
 

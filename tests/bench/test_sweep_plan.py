@@ -9,7 +9,7 @@ import json
 import pytest
 
 from backend.bench.sweep_check import check_sweep
-from backend.bench.sweep_plan import PlanError, SweepConfig, SweepPlan, expand
+from backend.flows.sweep_plan import PlanError, SweepConfig, SweepPlan, expand
 from backend.cli import main
 from tests.bench.sweep_kit import SERVER, make_models, write_workspace
 from tests.sglang.conftest import server_cfg
@@ -175,8 +175,8 @@ def test_a_load_with_failed_requests_is_stored_with_a_note(tmp_path, monkeypatch
     """run_sweep with the relaunch and the benchmark replaced: the bookkeeping alone."""
     from types import SimpleNamespace
 
-    import backend.bench.sweep as sweep
-    from backend.bench.relaunch import LaunchResult, Original
+    import backend.flows.sweep as sweep
+    from backend.flows.relaunch import LaunchResult, Original
     from specdeck_types.bench import BenchConfig, BenchFigures, BenchLoad, BenchResult
     from state import Store
 
@@ -212,8 +212,8 @@ def test_a_second_sweep_of_the_same_server_is_refused_while_the_first_runs(ws, t
     import subprocess
     import sys
 
-    from backend.bench.sweep import lock_path
-    from backend.workspace import load_workspace
+    from backend.flows.sweep import lock_path
+    from backend.flows.workspace import load_workspace
 
     # a live process that reads as a sweep
     other = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "bench", "sweep", SERVER],
@@ -234,8 +234,8 @@ def test_a_stopped_sweep_restores_within_the_stops_grace_period(tmp_path, monkey
     import threading
     from types import SimpleNamespace
 
-    import backend.bench.sweep as sweep
-    from backend.bench.relaunch import Original, RelaunchFailed
+    import backend.flows.sweep as sweep
+    from backend.flows.relaunch import Original, RelaunchFailed
     from state import Store
 
     original = Original(SERVER, server.model_dump(mode="json"), "", True)

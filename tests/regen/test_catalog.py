@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from backend.regen.catalog import DatasetConfig, MixConfig, MixEntry, mixes, resolve_mix
-from backend.workspace import ConfigError, parse_config
+from backend.workspace import ConfigError
+from backend.flows.workspace import parse_config
 
 GOOD = """\
 [workspace]

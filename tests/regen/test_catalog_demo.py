@@ -6,11 +6,11 @@ import json
 
 import pyarrow.parquet as pq
 
-from backend.demo import write_demo_workspace
+from backend.flows.demo import write_demo_workspace
 from backend.regen.catalog import mixes
 from backend.regen.datasets import Skipped, read_mix
 from backend.regen.demo_data import write_demo_datasets
-from backend.workspace import load_workspace
+from backend.flows.workspace import load_workspace
 
 # (name, source, size, license) as the notes of the original run give them; None where they do not
 SEEDS = [

@@ -259,7 +259,8 @@ def test_the_demo_workspace_mix_through_a_managed_server_name(tmp_path, sims):
     filters, bad and duplicate rows) regenerated; per-dataset counts as the dataset reader gives them."""
     from backend.regen.catalog import mixes
     from backend.regen.datasets import count_mix
-    from backend.workspace import load_workspace, update_server_entry
+    from backend.workspace import update_server_entry
+    from backend.flows.workspace import load_workspace
 
     sim = sims()
     root = tmp_path / "ws"

@@ -15,7 +15,7 @@ from backend import runtime as runtime_mod
 from backend.regen import control
 from backend.runtime import Runtime
 from backend.supervisor.adhoc import load_jobs, save_job
-from backend.workspace import load_workspace
+from backend.flows.workspace import load_workspace
 from specdeck_types.process import Kind, ProcessSpec
 from state import audit
 from tests.regen.regen_fixtures import append, snap

@@ -11,7 +11,8 @@ from pydantic import ValidationError
 from backend.sglang.config import ServerConfig, describe_validation_error
 from backend.sglang.launch import build_argv, build_env, endpoints, server_args, to_process_spec
 from backend.sglang.version import capabilities, clear_cache, detect_version, parse_version
-from backend.workspace import ConfigError, parse_config
+from backend.workspace import ConfigError
+from backend.flows.workspace import parse_config
 from specdeck_types.process import Kind
 
 

@@ -13,7 +13,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from backend import runtime as runtime_mod
-from backend.workspace import parse_config
+from backend.flows.workspace import parse_config
 from tests.helpers import close_runtime, free_port
 from tests.simws import make_models
 

@@ -172,7 +172,7 @@ def test_the_last_measurement_says_how_it_ended(page):
     """A baseline measurement's state file (as the sweep job writes it) is read on the page."""
     import json
 
-    from backend.bench.sweep import state_path, sweep_process_spec
+    from backend.flows.sweep import state_path, sweep_process_spec
     from backend.supervisor.adhoc import save_job
 
     rt, decode = page

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from backend.train.checkpoints import inspect_checkpoint, preflight_checkpoint
+from backend.train.checkpoints import inspect_checkpoint
+from backend.flows.checkpoint_check import preflight_checkpoint
 from tests.train.ckpt_files import write_checkpoint, write_target
 
 

@@ -9,7 +9,8 @@ import zipfile
 
 import pytest
 
-from backend.train.checkpoints import inspect_checkpoint, list_checkpoints, preflight_checkpoint
+from backend.train.checkpoints import inspect_checkpoint, list_checkpoints
+from backend.flows.checkpoint_check import preflight_checkpoint
 from backend.train.torchstate import StateReadError, read_training_state
 from tests.train.ckpt_files import (
     draft_config, eagle3_tensors, write_checkpoint, write_safetensors, write_state, write_target,

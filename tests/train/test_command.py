@@ -117,21 +117,21 @@ def test_gen1_online_and_offline_scripts():
 
 
 def test_module_entry_runs_the_cpu_trainer_with_gen2_flags():
-    c = _cmd("gen2", name="demo", python="/usr/bin/python3", entry="module:backend.train.tiny train",
+    c = _cmd("gen2", name="demo", python="/usr/bin/python3", entry="module:backend.flows.tiny train",
              target_model="./models/tiny-target", train_data="outputs/regen/demo.jsonl", num_epochs=2, batch_size=4,
              learning_rate=3e-3, max_length=256, ttt_length=3, save_interval=20, log_interval=5, seed=7,
              extra_args=["--device", "cpu", "--size", "tiny"])
     assert c.argv == (
-        "/usr/bin/python3", "-m", "backend.train.tiny", "train",
+        "/usr/bin/python3", "-m", "backend.flows.tiny", "train",
         "--target-model-path", "/ws/models/tiny-target", "--train-data-path", "/ws/outputs/regen/demo.jsonl",
         "--output-dir", "/ws/outputs/train/demo", "--num-epochs", "2", "--batch-size", "4",
         "--learning-rate", "0.003", "--max-length", "256", "--ttt-length", "3", "--save-interval", "20",
         "--log-interval", "5", "--seed", "7", "--device", "cpu", "--size", "tiny")
     assert c.cwd == str(Path(__file__).resolve().parents[2])  # the repository, where backend/ is importable
-    two = _cmd("gen2", name="demo", python="/usr/bin/python3", entry="module:backend.train.tiny train",
+    two = _cmd("gen2", name="demo", python="/usr/bin/python3", entry="module:backend.flows.tiny train",
                target_model="/t", train_data="/d", gpus=[0, 1], resume=True)
     assert two.argv[:9] == ("/usr/bin/python3", "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-                            "2", "-m", "backend.train.tiny", "train")
+                            "2", "-m", "backend.flows.tiny", "train")
     assert two.argv[-1] == "--resume"
 
 
@@ -187,7 +187,7 @@ def test_gen3_offline_resume_and_no_console_script():
     ("gen3", dict(), [("capture_servers", "Gen-3 online training reads features from a patched SGLang capture "
                                           "server: list its URL (http://host:port), or train offline with "
                                           "train_hidden_states")]),
-    ("gen3", dict(entry="module:backend.train.tiny train", train_hidden_states="/hs"),
+    ("gen3", dict(entry="module:backend.flows.tiny train", train_hidden_states="/hs"),
      [("entry", "Gen-3 is configured by YAML and run by `specforge train`; a module or script entry takes "
                 "Gen-1/Gen-2 flags")]),
     ("gen2", dict(), [("specforge_dir", "Gen-2 runs scripts/ of a SpecForge checkout (the wheel has no scripts/): "

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from backend.bench.relaunch import relaunch_and_wait
+from backend.flows.relaunch import relaunch_and_wait
 from backend.sim.models import make_draft_dir, make_target_dir
-from backend.train.deploy import DeployRequest, read_state
-from backend.train.deploy_job import run_deploy
+from backend.flows.deploy import DeployRequest, read_state
+from backend.flows.deploy_job import run_deploy
 from specdeck_types.bench import BenchConfig, BenchFigures, BenchLoad, BenchResult
 from specdeck_types.process import ProcState
 from state.bench import BenchStore
@@ -50,7 +50,7 @@ def make_ws(base: Path, *, env: dict[str, str] | None = None) -> dict[str, Path]
 
 
 def _store_path(root: Path) -> Path:
-    from backend.workspace import load_workspace
+    from backend.flows.workspace import load_workspace
 
     return load_workspace(str(root)).store_path
 

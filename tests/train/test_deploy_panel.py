@@ -12,8 +12,8 @@ from streamlit.testing.v1 import AppTest
 
 from backend import runtime as runtime_mod
 from backend.supervisor.adhoc import save_job
-from backend.train.deploy import DeployRequest, DeployState, Row, write_state
-from backend.train.deploy_job import deploy_process_spec
+from backend.flows.deploy import DeployRequest, DeployState, Row, write_state
+from backend.flows.deploy_job import deploy_process_spec
 from tests.bench.sweep_kit import SERVER
 from tests.train.test_deploy_flow import BASELINE_TOK_S, hand_rows, make_ckpt, make_ws
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from backend.sglang.config import ServerConfig
-from backend.train.deploy import (DeployError, DeployRequest, DeployState, baseline_config, checkpoint_label, compare,
+from backend.flows.deploy import (DeployError, DeployRequest, DeployState, baseline_config, checkpoint_label, compare,
                                   deploy_config, plan_loads, read_state, speculative_values, stored_baselines,
                                   write_state)
 from specdeck_types.bench import BenchConfig, BenchFigures, BenchLoad, BenchResult
@@ -120,7 +120,7 @@ def test_state_file_round_trip_and_a_torn_file(tmp_path):
 def test_the_supervised_command_line_parses_back_to_the_same_request(tmp_path):
     from backend.cli import build_parser
     from backend.cli.train import _request
-    from backend.train.deploy_job import deploy_process_spec
+    from backend.flows.deploy_job import deploy_process_spec
 
     class WS:
         root = tmp_path

@@ -15,20 +15,20 @@ from types import SimpleNamespace
 
 import pytest
 
-from backend.demo import DEMO_TINY_SERVER, DEMO_TRAIN, write_demo_workspace
+from backend.flows.demo import DEMO_TINY_SERVER, DEMO_TRAIN, write_demo_workspace
 from backend.sglang.config import ServerConfig
 from backend.sglang.launch import to_process_spec
 from backend.sglang.preflight import run_preflight
 from backend.telemetry.attribution import free_memory_by_gpu
 from backend.telemetry.sampler import make_workspace_sampler
-from backend.train.deploy import deploy_config, read_state
+from backend.flows.deploy import deploy_config, read_state
 from specdeck_types.process import ProcState
 from state.bench import BenchStore
 from tests.bench.sweep_kit import flag, session, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_70B = "demo-llama70b-eagle3"
-# the tiny target (backend/train/tiny/target.py SIZES["tiny"]): hidden 64, 6 layers; EAGLE-3's fc reads three
+# the tiny target (backend/flows/tiny/target.py SIZES["tiny"]): hidden 64, 6 layers; EAGLE-3's fc reads three
 # aux layers, so the trainer's fc.weight is 64 × 192
 TINY_HIDDEN, TINY_LAYERS = 64, 6
 # the run shortened to 6 steps, a checkpoint every 3 (the demo data has 200 conversations: 50 steps an epoch)
@@ -72,7 +72,7 @@ def demo(tmp_path_factory):
 
 
 def _servers(root: Path) -> dict[str, ServerConfig]:
-    from backend.workspace import load_workspace
+    from backend.flows.workspace import load_workspace
 
     ws = load_workspace(root)
     return {c.name: c for c in (ServerConfig.model_validate(e) for e in ws.config.server)}
@@ -90,7 +90,7 @@ def test_the_demo_has_a_server_on_the_trainers_target_and_a_checkpoint_passes_it
     assert tiny.port != cfgs[DEMO_70B].port
 
     # the fake GPUs as the workspace's own telemetry reads them, with the 70B server and the training run on them
-    from backend.workspace import load_workspace
+    from backend.flows.workspace import load_workspace
 
     ws = load_workspace(demo.root)
     big = cfgs[DEMO_70B]

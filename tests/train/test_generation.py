@@ -153,7 +153,7 @@ def test_refresh_asks_one_interpreter_again(tmp_path):
     ws.mkdir()
     (ws / "specdeck.toml").write_text(f'[[train]]\nname = "r"\npython = "{py}"\ntarget_model = "/t"\n'
                                       'train_data = "/d"\n')
-    from backend.workspace import load_workspace
+    from backend.flows.workspace import load_workspace
 
     runs = TrainRuns(load_workspace(ws), supervisor=None)
     assert runs.generation("r").generation is None

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from backend.train.config import TrainRunConfig
-from backend.workspace import ConfigError, load_workspace, parse_config, update_entry
+from backend.workspace import ConfigError, update_entry
+from backend.flows.workspace import load_workspace, parse_config
 
 GOOD = """\
 [workspace]
@@ -17,7 +18,7 @@ name = "t"
 # the CPU trainer on the demo data
 [[train]]
 name = "tiny"            # keep this comment
-entry = "module:backend.train.tiny train"
+entry = "module:backend.flows.tiny train"
 target_model = "models/tiny-target"
 train_data = "outputs/regen/demo.jsonl"
 learning_rate = 1e-4     # the reference's default
@@ -38,7 +39,16 @@ def test_good_entry_parses():
     cfg = parse_config(GOOD)
     tc = TrainRunConfig.model_validate(cfg.train[0])
     assert (tc.name, tc.batch_size, tc.learning_rate, tc.tracker.report_to) == ("tiny", 2, 1e-4, "tensorboard")
-    assert tc.entry_kind == "module" and tc.entry_words == ["backend.train.tiny", "train"]
+    assert tc.entry_kind == "module" and tc.entry_words == ["backend.flows.tiny", "train"]
+
+
+def test_a_workspace_written_before_the_trainer_moved_still_runs_it():
+    """Demo workspaces of earlier versions name the CPU trainer by its old module; the run starts the
+    module where it lives now, and a module of the user's own is taken as written."""
+    old = TrainRunConfig.model_validate(parse_config(GOOD.replace("backend.flows.tiny", "backend.train.tiny")).train[0])
+    assert old.entry_words == ["backend.flows.tiny", "train"]
+    own = TrainRunConfig.model_validate(parse_config(GOOD.replace("backend.flows.tiny", "mytrainer.tiny")).train[0])
+    assert own.entry_words == ["mytrainer.tiny", "train"]
 
 
 @pytest.mark.parametrize("line_no, old, new, expected", [
@@ -51,7 +61,7 @@ def test_good_entry_parses():
     (14, 'report_to = "tensorboard"', 'report_to = "tensorbord"',
      "/ws/specdeck.toml:14: train[0].tracker.report_to: Input should be 'none', 'tensorboard', 'wandb', "
      "'mlflow' or 'swanlab'"),
-    (7, 'entry = "module:backend.train.tiny train"', 'entry = "modul:backend.train.tiny"',
+    (7, 'entry = "module:backend.flows.tiny train"', 'entry = "modul:backend.flows.tiny"',
      "/ws/specdeck.toml:7: train[0].entry: Value error, entry is '' (SpecForge's own entry point), "
      "'module:PKG.MOD [ARG ...]' or 'script:PATH'"),
 ])
@@ -67,7 +77,7 @@ def test_missing_key_points_at_the_entry_header():
 
 
 def test_generation_limits_are_errors_on_their_line():
-    text = GOOD.replace('entry = "module:backend.train.tiny train"\n',
+    text = GOOD.replace('entry = "module:backend.flows.tiny train"\n',
                         'generation = "gen1"\nspecforge_dir = "/opt/SpecForge"\nmax_steps = 100\n')
     lines = text.splitlines()
     assert lines[8] == "max_steps = 100" and lines[15] == 'report_to = "tensorboard"'

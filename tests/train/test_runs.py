@@ -22,7 +22,7 @@ from backend.runtime import Runtime
 from backend.train.generation import clear_cache
 from backend.train.reader import TrainLogReader
 from backend.train.runs import ResumeNeedsConfirmation
-from backend.workspace import load_workspace
+from backend.flows.workspace import load_workspace
 from specdeck_types.process import Kind, ProcState as S
 from state import audit
 from tests.supervisor.conftest import _end_group, wait_for
@@ -320,7 +320,7 @@ def test_cli_start_and_stop(tmp_path):
 def test_demo_run_trains_with_the_cpu_trainer_and_resumes(tmp_path):
     """The demo workspace's run, shortened through save() (as the Training page's form edits it), really
     trains: checkpoints in SpecForge's layout, Gen-2 lines the reader parses, and a resume that continues."""
-    from backend.demo import DEMO_TRAIN, write_demo_workspace
+    from backend.flows.demo import DEMO_TRAIN, write_demo_workspace
 
     root = tmp_path / "demo"
     write_demo_workspace(root)
@@ -337,7 +337,7 @@ def test_demo_run_trains_with_the_cpu_trainer_and_resumes(tmp_path):
                   actor="carol", source="test")
         assert "max_steps = 4\n" in (root / "specdeck.toml").read_text()
         argv = runs.command(DEMO_TRAIN).argv
-        assert argv[1:4] == ("-m", "backend.train.tiny", "train")
+        assert argv[1:4] == ("-m", "backend.flows.tiny", "train")
         assert argv[argv.index("--max-num-steps") + 1] == "4"
 
         runs.start(DEMO_TRAIN, actor="carol", source="test")
@@ -378,13 +378,13 @@ def test_a_run_added_to_the_file_is_registered_at_the_next_reload(tmp_path):
             [[train]]
             name = "second"
             generation = "gen2"
-            entry = "module:backend.train.tiny train"
+            entry = "module:backend.flows.tiny train"
             target_model = "/models/t"
             train_data = "/data/t.jsonl"
             """))
         assert runtime.maybe_reload()
         v = runtime.supervisor.view("second")
-        assert (v.state, v.kind, v.spec.argv[1:4]) == (S.NEVER, Kind.TRAINING, ("-m", "backend.train.tiny", "train"))
+        assert (v.state, v.kind, v.spec.argv[1:4]) == (S.NEVER, Kind.TRAINING, ("-m", "backend.flows.tiny", "train"))
         assert v.log_path == str(ws / "logs" / "second.log")
     finally:
         runtime.close()

@@ -14,12 +14,13 @@ from safetensors.torch import load_file, save_file
 
 from backend.regen.output import RunFiles, validate
 from backend.modelinfo import read_target
-from backend.train.checkpoints import inspect_checkpoint, preflight_checkpoint
-from backend.train.tiny.__main__ import main
-from backend.train.tiny.demo_data import write_demo_data
-from backend.train.tiny.logio import Bar
-from backend.train.tiny.target import make_target
-from backend.train.tiny.tokenizer import Sample, decode, encode_chat, vocab_mapping
+from backend.train.checkpoints import inspect_checkpoint
+from backend.flows.checkpoint_check import preflight_checkpoint
+from backend.flows.tiny.__main__ import main
+from backend.flows.tiny.demo_data import write_demo_data
+from backend.flows.tiny.logio import Bar
+from backend.flows.tiny.target import make_target
+from backend.flows.tiny.tokenizer import Sample, decode, encode_chat, vocab_mapping
 
 
 class Clock:
@@ -208,7 +209,7 @@ def test_a_stop_during_evaluation_cuts_it_short_and_saves_the_step(paths, capsys
     import os
     import signal
 
-    import backend.train.tiny.loop as loop
+    import backend.flows.tiny.loop as loop
 
     forward = loop._forward
 
@@ -228,7 +229,7 @@ def test_a_stop_during_evaluation_cuts_it_short_and_saves_the_step(paths, capsys
 
 
 def test_running_out_of_device_memory_is_one_line(paths, capsys, monkeypatch):
-    import backend.train.tiny.loop as loop
+    import backend.flows.tiny.loop as loop
 
     def oom(*a, **k):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB\nmore detail")

@@ -18,10 +18,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from backend.train.checkpoints import inspect_checkpoint, list_checkpoints, preflight_checkpoint
+from backend.train.checkpoints import inspect_checkpoint, list_checkpoints
+from backend.flows.checkpoint_check import preflight_checkpoint
 from backend.train.reader import TrainLogReader
-from backend.train.tiny.demo_data import write_demo_data
-from backend.train.tiny.target import make_target
+from backend.flows.tiny.demo_data import write_demo_data
+from backend.flows.tiny.target import make_target
 from backend.train.trackers import TensorboardReader
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,7 +43,7 @@ def _env() -> dict:
 
 
 def start(run: dict, out: Path, log: Path, *extra: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "backend.train.tiny", "train", "--target-model-path", str(run["target"]),
+    cmd = [sys.executable, "-m", "backend.flows.tiny", "train", "--target-model-path", str(run["target"]),
            "--train-data-path", str(run["data"]), "--eval-data-path", str(run["eval"]), "--output-dir", str(out),
            *ARGS, *extra]
     with open(log, "ab") as f:
@@ -181,7 +182,7 @@ def test_resume_from_mid_epoch_matches_the_uninterrupted_run(run):
     # the supervisor appends the resumed run to the same log after its own line: read as the runs they are
     joined = run["dir"] / "joined.log"
     joined.write_text(run["text"] + "===== specdeck: tiny run r2 starting at 2026-11-30 13:00:00: python -m "
-                      "backend.train.tiny train --resume\n" + text, encoding="utf-8")
+                      "backend.flows.tiny train --resume\n" + text, encoding="utf-8")
     both = TrainLogReader(joined)
     recs2 = both.read_all()
     cut = next(i for i, r in enumerate(recs2) if r.kind == "run_start")

@@ -91,17 +91,17 @@ def test_form_creates_a_run_with_its_command(workspace):
     assert str(regen / "chat.jsonl") in data.options  # the workspace's regeneration output is offered,
     assert data.value == str(regen / "chat.jsonl")  # and chosen until another is
     _fill(at, **{"name": "mini", "target-typed": "/models/t", "data-pick": str(regen / "chat.jsonl"),
-                 "gen": "gen2", "entry": "module:backend.train.tiny train", "epochs": 2, "lr": 3e-3,
+                 "gen": "gen2", "entry": "module:backend.flows.tiny train", "epochs": 2, "lr": 3e-3,
                  "ttt": 4, "tracker": "tensorboard"})
     assert "**SpecForge generation:** Gen-2 (chosen)" in [m.value for m in at.markdown]
-    cmd = next(c.value for c in at.code if "backend.train.tiny" in c.value)
-    assert (f"-m backend.train.tiny train --target-model-path /models/t --train-data-path {regen / 'chat.jsonl'} "
+    cmd = next(c.value for c in at.code if "backend.flows.tiny" in c.value)
+    assert (f"-m backend.flows.tiny train --target-model-path /models/t --train-data-path {regen / 'chat.jsonl'} "
             f"--output-dir {workspace / 'outputs/train/mini'} --num-epochs 2 --batch-size 1 --learning-rate 0.003 "
             "--max-length 2048 --ttt-length 4 --report-to tensorboard") in cmd
     assert "name = \"mini\"" not in (workspace / "specdeck.toml").read_text()  # nothing written before Save
     at.button(key=f"{FORM}-save").click().run()
     text = (workspace / "specdeck.toml").read_text()
-    assert '[[train]]\nname = "mini"\ngeneration = "gen2"\nentry = "module:backend.train.tiny train"\n' in text
+    assert '[[train]]\nname = "mini"\ngeneration = "gen2"\nentry = "module:backend.flows.tiny train"\n' in text
     assert "num_epochs = 2\n" in text and "ttt_length = 4\n" in text and 'report_to = "tensorboard"' in text
     assert "batch_size" not in text  # SpecForge's default is not written out
     assert at.selectbox(key="train-run").value == "mini"
@@ -169,7 +169,7 @@ def test_a_failed_run_says_why_and_shows_its_log(tmp_path, monkeypatch):
 def test_form_edits_a_run_and_keeps_the_rest(workspace):
     (workspace / "specdeck.toml").write_text(
         '[workspace]\nname = "edit"\n\n# the draft we serve\n[[train]]\nname = "d1"\ngeneration = "gen2"\n'
-        'entry = "module:backend.train.tiny train"\ntarget_model = "/models/t"\ntrain_data = "data.jsonl"\n'
+        'entry = "module:backend.flows.tiny train"\ntarget_model = "/models/t"\ntrain_data = "data.jsonl"\n'
         'learning_rate = 1e-4\nextra_args = ["--size", "tiny"]  # kept by hand\n', encoding="utf-8")
     at = page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60))
     assert at.selectbox(key="train-run").value == "d1"

@@ -15,8 +15,8 @@ from pathlib import Path
 import streamlit as st
 
 from backend.bench import baseline
-from backend.bench.sweep import DONE, RUNNING, command_line, preview, read_state, state_path, sweep_process_spec
-from backend.bench.sweep_plan import PlanError, SweepPlan, parse_int_list
+from backend.flows.sweep import DONE, RUNNING, command_line, preview, read_state, state_path, sweep_process_spec
+from backend.flows.sweep_plan import PlanError, SweepPlan, parse_int_list
 from ui import fmt
 from ui.components import code_span, path_text
 from ui.auth import control_lock, data_lock, show_data_lock

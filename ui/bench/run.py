@@ -1,7 +1,7 @@
 """The Benchmarks page's "Run a benchmark": the form, the command it will run, and the job's live progress.
 
 A benchmark started here is ``python -m backend.cli bench run SERVER ...`` as a supervised job
-(:func:`backend.bench.job.bench_process_spec`), saved with the runtime's other page-started jobs so
+(:func:`backend.flows.bench_job.bench_process_spec`), saved with the runtime's other page-started jobs so
 a dashboard restart re-adopts it.  The page reads the progress file the job rewrites as it goes.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import streamlit as st
 
 from backend.bench.client import BACKENDS, Load
-from backend.bench.job import (DONE, FAILED, RUNNING, STOPPED, Progress, bench_process_spec, command_line, job_dir,
+from backend.flows.bench_job import (DONE, FAILED, RUNNING, STOPPED, Progress, bench_process_spec, command_line, job_dir,
                                load_dict, preview, progress_path, read_progress)
 from ui import fmt
 from ui.auth import control_lock, data_lock, live_fragment, show_data_lock

@@ -18,9 +18,9 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from backend.bench.sweep import (DONE, FAILED, RUNNING, STOPPED, SweepState, command_line, preview, read_state,
+from backend.flows.sweep import (DONE, FAILED, RUNNING, STOPPED, SweepState, command_line, preview, read_state,
                                  state_path, sweep_process_spec)
-from backend.bench.sweep_plan import MODES, PlanError, SweepPlan, expand, parse_int_list
+from backend.flows.sweep_plan import MODES, PlanError, SweepPlan, expand, parse_int_list
 from ui import charts, fmt
 from ui.auth import control_lock, data_lock, live_fragment, show_data_lock
 from ui.bench.run import show_new_results

@@ -11,8 +11,8 @@ import pandas as pd
 import streamlit as st
 
 from backend.modelinfo import ModelInfoError, read_json_config
-from backend.train.checkpoints import CheckpointInfo, RunCheckpoints, inspect_checkpoint, list_checkpoints, \
-    preflight_checkpoint
+from backend.flows.checkpoint_check import preflight_checkpoint
+from backend.train.checkpoints import CheckpointInfo, RunCheckpoints, inspect_checkpoint, list_checkpoints
 from ui import fmt
 from ui.auth import control_lock, data_lock, live_fragment, typed_path
 from ui.components import code_span, findings_list, path_text

@@ -2,7 +2,7 @@
 
 Choose the server, the speculative values (the server's by default) and the load (the stored
 baseline's by default); the checkpoint's preflight against the server's target shows before
-anything starts.  Start runs ``train deploy`` as a supervised job (backend/train/deploy_job.py);
+anything starts.  Start runs ``train deploy`` as a supervised job (backend/flows/deploy_job.py);
 its state file drives the live step list, and at the end the result row sits beside the baseline
 and the previous draft, with the speedup and the break-even accept_len.
 """
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import streamlit as st
 
-from backend.train.deploy import (DONE, FAILED, KEEP, RESTORE, RUNNING, SKIPPED, STOPPED, DeployRequest, plan_loads,
+from backend.flows.deploy import (DONE, FAILED, KEEP, RESTORE, RUNNING, SKIPPED, STOPPED, DeployRequest, plan_loads,
                                   read_state, speculative_values, stored_baselines, DeployError)
-from backend.train.deploy_job import (command_line, deploy_jobs, start_deploy, stored_results)
+from backend.flows.deploy_job import (command_line, deploy_jobs, start_deploy, stored_results)
 from ui import fmt
 from ui.auth import control_lock, data_lock, live_fragment
 from ui.components import code_span, confirm_box, findings_list, freshness, path_text
@@ -65,7 +65,7 @@ def _job_to_show(rt, checkpoint_path: str | None):
 # -- the form -------------------------------------------------------------------------------------
 
 def _form(rt, run_name: str | None, checkpoint_path: str, servers: list[str]) -> None:
-    from backend.train.checkpoints import preflight_checkpoint
+    from backend.flows.checkpoint_check import preflight_checkpoint
 
     ckpt = str(Path(checkpoint_path).expanduser().resolve())
     with st.container(border=True):

@@ -95,7 +95,7 @@ def run_form(rt, name: str | None = None) -> None:
                                     key=f"{k}-out")
             entry = st.text_input("Entry (empty: SpecForge's own)", value=cur.get("entry") or "", key=f"{k}-entry",
                                   help="'module:PKG.MOD ARGS' runs a module with the generation's flags (the CPU "
-                                       "trainer: 'module:backend.train.tiny train'); 'script:PATH' a script")
+                                       "trainer: 'module:backend.flows.tiny train'); 'script:PATH' a script")
         c = st.columns(4)
         epochs = c[0].number_input("Epochs", 1, 100_000, int(cur.get("num_epochs") or 10), key=f"{k}-epochs")
         max_steps = c[1].number_input("Max steps (0: by epochs)", 0, 10 ** 12, int(cur.get("max_steps") or 0),

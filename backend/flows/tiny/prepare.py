@@ -14,11 +14,11 @@ from pathlib import Path
 
 import torch
 
-from backend.train.tiny import checkpoint, data
-from backend.train.tiny.config import DraftConfigError, auto_draft_config, draft_config_json, read_draft_config
-from backend.train.tiny.draft import DraftConfig, Eagle3Draft
-from backend.train.tiny.target import TargetError, TinyTarget, make_target, read_target_config
-from backend.train.tiny.tokenizer import vocab_mapping
+from backend.flows.tiny import checkpoint, data
+from backend.flows.tiny.config import DraftConfigError, auto_draft_config, draft_config_json, read_draft_config
+from backend.flows.tiny.draft import DraftConfig, Eagle3Draft
+from backend.flows.tiny.target import TargetError, TinyTarget, make_target, read_target_config
+from backend.flows.tiny.tokenizer import vocab_mapping
 
 
 class SetupError(ValueError):

@@ -1,4 +1,4 @@
-"""``python -m backend.train.tiny train`` flags: SpecForge Gen-2 ``scripts/train_eagle3.py``'s names and defaults
+"""``python -m backend.flows.tiny train`` flags: SpecForge Gen-2 ``scripts/train_eagle3.py``'s names and defaults
 (reference §1.1) for what this trainer does, plus ``--device`` and ``--size``.
 
 Three kinds of Gen-2 flags:

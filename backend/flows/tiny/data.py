@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from backend.regen.datasets import DatasetError, Skipped, read_rows
-from backend.train.tiny.tokenizer import Sample, encode_chat, specials
+from backend.flows.tiny.tokenizer import Sample, encode_chat, specials
 
 
 class DataError(ValueError):

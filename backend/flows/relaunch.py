@@ -203,7 +203,7 @@ def restore(session, name: str, original: Original, *, actor: str, source: str, 
     audited as a launch despite errors.  Returns the relaunch's result, or None when the
     server was stopped instead."""
     from backend.supervisor.supervisor import SupervisorError
-    from backend.workspace import parse_config
+    from backend.flows.workspace import parse_config
 
     ws = session.ws
     _phase(on_phase, "restoring", f"writing {name}'s entry back into {ws.config_path}")

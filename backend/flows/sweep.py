@@ -1,8 +1,8 @@
 """A sweep as a supervised job: relaunch a server in each configuration, benchmark it, restore it.
 
 ``python -m backend.cli bench sweep SERVER ...`` (:mod:`backend.cli.bench`) runs
-:func:`run_sweep`: for each configuration of the plan (:mod:`backend.bench.sweep_plan`) it
-preflights, relaunches and waits until the server is ready (:mod:`backend.bench.relaunch`),
+:func:`run_sweep`: for each configuration of the plan (:mod:`backend.flows.sweep_plan`) it
+preflights, relaunches and waits until the server is ready (:mod:`backend.flows.relaunch`),
 then benchmarks every load, storing each result as soon as it has it (tagged with the sweep
 id in its label).  At the end, and also when stopped (SIGTERM) or failed, it gives the server
 back its original configuration: the workspace file's entry as it was, relaunched (or
@@ -29,12 +29,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from backend.bench.client import ClientError, Load
-from backend.bench.job import REPO_ROOT, ProgressWriter
-from backend.bench.relaunch import (Original, RelaunchError, RelaunchStopped, relaunch_and_wait, remember,
+from backend.flows.bench_job import REPO_ROOT, ProgressWriter
+from backend.flows.relaunch import (Original, RelaunchError, RelaunchStopped, relaunch_and_wait, remember,
                                     restore)
-from backend.bench.runner import BenchRunError, run_benchmark, target_of
+from backend.flows.bench_runner import BenchRunError, run_benchmark, target_of
 from backend.bench.sweep_check import check_sweep
-from backend.bench.sweep_plan import SweepConfig, SweepPlan, expand
+from backend.flows.sweep_plan import SweepConfig, SweepPlan, expand
 from backend.filemodes import PRIVATE_FILE, make_private_dirs
 from backend.readcap import CONFIG_JSON_MAX, SMALL_TEXT_MAX, TooLarge, load_json_capped, read_text_whole
 from specdeck_types.bench import BenchResult

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from backend.bench.client import ClientError, Load
-from backend.bench.runner import BenchRunError, Target, run_benchmark
+from backend.flows.bench_runner import BenchRunError, Target, run_benchmark
 from backend.filemodes import make_private_dirs, write_private
 from backend.readcap import CONFIG_JSON_MAX, load_json_capped
 from specdeck_types.bench import BenchResult

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from backend.readcap import CONFIG_JSON_MAX, read_text_whole
 from backend.modelinfo import ModelInfoError, _int_field, _line_of, read_json_config
-from backend.train.tiny import tokenizer
-from backend.train.tiny.draft import ARCHITECTURE, DraftConfig
-from backend.train.tiny.target import TargetConfig
+from backend.flows.tiny import tokenizer
+from backend.flows.tiny.draft import ARCHITECTURE, DraftConfig
+from backend.flows.tiny.target import TargetConfig
 
 
 class DraftConfigError(ValueError):

@@ -102,7 +102,7 @@ class Bar:
 
 
 def setup_logger(stream: TextIO) -> logging.Logger:
-    log = logging.getLogger("backend.train.tiny")
+    log = logging.getLogger("backend.flows.tiny")
     log.handlers.clear()
     h = logging.StreamHandler(stream)
     h.setFormatter(logging.Formatter("%(asctime)s - %(levelname)s - %(message)s"))

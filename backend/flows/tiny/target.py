@@ -27,8 +27,8 @@ from torch import nn
 
 from backend.readcap import CONFIG_JSON_MAX, TooLarge, load_json_capped
 from backend.sim.tokenizer import write_tokenizer
-from backend.train.tiny import tokenizer
-from backend.train.tiny.layers import MLP, CausalAttention, RMSNorm, rope_tables
+from backend.flows.tiny import tokenizer
+from backend.flows.tiny.layers import MLP, CausalAttention, RMSNorm, rope_tables
 
 ARCHITECTURE = "SpecdeckTinyForCausalLM"
 MODEL_TYPE = "specdeck_tiny"
@@ -112,7 +112,7 @@ def read_target_config(folder: str | Path) -> TargetConfig:
     except TooLarge as exc:
         raise TargetError(str(exc)) from None
     except FileNotFoundError:
-        raise TargetError(f"{p}: not found (write one with `python -m backend.train.tiny make-target "
+        raise TargetError(f"{p}: not found (write one with `python -m backend.flows.tiny make-target "
                           f"{Path(folder)}`)") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise TargetError(f"{p}: cannot read: {exc}") from None
@@ -123,7 +123,7 @@ def read_target_config(folder: str | Path) -> TargetConfig:
     archs = data.get("architectures")
     if archs != [ARCHITECTURE]:
         raise TargetError(f"{p}: field 'architectures' is {archs!r}; this trainer drafts only for its own "
-                          f"target network ({ARCHITECTURE}, written by `python -m backend.train.tiny make-target`)")
+                          f"target network ({ARCHITECTURE}, written by `python -m backend.flows.tiny make-target`)")
     if data.get("tokenizer") != tokenizer.NAME:
         raise TargetError(f"{p}: field 'tokenizer' is {data.get('tokenizer')!r}, expected {tokenizer.NAME!r}")
     fields: dict = {}

@@ -1,10 +1,10 @@
 """The deploy flow as a job: run in the foreground by ``train deploy``, or started through the supervisor.
 
-:func:`run_deploy` takes a :class:`~backend.train.deploy.DeployRequest` through the steps listed in
-:mod:`backend.train.deploy`, rewriting the state file at each change, so the dashboard (restarted or
+:func:`run_deploy` takes a :class:`~backend.flows.deploy.DeployRequest` through the steps listed in
+:mod:`backend.flows.deploy`, rewriting the state file at each change, so the dashboard (restarted or
 not) shows where it is.  The server is changed only after the checkpoint passed inspection and
 preflight; from then on any failure, and a stop (SIGTERM), restores the server's previous config
-(:func:`backend.bench.relaunch.restore`), and the state file says how the server was left.
+(:func:`backend.flows.relaunch.restore`), and the state file says how the server was left.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from backend.bench.client import ClientError, Load
-from backend.bench.relaunch import (PreflightFailed, RelaunchError, RelaunchStopped, relaunch_and_wait, remember,
+from backend.flows.relaunch import (PreflightFailed, RelaunchError, RelaunchStopped, relaunch_and_wait, remember,
                                     restore)
-from backend.bench.runner import BenchRunError, run_benchmark, target_of
-from backend.train.deploy import (DONE, FAILED, KEEP, RESTORE, RUNNING, SKIPPED, STOPPED, DeployError, DeployRequest,
+from backend.flows.bench_runner import BenchRunError, run_benchmark, target_of
+from backend.flows.deploy import (DONE, FAILED, KEEP, RESTORE, RUNNING, SKIPPED, STOPPED, DeployError, DeployRequest,
                                   DeployState, PlannedLoad, baseline_config, checkpoint_label, compare, deploy_config,
                                   plan_loads, speculative_values, stored_baselines, write_state)
 from specdeck_types.bench import BenchResult
@@ -137,7 +137,8 @@ def run_deploy(session, req: DeployRequest, state_path: Path, *, actor: str, sou
                on_step: Callable[[DeployState, str], None] | None = None) -> DeployState:
     """The whole flow; returns the final state (also in ``state_path``).  ``on_step(state, step)`` hears
     of each step as it ends (the command line prints it)."""
-    from backend.train.checkpoints import inspect_checkpoint, preflight_checkpoint
+    from backend.train.checkpoints import inspect_checkpoint
+    from backend.flows.checkpoint_check import preflight_checkpoint
 
     job = _Job(session, req, state_path, actor=actor, source=source, stop=stop or threading.Event())
     st = job.st

@@ -1,6 +1,6 @@
 """Deploying a checkpoint: what to launch, at which load to measure it, and how it compares.
 
-The guided flow (run by :mod:`backend.train.deploy_job` as a supervised process) takes one checkpoint
+The guided flow (run by :mod:`backend.flows.deploy_job` as a supervised process) takes one checkpoint
 through these steps, each recorded in the job's state file with its outcome:
 
 1. ``inspect``    the checkpoint folder, without loading weights (a Gen-3 runtime checkpoint stops here);

@@ -22,10 +22,10 @@ from typing import TextIO
 
 import torch
 
-from backend.train.tiny import checkpoint, data
-from backend.train.tiny.draft import StepStats, ttt_forward
-from backend.train.tiny.logio import Bar, TensorboardWriter
-from backend.train.tiny.prepare import Run
+from backend.flows.tiny import checkpoint, data
+from backend.flows.tiny.draft import StepStats, ttt_forward
+from backend.flows.tiny.logio import Bar, TensorboardWriter
+from backend.flows.tiny.prepare import Run
 
 
 class _Stop:

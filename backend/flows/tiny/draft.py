@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from backend.train.tiny.layers import MLP, Projections, RMSNorm, rope_tables
+from backend.flows.tiny.layers import MLP, Projections, RMSNorm, rope_tables
 
 ARCHITECTURE = "LlamaForCausalLMEagle3"
 PLOSS_DECAY = 0.8

@@ -1,4 +1,4 @@
-"""``python -m backend.train.tiny``: make a target folder, print a draft config, or train (see the package doc)."""
+"""``python -m backend.flows.tiny``: make a target folder, print a draft config, or train (see the package doc)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 
 def _make_target(ns: argparse.Namespace) -> int:
-    from backend.train.tiny.target import TargetError, make_target
+    from backend.flows.tiny.target import TargetError, make_target
 
     try:
         folder = make_target(ns.dir, ns.size, seed=ns.seed)
@@ -21,7 +21,7 @@ def _make_target(ns: argparse.Namespace) -> int:
 
 
 def _make_data(ns: argparse.Namespace) -> int:
-    from backend.train.tiny.demo_data import write_demo_data
+    from backend.flows.tiny.demo_data import write_demo_data
 
     path = write_demo_data(ns.file, ns.rows, ns.seed)
     print(f"wrote {path} ({ns.rows} conversations)")
@@ -29,8 +29,8 @@ def _make_data(ns: argparse.Namespace) -> int:
 
 
 def _draft_config(ns: argparse.Namespace) -> int:
-    from backend.train.tiny.config import auto_draft_config, draft_config_json
-    from backend.train.tiny.target import TargetError, read_target_config
+    from backend.flows.tiny.config import auto_draft_config, draft_config_json
+    from backend.flows.tiny.target import TargetError, read_target_config
 
     try:
         cfg = auto_draft_config(read_target_config(ns.target), ns.draft_vocab_size)
@@ -47,16 +47,16 @@ def _draft_config(ns: argparse.Namespace) -> int:
 
 
 def _train(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from backend.train.tiny.args import check
+    from backend.flows.tiny.args import check
 
     why = check(ns)
     if why:
         parser.error(why)
     import torch
 
-    from backend.train.tiny.logio import print_args, setup_logger
-    from backend.train.tiny.loop import train
-    from backend.train.tiny.prepare import SetupError, prepare
+    from backend.flows.tiny.logio import print_args, setup_logger
+    from backend.flows.tiny.loop import train
+    from backend.flows.tiny.prepare import SetupError, prepare
 
     log = setup_logger(sys.stderr)
     print_args({k: v for k, v in vars(ns).items() if k != "cmd"}, sys.stdout)
@@ -77,10 +77,10 @@ def _train(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from backend.train.tiny.args import add_train_args
-    from backend.train.tiny.target import SIZES
+    from backend.flows.tiny.args import add_train_args
+    from backend.flows.tiny.target import SIZES
 
-    ap = argparse.ArgumentParser(prog="python -m backend.train.tiny",
+    ap = argparse.ArgumentParser(prog="python -m backend.flows.tiny",
                                  description="Train an EAGLE-3 draft for Specdeck's own small target network.")
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     m = sub.add_parser("make-target", help="write a target network's folder (config.json)")
