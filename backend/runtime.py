@@ -81,6 +81,10 @@ class Runtime:
             self.loop = SupervisorLoop(self.supervisor, interval_s=1.0)
             self._autostart()
             if background:
+                # the command line's `servers preflight` borrows this dashboard's warm SGLang parsers
+                from backend.sglang import argshare
+
+                argshare.serve(workspace.run_dir)
                 self.loop.start()
                 self._watcher = threading.Thread(target=self._watch_config, name="specdeck-config",
                                                  daemon=True)
@@ -407,6 +411,10 @@ class Runtime:
             self._watcher.join(timeout=10)
         if self.loop is not None:
             self.loop.stop()
+        if self._background:
+            from backend.sglang import argshare
+
+            argshare.stop(self.workspace.run_dir)
         if self.fleet is not None:
             self.fleet.close()
         if self.telemetry is not None:

@@ -251,6 +251,14 @@ def serve(run_dir: str | os.PathLike[str]) -> ShareServer | None:
     return server
 
 
+def stop(run_dir: str | os.PathLike[str]) -> None:
+    """Stop lending for ``run_dir`` (its runtime is closing); nothing when this process does not."""
+    with _servers_lock:
+        server = _servers.pop(Path(run_dir).resolve(), None)
+    if server is not None:
+        server.close()
+
+
 def stop_all() -> None:
     with _servers_lock:
         servers = list(_servers.values())
