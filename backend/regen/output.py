@@ -5,7 +5,8 @@ For an output path ``OUT`` ending in ``.jsonl`` (e.g. ``outputs/regen/code-mix.j
 - ``OUT`` — successful rows in SpecForge's format (input record, ``conversations`` replaced,
   ``"status": "success"``, ``"id"``, ``"regen": {...}``);
 - ``OUT_error.jsonl`` — permanent failures (``"status": "error"``, ``"error"``);
-- ``OUT_skipped.jsonl`` — rows that will not be asked (``"status": "skipped"``, ``"reason"``);
+- ``OUT_skipped.jsonl`` — rows that will not be asked (``"status": "skipped"``, ``"error"`` as SpecForge
+  writes it, and the same text as ``"reason"``);
 - ``OUT.progress.jsonl`` — the progress log (backend.regen.progress);
 - ``OUT.job.json`` — the run's parameters; ``OUT.control`` — a request written by the page
   (``pause``).
@@ -19,6 +20,12 @@ line (a crash in the middle of a batch) is cut off at the last newline and repor
 Every line we write starts with ``{"id": ..., "status": ..., "regen": {...}`` so a resume reads the
 id and the accounting of an 83,288-row output from each line's first bytes without decoding the
 conversations; a line in another shape is decoded in full.
+
+Every byte written is valid UTF-8, since SpecForge's validator and pyarrow (what HF ``datasets``
+reads with) refuse a whole file for one bad sequence.  Text that cannot be encoded (a lone
+surrogate such as ``\ud800``, which JSON escapes and Python strings can hold) is written as
+U+FFFD; the line says how many characters were replaced in ``regen.replaced_chars`` and the
+writer counts them.  :func:`validate` decodes strictly and reports any lone-surrogate escape.
 """
 
 from __future__ import annotations
@@ -39,6 +46,8 @@ BATCH_ROWS = 256      # a batch is written once it holds this many rows ...
 BATCH_SECONDS = 0.5   # ... or its oldest row has waited this long
 
 _HEAD = re.compile(rb'^\{"id": ("(?:[^"\\]|\\.)*"), "status": "(\w+)", "regen": (\{[^{}]*\})')
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
 class OutputError(ValueError):
@@ -110,6 +119,7 @@ def error_record(row_id: str, record: dict[str, Any], error: str, regen: dict[st
 def skipped_record(row_id: str | None, record: Any, reason: str, dataset: str, line: int | None) -> dict[str, Any]:
     out: dict[str, Any] = {"id": row_id, "status": "skipped", "regen": {"dataset": dataset, "line": line}}
     out.update(_rest(record, ("id", "status", "regen", "error", "reason")))
+    out["error"] = reason  # SpecForge's key for why a row was not regenerated
     out["reason"] = reason
     if row_id is None:
         del out["id"]
@@ -123,7 +133,29 @@ def skipped_key(dataset: str, line: int | None, row_id: str | None) -> str:
 
 
 def encode(obj: dict[str, Any]) -> bytes:
-    return (json.dumps(obj, ensure_ascii=False, separators=(", ", ": ")) + "\n").encode("utf-8", "surrogatepass")
+    """One line of valid UTF-8 (see :func:`encode_counted`)."""
+    return encode_counted(obj)[0]
+
+
+def encode_counted(obj: dict[str, Any]) -> tuple[bytes, int]:
+    """One line of valid UTF-8 and how many characters could not be encoded and were written as
+    U+FFFD (lone surrogates); when there were any, ``regen.replaced_chars`` says how many."""
+    text = json.dumps(obj, ensure_ascii=False, separators=(", ", ": "))
+    try:
+        return (text + "\n").encode("utf-8"), 0
+    except UnicodeEncodeError:
+        pass
+    text, n = _SURROGATE.subn("\ufffd", text)
+    regen = obj.get("regen")
+    if isinstance(regen, dict):
+        obj = dict(obj, regen=dict(regen, replaced_chars=n))
+        text = _SURROGATE.sub("\ufffd", json.dumps(obj, ensure_ascii=False, separators=(", ", ": ")))
+    return (text + "\n").encode("utf-8"), n
+
+
+def safe_text(text: str) -> str:
+    """``text`` with every lone surrogate replaced by U+FFFD, so that it encodes as UTF-8."""
+    return _SURROGATE.sub("\ufffd", text)
 
 
 # -- reading back ----------------------------------------------------------------------------
@@ -258,12 +290,17 @@ class OutputWriter:
         self.batch_seconds = batch_seconds
         self._clock = clock
         self.written = 0
+        self.replaced = 0  # characters written as U+FFFD (lone surrogates), over every row added
 
-    def add(self, kind: str, obj: dict[str, Any]) -> None:
-        self._buf[kind].append(encode(obj))
+    def add(self, kind: str, obj: dict[str, Any]) -> int:
+        """Buffer one row; how many of its characters had to be written as U+FFFD."""
+        line, n = encode_counted(obj)
+        self._buf[kind].append(line)
+        self.replaced += n
         self._pending += 1
         if self._oldest is None:
             self._oldest = self._clock()
+        return n
 
     @property
     def pending(self) -> int:
@@ -280,20 +317,29 @@ class OutputWriter:
         for kind, lines in self._buf.items():
             if lines:
                 fh = self._fh[kind]
-                fh.write(b"".join(lines))
-                fh.flush()
-                os.fsync(fh.fileno())
+                try:
+                    fh.write(b"".join(lines))
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                except OSError as exc:  # a full disk, say: name the file (rows already on disk stay)
+                    raise OSError(exc.errno, exc.strerror or str(exc), str(self._path(kind))) from exc
                 lines.clear()
         n, self._pending, self._oldest = self._pending, 0, None
         self.written += n
         return n
 
+    def _path(self, kind: str) -> Path:
+        return {"success": self.files.out, "error": self.files.error, "skipped": self.files.skipped}[kind]
+
     def close(self) -> None:
         try:
             self.flush()
         finally:
-            for fh in self._fh.values():
-                fh.close()
+            for kind, fh in self._fh.items():
+                try:
+                    fh.close()
+                except OSError:
+                    pass  # only after flush() failed, which raised the error with the file named
 
 
 def requeue(files: RunFiles, error_class: str | None = None) -> int:
@@ -359,6 +405,49 @@ class Validation:
             self.problems.append(text)
 
 
+def _strict(v: Validation, where: str, line: bytes) -> dict[str, Any] | None:
+    """The JSON object on ``line`` as every consumer reads it (strict UTF-8, no lone surrogate);
+    None, with the problem recorded, when one of them would refuse it."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        v.problem(f"{where}: not valid UTF-8 (byte 0x{line[exc.start]:02x} at byte {exc.start + 1}); "
+                  "SpecForge and pyarrow refuse the whole file")
+        return None
+    try:
+        obj = json.loads(text)
+    except ValueError as exc:
+        v.problem(f"{where}: not JSON ({exc})")
+        return None
+    if not isinstance(obj, dict):
+        v.problem(f"{where}: not a JSON object")
+        return None
+    if _SURROGATE_ESCAPE.search(line):
+        field_ = _surrogate_at(obj)
+        if field_ is not None:
+            v.problem(f"{where}: {field_}: a lone surrogate escape (\\ud800-\\udfff), which pyarrow refuses")
+            return None
+    return obj
+
+
+def _surrogate_at(value: Any, path: str = "") -> str | None:
+    """Where in ``value`` a string holds a lone surrogate (json.loads joins escaped pairs)."""
+    if isinstance(value, str):
+        return (path or "(value)") if _SURROGATE.search(value) else None
+    if isinstance(value, dict):
+        for k, item in value.items():
+            found = _surrogate_at(k, path or "(key)") if _SURROGATE.search(k) else _surrogate_at(
+                item, f"{path}.{k}" if path else k)
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            found = _surrogate_at(item, f"{path}[{i}]")
+            if found is not None:
+                return found
+    return None
+
+
 def validate(files: RunFiles, expected: set[str] | None = None, expected_skipped: int | None = None) -> Validation:
     """Check an output as SpecForge's validator does (a non-empty string ``id``, ``status ==
     "success"``, a conversation of role/content messages ending with the assistant's) and that no
@@ -368,13 +457,8 @@ def validate(files: RunFiles, expected: set[str] | None = None, expected_skipped
     ids: set[str] = set()
     for n, line in _lines(files.out):
         where = f"{files.out}:{n}"
-        try:
-            obj = json.loads(line)
-        except ValueError as exc:
-            v.problem(f"{where}: not JSON ({exc})")
-            continue
-        if not isinstance(obj, dict):
-            v.problem(f"{where}: not a JSON object")
+        obj = _strict(v, where, line)
+        if obj is None:
             continue
         v.rows += 1
         rid = obj.get("id")
@@ -403,17 +487,18 @@ def validate(files: RunFiles, expected: set[str] | None = None, expected_skipped
     err_ids: set[str] = set()
     for n, line in _lines(files.error):
         v.errors += 1
-        try:
-            rid = json.loads(line).get("id")
-        except (ValueError, AttributeError):
-            v.problem(f"{files.error}:{n}: not a JSON object")
+        obj = _strict(v, f"{files.error}:{n}", line)
+        if obj is None:
             continue
+        rid = obj.get("id")
         if isinstance(rid, str):
             if rid in ids or rid in err_ids:
                 v.duplicates += 1
                 v.problem(f"{files.error}:{n}: id: {rid!r} is already in the output or the error file")
             err_ids.add(rid)
-    v.skipped = sum(1 for _ in _lines(files.skipped))
+    for n, line in _lines(files.skipped):
+        v.skipped += 1
+        _strict(v, f"{files.skipped}:{n}", line)
     if expected is not None:
         v.inputs_checked = True
         seen = ids | err_ids

@@ -76,6 +76,7 @@ class Stats:
         self.hist = [0] * (len(HIST_EDGES) - 1)
         self.errors: dict[str, dict[str, Any]] = {}
         self.rate = _Rate()
+        self.replaced_chars = 0  # characters written as U+FFFD: text that is not valid Unicode
 
     def dataset(self, name: str) -> dict[str, int]:
         d = self.datasets.get(name)
@@ -147,6 +148,7 @@ class Stats:
             "servers": servers,
             "completion_tokens_hist": {"edges": list(HIST_EDGES), "counts": list(self.hist)},
             "errors": {k: dict(v) for k, v in self.errors.items()},
+            "replaced_chars": self.replaced_chars,
             "message": self.message,
         }
 
@@ -175,8 +177,13 @@ class ProgressLog:
         repair_torn_tail(self.path)
 
     def write(self, snap: dict[str, Any]) -> None:
-        self._fh.write((json.dumps(snap, ensure_ascii=False) + "\n").encode())
-        self._fh.flush()
+        # errors="replace": a lone surrogate quoted in a message must not stop the log (or the job)
+        line = (json.dumps(snap, ensure_ascii=False) + "\n").encode("utf-8", "replace")
+        try:
+            self._fh.write(line)
+            self._fh.flush()
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror or str(exc), str(self.path)) from exc
         self.last_write = time.monotonic()
 
     def close(self) -> None:

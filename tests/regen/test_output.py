@@ -35,7 +35,7 @@ def test_records_put_id_status_regen_first_and_keep_the_input_keys():
     assert (err["status"], err["error"], err["conversations"]) == ("error", "HTTP 400: too long", [1])
     sk = skipped_record(None, "{broken", "in.jsonl:3: not valid JSON", "d", 3)
     assert sk == {"status": "skipped", "regen": {"dataset": "d", "line": 3}, "raw": "{broken",
-                  "reason": "in.jsonl:3: not valid JSON"}
+                  "error": "in.jsonl:3: not valid JSON", "reason": "in.jsonl:3: not valid JSON"}
 
 
 def test_repair_cuts_only_a_torn_tail(tmp_path):
