@@ -27,13 +27,19 @@ Filters (applied in this order)
     that is not the assistant's, after the first-turn filter) has more *characters* than this is
     skipped.  Then duplicates: a row whose id was already given earlier in the same read (the same
     file, or any earlier entry of the same mix) is skipped, naming where the id was first seen.
+    A row *without* an id whose turns an earlier row of the same file had is not a duplicate
+    (SpecForge asks every row of a file): its id is the hash id with ``-2``, ``-3``, ... for the
+    second, third, ... such row, in file order, and :attr:`~backend.regen.records.Row.repeat` counts
+    it, so the job can say so.  Across the entries of a mix a prompt is asked once, as an id is.
     ``limit``: how many usable rows to take; the first ``limit`` rows that pass every filter, in
     file order, so the same file and settings always give the same rows.  Reading stops there.
 
 Skip reasons start with ``<file name>:<line>:`` (``<file name> row <n>:`` for Parquet, ``<file
 name> item <n>:`` for a JSON array) and name the field when one is at fault, e.g.
 ``a.jsonl:7: conversations[1].role: unknown role 'robot'``.
-A file that cannot be read at all raises :class:`DatasetError` naming it.
+A file that cannot be read at all raises :class:`DatasetError` naming it: a folder, a missing
+file, a binary file given as JSON lines (compressed, Parquet, or with NUL bytes in its first
+8 KiB), a file that is not Parquet given as Parquet.
 """
 
 from __future__ import annotations
@@ -97,7 +103,7 @@ def read_rows(path: Path, *, dataset: str, first_turn_only: bool = False,
               max_prompt_chars: int | None = None, limit: int | None = None) -> Iterator[Row | Skipped]:
     """Every row of ``path`` (JSON lines, a JSON array or Parquet, by suffix) as a Row or a Skipped, streamed."""
     return _read(Path(path), dataset=dataset, first_turn_only=first_turn_only,
-                 max_prompt_chars=max_prompt_chars, limit=limit, seen={})
+                 max_prompt_chars=max_prompt_chars, limit=limit, seen={}, repeats={})
 
 
 def read_mix(mix: "MixConfig", root: Path) -> Iterator[Row | Skipped]:
@@ -107,10 +113,11 @@ def read_mix(mix: "MixConfig", root: Path) -> Iterator[Row | Skipped]:
     gave is skipped and does not count towards its entry's ``samples``.
     """
     seen: dict[str, tuple[str, int | None]] = {}
+    repeats: dict[str, int] = {}
     for entry in mix.entries:
         yield from _read(entry_path(entry, root), dataset=entry.dataset,
                          first_turn_only=entry.first_turn_only, max_prompt_chars=entry.max_prompt_chars,
-                         limit=entry.samples, seen=seen)
+                         limit=entry.samples, seen=seen, repeats=repeats)
 
 
 def entry_path(entry: Any, root: Path) -> Path:
@@ -148,9 +155,12 @@ def _count(items: Iterable[Row | Skipped]) -> RowCounts:
 
 
 def _read(path: Path, *, dataset: str, first_turn_only: bool, max_prompt_chars: int | None,
-          limit: int | None, seen: dict[str, tuple[str, int | None]]) -> Iterator[Row | Skipped]:
+          limit: int | None, seen: dict[str, tuple[str, int | None]],
+          repeats: dict[str, int]) -> Iterator[Row | Skipped]:
     if limit is not None and limit <= 0:
         return
+    if path.is_dir():
+        raise DatasetError(f"{path}: a folder, not a file; give the JSON lines or Parquet files in it")
     suffix = path.suffix.lower()
     if suffix == ".json" and _is_json_array(path):
         source: Iterator[tuple[int, Any, str | None]] = _json_array_objects(path)
@@ -183,7 +193,10 @@ def _read(path: Path, *, dataset: str, first_turn_only: bool, max_prompt_chars: 
                           f"max_prompt_chars = {max_prompt_chars:,}", obj, row.id)
             continue
         first = seen.get(row.id)
-        if first is not None:
+        # ``is``: the label object of this read of this file, not an equal one of another entry
+        if first is not None and first[0] is label and _given_id(obj) is None:
+            row = _repeat(row, seen, repeats)
+        elif first is not None:
             yield Skipped(dataset, line, f"{at}: id: duplicate id {row.id!r} (first in {first[0]} {first[1]})",
                           obj, row.id)
             continue
@@ -192,6 +205,18 @@ def _read(path: Path, *, dataset: str, first_turn_only: bool, max_prompt_chars: 
         taken += 1
         if limit is not None and taken >= limit:
             return
+
+
+def _repeat(row: Row, seen: dict[str, tuple[str, int | None]], repeats: dict[str, int]) -> Row:
+    """A row without an id whose turns an earlier row had, with the next free ``<hash id>-N``."""
+    n = repeats.get(row.id, 1)
+    while True:
+        n += 1
+        rid = f"{row.id}-{n}"
+        if rid not in seen:
+            break
+    repeats[row.id] = n
+    return dataclasses.replace(row, id=rid, repeat=n - 1)
 
 
 def _first_turn(row: Row) -> Row:
@@ -212,9 +237,16 @@ def _jsonl_objects(path: Path) -> Iterator[tuple[int, Any, str | None]]:
     """(line, decoded object or raw text, problem or None) for every non-blank line."""
     try:
         f = open(path, "rb")
+    except IsADirectoryError:
+        raise DatasetError(f"{path}: a folder, not a file; give the JSON lines or Parquet files in it") from None
     except OSError as exc:
         raise DatasetError(f"{path}: cannot open: {exc.strerror or exc}") from None
     with f:
+        kind = _binary_kind(f.read(BINARY_SNIFF_BYTES))
+        if kind is not None:
+            raise DatasetError(f"{path}: {kind}, not JSON lines (a JSON lines file is UTF-8 text, one "
+                               "record per line)")
+        f.seek(0)
         line = 0
         while True:
             raw = f.readline(MAX_LINE_BYTES + 1)
@@ -233,6 +265,28 @@ def _jsonl_objects(path: Path) -> Iterator[tuple[int, Any, str | None]]:
             if not raw.strip():
                 continue
             yield (line, *_decode(raw))
+
+
+BINARY_SNIFF_BYTES = 8192
+_MAGIC = ((b"\x1f\x8b", "a gzip-compressed file (decompress it first)"),
+          (b"\x28\xb5\x2f\xfd", "a zstd-compressed file (decompress it first)"),
+          (b"BZh", "a bzip2-compressed file (decompress it first)"),
+          (b"\xfd7zXZ\x00", "an xz-compressed file (decompress it first)"),
+          (b"PK\x03\x04", "a zip archive (unpack it first)"),
+          (b"PAR1", "a Parquet file (name it .parquet)"))
+
+
+def _binary_kind(head: bytes) -> str | None:
+    """What a file starting with ``head`` is when it is binary, not text; None for text."""
+    for magic, kind in _MAGIC:
+        if head.startswith(magic):
+            return kind
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return "UTF-16 text (convert it to UTF-8)"
+    nul = head.find(b"\x00")
+    if nul >= 0:
+        return f"a binary file (a NUL byte at byte {nul + 1})"
+    return None
 
 
 def _limit_text() -> str:

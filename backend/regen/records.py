@@ -7,6 +7,13 @@ Three input shapes are accepted (``../reference/specforge.md`` §3.2):
   (``messages`` is accepted in place of ``conversations`` for either of the two)
 - prompt-only rows: ``{"prompt": "..."}`` or ``{"text": "..."}``
 
+OpenAI's chat format is read too: the ``developer`` role is the system turn (SpecForge knows only
+system, user and assistant), and ``content`` may be a list of text parts
+(``[{"type": "text", "text": "..."}]``), joined with newlines as vLLM and SGLang join them; a part
+of another type (an image) makes the row unusable.  Text holding a lone surrogate (``"\\ud800"``
+decodes to one) is refused with the field named: it cannot be sent as UTF-8 nor written so that
+SpecForge and pyarrow read it.
+
 :func:`to_row` turns any of them into a :class:`Row` whose ``messages`` are role/content pairs in
 SpecForge's vocabulary, or raises :class:`RowError` naming why the row is unusable.  A row without
 a usable id gets ``h-`` plus 16 hex digits of a SHA-256 over its messages, so the same content
@@ -17,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,10 +33,11 @@ ROLE_NAMES: dict[str, str] = {
     "human": "user", "user": "user",
     "gpt": "assistant", "chatgpt": "assistant", "bing": "assistant", "bard": "assistant",
     "assistant": "assistant", "model": "assistant",
-    "system": "system",
+    "system": "system", "developer": "system",
 }
 
 MAX_ID_CHARS = 512
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class RowError(ValueError):
@@ -53,6 +62,7 @@ class Row:
     messages: tuple[Message, ...]
     record: dict[str, Any] = field(compare=False, repr=False)  # the input record as read
     line: int | None = None  # 1-based line (JSONL) or row number (Parquet) in its file
+    repeat: int = 0  # a row without an id whose turns an earlier row had: 1 for the second, ...
 
     @property
     def user_turns(self) -> int:
@@ -76,6 +86,7 @@ def _turns(obj: dict[str, Any]) -> tuple[Message, ...]:
                 text = obj[k]
                 if not isinstance(text, str) or not text.strip():
                     raise RowError(f"{k}: not a non-empty string")
+                _check_text(text, k)
                 return (Message("user", text),)
         raise RowError("no conversations, messages, prompt or text field")
     turns = obj[key]
@@ -92,12 +103,39 @@ def _turns(obj: dict[str, Any]) -> tuple[Message, ...]:
         role = ROLE_NAMES.get(raw_role.strip().lower())
         if role is None:
             raise RowError(f"{key}[{i}].role: unknown role {raw_role[:40]!r}")
-        if not isinstance(content, str):
-            raise RowError(f"{key}[{i}].content: not a string")
+        field_ = f"{key}[{i}].content" if "content" in t else f"{key}[{i}].value"
+        if isinstance(content, list):
+            content = _text_parts(content, field_)
+        elif not isinstance(content, str):
+            raise RowError(f"{field_}: not a string or a list of text parts")
+        _check_text(content, field_)
         out.append(Message(role, content))
     if not any(m.role == "user" and m.content.strip() for m in out):
         raise RowError(f"{key}: no user turn with text")
     return tuple(out)
+
+
+def _text_parts(parts: list[Any], where: str) -> str:
+    """OpenAI's content parts, ``[{"type": "text", "text": ...}, ...]``, as one text."""
+    texts = []
+    for j, part in enumerate(parts):
+        if not isinstance(part, dict):
+            raise RowError(f"{where}[{j}]: not a content part object")
+        kind = part.get("type")
+        if kind != "text":
+            raise RowError(f"{where}[{j}].type: {str(kind)[:40]!r} part; only text parts can be asked")
+        text = part.get("text")
+        if not isinstance(text, str):
+            raise RowError(f"{where}[{j}].text: not a string")
+        texts.append(text)
+    return "\n".join(texts)
+
+
+def _check_text(text: str, where: str) -> None:
+    m = _SURROGATE.search(text)
+    if m is not None:
+        raise RowError(f"{where}: a lone surrogate U+{ord(m.group()):04X} at character {m.start() + 1} "
+                       "(not valid Unicode; it cannot be sent or written as UTF-8)")
 
 
 def _given_id(obj: dict[str, Any]) -> str | None:
@@ -106,7 +144,8 @@ def _given_id(obj: dict[str, Any]) -> str | None:
         return None
     if isinstance(raw, int):
         return str(raw)
-    if isinstance(raw, str) and raw.strip() and len(raw) <= MAX_ID_CHARS and "\n" not in raw:
+    if isinstance(raw, str) and raw.strip() and len(raw) <= MAX_ID_CHARS and "\n" not in raw \
+            and not _SURROGATE.search(raw):
         return raw
     return None
 

@@ -109,7 +109,7 @@ def test_bad_rows_are_skipped_with_a_reason_naming_line_and_field(tmp_path):
         3: "bad.jsonl:3: not valid JSON: Unterminated string starting at (column 12)",
         4: "bad.jsonl:4: not a JSON object (list)",
         5: "bad.jsonl:5: conversations[0].role: unknown role 'robot'",
-        6: "bad.jsonl:6: conversations[0].content: not a string",
+        6: "bad.jsonl:6: conversations[0].content: not a string or a list of text parts",
         7: "bad.jsonl:7: conversations: no user turn with text",
         8: "bad.jsonl:8: prompt: not a non-empty string",
         9: "bad.jsonl:9: no conversations, messages, prompt or text field",
