@@ -367,3 +367,18 @@ def test_a_relative_path_is_taken_from_the_workspace_folder(workspace):
     at.run()
     assert metric(at, "step").value == "20"
     assert list(ckpt_table(at)["checkpoint"]) == ["epoch_0_step_10"]
+
+
+def test_the_page_names_the_trainer_only_from_evidence(workspace):
+    """A log whose only SpecForge-looking lines are a progress bar (NeMo Automodel's EAGLE-3 training)
+    reads "unknown trainer"; a line only Gen-3 prints names Gen-3."""
+    from tests.train.test_trainer_evidence import AUTOMODEL, GEN3_STEP
+
+    def status(text: str) -> str:
+        log = workspace / "who.log"
+        log.write_text(text, encoding="utf-8")
+        at = follow(page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60)), log)
+        return next(m.value for m in at.markdown if " log " in m.value and "who.log" in m.value)
+
+    assert status(AUTOMODEL).startswith("unknown trainer log")
+    assert status(GEN3_STEP).startswith("SpecForge Gen-3 log")

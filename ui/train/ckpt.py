@@ -18,7 +18,7 @@ from ui.auth import control_lock, data_lock, live_fragment, typed_path
 from ui.components import code_span, findings_list, path_text
 from ui.train.curves import bench_results
 from ui.train.data import RunRef, measured
-from ui.train.runs import recheck_followed
+from ui.train.follow import recheck_followed
 
 GEN_NAMES = {1: "Gen-1 (epoch_N)", 2: "Gen-2 (epoch_N_step_M)", 3: "Gen-3 runtime ({run}-stepN)"}
 REFRESH_S = 5

@@ -151,7 +151,7 @@ def display_lines(path, n: int) -> list[str]:
 def log_tail(rt, path, *, followed: bool = False) -> None:
     """The run's log, newest line where the eye lands (for a session that may see logs; a log
     ``followed`` by a typed path, for one that may still read typed paths)."""
-    from ui.train.runs import recheck_followed
+    from ui.train.follow import recheck_followed
 
     if followed:
         recheck_followed(rt)

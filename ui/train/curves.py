@@ -10,6 +10,7 @@ import streamlit as st
 
 from backend.train.accept import FORMULA
 from backend.train.checkpoints import list_checkpoints
+from backend.train.reader import trainer_label
 from state.bench import BenchStore
 from ui import fmt
 from ui.train import charts as tc
@@ -58,8 +59,9 @@ def _status_line(rt, ref: RunRef, snap: Snapshot | None) -> None:
     """Which log, and how fresh (the run's state is above the tabs, with its controls)."""
     bits = []
     view = rt.supervisor.view(ref.process) if ref.process else None
-    if snap is not None and snap.generation:
-        bits.append(f"SpecForge Gen-{snap.generation} log")
+    if snap is not None and (snap.generation or snap.records or snap.progress.step is not None):
+        # named only from a line that generation alone prints; a progress bar alone is "unknown trainer"
+        bits.append(f"{trainer_label(snap.generation)} log")
     bits.append(f"log {path_text(ref.log, bool(data_lock(rt)))}")
     st.markdown(fmt.data_markdown(" · ".join(bits)))
     if snap is None or not snap.exists:
@@ -218,7 +220,7 @@ def live_curves(rt, refs: list[RunRef], opts: dict) -> None:
 
 @live_fragment(run_every=REFRESH_S)
 def _live_figures(rt, refs: list[RunRef], opts: dict) -> None:
-    from ui.train.runs import recheck_followed
+    from ui.train.follow import recheck_followed
 
     recheck_followed(rt, refs)
     ref, snap, c, view, meas = _rows(rt, refs[:1], opts, newest_run=True)[0]
@@ -241,7 +243,7 @@ def _live_figures(rt, refs: list[RunRef], opts: dict) -> None:
 
 @live_fragment(run_every=CHART_REFRESH_S)
 def _live_charts(rt, refs: list[RunRef], opts: dict) -> None:
-    from ui.train.runs import recheck_followed
+    from ui.train.follow import recheck_followed
 
     recheck_followed(rt, refs)
     rows = _rows(rt, refs, opts)

@@ -49,13 +49,6 @@ def _still_allowed(rt, name: str, ref: RunRef) -> bool:
     return True
 
 
-def recheck_followed(rt, refs: list[RunRef] | None = None) -> None:
-    """In a live part that reads a followed run's files: once this session may no longer read typed
-    paths (signed out, another role), the whole page runs again, and drops the run (one refusal audited)."""
-    if (refs is None or any(r.source == "followed" for r in refs)) and control_lock(rt):
-        st.rerun(scope="app")
-
-
 def known_runs(rt) -> dict[str, RunRef]:
     """The runs to choose from: the workspace's ``[[train]]`` runs, then the logs followed in this session
     (each checked again: reading a typed path is an operator's action, audited once per path and while)."""
