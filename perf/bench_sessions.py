@@ -20,12 +20,9 @@ side from one run, so the ratios can be compared.
 from __future__ import annotations
 
 import argparse
-import os
 import secrets
-import signal
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,13 +32,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from tests.e2e._dashboard import serve  # noqa: E402  (the dashboard the tests start)
 from tests.e2e.netns_ws_client import Session  # noqa: E402  (the raw websocket client)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _open(port: int, query: str):
@@ -110,39 +102,14 @@ def main() -> int:
     a = ap.parse_args()
     home = Path(tempfile.mkdtemp(prefix="bench-sessions-"))
     token = secrets.token_urlsafe(24)
-    port = _free_port()
-    env = dict(os.environ, SPECDECK_HOME=str(home), SPECDECK_ACCESS_TOKEN=token)
-    env.pop("SPECDECK_WORKSPACE", None)
-    log = open(home / "streamlit.log", "wb")
-    dash = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
-                             "--server.headless", "true"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    try:
-        deadline = time.time() + 90
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).read()
-                break
-            except OSError:
-                if time.time() > deadline:
-                    raise
-                time.sleep(0.3)
+    with serve(home, timeout_s=90, token=token) as url:
+        port = int(url.rsplit(":", 1)[1])
         ws, _ = _open(port, f"token={token}")  # start the backend (and the demo) before measuring
         ws.close()
         time.sleep(5)
         rows = [_case("none open", port, token, 0, "", a.samples),
                 _case("without token", port, token, a.sessions, "", a.samples),
                 _case("with token", port, token, a.sessions, f"token={token}", a.samples)]
-    finally:
-        os.killpg(dash.pid, signal.SIGTERM)
-        try:
-            dash.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(dash.pid, signal.SIGKILL)
-        log.close()
-        subprocess.run([sys.executable, "-m", "backend.cli", "--workspace", str(home / "demo"), "processes",
-                        "stop-all"], cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       timeout=120)
     print(f"{'case':<15} {'open':>5} {'refused':>8} {'opening':>8} {'health med':>11} {'p95':>8} {'max':>8} "
           f"{'page run':>9}")
     for r in rows:

@@ -7,20 +7,16 @@ with and without the token and the headers a reverse proxy adds.
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 from websockets.sync.client import connect
 
 from tests.e2e.netns_ws_client import Session
-from tests.helpers import free_port
+from tests.e2e._dashboard import serve
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "loopback-test-token-0123456789"
@@ -36,33 +32,8 @@ def dashboard(tmp_path_factory):
                         "--password-stdin"], cwd=REPO, input="alice-password-1\n", capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stderr
-    port = free_port()
-    env = dict(os.environ, SPECDECK_WORKSPACE=str(ws), SPECDECK_HOME=str(tmp / "home"), SPECDECK_ACCESS_TOKEN=TOKEN)
-    env.pop("FORWARDED_ALLOW_IPS", None)
-    log = open(tmp / "streamlit.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
-                             "--server.headless", "true", "--global.developmentMode", "false"],
-                            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.time() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as resp:
-                    if resp.read().strip() == b"ok":
-                        break
-            except OSError:
-                pass
-            assert proc.poll() is None and time.time() < deadline, (tmp / "streamlit.log").read_text()[-2000:]
-            time.sleep(0.3)
-        yield port
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
+    with serve(tmp / "home", workspace=ws, timeout_s=90, token=TOKEN) as url:
+        yield int(url.rsplit(":", 1)[1])
 
 
 def _first_run(port: int, headers: dict[str, str], token: str | None = TOKEN) -> dict:

@@ -33,15 +33,19 @@ class DashboardURL(str):
 
 @contextmanager
 def serve(home: Path, env_extra: dict[str, str] | None = None, *, workspace: Path | None = None,
-          timeout_s: float = 60.0, address: str = "127.0.0.1", args: tuple[str, ...] = ()):
+          timeout_s: float = 60.0, address: str = "127.0.0.1", args: tuple[str, ...] = (),
+          token: str | None = None):
     """`streamlit run app.py [ARGS]` on ``address`` and a free port, with ``workspace``, or else the
-    demo workspace under ``home``; yields its URL (a :class:`DashboardURL`).  At the end the dashboard is stopped and so is
-    every process of that workspace."""
+    demo workspace under ``home``, and the loopback ``token`` (a fresh one when None); yields its URL
+    (a :class:`DashboardURL`) once ``/_stcore/health`` answers.  At the end the dashboard is stopped
+    and so is every process of that workspace.  Used by the browser tests, the loopback tests and
+    ``perf/bench_sessions.py``."""
     port = free_port()
     home.mkdir(parents=True, exist_ok=True)
-    token = secrets.token_urlsafe(24)
+    token = token or secrets.token_urlsafe(24)
     env = dict(os.environ, SPECDECK_HOME=str(home), PYTHONUNBUFFERED="1", SPECDECK_ACCESS_TOKEN=token)
-    env.pop("SPECDECK_WORKSPACE", None)
+    for name in ("SPECDECK_WORKSPACE", "FORWARDED_ALLOW_IPS"):  # never the caller's
+        env.pop(name, None)
     if workspace is not None:
         env["SPECDECK_WORKSPACE"] = str(workspace)
     env.update(env_extra or {})
