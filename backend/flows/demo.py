@@ -19,7 +19,7 @@ from backend.bench.demo_history import install_demo_history
 from backend.filemodes import make_private_dirs, write_private
 from backend.regen.demo_data import demo_catalog_text
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 # the demo server: Llama-3.1-70B's shape, over all eight GPUs of the fake telemetry source
 DEMO_TP = 8
 DEMO_TARGET = {"hidden_size": 8192, "num_hidden_layers": 80}

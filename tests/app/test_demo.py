@@ -49,3 +49,20 @@ def test_the_fake_gpus_show_the_demo_server_on_exactly_the_gpus_its_config_names
         if any(p.pid == 4242 for p in procs):
             holding.add(i)
     assert holding == set(cfg.gpus)
+
+
+def test_every_demo_program_runs_from_the_folder_it_is_started_in(tmp_path):
+    """Each demo process is `python -m MODULE …` in its configured folder: that module must be found there
+    (a demo module moved, or the folder computed from the wrong place, leaves every demo process FATAL)."""
+    import subprocess
+
+    ws = load_workspace(tmp_path / "demo", create_demo=True)
+    specs = [s for s in ws.process_specs() if len(s.argv) > 2 and s.argv[1] == "-m"]
+    assert {s.name for s in specs} >= {"demo-ticker", "demo-batch"}
+    for s in specs:
+        r = subprocess.run([s.argv[0], "-c", f"import importlib.util as u, sys; sys.exit(u.find_spec({s.argv[2]!r}) is None)"],
+                           cwd=s.cwd, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, f"{s.name}: {s.argv[2]} is not found from {s.cwd}: {r.stderr[-500:]}"
+    batch = next(s for s in specs if s.name == "demo-batch")
+    r = subprocess.run([*batch.argv[:4], "--seconds", "0.1"], cwd=batch.cwd, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "batch done, exiting with 0" in r.stdout
