@@ -14,6 +14,7 @@
                                             [--baseline|--baseline-only] [--state-file PATH] [--json]
     python -m backend.cli [--workspace DIR] servers list
     python -m backend.cli [--workspace DIR] servers preflight NAME [--json]
+    python -m backend.cli servers parselog LOG [--kinds decode,prefill,phase,fatal] [--version V]
     python -m backend.cli [--workspace DIR] supervise [--interval S]
     python -m backend.cli train parselog LOG [--json] | tracker DIR | checkpoints DIR | inspect CKPT
     python -m backend.cli [--workspace DIR] train runs [--json] | command NAME [--resume] [--json]

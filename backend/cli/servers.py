@@ -1,10 +1,19 @@
-"""``servers``: the workspace's SGLang servers and their preflight."""
+"""``servers``: the workspace's SGLang servers and their preflight, and ``servers parselog``: an SGLang
+server log as JSON lines.
+
+``parselog`` prints one JSON object per parsed record on stdout and a summary on stderr: the counts,
+then every rejected line as ``FILE:LINE: unparsed: REASON`` (a batch line whose label or values are not
+what SGLang prints, a timestamp that cannot be read, a line longer than 64 KiB).  Bad lines never stop
+the run: exit status 0 whatever the content, 2 only when the file cannot be read.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+from collections import deque
 from typing import TextIO
 
 from backend.cli.session import CommandError, Session, print_findings
@@ -52,8 +61,62 @@ def cmd_servers_preflight(s: Session, args: argparse.Namespace, out: TextIO) -> 
     return 1 if any(f.severity == "error" for f in findings) else 0
 
 
+PARSELOG_KINDS = ("decode", "prefill", "phase", "fatal")
+
+
+def _finite(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return None  # keep the output standard JSON
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite(x) for x in v]
+    return v
+
+
+def cmd_servers_parselog(args: argparse.Namespace, out: TextIO) -> int:
+    from backend.sglang.ingest import MAX_LINE, LogIngester
+    from backend.sglang.version import capabilities
+
+    err = sys.stderr
+    kinds = {k.strip() for k in args.kinds.split(",") if k.strip()}
+    bad = kinds - set(PARSELOG_KINDS)
+    if bad:
+        err.write(f"--kinds: unknown kind(s) {', '.join(sorted(bad))}; choose from {', '.join(PARSELOG_KINDS)}\n")
+        return 2
+    try:
+        with open(args.logfile, "rb"):
+            pass
+    except OSError as exc:
+        err.write(f"{args.logfile}: cannot read: {exc.strerror or exc}\n")
+        return 2
+    ing = LogIngester(args.logfile, caps=capabilities(args.version) if args.version else None, max_points=1)
+    ing.unparsed = deque()  # every rejected line, not only the latest ones the dashboard keeps
+    dumps = json.dumps
+
+    def emit(rec) -> None:
+        if rec.kind in kinds:
+            out.write(dumps(_finite(rec.to_dict()), default=str))
+            out.write("\n")
+
+    ing.add_listener(emit)
+    while ing.poll(max_bytes=64 * 1024 * 1024):
+        pass
+    ing.flush()
+    st = ing.stats
+    cut = f" ({st.cut_lines} cut: longer than {MAX_LINE // 1024} KiB)" if st.cut_lines else ""
+    err.write(f"{args.logfile}: {st.lines} lines, {st.decode_lines} decode, {st.prefill_lines} prefill, "
+              f"{st.http_lines} HTTP access, {st.event_lines} startup/failure events, "
+              f"{st.unparsed_lines} unparsed line(s){cut}\n")
+    for u in ing.unparsed:
+        err.write(f"{args.logfile}:{u.line_no}: unparsed: {u.reason}\n")
+    if ing.rate_seen:
+        err.write(f"accept rate meaning: {ing.accept_rate_description}\n")
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
-    servers = sub.add_parser("servers", help="SGLang servers: list, preflight")
+    servers = sub.add_parser("servers", help="SGLang servers: list, preflight, parselog")
     ss = servers.add_subparsers(dest="action", required=True, metavar="ACTION")
     a = ss.add_parser("list", help="every [[server]] entry and its state")
     a.set_defaults(func=cmd_servers_list, acts=False)
@@ -61,3 +124,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument("name")
     a.add_argument("--json", action="store_true", help="machine-readable findings")
     a.set_defaults(func=cmd_servers_preflight, acts=False)
+    a = ss.add_parser("parselog", help="an SGLang server log as JSON lines (stdout), a summary and every "
+                                       "unparsed line (stderr)")
+    a.add_argument("logfile")
+    a.add_argument("--kinds", default=",".join(PARSELOG_KINDS),
+                   help="comma-separated subset of " + ",".join(PARSELOG_KINDS))
+    a.add_argument("--version", default=None, help="sglang version that wrote the log (for accept rate meaning)")
+    a.set_defaults(func=cmd_servers_parselog, session=False)

@@ -136,3 +136,22 @@ def test_command_line_preflight_sees_the_workspace_gpus(ws):
     cfg.write_text(text.replace("simulate = true", "simulate = true\ngpus = [0, 9]\ntp_size = 2"))
     rc, out, _ = _run(ws, "servers", "preflight", "kimi")
     assert "gpu-missing" in out and "[9]" in out and "8 GPU(s)" in out  # the same 8 fake GPUs the dashboard shows
+
+
+def test_servers_parselog_in_process_prints_records_and_refuses_an_unknown_kind(tmp_path, capsys):
+    import io
+    import json
+
+    from backend.cli import main
+
+    log = tmp_path / "server.log"
+    log.write_text("[2025-10-01 12:00:00] Decode batch. #running-req: 1, #token: 10, token usage: 0.00, "
+                   "gen throughput (token/s): 42.00, #queue-req: 0\nnot a line of SGLang's\n", encoding="utf-8")
+    out = io.StringIO()
+    assert main(["servers", "parselog", str(log), "--kinds", "decode"], out=out) == 0
+    [rec] = [json.loads(x) for x in out.getvalue().splitlines()]
+    assert rec["kind"] == "decode" and rec["gen_throughput"] == 42.0
+    err = capsys.readouterr().err
+    assert "2 lines, 1 decode" in err
+    assert main(["servers", "parselog", str(log), "--kinds", "decode,bogus"], out=io.StringIO()) == 2
+    assert "unknown kind(s) bogus" in capsys.readouterr().err

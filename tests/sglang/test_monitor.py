@@ -172,13 +172,13 @@ def test_parselog_cli(tmp_path):
         "[2026-04-08 14:05:01 TP0] Decode batch, #running-req: two\n"
         "[2026-04-08 14:05:02] Prefill batch, #new-seq: 1, #new-token: 5, #cached-token: 0, token usage: 0.00, "
         "#running-req: 0, #queue-req: 0")  # no final newline: still parsed
-    p = subprocess.run([sys.executable, "-m", "backend.sglang.parselog", str(log), "--version", "0.5.10"],
+    p = subprocess.run([sys.executable, "-m", "backend.cli", "servers", "parselog", str(log), "--version", "0.5.10"],
                        cwd=REPO, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     recs = [json.loads(x) for x in p.stdout.splitlines()]
     assert [r["kind"] for r in recs] == ["decode", "prefill"]
     assert recs[0]["accept_len"] == 2.0 and recs[0]["ranks"] == {"TP": 0}
     assert "1 unparsed" in p.stderr and f"{log}:3:" in p.stderr
-    p = subprocess.run([sys.executable, "-m", "backend.sglang.parselog", str(tmp_path / "none.log")],
+    p = subprocess.run([sys.executable, "-m", "backend.cli", "servers", "parselog", str(tmp_path / "none.log")],
                        cwd=REPO, capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "none.log" in p.stderr

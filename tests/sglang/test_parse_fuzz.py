@@ -171,7 +171,7 @@ def test_fuzzed_lines_through_both_paths_and_the_cli(tmp_path):
         assert list(fast.unparsed) == list(ref.unparsed)
         assert fast.startup.phase == ref.startup.phase and fast.startup.percent == ref.startup.percent
 
-    r = subprocess.run([sys.executable, "-m", "backend.sglang.parselog", str(path), "--kinds", "decode,prefill"],
+    r = subprocess.run([sys.executable, "-m", "backend.cli", "servers", "parselog", str(path), "--kinds", "decode,prefill"],
                        cwd=REPO, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     out = [json.loads(x) for x in r.stdout.splitlines()]

@@ -127,7 +127,7 @@ def test_cli_prints_every_good_line_and_exits_0(tmp_path):
     lines[10] = BAD[0][0]  # the 5,000-digit fraction
     lines[20] = BAD[5][0]  # nan
     path = _log(tmp_path, lines)
-    r = subprocess.run([sys.executable, "-m", "backend.sglang.parselog", str(path)], cwd=REPO,
+    r = subprocess.run([sys.executable, "-m", "backend.cli", "servers", "parselog", str(path)], cwd=REPO,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     recs = [json.loads(x) for x in r.stdout.splitlines()]
@@ -138,7 +138,7 @@ def test_cli_prints_every_good_line_and_exits_0(tmp_path):
 
 
 def test_cli_exits_2_for_an_unreadable_file(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "backend.sglang.parselog", str(tmp_path / "missing.log")], cwd=REPO,
+    r = subprocess.run([sys.executable, "-m", "backend.cli", "servers", "parselog", str(tmp_path / "missing.log")], cwd=REPO,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "cannot read" in r.stderr and not r.stdout
 
