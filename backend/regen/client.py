@@ -12,7 +12,17 @@ Classification
                 the server aborted (SGLang answers ``finish_reason: "abort"`` to requests running
                 while it shuts down)
     permanent   any other 4xx (``context_length`` when the message says the prompt is too long),
-                or a 200 whose body is not a chat completion
+                a 200 whose body is not a chat completion, or a request whose text cannot be sent
+                as UTF-8 (``bad_text``: asking again would not change it)
+
+Streaming and timeouts
+    Answers are streamed (``"stream": true`` with ``stream_options.include_usage``) unless the job
+    says otherwise, so that two timeouts fit generation: ``first_byte_timeout`` from sending the
+    request to the first byte of the answer's body (queueing and prefill), and ``chunk_timeout``
+    between two chunks after that.  A stalled server is noticed within ``chunk_timeout`` however
+    long the answer is.  Not streamed, the first byte comes with the whole answer, so only
+    ``first_byte_timeout`` applies.  A server that answers a streamed request with one JSON body
+    is read as such.
 """
 
 from __future__ import annotations
@@ -22,36 +32,18 @@ import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
+
+from backend.regen.config import ServerURLError, normalize_url
+
+__all__ = ["PERMANENT", "SUCCESS", "TRANSIENT", "Outcome", "ServerClient", "ServerURLError", "backoff",
+           "classify_http", "normalize_url", "parse_completion"]
 
 SUCCESS, TRANSIENT, PERMANENT = "success", "transient", "permanent"
 _CONTEXT = re.compile(r"context length|context window|maximum context|too long|longer than|exceeds? the (max|model)"
                       r"|max_model_len|input length", re.I)
 PROBE_PATHS = ("/v1/models", "/health")
-
-
-class ServerURLError(ValueError):
-    """A server address that is not http(s)://host:port."""
-
-
-def normalize_url(url: str) -> str:
-    """``http://host:port`` without a trailing slash or ``/v1``; a bare ``host:port`` gets http://."""
-    u = url.strip()
-    if "://" not in u:
-        u = "http://" + u
-    parts = urlsplit(u)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ServerURLError(f"{url!r}: not a server address (use http://host:port)")
-    try:
-        parts.port
-    except ValueError as exc:
-        raise ServerURLError(f"{url!r}: {exc}") from None
-    path = parts.path.rstrip("/")
-    if path.endswith("/v1"):
-        path = path[:-3]
-    return f"{parts.scheme}://{parts.netloc}{path}"
 
 
 @dataclass
@@ -121,21 +113,88 @@ def parse_completion(body: bytes) -> Outcome:
                    completion_tokens=int(usage.get("completion_tokens") or 0))
 
 
+class _Stream:
+    """What the chunks of a streamed chat completion add up to."""
+
+    def __init__(self) -> None:
+        self.content: list[str] = []
+        self.reasoning: list[str] = []
+        self.finish: str | None = None
+        self.usage: dict[str, Any] = {}
+        self.done = False          # [DONE] was read
+        self.error: Outcome | None = None
+        self.chunks = 0
+
+    def line(self, raw: bytes) -> None:
+        if not raw.startswith(b"data:"):
+            return  # an SSE comment, event name or blank line
+        payload = raw[5:].strip()
+        if payload == b"[DONE]":
+            self.done = True
+            return
+        try:
+            obj = json.loads(payload)
+        except ValueError:
+            text = _short(payload.decode("utf-8", "replace"))
+            self.error = Outcome(PERMANENT, "bad_response", f"not a chat completion chunk: {text}", status=200)
+            return
+        if not isinstance(obj, dict):
+            return
+        if obj.get("error") is not None and not obj.get("choices"):
+            err = obj["error"]
+            code = err.get("code") if isinstance(err, dict) else None
+            status = code if isinstance(code, int) and 400 <= code < 600 else 500
+            self.error = classify_http(status, payload)
+            return
+        self.chunks += 1
+        if isinstance(obj.get("usage"), dict):
+            self.usage = obj["usage"]
+        for choice in obj.get("choices") or ():
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            if isinstance(delta, dict):
+                if isinstance(delta.get("content"), str):
+                    self.content.append(delta["content"])
+                if isinstance(delta.get("reasoning_content"), str):
+                    self.reasoning.append(delta["reasoning_content"])
+            if isinstance(choice.get("finish_reason"), str):
+                self.finish = choice["finish_reason"]
+
+    def outcome(self) -> Outcome:
+        if self.error is not None:
+            return self.error
+        if self.finish == "abort":
+            return Outcome(TRANSIENT, "aborted", "the server aborted the request (shutting down?)", status=200)
+        if self.finish is None and not self.done:
+            return Outcome(TRANSIENT, "connection", f"the answer's stream ended after {self.chunks} chunks without "
+                           "a finish_reason (server stopped?)", status=200, server_down=True)
+        return Outcome(SUCCESS, content="".join(self.content),
+                       reasoning="".join(self.reasoning) if self.reasoning else None,
+                       finish_reason=self.finish, status=200,
+                       prompt_tokens=int(self.usage.get("prompt_tokens") or 0),
+                       completion_tokens=int(self.usage.get("completion_tokens") or 0))
+
+
 class ServerClient:
     """One server: its URL, the name it was given, one connection pool."""
 
-    def __init__(self, url: str, *, name: str | None = None, pool: int = 64, request_timeout: float = 3600.0,
-                 connect_timeout: float = 10.0, api_key: str | None = None) -> None:
+    def __init__(self, url: str, *, name: str | None = None, pool: int = 64, first_byte_timeout: float = 600.0,
+                 chunk_timeout: float = 120.0, connect_timeout: float = 10.0, api_key: str | None = None) -> None:
         self.url = normalize_url(url)
         self.name = name
         self.pool = pool
-        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout, sock_read=request_timeout)
+        self.first_byte_timeout = first_byte_timeout
+        self.chunk_timeout = chunk_timeout
+        # the per-request timeouts are set by chat() itself (first byte, then between chunks)
+        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout, sock_read=None)
         self._probe_timeout = aiohttp.ClientTimeout(total=min(5.0, connect_timeout + 2))
         self._headers = {"content-type": "application/json"}
         if api_key:
             self._headers["authorization"] = f"Bearer {api_key}"
         self._session: aiohttp.ClientSession | None = None
         self.model: str | None = None
+        self.answered = False  # an HTTP answer (any status) has come from this server at least once
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -151,15 +210,44 @@ class ServerClient:
             await self._session.close()
 
     async def chat(self, body: dict[str, Any]) -> Outcome:
-        data = json.dumps(body, ensure_ascii=False).encode("utf-8", "surrogatepass")
         try:
-            async with self.session.post(self.url + "/v1/chat/completions", data=data) as resp:
-                raw = await resp.read()
-                if resp.status != 200:
-                    return classify_http(resp.status, raw)
-                return parse_completion(raw)
-        except asyncio.TimeoutError:
-            return Outcome(TRANSIENT, "timeout", "no answer within the request timeout")
+            data = json.dumps(body, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as exc:  # a lone surrogate: no server can read it, asking again is no use
+            return Outcome(PERMANENT, "bad_text", f"the request holds text that is not valid Unicode "
+                           f"({exc.reason}, U+{ord(exc.object[exc.start]):04X}); it cannot be sent as UTF-8")
+        loop = asyncio.get_running_loop()
+        phase = "first byte"
+        stream: _Stream | None = None
+        try:
+            async with asyncio.timeout(self.first_byte_timeout) as deadline:
+                async with self.session.post(self.url + "/v1/chat/completions", data=data) as resp:
+                    self.answered = True
+                    if resp.status != 200:
+                        return classify_http(resp.status, await resp.read())
+                    if not resp.content_type.startswith("text/event-stream"):
+                        return parse_completion(await resp.read())
+                    stream = _Stream()
+                    tail = b""
+                    async for chunk in resp.content.iter_any():
+                        deadline.reschedule(loop.time() + self.chunk_timeout)
+                        phase = "chunk"
+                        *lines, tail = (tail + chunk).split(b"\n")
+                        for line in lines:
+                            stream.line(line.rstrip(b"\r"))
+                        if stream.error is not None or stream.done:
+                            break
+                    if tail.strip():
+                        stream.line(tail.rstrip(b"\r"))
+                    return stream.outcome()
+        except aiohttp.ServerTimeoutError as exc:  # the connection could not be made in time
+            return Outcome(TRANSIENT, "connection", f"cannot connect ({exc or 'connect timeout'})"[:300],
+                           server_down=True)
+        except TimeoutError:
+            if phase == "first byte":
+                return Outcome(TRANSIENT, "timeout", f"no answer within the first-byte timeout "
+                               f"({self.first_byte_timeout:g} s)")
+            return Outcome(TRANSIENT, "timeout", f"the answer stalled: no chunk for {self.chunk_timeout:g} s "
+                           f"(chunk timeout) after {stream.chunks if stream else 0} chunks")
         except aiohttp.ClientConnectorError as exc:
             return Outcome(TRANSIENT, "connection", _conn_reason(exc), server_down=True)
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, aiohttp.ClientOSError,
@@ -174,6 +262,7 @@ class ServerClient:
         for path in PROBE_PATHS:  # /health only where /v1/models is not served (404)
             try:
                 async with self.session.get(self.url + path, timeout=self._probe_timeout) as resp:
+                    self.answered = True
                     raw = await resp.read()
                     if path == "/v1/models" and resp.status == 404:
                         continue

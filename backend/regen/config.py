@@ -10,18 +10,76 @@ start, so a resume with no arguments runs with the same parameters.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from backend.filemodes import make_private_dirs, write_private
 from backend.readcap import CONFIG_JSON_MAX, load_json_capped
-from backend.regen.catalog import MixConfig, MixEntry
 from backend.regen.output import RunFiles
 
+if TYPE_CHECKING:  # pydantic is imported only for a mix (a run of --input files never needs it)
+    from backend.regen.catalog import MixConfig
+
 REASONING = ("none", "save", "disable")
+FIRST_BYTE_S = 600.0          # streamed: queueing and prefill until the first chunk
+FIRST_BYTE_UNSTREAMED_S = 3600.0  # not streamed: the first byte comes with the whole answer
+CHUNK_S = 120.0               # streamed: the longest pause between two chunks of an answer
+STARTUP_S = 300.0             # how long to wait for any server to answer at all before giving up
+
+_HOST = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?(\.[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?)*\.?")
+_SCHEME_LIKE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:/")
+
+
+class ServerURLError(ValueError):
+    """A server address that is not http(s)://host:port."""
+
+
+def normalize_url(url: str) -> str:
+    """``http://host:port`` without a trailing slash or ``/v1``; a bare ``host:port`` gets http://.
+
+    Refused, with the reason: white space, a scheme other than http/https (``htp:/x`` included:
+    it is not taken as the host ``htp``), a host that is not a host name or IP address, a port
+    that is not a number, a query or a fragment.
+    """
+    u = url.strip()
+    hint = "(use http://host:port)"
+    if not u:
+        raise ServerURLError(f"{url!r}: an empty server address {hint}")
+    if any(c.isspace() or ord(c) < 32 for c in u):
+        raise ServerURLError(f"{url!r}: a server address has no spaces or control characters {hint}")
+    if "://" not in u:
+        if _SCHEME_LIKE.match(u):
+            raise ServerURLError(f"{url!r}: not a server address: {u.split(':', 1)[0]!r} is not http or https "
+                                 f"and '//' is missing {hint}")
+        u = "http://" + u
+    parts = urlsplit(u)
+    if parts.scheme.lower() not in ("http", "https"):
+        raise ServerURLError(f"{url!r}: the scheme {parts.scheme!r} is not http or https {hint}")
+    host = parts.hostname or ""
+    if not host:
+        raise ServerURLError(f"{url!r}: no host {hint}")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        if not _HOST.fullmatch(host) or len(host) > 253:
+            raise ServerURLError(f"{url!r}: {host!r} is not a host name or an IP address {hint}") from None
+    try:
+        port = parts.port
+    except ValueError:
+        raise ServerURLError(f"{url!r}: the port is not a number from 0 to 65535 {hint}") from None
+    if port is None and parts.netloc.endswith(":"):
+        raise ServerURLError(f"{url!r}: no port after ':' {hint}")
+    if parts.query or parts.fragment or u.endswith(("?", "#")):
+        raise ServerURLError(f"{url!r}: a server address has no query or fragment {hint}")
+    path = parts.path.rstrip("/")
+    if path.endswith("/v1"):
+        path = path[:-3]
+    return f"{parts.scheme.lower()}://{parts.netloc}{path}"
 
 
 @dataclass(kw_only=True)
@@ -65,8 +123,19 @@ class JobConfig(Sampling):
     mix: dict[str, Any] | None = None                 # a MixConfig as a dict (entries with files)
     root: str | None = None                           # where the mix's relative files are
     model: str | None = None
-    request_timeout: float = 3600.0
+    stream: bool = True                       # answers streamed: a stalled server is seen between chunks
+    first_byte_timeout: float | None = None   # None: FIRST_BYTE_S streamed, FIRST_BYTE_UNSTREAMED_S not
+    chunk_timeout: float = CHUNK_S
+    startup_timeout: float = STARTUP_S
     max_attempts: int = 10
+
+    @property
+    def first_byte_s(self) -> float:
+        """Seconds from sending a request to the first byte of its answer (the whole answer when
+        it is not streamed) before it is asked again."""
+        if self.first_byte_timeout is not None:
+            return self.first_byte_timeout
+        return FIRST_BYTE_S if self.stream else FIRST_BYTE_UNSTREAMED_S
 
     def check(self) -> None:
         if not self.servers:
@@ -74,10 +143,16 @@ class JobConfig(Sampling):
         if bool(self.inputs) == bool(self.mix):
             raise ValueError("give the inputs (--input FILE ...) or a mix (--mix NAME), one of the two")
         self.check_limits()
-        if self.request_timeout <= 0:
-            raise ValueError(f"request_timeout: {self.request_timeout} is not > 0")
+        for s in self.servers:
+            normalize_url(s.url)
+        for name in ("first_byte_timeout", "chunk_timeout", "startup_timeout"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name}: {value} is not > 0")
         if self.max_attempts < 1:
             raise ValueError(f"max_attempts: {self.max_attempts} is not >= 1")
+        if self.system_prompt and re.search("[\ud800-\udfff]", self.system_prompt):
+            raise ValueError("system_prompt: holds a lone surrogate (not valid Unicode; it cannot be sent as UTF-8)")
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -89,18 +164,42 @@ class JobConfig(Sampling):
         d = dict(d)
         d["out"] = Path(d["out"])
         d["servers"] = [ServerSpec(**s) for s in d.get("servers") or []]
+        old = d.get("request_timeout")  # before first_byte_timeout, one timeout for the whole answer
+        if "first_byte_timeout" not in d and old is not None and old != FIRST_BYTE_UNSTREAMED_S:
+            d["first_byte_timeout"] = old
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in d.items() if k in known})
 
-    def mix_config(self) -> MixConfig:
+    def mix_config(self) -> "MixConfig | InputMix":
+        """What :func:`backend.regen.datasets.read_mix` reads: the mix, or the input files as one."""
         if self.mix is not None:
+            from backend.regen.catalog import MixConfig
+
             return MixConfig.model_validate(self.mix)
         entries, names = [], set()
         for p in self.inputs:
             name = dataset_name(Path(p), names)
             names.add(name)
-            entries.append(MixEntry(name="inputs", dataset=name, file=str(Path(p).expanduser().resolve())))
-        return MixConfig(name="inputs", entries=entries)
+            entries.append(InputEntry(dataset=name, file=str(Path(p).expanduser().resolve())))
+        return InputMix(entries=tuple(entries))
+
+
+@dataclass(frozen=True)
+class InputEntry:
+    """One ``--input`` file, read whole: the fields of a mix entry that the reader uses."""
+
+    dataset: str
+    file: str
+    name: str = "inputs"
+    first_turn_only: bool = False
+    max_prompt_chars: int | None = None
+    samples: int | None = None
+
+
+@dataclass(frozen=True)
+class InputMix:
+    entries: tuple[InputEntry, ...]
+    name: str = "inputs"
 
 
 def dataset_name(path: Path, taken: set[str]) -> str:
@@ -117,7 +216,12 @@ def dataset_name(path: Path, taken: set[str]) -> str:
 
 def write_job_json(files: RunFiles, cfg: JobConfig) -> None:
     make_private_dirs(files.job.parent)
-    write_private(files.job, json.dumps(cfg.to_json(), indent=2, ensure_ascii=False) + "\n")
+    try:
+        write_private(files.job, json.dumps(cfg.to_json(), indent=2, ensure_ascii=False) + "\n")
+    except OSError as exc:
+        if exc.filename:
+            raise
+        raise OSError(exc.errno, exc.strerror or str(exc), str(files.job)) from exc
 
 
 def read_job_json(files: RunFiles) -> JobConfig:

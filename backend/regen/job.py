@@ -22,6 +22,13 @@ Failures (backend.regen.client classifies them)
                 502/503/504 the server is probed first: when the probe fails too (SGLang still
                 starting, a router without a live worker) it counts as away, not against the row.
 
+Start-up
+    Until some server has answered once (any HTTP answer to a probe or a request: a router without
+    a live worker answering 503 is there), the job waits at most ``startup_timeout`` seconds from
+    its first probe; then it ends, state ``failed``, exit 1, with every server's reason (an unknown
+    host, a refused port, no answer), instead of waiting for an address that never answers.  A
+    server that answered once and goes away is waited for.
+
 Control
     SIGTERM / SIGINT: stop submitting, cancel what is in flight (asked again on resume), flush,
     state ``stopping``, exit 130.  Pause (SIGUSR1, or ``pause`` in ``OUT.control``, checked every
@@ -41,8 +48,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from typing import TYPE_CHECKING
+
 from backend.readcap import SMALL_TEXT_MAX, read_text_capped
-from backend.regen.catalog import MixConfig
 from backend.regen.client import PERMANENT, SUCCESS, Outcome, ServerClient, backoff
 from backend.regen.datasets import Skipped, read_mix
 from backend.regen.output import (OutputWriter, RunFiles, error_record, scan, skipped_key, skipped_record,
@@ -50,6 +58,10 @@ from backend.regen.output import (OutputWriter, RunFiles, error_record, scan, sk
 from backend.regen.config import JobConfig, ServerSpec, write_job_json
 from backend.regen.progress import SNAPSHOT_SECONDS, ProgressLog, Stats, last_snapshot
 from backend.regen.records import Row
+
+if TYPE_CHECKING:
+    from backend.regen.catalog import MixConfig
+    from backend.regen.config import InputMix
 
 EXIT_DONE, EXIT_FAILED, EXIT_STOPPED = 0, 1, 130
 PROBE_MAX_S = 2.0      # a server that went away is probed at least this often
@@ -80,7 +92,7 @@ class Task:
 class _Server:
     def __init__(self, spec: ServerSpec, cfg: JobConfig, stats: Stats) -> None:
         self.client = ServerClient(spec.url, name=spec.name, pool=cfg.concurrency,
-                                   request_timeout=cfg.request_timeout)
+                                   first_byte_timeout=cfg.first_byte_s, chunk_timeout=cfg.chunk_timeout)
         self.url = self.client.url
         self.cap = cfg.concurrency
         self.stats = stats.server(self.url, spec.name)
@@ -92,7 +104,8 @@ class _Server:
 
 class Job:
     def __init__(self, cfg: JobConfig, *, say: Callable[[str], None] = lambda s: None,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, pending_stop: Callable[[], str | None] = lambda: None) -> None:
+        """``pending_stop``: a signal received before the job's own handlers were set (its name)."""
         cfg.check()
         self.cfg = cfg
         self.files = RunFiles.of(cfg.out)
@@ -110,6 +123,11 @@ class Job:
         self.servers: list[_Server] = []
         self.exhausted = False
         self.fatal: Exception | None = None
+        self.pending_stop = pending_stop
+        self.probing_since: float | None = None
+        self.gave_up: str | None = None     # why the run ended at start-up: no server ever answered
+        self.repeats = 0                    # rows without ids that repeat an earlier row's turns
+        self.replaced_before = 0            # characters written as U+FFFD by earlier runs (their rows' regen)
 
     # -- control ------------------------------------------------------------------------
     def request_pause(self, why: str) -> None:
@@ -143,6 +161,8 @@ class Job:
     def _snapshot(self) -> None:
         if self.writer is not None:
             self.writer.flush()
+            if self.stats is not None:
+                self.stats.replaced_chars = self.replaced_before + self.writer.replaced
         if self.log is not None and self.stats is not None:
             self.log.write(self.stats.snapshot())
 
@@ -154,9 +174,11 @@ class Job:
         finally:
             for s in self.servers:
                 await s.client.close()
-            if self.writer is not None:
-                self.writer.close()
-            self.log.close()
+            try:
+                if self.writer is not None:
+                    self.writer.close()
+            finally:
+                self.log.close()
 
     async def _run(self) -> int:
         loop = asyncio.get_running_loop()
@@ -171,6 +193,14 @@ class Job:
             loop.add_signal_handler(sig, fn)
         try:
             self._state("starting", "reading the inputs and the output written so far")
+            early = self.pending_stop()
+            if early:
+                self.request_stop(early)
+                self.stats.state = "stopping"
+                self.stats.message = f"stopped ({early}) while starting, before the inputs were read; resume with " \
+                                     "the same command"
+                self._snapshot()
+                return EXIT_STOPPED
             existing = scan(self.files)
             notes = existing.repaired + existing.bad_lines
             for n in notes:
@@ -183,7 +213,11 @@ class Job:
                 return self._finish(EXIT_STOPPED)
             self.say(f"{self.stats.total} rows: {self.stats.done} done, {self.stats.failed} failed, "
                      f"{self.stats.skipped} skipped; {self._remaining()} to ask")
+            if self.repeats:
+                notes.append(self._repeats_note())
+                self.say(notes[-1])
             self.stats.message = "; ".join(notes)[:500] if notes else None
+            self.probing_since = time.monotonic()
             await asyncio.gather(*(self._first_probe(s) for s in self.servers))
             ticker = asyncio.create_task(self._ticker())
             try:
@@ -193,20 +227,32 @@ class Job:
                 await asyncio.gather(ticker, return_exceptions=True)
             if self.fatal is not None:
                 raise self.fatal
+            if self.gave_up is not None:
+                self._state("failed", self.gave_up)
+                return EXIT_FAILED
             if self.mode == "stop":
                 return self._finish(EXIT_STOPPED)
             if self.mode == "pause":
                 self.files.control.unlink(missing_ok=True)
                 self._state("paused", f"paused: {self._remaining()} rows left; resume with the same command")
                 return EXIT_DONE
+            replaced = self.replaced_before + self.writer.replaced
             self._state("done", f"done: {self.stats.done} regenerated, {self.stats.failed} failed, "
-                                f"{self.stats.skipped} skipped")
+                                f"{self.stats.skipped} skipped" + (
+                                    f"; {replaced} character(s) that are not valid Unicode written as U+FFFD "
+                                    "(regen.replaced_chars marks their rows)" if replaced else "")
+                                + (f"; {self.repeats} repeated row(s) without an id asked" if self.repeats else ""))
             return EXIT_DONE
         except Exception as exc:
             self.stats.message = f"failed: {type(exc).__name__}: {exc}"[:500]
             self.stats.state = "failed"
-            try:
-                self._snapshot()
+            try:  # keep the rows still buffered, when the writer can
+                if self.writer is not None:
+                    self.writer.flush()
+            except Exception:
+                pass
+            try:  # and say so in the progress log even when the output cannot be written
+                self.log.write(self.stats.snapshot())
             except Exception:
                 pass
             raise
@@ -227,10 +273,14 @@ class Job:
         st = self.stats
         return max(0, st.total - st.done - st.failed - st.skipped)
 
-    def _items(self, mix: MixConfig) -> Iterator[Row | Skipped]:
+    def _repeats_note(self) -> str:
+        return (f"{self.repeats} row(s) without an id have the same turns as an earlier row: each is asked "
+                "(ids <hash>-2, -3, ...), as SpecForge asks every row; give the rows ids to tell them apart")
+
+    def _items(self, mix: "MixConfig | InputMix") -> Iterator[Row | Skipped]:
         return read_mix(mix, Path(self.cfg.root or "."))
 
-    async def _count(self, mix: MixConfig, existing) -> None:
+    async def _count(self, mix: "MixConfig | InputMix", existing) -> None:
         st, n = self.stats, 0
         for item in self._items(mix):
             n += 1
@@ -249,14 +299,18 @@ class Job:
                                                               item.line))
                 st.record_skipped(item.dataset)
                 continue
+            if item.repeat:
+                self.repeats += 1
             regen = existing.done.get(item.id)
             if regen is not None:
+                self.replaced_before += int(regen.get("replaced_chars") or 0)
                 st.record_done(item.dataset, str(regen.get("server") or ""), int(regen.get("prompt_tokens") or 0),
                                int(regen.get("completion_tokens") or 0), live=False)
                 st.answer_tokens(int(regen.get("completion_tokens") or 0))
                 continue
             regen = existing.failed.get(item.id)
             if regen is not None:
+                self.replaced_before += int(regen.get("replaced_chars") or 0)
                 st.record_failed(item.dataset, regen.get("server"), str(regen.get("class") or "error"),
                                  str(regen.get("error") or ""))
         self.writer.flush()
@@ -296,6 +350,17 @@ class Job:
                 return
             s.down_reason = why
 
+    def _check_startup(self, now: float) -> None:
+        """End the run when no server has answered within ``startup_timeout`` of the first probe."""
+        if self.probing_since is None or self.mode != "run" or any(s.client.answered for s in self.servers):
+            return
+        if now - self.probing_since < self.cfg.startup_timeout:
+            return
+        why = "; ".join(f"{s.url}: {s.down_reason or s.stats.last_error or 'no answer'}" for s in self.servers)
+        self.gave_up = (f"no server answered within {self.cfg.startup_timeout:g} s of start: {why}. Check the "
+                        "address; a server still loading its model needs a longer --startup-timeout")
+        self.request_stop("no server answered")
+
     def _update_state(self, snap: bool = True) -> None:
         if self.mode != "run" or self.stats is None:
             return
@@ -321,7 +386,7 @@ class Job:
         return best
 
     # -- dispatch -------------------------------------------------------------------------
-    async def _dispatch(self, mix: MixConfig, existing) -> None:
+    async def _dispatch(self, mix: "MixConfig | InputMix", existing) -> None:
         source = (it for it in self._items(mix) if not isinstance(it, Skipped) and not existing.seen(it.id))
         self._update_state()
         while self.mode == "run":
@@ -362,7 +427,9 @@ class Job:
     def _body(self, model: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
         cfg = self.cfg
         body: dict[str, Any] = {"model": model, "messages": messages, "max_tokens": cfg.max_tokens,
-                                "temperature": cfg.temperature, "stream": False}
+                                "temperature": cfg.temperature, "stream": cfg.stream}
+        if cfg.stream:
+            body["stream_options"] = {"include_usage": True}
         if cfg.top_p is not None:
             body["top_p"] = cfg.top_p
         if cfg.reasoning == "disable":
@@ -486,6 +553,7 @@ class Job:
         while True:
             await asyncio.sleep(TICK_S)
             now = time.monotonic()
+            self._check_startup(now)
             if self.writer.due():
                 self.writer.flush()
             if now - last_ctl >= CONTROL_EVERY_S:
@@ -517,6 +585,7 @@ class Job:
         return text.split()[0] if text else None
 
 
-def run_job(cfg: JobConfig, *, say: Callable[[str], None] = lambda s: None) -> int:
+def run_job(cfg: JobConfig, *, say: Callable[[str], None] = lambda s: None,
+            pending_stop: Callable[[], str | None] = lambda: None) -> int:
     """Run ``cfg`` in this process until done, paused or stopped; the exit status."""
-    return asyncio.run(Job(cfg, say=say).run())
+    return asyncio.run(Job(cfg, say=say, pending_stop=pending_stop).run())

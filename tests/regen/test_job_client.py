@@ -247,11 +247,11 @@ def test_an_answer_that_never_comes_is_a_timeout_asked_again_then_an_error(tmp_p
     _rows(inp, [("slow", [_user("hang here")]), ("fine", [_user("quick")])])
     stand = StandIn()
     out = tmp_path / "o.jsonl"
-    assert _run(stand, {"out": out, "inputs": [str(inp)], "request_timeout": 0.3, "max_attempts": 2}) == 0
+    assert _run(stand, {"out": out, "inputs": [str(inp)], "first_byte_timeout": 0.3, "max_attempts": 2}) == 0
     assert [r["id"] for r in read_jsonl(out)] == ["fine"]
     err = read_jsonl(sibling(out, "_error.jsonl"))
     assert [(e["id"], e["regen"]["class"], e["regen"]["retries"]) for e in err] == [("slow", "timeout", 1)]
-    assert err[0]["error"] == "gave up after 2 attempts: no answer within the request timeout"
+    assert err[0]["error"] == "gave up after 2 attempts: no answer within the first-byte timeout (0.3 s)"
     assert stand.seen["hang here"] == 2
 
 
