@@ -3,34 +3,39 @@
     regen run (--input FILE [--input FILE ...] | --mix NAME) --server URL_OR_NAME [--server ...]
               --out PATH [--concurrency N] [--max-tokens N] [--temperature T] [--top-p P]
               [--reasoning none|save|disable] [--system-prompt TEXT] [--model NAME]
-              [--request-timeout S] [--max-attempts N] [--workspace DIR]
+              [--no-stream] [--first-byte-timeout S] [--chunk-timeout S] [--startup-timeout S]
+              [--max-attempts N] [--workspace DIR]
     regen status PATH [--json]
     regen validate PATH [--input FILE ... | --mix NAME]
     regen requeue PATH [--class CLASS]
 
 ``run`` stays in the foreground until every row is done.  When PATH already has a run, it resumes
 it (with no other argument, with the parameters of ``PATH``'s ``.job.json``; arguments given
-replace those).  Exit status: 0 when nothing is left (failed rows included) or after a pause, 130
-after SIGINT/SIGTERM once everything written is flushed, 1 when the run failed, 2 for bad
-arguments or input.  A server is a URL (``http://host:port``, also the URL of an ``sglang-router``)
-or the name of a ``[[server]]`` of the workspace.
+replace those; other inputs than the run was made from are refused).  Exit status: 0 when nothing
+is left (failed rows included) or after a pause, 130 after SIGINT/SIGTERM once everything written
+is flushed (also while it starts), 1 when the run failed (no server answered within
+``--startup-timeout``, a full disk), 2 for bad arguments or input.  A server is a URL
+(``http://host:port``, also the URL of an ``sglang-router``) or the name of a ``[[server]]`` of
+the workspace.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from backend.regen.config import REASONING, JobConfig, ServerSpec, read_job_json
+from backend.regen.config import (CHUNK_S, FIRST_BYTE_S, FIRST_BYTE_UNSTREAMED_S, REASONING, STARTUP_S, JobConfig,
+                                  ServerSpec, normalize_url, read_job_json)
 from backend.regen.output import OutputError, RunFiles, requeue, validate
 from backend.regen.progress import RunLocked, last_snapshot, locked
 
-# aiohttp and the dataset readers are imported by the commands that use them, so the rest of
-# the command line does not pay for them at start.
+# aiohttp, pydantic (a mix) and the dataset readers are imported by the commands that use them,
+# so the rest of the command line does not pay for them at start.
 
 DEFAULTS = {"concurrency": 64, "max_tokens": 4096, "temperature": 0.7}
 
@@ -59,8 +64,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="none (default); save: keep reasoning_content; disable: enable_thinking=false")
     a.add_argument("--system-prompt", metavar="TEXT", help="system turn for rows that have none")
     a.add_argument("--model", metavar="NAME", help="model name sent (default: the server's first /v1/models)")
-    a.add_argument("--request-timeout", type=float, metavar="S",
-                   help="seconds without a byte of the answer before it is asked again (default 3600)")
+    a.add_argument("--no-stream", dest="stream", action="store_false", default=None,
+                   help="ask for whole answers, not streamed ones (then only --first-byte-timeout applies)")
+    a.add_argument("--first-byte-timeout", type=float, metavar="S",
+                   help=f"seconds from a request to the first byte of its answer before it is asked again "
+                        f"(default {FIRST_BYTE_S:g}; not streamed, the whole answer: {FIRST_BYTE_UNSTREAMED_S:g})")
+    a.add_argument("--chunk-timeout", type=float, metavar="S",
+                   help=f"seconds between two chunks of a streamed answer before it is asked again "
+                        f"(default {CHUNK_S:g})")
+    a.add_argument("--startup-timeout", type=float, metavar="S",
+                   help=f"give up when no server has answered at all this long after start (default {STARTUP_S:g})")
     a.add_argument("--max-attempts", type=int, metavar="N",
                    help="5xx/429/timeouts of one row while its server is up before it is an error (default 10)")
     a.add_argument("--workspace", **ws)
@@ -113,11 +126,12 @@ def _workspace(args: argparse.Namespace):
 
 
 def _server(value: str, args: argparse.Namespace, cache: dict[str, Any]) -> ServerSpec:
-    from backend.regen.client import normalize_url
-
     v = value.strip()
-    if "://" in v or ":" in v:
-        return ServerSpec(normalize_url(v))
+    if "://" in v or ":" in v or "/" in v or any(c.isspace() for c in v):
+        try:
+            return ServerSpec(normalize_url(v))
+        except ValueError as exc:
+            raise UsageError(f"--server {exc}") from None
     if "ws" not in cache:
         cache["ws"] = _workspace(args)
     ws = cache["ws"]
@@ -148,11 +162,15 @@ def _config(args: argparse.Namespace, files: RunFiles) -> JobConfig:
     if args.input and args.mix:
         raise UsageError("give --input FILE ... or --mix NAME, not both")
     for p in args.input:
-        if not Path(p).expanduser().is_file():
+        path = Path(p).expanduser()
+        if path.is_dir():
+            raise UsageError(f"--input {p}: a folder, not a file; give the JSON lines or Parquet files in it")
+        if not path.is_file():
             raise UsageError(f"--input {p}: no such file")
     servers = [_server(s, args, cache) for s in args.server]
     if files.job.exists():
         cfg = read_job_json(files)
+        _same_inputs(cfg, args, files, cache)
     elif not (args.input or args.mix) or not servers:
         raise UsageError(f"{files.out}: a new run needs --input FILE (or --mix NAME) and --server URL_OR_NAME")
     else:
@@ -166,7 +184,7 @@ def _config(args: argparse.Namespace, files: RunFiles) -> JobConfig:
         cfg.mix, cfg.root = _mix(args.mix, args, cache)
         cfg.inputs = []
     for key in ("concurrency", "max_tokens", "temperature", "top_p", "reasoning", "system_prompt", "model",
-                "request_timeout", "max_attempts"):
+                "stream", "first_byte_timeout", "chunk_timeout", "startup_timeout", "max_attempts"):
         value = getattr(args, key)
         if value is not None:
             setattr(cfg, key, value)
@@ -174,14 +192,55 @@ def _config(args: argparse.Namespace, files: RunFiles) -> JobConfig:
     return cfg
 
 
+def _same_inputs(cfg: JobConfig, args: argparse.Namespace, files: RunFiles, cache: dict[str, Any]) -> None:
+    """Refuse to resume ``files`` with other inputs than it was made from (its ``.job.json``)."""
+    if cfg.inputs:
+        was = f"the files {', '.join(cfg.inputs)}"
+    else:
+        files_of = ", ".join(str(e.get("file")) for e in (cfg.mix or {}).get("entries") or [])
+        was = f"the mix {(cfg.mix or {}).get('name')!r} ({files_of})"
+    if args.input:
+        given = [str(Path(p).expanduser().resolve()) for p in args.input]
+        if given == list(cfg.inputs):
+            return
+        now = f"--input {', '.join(given)}"
+    elif args.mix:
+        mix, root = _mix(args.mix, args, cache)
+        if cfg.mix is not None and mix == cfg.mix and root == cfg.root:
+            return
+        now = f"--mix {args.mix} ({', '.join(str(e.get('file')) for e in mix.get('entries') or [])})"
+    else:
+        return
+    raise UsageError(f"{files.out} was made from {was} (see {files.job}); {now} is another input. Resume with "
+                     "the same input, or give another --out")
+
+
 # -- commands -------------------------------------------------------------------------------
 
 
 def cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from backend.regen.job import run_job
+    # A SIGTERM/SIGINT from here until the job sets its own handlers ends the run the same way as
+    # later: nothing asked, everything written kept, exit 130.
+    received: list[str] = []
 
+    def early(signum: int, frame: Any) -> None:
+        received.append(signal.Signals(signum).name)
+
+    old = {sig: signal.signal(sig, early) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return _cmd_run(args, out, err, received)
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO, received: list[str]) -> int:
     files = RunFiles.of(args.out)
     cfg = _config(args, files)
+    if received:
+        err.write(f"stopped ({received[0]}) while starting; nothing was asked\n")
+        return 130
+    from backend.regen.job import run_job
 
     def say(text: str) -> None:
         out.write(time.strftime("%H:%M:%S ") + text + "\n")
@@ -191,14 +250,18 @@ def cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     say(f"regen {'resume' if files.exists() else 'start'}: {files.out} via {names}, "
         f"{cfg.concurrency} in flight per server")
     try:
-        code = run_job(cfg, say=say)
+        code = run_job(cfg, say=say, pending_stop=lambda: received[0] if received else None)
     except OSError as exc:  # e.g. a full disk: what was written before stays, a rerun resumes
-        err.write(f"error: regen run failed: {exc}\n")
+        where = f"{exc.filename}: " if exc.filename else ""
+        err.write(f"error: regen run failed: {where}{exc.strerror or exc}; every row written before is kept, "
+                  "run the same command again to resume\n")
         return 1
     snap = last_snapshot(files.progress) or {}
     say(f"{snap.get('state', '?')}: {snap.get('done', 0)} done, {snap.get('failed', 0)} failed, "
         f"{snap.get('skipped', 0)} skipped of {snap.get('total', 0)}" + (f" - {snap['message']}" if snap.get("message")
                                                                           else ""))
+    if code == 1 and snap.get("state") == "failed" and snap.get("message"):
+        err.write(f"error: {snap['message']}\n")
     return code
 
 
