@@ -58,8 +58,9 @@ def prepare_server_args(argv):
 FIELDS = ["tp_size", "calls", "seen_x", "mark", "cvd", "pid"]
 
 
-@pytest.fixture
-def fake_python(tmp_path) -> str:
+def make_fake_python(tmp_path: Path) -> str:
+    """An interpreter whose sglang 0.5.23 is FAKE_SERVER_ARGS: a shell script running this Python with a
+    site folder holding only that module and its package metadata."""
     site = tmp_path / "site"
     pkg = site / "sglang" / "srt"
     pkg.mkdir(parents=True)
@@ -72,8 +73,13 @@ def fake_python(tmp_path) -> str:
     py = tmp_path / "python"
     py.write_text(f'#!/bin/sh\nPYTHONPATH="{site}" exec "{sys.executable}" "$@"\n')
     py.chmod(py.stat().st_mode | stat.S_IXUSR)
+    return str(py)
+
+
+@pytest.fixture
+def fake_python(tmp_path) -> str:
     argworker.close_all()
-    yield str(py)
+    yield make_fake_python(tmp_path)
     argworker.close_all()
 
 
