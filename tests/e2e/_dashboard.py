@@ -31,15 +31,38 @@ class DashboardURL(str):
         return f"{self}{path}?token={self.token}"
 
 
+def _first_run(port: int, token: str, *, timeout_s: float) -> None:
+    """One script run of the dashboard's first page over a raw websocket session, as a browser's first
+    visit does it; raises when the run shows an exception."""
+    import socket
+
+    from websockets.sync.client import connect
+
+    from tests.e2e.netns_ws_client import Session
+
+    sock = socket.create_connection(("127.0.0.1", port), timeout=timeout_s)
+    with connect(f"ws://127.0.0.1:{port}/_stcore/stream", sock=sock, subprotocols=["streamlit"],
+                 open_timeout=timeout_s, max_size=None) as ws:
+        s = Session(ws)
+        s.query = f"token={token}"
+        run = s.run()
+    if run["exceptions"]:
+        raise RuntimeError(f"the dashboard's first run raised: {run['exceptions'][:3]}")
+
+
 @contextmanager
 def serve(home: Path, env_extra: dict[str, str] | None = None, *, workspace: Path | None = None,
           timeout_s: float = 60.0, address: str = "127.0.0.1", args: tuple[str, ...] = (),
-          token: str | None = None):
+          token: str | None = None, warm: bool = True):
     """`streamlit run app.py [ARGS]` on ``address`` and a free port, with ``workspace``, or else the
     demo workspace under ``home``, and the loopback ``token`` (a fresh one when None); yields its URL
     (a :class:`DashboardURL`) once ``/_stcore/health`` answers.  At the end the dashboard is stopped
     and so is every process of that workspace.  Used by the browser tests, the loopback tests and
-    ``perf/bench_sessions.py``."""
+    ``perf/bench_sessions.py``.
+
+    ``warm``: one script run of the first page as a local session with the token before the URL is
+    yielded, so that the dashboard's first run (its runtime, the demo workspace written, the
+    managed processes started) is done before a browser's timed waits begin; only on loopback."""
     port = free_port()
     home.mkdir(parents=True, exist_ok=True)
     token = token or secrets.token_urlsafe(24)
@@ -71,6 +94,8 @@ def serve(home: Path, env_extra: dict[str, str] | None = None, *, workspace: Pat
                 raise RuntimeError("streamlit did not become healthy: "
                                    + (home / "streamlit.log").read_text(errors="replace")[-2000:])
             time.sleep(0.5)
+        if warm and address == "127.0.0.1":
+            _first_run(port, token, timeout_s=max(timeout_s, 240.0))
         yield url
     finally:
         os.killpg(proc.pid, signal.SIGTERM)

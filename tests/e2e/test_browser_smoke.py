@@ -56,7 +56,7 @@ def test_a_page_url_opened_first_gets_the_frame(tmp_path):
     """The first request of a fresh server straight to a page's URL still shows the frame."""
     from playwright.sync_api import expect
 
-    with _serve(tmp_path) as url, _browser() as page:
+    with _serve(tmp_path, warm=False) as url, _browser() as page:  # this visit is the server's first
         page.goto(url.page("/gpus"), wait_until="domcontentloaded")
         expect(page.get_by_role("heading", name="GPUs").first).to_be_visible(timeout=120_000)
         expect(page.get_by_text("Workspace:").first).to_be_visible(timeout=30_000)
