@@ -3,7 +3,7 @@
     regen run (--input FILE [--input FILE ...] | --mix NAME) --server URL_OR_NAME [--server ...]
               --out PATH [--concurrency N] [--max-tokens N] [--temperature T] [--top-p P]
               [--reasoning none|save|disable] [--system-prompt TEXT] [--model NAME]
-              [--no-stream] [--first-byte-timeout S] [--chunk-timeout S] [--startup-timeout S]
+              [--stream] [--first-byte-timeout S] [--chunk-timeout S] [--startup-timeout S]
               [--max-attempts N] [--workspace DIR]
     regen status PATH [--json]
     regen validate PATH [--input FILE ... | --mix NAME]
@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from backend.regen.config import (CHUNK_S, FIRST_BYTE_S, FIRST_BYTE_UNSTREAMED_S, REASONING, STARTUP_S, JobConfig,
+from backend.regen.config import (CHUNK_S, FIRST_BYTE_S, REASONING, SLOWEST_DECODE_TOK_S, STARTUP_S, JobConfig,
                                   ServerSpec, normalize_url, read_job_json)
 from backend.regen.output import OutputError, RunFiles, requeue, validate
 from backend.regen.progress import RunLocked, last_snapshot, locked
@@ -64,11 +64,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="none (default); save: keep reasoning_content; disable: enable_thinking=false")
     a.add_argument("--system-prompt", metavar="TEXT", help="system turn for rows that have none")
     a.add_argument("--model", metavar="NAME", help="model name sent (default: the server's first /v1/models)")
-    a.add_argument("--no-stream", dest="stream", action="store_false", default=None,
-                   help="ask for whole answers, not streamed ones (then only --first-byte-timeout applies)")
+    a.add_argument("--stream", dest="stream", action="store_true", default=None,
+                   help="stream the answers: a stalled server is noticed within --chunk-timeout (costs the "
+                        "client about three times the CPU)")
+    a.add_argument("--no-stream", dest="stream", action="store_false", help="whole answers (the default)")
     a.add_argument("--first-byte-timeout", type=float, metavar="S",
                    help=f"seconds from a request to the first byte of its answer before it is asked again "
-                        f"(default {FIRST_BYTE_S:g}; not streamed, the whole answer: {FIRST_BYTE_UNSTREAMED_S:g})")
+                        f"(default: streamed {FIRST_BYTE_S:g}; not streamed, the whole answer comes at once: "
+                        f"{FIRST_BYTE_S:g} + max-tokens / {SLOWEST_DECODE_TOK_S:g})")
     a.add_argument("--chunk-timeout", type=float, metavar="S",
                    help=f"seconds between two chunks of a streamed answer before it is asked again "
                         f"(default {CHUNK_S:g})")

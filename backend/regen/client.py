@@ -16,13 +16,13 @@ Classification
                 as UTF-8 (``bad_text``: asking again would not change it)
 
 Streaming and timeouts
-    Answers are streamed (``"stream": true`` with ``stream_options.include_usage``) unless the job
-    says otherwise, so that two timeouts fit generation: ``first_byte_timeout`` from sending the
-    request to the first byte of the answer's body (queueing and prefill), and ``chunk_timeout``
-    between two chunks after that.  A stalled server is noticed within ``chunk_timeout`` however
-    long the answer is.  Not streamed, the first byte comes with the whole answer, so only
-    ``first_byte_timeout`` applies.  A server that answers a streamed request with one JSON body
-    is read as such.
+    A streamed request (``"stream": true`` with ``stream_options.include_usage``) has two timeouts
+    that fit generation: ``first_byte_timeout`` from sending the request to the first byte of the
+    answer's body (queueing and prefill), and ``chunk_timeout`` between two chunks after that, so
+    a stalled server is noticed within ``chunk_timeout`` however long the answer is.  Not
+    streamed, the first byte comes with the whole answer, so only ``first_byte_timeout`` applies
+    (the job sizes it from max_tokens).  A server that answers a streamed request with one JSON
+    body is read as such.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ def test_every_parameter_survives_the_round_trip(tmp_path):
                                             ServerSpec("http://10.0.0.5:8000")],
                     inputs=[str(tmp_path / "a.jsonl"), str(tmp_path / "b.parquet")], root=str(tmp_path),
                     concurrency=12, max_tokens=321, temperature=0.3, top_p=0.85, reasoning="save",
-                    system_prompt="You write Python.", model="glm-5", stream=False, first_byte_timeout=45.0, chunk_timeout=20.0,
+                    system_prompt="You write Python.", model="glm-5", stream=True, first_byte_timeout=45.0, chunk_timeout=20.0,
                     startup_timeout=30.0, max_attempts=4)
     # every field differs from its default, so a field lost on the way cannot pass unseen
     defaults = JobConfig(out=files.out, servers=[])

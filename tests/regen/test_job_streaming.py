@@ -114,7 +114,7 @@ def _user(text) -> dict:
 
 def _run(stand: Streamer, **kw) -> int:
     async def go():
-        return await Job(JobConfig(servers=[ServerSpec(stand.url)], **kw), rng=LowJitter()).run()
+        return await Job(JobConfig(servers=[ServerSpec(stand.url)], stream=True, **kw), rng=LowJitter()).run()
 
     return asyncio.run(_serve(stand, go))
 
@@ -185,6 +185,17 @@ def test_a_stalled_stream_and_a_slow_first_byte_are_timeouts_noticed_in_their_wi
                                        "(chunk timeout) after 2 chunks")
     assert errs["first"]["error"] == "gave up after 2 attempts: no answer within the first-byte timeout (0.5 s)"
     assert errs["err"]["regen"]["class"] == "context_length" and stand.seen["error-chunk"] == 1
+
+
+def test_default_timeouts_fit_generation():
+    cfg = JobConfig(out="o.jsonl", servers=[], max_tokens=4096)
+    assert cfg.first_byte_s == 600 + 409.6  # a whole answer: 4,096 tokens at 10 tok/s on top of queueing
+    cfg.max_tokens = 98304
+    assert cfg.first_byte_s == 600 + 9830.4
+    cfg.stream = True
+    assert (cfg.first_byte_s, cfg.chunk_timeout, cfg.startup_timeout) == (600, 120, 300)
+    cfg.first_byte_timeout = 30
+    assert cfg.first_byte_s == 30
 
 
 def test_a_request_that_cannot_be_sent_as_utf8_is_permanent_and_never_sent():
