@@ -107,6 +107,8 @@ class BenchResult:
     started_at: float | None = None
     ended_at: float | None = None
     label: str | None = None  # a free-text tag (bench_serving's --tag, a CSV note)
+    # why the figures cannot be trusted (the server restarted while it was measured); None: nothing known against them
+    invalid: str | None = None
     raw: str = ""  # the original record or text, for audit
     id: int | None = None
 

@@ -22,7 +22,11 @@ concurrencies run one after the other, each stored as its own result.  The job w
 progress file (default: ``<outputs>/bench/<server>-<run id>/progress.json``) and prints one
 line per stored result (a JSON object with ``--json``).  SIGTERM stops it cleanly: the
 benchmark process gets SIGTERM, results already stored stay, the progress file says
-``stopped``.  Exit status 0 when every load was measured, 1 otherwise.
+``stopped``.  Before it starts it warns on stderr when the job's folder or the outputs folder
+is low on space (:mod:`backend.diskspace`); a full disk ends it saying "no space left on device
+in FOLDER".  A result whose server restarted while it was measured is stored marked invalid
+with the reason (``bench list`` shows it).  Exit status 0 when every load was measured on one
+server run, 1 otherwise.
 
 ``sweep`` relaunches a server in each configuration, benchmarks it and restores it
 (:mod:`backend.flows.sweep`).  Lists take commas or spaces.  An axis left out keeps the
@@ -50,6 +54,7 @@ from typing import TextIO
 from backend.bench.client import BACKENDS, Load
 from backend.bench.describe import describe
 from backend.bench.importers import BenchImportError, import_file
+from backend.diskspace import low_space
 from backend.flows.bench_job import DONE, job_dir, run_job, stop_on_sigterm
 from backend.flows.bench_runner import Target, UnknownServer, target_of
 from backend.flows.sweep import DONE as SWEEP_DONE
@@ -115,7 +120,7 @@ def cmd_bench_list(s: Session, args: argparse.Namespace, out: TextIO) -> int:
         out.write("no benchmark results" + (" match" if flt != BenchFilter() else "") +
                   "; import some with `bench import FILE`\n")
     for r in results:
-        out.write(describe(r) + "\n")
+        out.write(describe(r) + (f"  INVALID: {r.invalid}" if r.invalid else "") + "\n")
     return 0
 
 
@@ -178,6 +183,8 @@ def cmd_bench_run(s: Session, args: argparse.Namespace, out: TextIO) -> int:
     stop = threading.Event()
     stop_on_sigterm(stop)
     bench = BenchStore(s.store)
+    for low in low_space([work, s.ws.outputs_dir]):
+        sys.stderr.write(f"warning: low disk space: {low.describe()}\n")
 
     def store(r: BenchResult) -> BenchResult:
         return bench.insert(r).result
@@ -188,6 +195,8 @@ def cmd_bench_run(s: Session, args: argparse.Namespace, out: TextIO) -> int:
             sys.stderr.write(f"warning: {asked - got} of {asked} requests failed at concurrency "
                              f"{r.load.concurrency}; the figures are of the {got} that completed "
                              f"(details in {work})\n")
+        if r.invalid:
+            sys.stderr.write(f"warning: result #{r.id} is invalid: {r.invalid}\n")
         out.write((json.dumps(r.to_dict(), sort_keys=True) if args.json else describe(r)) + "\n")
         out.flush()
 
@@ -202,6 +211,10 @@ def cmd_bench_run(s: Session, args: argparse.Namespace, out: TextIO) -> int:
         why = final.error or final.state
         sys.stderr.write(f"error: benchmark of {args.server} {final.state} after {len(stored)} of "
                          f"{len(loads)} load(s): {why}\n")
+        return 1
+    if final.invalid:
+        sys.stderr.write(f"error: {len(final.invalid)} of {len(stored)} result(s) of {args.server} are invalid: "
+                         f"the server restarted while they were measured\n")
         return 1
     return 0
 

@@ -10,7 +10,15 @@ the job's progress file, which the job rewrites atomically (write, then rename) 
 
 ``state`` is ``running``, then ``done``, ``failed`` or ``stopped``.  A job given several
 concurrencies runs them one after the other and stores each result as soon as it has it, so
-a job stopped half-way keeps what it measured.
+a job stopped half-way keeps what it measured.  ``invalid`` lists the stored results whose
+server restarted while they were measured (``{"id": ..., "why": ...}``; see
+:mod:`backend.flows.bench_runner`).
+
+A job that ends by error still leaves a final state: a write that fails because the disk is
+full ends the job ``failed`` with "no space left on device in FOLDER", and the final state is
+written into the room the writer set aside when it started (a small reserve file beside the
+progress file, given up for it), else over the progress file in place.  Only when even that
+fails does the file keep saying running; the job's exit status and its last log line then say why.
 """
 
 from __future__ import annotations
@@ -28,14 +36,16 @@ from pathlib import Path
 from typing import Any, Callable
 
 from backend.bench.client import ClientError, Load
+from backend.diskspace import disk_error
 from backend.flows.bench_runner import BenchRunError, Target, run_benchmark
-from backend.filemodes import make_private_dirs, write_private
+from backend.filemodes import PRIVATE_FILE, make_private_dirs, write_private
 from backend.readcap import CONFIG_JSON_MAX, load_json_capped
 from specdeck_types.bench import BenchResult
 from specdeck_types.process import Kind, ProcessSpec, RestartPolicy
 
 RUNNING, DONE, FAILED, STOPPED = "running", "done", "failed", "stopped"
 MIN_WRITE_GAP_S = 0.25  # progress within one phase is written at most 4 times a second
+RESERVE_BYTES = 64 * 1024  # set aside beside a progress file for its final state on a full disk
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -54,6 +64,7 @@ class Progress:
     pid: int = field(default_factory=os.getpid)
     results: list[int] = field(default_factory=list)
     error: str | None = None
+    invalid: list[dict[str, Any]] = field(default_factory=list)  # {"id", "why"} of results measured across runs
 
     @property
     def finished(self) -> bool:
@@ -77,12 +88,23 @@ def read_progress(path: Path) -> Progress | None:
 
 
 class ProgressWriter:
-    def __init__(self, path: Path | None, progress: Progress, clock: Callable[[], float] = time.time):
+    """Writes a job's progress (or state) file as the job goes, atomically.
+
+    The first write also sets :data:`RESERVE_BYTES` aside in a hidden file beside it; a final state
+    (``state`` other than running) that cannot be written gives that room up and tries again, then
+    writes over the file in place.  A write that still fails raises ``OSError`` naming the file."""
+
+    def __init__(self, path: Path | None, progress: Any, clock: Callable[[], float] = time.time):
         self.path = Path(path) if path else None
         self.p = progress
         self.clock = clock
         self._last = 0.0
         self._lock = threading.Lock()
+        self._reserved = False
+
+    @property
+    def reserve_path(self) -> Path | None:
+        return self.path.with_name(f".{self.path.name}.reserve") if self.path is not None else None
 
     def update(self, *, force: bool = False, **changes: Any) -> None:
         with self._lock:
@@ -98,8 +120,74 @@ class ProgressWriter:
     def _write(self) -> None:
         if self.path is None:
             return
-        make_private_dirs(self.path.parent)
-        write_private(self.path, json.dumps(asdict(self.p), sort_keys=True))
+        text = json.dumps(asdict(self.p), sort_keys=True)
+        final = self.p.state != RUNNING
+        try:
+            make_private_dirs(self.path.parent)
+            if not self._reserved:
+                self._reserve()
+            write_private(self.path, text)
+        except OSError as exc:
+            if not final:
+                raise _named(exc, self.path) from exc
+            self._write_final(text, exc)
+        if final:
+            self._release()
+
+    def _reserve(self) -> None:
+        self._reserved = True
+        path = self.reserve_path
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
+        except OSError:
+            return  # no room for it: the in-place write remains
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(b"\0" * RESERVE_BYTES)
+        except OSError:
+            path.unlink(missing_ok=True)
+
+    def _release(self) -> None:
+        if self.reserve_path is not None:
+            try:
+                self.reserve_path.unlink(missing_ok=True)
+            except OSError:
+                pass
+
+    def _write_final(self, text: str, first: OSError) -> None:
+        """The final state on a disk that refused it: in the reserve's room, else in place."""
+        self._release()
+        try:
+            write_private(self.path, text)
+            return
+        except OSError:
+            pass
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
+            with os.fdopen(fd, "wb") as f:
+                f.write(text.encode("utf-8"))
+            return
+        except OSError:
+            pass
+        raise _named(first, self.path) from first
+
+
+def _named(exc: OSError, path: Path) -> OSError:
+    """``exc`` with the file it was writing named (a failed ``write`` names none)."""
+    if exc.filename is not None:
+        return exc
+    return OSError(exc.errno, exc.strerror or str(exc), str(path))
+
+
+def end(w: ProgressWriter, **changes: Any) -> str | None:
+    """Write the final state ``changes``; None, or why the file could not be written (said to stderr)."""
+    try:
+        w.update(force=True, **changes)
+    except OSError as exc:
+        why = f"the final state could not be written: {disk_error(exc, w.path)}"
+        sys.stderr.write(f"error: {why}\n")
+        return why
+    return None
 
 
 def load_dict(load: Load) -> dict[str, Any]:
@@ -112,13 +200,14 @@ def run_job(target: Target, loads: list[Load], *, mode: str, work_dir: Path,
             stop: threading.Event | None = None,
             emit: Callable[[BenchResult], None] | None = None) -> tuple[Progress, list[BenchResult]]:
     """Run every load in turn against ``target``; ``store`` saves a result and returns it stored
-    (with its id); ``emit`` hears of each stored result.  Errors end the job as ``failed``."""
+    (with its id); ``emit`` hears of each stored result.  Errors end the job as ``failed``; a full
+    disk is said as such, naming the folder."""
     stop = stop or threading.Event()
     w = ProgressWriter(progress_path, Progress(server=target.name or target.base_url, mode=mode,
                                                loads=[load_dict(x) for x in loads]))
-    w.update(force=True)
     stored: list[BenchResult] = []
     try:
+        w.update(force=True)
         for i, load in enumerate(loads):
             if stop.is_set():
                 break
@@ -128,19 +217,31 @@ def run_job(target: Target, loads: list[Load], *, mode: str, work_dir: Path,
                                    stop=stop)
             saved = store(result)
             stored.append(saved)
+            if saved.invalid:
+                w.p.invalid.append({"id": saved.id, "why": saved.invalid})
             if emit is not None:
                 emit(saved)
             w.update(results=[r.id for r in stored if r.id is not None], force=True)
     except (BenchRunError, ClientError) as exc:
         state = STOPPED if stop.is_set() else FAILED
-        w.update(state=state, phase=state, error=None if state == STOPPED else str(exc), force=True)
+        end(w, state=state, phase=state, error=None if state == STOPPED else str(exc))
+        return w.p, stored
+    except OSError as exc:  # a write of the job: its progress file, its folder, its output
+        traceback.print_exc()
+        why = disk_error(exc, work_dir)
+        w.p.state = FAILED  # said even where the file cannot be written
+        w.p.error = why
+        end(w, state=FAILED, phase=FAILED, error=why)
         return w.p, stored
     except Exception as exc:  # anything else: the job's log has the traceback, the progress file says why
         traceback.print_exc()
-        w.update(state=FAILED, phase=FAILED, error=f"{type(exc).__name__}: {exc}", force=True)
+        w.p.state, w.p.error = FAILED, f"{type(exc).__name__}: {exc}"
+        end(w, state=FAILED, phase=FAILED, error=w.p.error)
         return w.p, stored
     state = STOPPED if stop.is_set() and len(stored) < len(loads) else DONE
-    w.update(state=state, phase=state, step=len(stored) - 1 if state == DONE else w.p.step, force=True)
+    why = end(w, state=state, phase=state, step=len(stored) - 1 if state == DONE else w.p.step)
+    if why:
+        w.p.state, w.p.error = FAILED, why
     return w.p, stored
 
 

@@ -19,6 +19,13 @@ so the runner marks the server before and after the run and takes
 and keeps the lifetime value beside it.  The window holds the warm-up request (one, at the run's
 lengths) as bench_serving's own run does.  The server's configuration comes from ``/server_info``
 as it was when the run started.
+
+A benchmark is never measured across two server runs.  A workspace server's target carries a
+probe of its supervised run (:func:`target_of`): the run's id and state are read when the
+measurement starts and when it ends, and a result whose server was relaunched, restarted after a
+crash or stopped in between is marked invalid with the reason (``BenchResult.invalid``), as is
+one whose server's counters went back (a restart seen by the server's own ``/metrics``, where
+there is no supervisor to ask).
 """
 
 from __future__ import annotations
@@ -67,6 +74,16 @@ class Target:
     model_path: str | None = None  # folder with the tokenizer (default: /model_info's tokenizer_path)
     api_key: str | None = None
     env: dict[str, str] = field(default_factory=dict)  # added to the benchmark process's environment
+    # the server's supervised run as it is now (None: not known); see :func:`run_probe`
+    server_run: Callable[[], "ServerRun | None"] | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class ServerRun:
+    """One start of a managed server, as its supervisor shows it."""
+
+    run_id: str | None
+    state: str  # ProcState's value: RUNNING, STARTING, EXITED, ...
 
 
 class UnknownServer(Exception):
@@ -92,7 +109,45 @@ def target_of(session, name: str) -> Target:
     return Target(base_url=endpoints(cfg, caps).base_url, name=name,
                   python=sys.executable if cfg.simulate else cfg.python,
                   log_path=session.fleet.log_path(name), model_path=cfg.model_path,
-                  api_key=_api_key(list(cfg.extra_args)))
+                  api_key=_api_key(list(cfg.extra_args)), server_run=run_probe(session, name))
+
+
+def run_probe(session, name: str) -> Callable[[], ServerRun | None]:
+    """Reads the supervised run of server ``name`` (its id and state) from ``session``'s supervisor."""
+    def probe() -> ServerRun | None:
+        session.sup.poll()
+        v = session.sup.view(name)
+        return None if v is None else ServerRun(v.run_id, v.state.value)
+
+    return probe
+
+
+def _read_run(target: Target) -> ServerRun | None:
+    if target.server_run is None:
+        return None
+    try:
+        return target.server_run()
+    except Exception:  # noqa: BLE001 - an unreadable supervisor must not end the measurement
+        return None
+
+
+def across_runs(name: str, before: ServerRun | None, after: ServerRun | None,
+                mark_before: "Mark | None" = None, mark_after: "Mark | None" = None) -> str | None:
+    """Why a measurement from ``before`` to ``after`` is not of one server run, or None when it is."""
+    if before is not None and after is not None:
+        if before.run_id != after.run_id:
+            now = f"run {after.run_id}, {after.state}" if after.run_id else after.state
+            return (f"{name} was restarted while it was measured (run {before.run_id} at the start, {now} at the "
+                    "end): the figures mix two server runs")
+        if after.state != "RUNNING":
+            return f"{name} stopped while it was measured (run {after.run_id} is {after.state} at the end)"
+    if mark_before is not None and mark_after is not None:
+        for label, a, b in (("generated tokens", mark_before.gen_tokens, mark_after.gen_tokens),
+                            ("verify calls", mark_before.verify_calls, mark_after.verify_calls)):
+            if a is not None and b is not None and b < a:
+                return (f"{name}'s {label} counter went back from {a:g} to {b:g} while it was measured: the "
+                        "server restarted, and the figures mix two server runs")
+    return None
 
 
 # --------------------------------------------------------------------------------------
@@ -300,6 +355,7 @@ def run_bench_serving(argv: list[str], env: dict[str, str], *, cwd: Path, log_fi
     import re
 
     bar = re.compile(rb"(\d+)/(\d+) \[")
+    failed: list[BaseException] = []  # a progress report that raised (a full disk): raised here once it ended
     with open_private(log_file, "ab") as log:
         proc = subprocess.Popen(argv, cwd=str(cwd), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True)
@@ -311,19 +367,24 @@ def run_bench_serving(argv: list[str], env: dict[str, str], *, cwd: Path, log_fi
                 chunk = proc.stdout.read1(65536) if hasattr(proc.stdout, "read1") else proc.stdout.read(4096)
                 if not chunk:
                     return
-                log.write(chunk)
-                log.flush()
-                if progress is not None:
-                    found = bar.findall(chunk)
-                    if found:
-                        done, total = found[-1]
-                        progress(int(done), int(total))
+                try:
+                    log.write(chunk)
+                    log.flush()
+                    if progress is not None and not failed:
+                        found = bar.findall(chunk)
+                        if found:
+                            done, total = found[-1]
+                            progress(int(done), int(total))
+                except OSError as exc:  # keep reading, or bench_serving blocks on a full pipe
+                    if not failed:
+                        failed.append(exc)
 
         reader = threading.Thread(target=pump, name="bench-serving-output", daemon=True)
         reader.start()
         try:
             while proc.poll() is None:
-                if (stop is not None and stop.is_set()) or (deadline is not None and time.monotonic() > deadline):
+                if failed or (stop is not None and stop.is_set()) or \
+                        (deadline is not None and time.monotonic() > deadline):
                     _stop_group(proc)
                     break
                 try:
@@ -334,6 +395,8 @@ def run_bench_serving(argv: list[str], env: dict[str, str], *, cwd: Path, log_fi
             if proc.poll() is None:
                 _stop_group(proc)
             reader.join(10)
+    if failed:
+        raise failed[0]
     return proc.returncode
 
 
@@ -379,6 +442,7 @@ def run_benchmark(target: Target, load: Load, *, mode: str = "auto", work_dir: P
     if not health.ok:
         raise BenchRunError(f"{target.base_url} is not ready ({health.error or health.status}); "
                             "start the server, or wait until it is RUNNING")
+    run_before = _read_run(target)
     before = take_mark(client, target.log_path)
     if before.info is None:
         raise BenchRunError(f"{target.base_url}: /server_info did not answer; the server's configuration "
@@ -420,7 +484,9 @@ def run_benchmark(target: Target, load: Load, *, mode: str = "auto", work_dir: P
                          config=_merge_config(imported.config, config_from_info(before.info)),
                          label=f"SGLang {module}")
     report("storing", load.num_prompts, load.num_prompts)
-    return with_accept(result, before, after, target.log_path)
+    result = with_accept(result, before, after, target.log_path)
+    why = across_runs(target.name or target.base_url, run_before, _read_run(target), before, after)
+    return replace(result, invalid=why) if why else result
 
 
 def _merge_config(found: BenchConfig, live: BenchConfig) -> BenchConfig:

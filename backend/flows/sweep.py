@@ -13,6 +13,13 @@ original server, every configuration's status and results, the current phase and
 break-even check (:mod:`backend.bench.sweep_check`).  The dashboard reads it; the job never
 depends on the dashboard.  Started again with the same state file, the job resumes: it skips
 the configurations (and, within one, the loads) already measured.
+
+The sweep's own relaunches come between loads, so each load is measured on one server run; a
+result whose server restarted anyway while it was measured (someone else relaunched it, or it
+crashed and was restarted) is stored marked invalid, and its configuration fails with the reason
+(a resume measures it again).  A state file that cannot be written (a full disk) ends the sweep
+failed with "no space left on device in FOLDER"; the server is still restored, and the final
+state goes into the room the writer set aside (:class:`backend.flows.bench_job.ProgressWriter`).
 """
 
 from __future__ import annotations
@@ -29,7 +36,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from backend.bench.client import ClientError, Load
-from backend.flows.bench_job import REPO_ROOT, ProgressWriter
+from backend.diskspace import disk_error
+from backend.flows.bench_job import REPO_ROOT, ProgressWriter, end as write_end
 from backend.flows.relaunch import (Original, RelaunchError, RelaunchStopped, relaunch_and_wait, remember,
                                     restore)
 from backend.flows.bench_runner import BenchRunError, run_benchmark, target_of
@@ -179,7 +187,7 @@ def _outside_baselines(session, plan: SweepPlan) -> dict[int, float]:
 
     out: dict[int, tuple[float, float]] = {}
     for r in BenchStore(session.store).list(BenchFilter(server=plan.server)):
-        if not r.is_baseline or not r.results.output_tok_s or r.load.concurrency is None:
+        if not r.is_baseline or r.invalid or not r.results.output_tok_s or r.load.concurrency is None:
             continue
         if (r.load.input_len, r.load.output_len) != (plan.input_len, plan.output_len):
             continue
@@ -235,15 +243,20 @@ def _run(session, plan: SweepPlan, state_path: Path, actor: str, source: str, st
     st = open_state(session, plan, Path(state_path), sweep_id or time.strftime("%Y%m%d-%H%M%S"))
     st.state, st.pid, st.starts, st.restored = RUNNING, os.getpid(), st.starts + 1, None
     w = ProgressWriter(Path(state_path), st)
-    w.update(phase="starting", detail="", force=True)
     original = Original.from_dict(st.original)
     work = Path(state_path).parent
     bench = BenchStore(session.store)
     outside = _outside_baselines(session, plan)
     n = len(st.configs)
 
+    ending = False  # after the configurations: a state file that cannot be written no longer stops anything
+
     def phase(p: str, d: str = "") -> None:
-        w.update(phase=p, detail=d)
+        try:
+            w.update(phase=p, detail=d)
+        except OSError:
+            if not ending:
+                raise
         say(f"[{(st.current or 0) + 1}/{n}] {p}{': ' + d if d else ''}")
 
     def recheck() -> None:
@@ -251,6 +264,7 @@ def _run(session, plan: SweepPlan, state_path: Path, actor: str, source: str, st
 
     failed = False
     try:
+        w.update(phase="starting", detail="", force=True)
         for i, c in enumerate(st.configs):
             if stop.is_set():
                 break
@@ -280,26 +294,35 @@ def _run(session, plan: SweepPlan, state_path: Path, actor: str, source: str, st
                 continue
             c.update(status=DONE)
             w.update(force=True)
+    except OSError as exc:  # a write of the sweep (its state file, a benchmark's folder): said plainly
+        traceback.print_exc()
+        failed = True
+        st.errors.append(disk_error(exc, work))
+        say(f"error: {st.errors[-1]}")
     except Exception as exc:  # the log has the traceback; the state says why, and the restore still runs
         traceback.print_exc()
         failed = True
         st.errors.append(f"{type(exc).__name__}: {exc}")
     finally:
+        ending = True
         try:
             # stopped: the restore must end within the stop's grace period, before SIGKILL
             timeout = min(plan.ready_timeout_s, STOP_GRACE_S - 60) if stop.is_set() else plan.ready_timeout_s
             restore(session, plan.server, original, actor=actor, source=source, timeout_s=timeout, on_phase=phase)
-            w.update(restored=True, force=True)
+            st.restored = True
             say(f"restored {plan.server} to its original configuration")
         except Exception as exc:  # noqa: BLE001 - any failure here is reported, never hidden
             failed = True
             st.errors.append(f"restoring {plan.server}: {exc}")
-            w.update(restored=False, force=True)
+            st.restored = False
             say(f"could not restore {plan.server}: {exc}")
-        recheck()
+        st.check = check_sweep(st.configs, st.results, outside)
         end = FAILED if failed else STOPPED if any(c["status"] != DONE and c["status"] != FAILED
                                                     for c in st.configs) else DONE
-        w.update(state=end, phase=end, detail="", current=None, force=True)
+        why = write_end(w, state=end, phase=end, detail="", current=None)
+        if why:
+            st.state = FAILED
+            st.errors.append(why)
     return st
 
 
@@ -331,6 +354,13 @@ def _measure(session, plan: SweepPlan, st: SweepState, c: dict[str, Any], cfg: S
                             f"figures are of the {got} that completed (details in {work / cfg.key / f'c{conc}'})")
         tag = f"sweep {st.sweep_id} · {cfg.label}"
         stored = bench.insert(_tagged(r, tag)).result
+        if stored.invalid:  # kept for the record, but not this configuration's measurement: a resume measures again
+            c.update(status=FAILED, error=f"concurrency {conc}: result #{stored.id} is invalid: {stored.invalid}")
+            st.errors.append(f"{cfg.label} at concurrency {conc}: result #{stored.id} is invalid: {stored.invalid}")
+            w.update(force=True)
+            if emit is not None:
+                emit(stored)
+            return False
         c["results"][str(conc)] = stored.id
         st.results.append(_summary(cfg.key, stored))
         recheck()
