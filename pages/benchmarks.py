@@ -4,6 +4,7 @@ running a benchmark of a managed server."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import streamlit as st
 
@@ -24,8 +25,17 @@ rt = runtime()
 page_header("Benchmarks", "Does speculation pay on this server? Every benchmark run here or imported, each compared "
             "with the run without speculation at the same load, and the model that says why.")
 
-results = BenchStore(rt.store).list()
-st.session_state[bench_run.SEEN] = [r.id for r in results]
+stored = BenchStore(rt.store).list()
+st.session_state[bench_run.SEEN] = [r.id for r in stored]
+bench_run.space_alert(rt)
+# A result measured across two server runs stays in the table, marked, and out of every comparison.
+invalid = [r for r in stored if r.invalid]
+results = [r for r in stored if not r.invalid]
+if invalid:
+    st.warning(fmt.data_markdown(
+        f"**{len(invalid)} result(s) invalid**, left out of the figures, charts and break-even: "
+        + "; ".join(f"#{r.id}: {r.invalid}" for r in invalid[-3:])
+        + (f" (and {len(invalid) - 3} more)" if len(invalid) > 3 else "")), icon=":material/report:")
 
 # -- key figures -----------------------------------------------------------------------------
 pairs = [p for p in bench_charts.speedups(results) if p.ratio is not None]
@@ -71,16 +81,22 @@ WIDE = {"label": "large", "server": "medium", "target": "medium", "draft": "medi
 
 
 # -- sections ----------------------------------------------------------------------------------
+def _marked(r):
+    """``r`` for the table: an invalid result's label starts with INVALID and the reason."""
+    return replace(r, label=f"INVALID: {r.invalid}" + (f" · {r.label}" if r.label else ""))
+
+
 def _runs() -> None:
-    df = data.table(shown)
-    st.caption(f"{fmt.count(len(shown))} of {fmt.count(len(results))} results · newest first · N/A: not recorded. "
+    rows = shown + [_marked(r) for r in data.apply_filters(invalid, chosen)]
+    df = data.table(rows)
+    st.caption(f"{fmt.count(len(rows))} of {fmt.count(len(stored))} results · newest first · N/A: not recorded. "
                "The filters above apply here and to the charts; a baseline has no draft and stays whatever drafts "
                "are chosen, so each draft is seen beside it.")
     st.dataframe(df, hide_index=True, width="stretch", key="bench-table", placeholder=fmt.NA,
                  column_config=_column_config())
     st.download_button("Download these results (CSV)", df.to_csv(index=False), "benchmarks.csv", mime="text/csv",
                        key="bench-csv")
-    bench_import.delete_panel(rt, shown)
+    bench_import.delete_panel(rt, rows)
 
 
 def _charts() -> None:
@@ -123,7 +139,7 @@ SECTIONS = [
     ("Import", _import),
 ]
 
-if not results:
+if not stored:
     st.info("No benchmark result yet: run one (Run a benchmark, Sweep), or import files in the Import tab or with "
             "`python -m backend.cli bench import FILE...` (bench_serving's JSONL or console report, "
             "bench_one_batch_server, bench_speculative, SpecForge's output, or a CSV of hand-entered numbers).",

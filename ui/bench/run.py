@@ -3,6 +3,9 @@
 A benchmark started here is ``python -m backend.cli bench run SERVER ...`` as a supervised job
 (:func:`backend.flows.bench_job.bench_process_spec`), saved with the runtime's other page-started jobs so
 a dashboard restart re-adopts it.  The page reads the progress file the job rewrites as it goes.
+A job whose process ended while its file still says running (killed, or a disk too full for even
+its final state) shows as failed, with the last error its log gave.  :func:`space_alert` warns when
+the outputs folder is low on space.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import streamlit as st
 from backend.bench.client import BACKENDS, Load
 from backend.flows.bench_job import (DONE, FAILED, RUNNING, STOPPED, Progress, bench_process_spec, command_line, job_dir,
                                load_dict, preview, progress_path, read_progress)
+from backend.diskspace import low_space
 from ui import fmt
 from ui.auth import control_lock, data_lock, live_fragment, show_data_lock
 from ui.components import freshness, path_text, stop_control
@@ -160,7 +164,47 @@ def _live(rt, job: BenchJob) -> bool:
         view = rt.supervisor.view(job.name)
         return view is not None and view.live
     prog = read_progress(job.progress)
-    return prog is not None and prog.state == RUNNING
+    return prog is not None and prog.state == RUNNING and _pid_alive(prog.pid)
+
+
+def space_alert(rt) -> None:
+    """A warning for each output folder (the outputs folder, its benchmark jobs') low on space."""
+    outputs = Path(rt.workspace.outputs_dir)
+    for low in low_space([outputs, outputs / "bench"]):
+        st.warning(fmt.data_markdown(f"**Low disk space** where benchmark jobs write: {low.describe()}. A job "
+                                     "that fills it fails with \"no space left on device\"."),
+                   icon=":material/hard_drive:")
+
+
+def _pid_alive(pid: int | None) -> bool:
+    import psutil
+
+    return bool(pid) and psutil.pid_exists(int(pid))
+
+
+def ended_without_final(prog: Progress, view) -> str | None:
+    """How the job ended when its progress file still says running but its process is gone; else None."""
+    if prog.state != RUNNING:
+        return None
+    if view is not None:
+        if view.live:
+            return None
+        return f"its process ended ({fmt.view_badge(view).label}) without writing a final state"
+    if _pid_alive(prog.pid):
+        return None
+    return f"its process (pid {prog.pid}) is gone and never wrote a final state"
+
+
+def last_error(rt, view) -> str | None:
+    """The last ``error:`` line of the job's log (what the job said as it ended)."""
+    if view is None:
+        return None
+    try:
+        text, _ = rt.supervisor.tail_last(view.name, 40)
+    except Exception:  # noqa: BLE001 - no log: the state line alone says what happened
+        return None
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("error:")]
+    return lines[-1][len("error:"):].strip() if lines else None
 
 
 def _state_line(prog: Progress) -> str:
@@ -205,24 +249,30 @@ def live_progress(rt) -> None:
                                   "writes it when it starts; its log says what it is doing."),
                 icon=":material/hourglass_empty:")
         return
-    colour = {DONE: "green", FAILED: "red", STOPPED: "gray"}.get(prog.state, "orange")
-    st.progress(prog.fraction, text=fmt.data_markdown(f":{colour}[{_state_line(prog)}]"))
-    end = prog.updated_at if prog.state != RUNNING else time.time()
+    gone = ended_without_final(prog, view)
+    state = FAILED if gone else prog.state
+    colour = {DONE: "green", FAILED: "red", STOPPED: "gray"}.get(state, "orange")
+    line = f"failed: {gone}" if gone else _state_line(prog)
+    st.progress(prog.fraction, text=fmt.data_markdown(f":{colour}[{line}]"))
+    end = prog.updated_at if state != RUNNING else time.time()
     k = st.columns(4)
-    k[0].metric("state", prog.state.upper())
+    k[0].metric("state", state.upper())
     k[1].metric("requests (this load)", f"{fmt.count(prog.done)} / {fmt.count(prog.total)}")
     k[2].metric("elapsed", fmt.duration(end - prog.started_at))
     k[3].metric("results stored", fmt.count(len(prog.results)))
     if prog.results:
         st.caption("Stored: " + ", ".join(f"#{i}" for i in prog.results) + " (in the Runs tab)")
+    for bad in prog.invalid:
+        st.warning(fmt.data_markdown(f"**Result #{bad.get('id')} is invalid**: {bad.get('why')}. It is kept in "
+                                     "the Runs tab, marked, and left out of the comparisons."),
+                   icon=":material/report:")
+    log = f" Details: {path_text(view.log_path, hidden)}." if view is not None else ""
     if prog.error:
-        log = f" Details: {path_text(view.log_path, hidden)}." if view is not None else ""
         st.error(fmt.data_markdown(f"**The benchmark {prog.state}**: {prog.error}.{log}"), icon=":material/error:")
-    exited = view is not None and not view.live
-    if prog.state == RUNNING and exited:
-        st.warning(fmt.data_markdown(f"The job's process ended ({fmt.view_badge(view).label}) without writing a "
-                                     f"final state: it was killed or crashed. Its log: "
-                                     f"{path_text(view.log_path, hidden)}."), icon=":material/warning:")
+    elif gone:
+        said = last_error(rt, view)
+        why = f": {said}" if said else " (it was killed or crashed)"
+        st.error(fmt.data_markdown(f"**The benchmark failed**: {gone}{why}.{log}"), icon=":material/error:")
     elif prog.state == RUNNING:
         freshness(prog.updated_at, REFRESH_S, "progress written")
     _stop(rt, view)

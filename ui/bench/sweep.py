@@ -206,7 +206,11 @@ def _progress(s: SweepState, view) -> None:
         stale = view is not None and not view.live
         text = f"Configuration {i + 1} of {n}: {label} · {s.phase}{detail}{within}"
         st.progress(s.fraction, text=fmt.data_markdown(text))
-        if stale:
+        if stale and (view.exit_code or 0) > 0:
+            st.error(fmt.data_markdown(f"**The sweep failed** ({fmt.view_badge(view).label}) without writing its "
+                                       "final state; its log says why. Start it again (same command) to resume "
+                                       "and restore."), icon=":material/error:")
+        elif stale:
             st.warning("The job is no longer running but its state says running: it was killed before it could "
                        "restore the server. Start it again (same command) to resume and restore.",
                        icon=":material/warning:")
