@@ -5,7 +5,15 @@ it imported (``source == "import:<format>"``, with the file and line it came
 from).  Every figure is optional: a missing value is ``None``, never 0.
 
 ``to_dict`` gives a JSON-safe form (infinite request rate as ``"inf"``, NaN as
-``None``); ``from_dict`` reads it back, and also accepts plain floats.
+``None``); ``from_dict`` reads it back, and also accepts plain floats.  It reads
+whatever a store holds without raising: each field is taken as its declared type
+(a number written as ``"inf"`` is a float again, a number where text belongs or
+text where a number belongs is ``None``), so one odd row never breaks a listing.
+
+``tool`` names the program that wrote an imported result (``"vLLM bench
+serve"``, ``"SGLang bench_serving"``, ``"SpecForge benchmarks/bench_eagle3.py"``);
+``None`` when the file did not show which.  A result stored before the field
+existed reads its tool from its format (:data:`TOOL_OF_FORMAT`).
 """
 
 from __future__ import annotations
@@ -21,6 +29,29 @@ IMPORT_PREFIX = "import:"
 # *unknown* (a file that does not say), not a baseline.
 NO_SPECULATION = "NONE"
 _NO_SPECULATION_WORDS = {"NONE", "NULL", "OFF", "BASELINE", "DISABLED", "NO", "FALSE"}
+NO_SPECULATION_WORDS = frozenset(_NO_SPECULATION_WORDS)
+
+# What a record writes when the report shows that speculation was on (an accept
+# length above 1, a draft's verify count) but not which algorithm.
+UNNAMED_SPECULATION = "speculative (unnamed)"
+
+# The tool each import format comes from, for results stored without a tool.
+TOOL_OF_FORMAT = {
+    "bench_serving_jsonl": "SGLang bench_serving",
+    "bench_serving_report": "SGLang bench_serving",
+    "vllm_bench_serve_json": "vLLM bench serve",
+    "vllm_bench_serve_report": "vLLM bench serve",
+    "one_batch_server_jsonl": "SGLang bench_one_batch_server",
+    "one_batch_server_report": "SGLang bench_one_batch_server",
+    "one_batch_server_table": "SGLang bench_one_batch_server",
+    "bench_speculative_jsonl": "SGLang bench_speculative (or SpecForge's copy of it)",
+    "specforge_json": "SpecForge specforge benchmark",
+    "specforge_report": "SpecForge specforge benchmark",
+    "specforge_bench_eagle3": "SpecForge benchmarks/bench_eagle3.py",
+    "specforge_speedup_jsonl": "SpecForge benchmarks/bench_model_speedup.py",
+    "specforge_eval_report": "SpecForge benchmarks (run_*.py / bench_eagle3.py)",
+    "csv": "hand-entered (CSV)",
+}
 
 
 @dataclass(frozen=True)
@@ -111,6 +142,16 @@ class BenchResult:
     invalid: str | None = None
     raw: str = ""  # the original record or text, for audit
     id: int | None = None
+    tool: str | None = None  # the program that wrote an imported result; None: not shown by the file
+
+    @property
+    def tool_name(self) -> str | None:
+        """The tool, or for a result stored without one, the tool of its format (``Specdeck`` for a run here)."""
+        if self.tool:
+            return self.tool
+        if self.source == RUN:
+            return "Specdeck"
+        return TOOL_OF_FORMAT.get(self.format or "")
 
     @property
     def imported(self) -> bool:
@@ -143,24 +184,66 @@ class BenchResult:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "BenchResult":
-        figures = dict(d.get("results") or {})
+        d = d if isinstance(d, dict) else {}
+        figures = _known(BenchFigures, _dict(d.get("results")))
         for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
-            figures[name] = Percentiles(**_known(Percentiles, figures.get(name) or {}))
-        load = _known(BenchLoad, d.get("load") or {})
-        if isinstance(load.get("request_rate"), str):
-            load["request_rate"] = float(load["request_rate"])
+            figures[name] = Percentiles(**_known(Percentiles, _dict(_dict(d.get("results")).get(name))))
         top = _known(cls, d)
         top.update(
-            config=BenchConfig(**_known(BenchConfig, d.get("config") or {})),
-            load=BenchLoad(**load),
-            results=BenchFigures(**_known(BenchFigures, figures)),
+            config=BenchConfig(**_known(BenchConfig, _dict(d.get("config")))),
+            load=BenchLoad(**_known(BenchLoad, _dict(d.get("load")))),
+            results=BenchFigures(**figures),
         )
+        if not isinstance(top.get("source"), str) or not top["source"]:
+            top["source"] = IMPORT_PREFIX + "unknown"
+        if top.get("raw") is None:
+            top["raw"] = ""
         return cls(**top)
 
 
+def _dict(v: Any) -> dict[str, Any]:
+    return v if isinstance(v, dict) else {}
+
+
+def _as(kind: str, v: Any) -> Any:
+    """``v`` as the declared type ``kind`` (its annotation), or None where it is not one."""
+    if v is None:
+        return None
+    if "float" in kind:
+        if isinstance(v, bool):
+            return None
+        if isinstance(v, (int, float)):
+            try:
+                return float(v)
+            except OverflowError:  # an integer past the float range
+                return None
+        if isinstance(v, str) and v.strip().lower() in ("inf", "+inf", "-inf", "infinity", "-infinity", "nan"):
+            return float(v.strip().lower().replace("infinity", "inf"))
+        return None
+    if "int" in kind:
+        if isinstance(v, bool):
+            return None
+        if isinstance(v, int):
+            return v
+        if isinstance(v, float) and math.isfinite(v) and v == int(v):
+            return int(v)
+        return None
+    if "bool" in kind:
+        return v if isinstance(v, bool) else None
+    if "str" in kind:
+        return v if isinstance(v, str) else None
+    return v
+
+
 def _known(cls: type, d: dict[str, Any]) -> dict[str, Any]:
-    names = {f.name for f in fields(cls)}
-    return {k: v for k, v in d.items() if k in names}
+    kinds = {f.name: str(f.type) for f in fields(cls)}
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        kind = kinds.get(k)
+        if kind is None or kind in ("BenchConfig", "BenchLoad", "BenchFigures", "Percentiles"):
+            continue
+        out[k] = _as(kind, v)
+    return out
 
 
 def _json_safe(value: Any) -> Any:

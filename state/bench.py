@@ -4,13 +4,21 @@ The whole :class:`~specdeck_types.bench.BenchResult` is stored as JSON; the
 columns beside it are copies for filtering.  An imported result is keyed by
 its file and line: inserting one whose ``(source_file, source_line)`` is
 already stored returns the stored one instead of adding a duplicate.
+
+Nothing impossible is stored: a figure that is not finite (but an unlimited
+request rate), or past what SQLite's integers and a measurement can be, is
+stored as missing; the importers refuse such results before they get here,
+with the line and field named.  Reading never raises on a row: one whose data
+is not JSON reads as a result named unreadable, with its raw text.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from specdeck_types.bench import BenchResult
 from state.store import Store
@@ -50,7 +58,7 @@ class BenchStore:
     def insert(self, result: BenchResult, *, now: float | None = None) -> Inserted:
         """Store ``result`` (its ``id`` is ignored); dedupe on file and line."""
         created = result.created_at if result.created_at is not None else (time.time() if now is None else now)
-        stored = result.with_id(0, created)
+        stored = _finite(result).with_id(0, created)
         row = self._row(stored)
         with self._store.transaction() as conn:
             if result.source_file is not None and result.source_line is not None:
@@ -136,8 +144,48 @@ class BenchStore:
         )
 
 
+_LIMIT = 1e12  # past this no figure is a measurement (and an integer would not fit SQLite)
+
+
+def _clean(name: str, v):
+    if isinstance(v, bool) or v is None:
+        return v
+    if isinstance(v, int):
+        return v if abs(v) <= _LIMIT else None
+    if isinstance(v, float):
+        if name == "request_rate" and v == math.inf:
+            return v
+        return v if math.isfinite(v) and abs(v) <= _LIMIT else None
+    return v
+
+
+def _finite(r: BenchResult) -> BenchResult:
+    """``r`` with every impossible figure missing (see the module's docstring)."""
+    def fix(obj):
+        changes = {}
+        for f in dataclasses.fields(obj):
+            v = getattr(obj, f.name)
+            if dataclasses.is_dataclass(v):
+                new = fix(v)
+                if new is not v:
+                    changes[f.name] = new
+            else:
+                c = _clean(f.name, v)
+                if c is not v and not (isinstance(v, float) and isinstance(c, float) and c == v):
+                    changes[f.name] = c
+        return replace(obj, **changes) if changes else obj
+
+    return replace(r, config=fix(r.config), load=fix(r.load), results=fix(r.results))
+
+
 def _decode(id: int, data: str, raw: str | None) -> BenchResult:
-    d = json.loads(data)
+    try:
+        d = json.loads(data)
+    except (TypeError, ValueError, RecursionError):
+        d = None
+    if not isinstance(d, dict):
+        return BenchResult(source="import:unreadable", id=int(id), raw=raw or "",
+                           label="stored data unreadable")
     d["id"] = int(id)
     if raw is not None:
         d["raw"] = raw

@@ -10,7 +10,7 @@ from specdeck_types.bench import BenchResult
 
 
 def _f(v: float | None, digits: int) -> str:
-    if v is None:
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or (isinstance(v, float) and math.isnan(v)):
         return "N/A"
     return "inf" if math.isinf(v) else f"{v:.{digits}f}"
 
@@ -45,5 +45,6 @@ def describe(r: BenchResult) -> str:
         f"{_f(res.output_tok_s, 1)} tok/s",
         f"accept_len {acc}",
         r.label or "",
+        f"by {r.tool_name}" if r.imported and r.tool_name else ("tool not known" if r.imported else ""),
     ]
     return " · ".join(x for x in fields if x)

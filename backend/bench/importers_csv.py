@@ -146,7 +146,7 @@ def _row(row: dict[str, str], path: str, line: int, raw: str) -> BenchResult:
             elif key in _INT:
                 v[key] = integer(cell, field=key)
             elif key in _FLOAT or key in _LAT:
-                v[key] = num(cell, field=key)
+                v[key] = num(cell, field=key, allow_inf=key == "request_rate")
             elif key == "started_at":
                 v[key] = _time(cell, key)
             elif key == "cuda_graph":

@@ -3,7 +3,9 @@
 Python's ``json`` gives values but not where they were, and a multi-record
 JSON document (SpecForge's ``bench_eagle3`` results) needs a line per record
 so an import can name it and be deduplicated.  The parser accepts what
-``json.dumps`` writes, including ``Infinity``, ``-Infinity`` and ``NaN``.
+``json.dumps`` writes, including ``Infinity``, ``-Infinity`` and ``NaN``; any
+text it cannot read (a control character in a string, nesting past Python's
+recursion limit) is a :class:`JSONTextError` with its line.
 """
 
 from __future__ import annotations
@@ -56,7 +58,10 @@ def load_with_lines(text: str) -> object:
                 pos = skip(pos)
                 if not text.startswith('"', pos):
                     raise JSONTextError(line_of(pos), "expected a quoted key in a JSON object")
-                key, pos = scanstring(text, pos + 1)
+                try:
+                    key, pos = scanstring(text, pos + 1)
+                except json.JSONDecodeError as exc:
+                    raise JSONTextError(line_of(pos), f"bad JSON key: {exc.msg}") from None
                 pos = skip(pos)
                 if not text.startswith(":", pos):
                     raise JSONTextError(line_of(pos), f"expected ':' after the key {key!r}")
@@ -96,7 +101,10 @@ def load_with_lines(text: str) -> object:
             return _ATOMS[tok], m.end()
         return (float(tok) if any(c in tok for c in ".eE") else int(tok)), m.end()
 
-    result, end = value(0)
+    try:
+        result, end = value(0)
+    except RecursionError:
+        raise JSONTextError(1, "JSON nested too deeply to be a benchmark record") from None
     end = skip(end)
     if end != len(text):
         raise JSONTextError(line_of(end), "text after the end of the JSON document")
