@@ -1,7 +1,8 @@
 """The break-even model: what a speculative round costs, and what accept_len pays for it.
 
-From two runs of one server at one load (same concurrency and lengths), one
-without speculation and one with:
+From two runs of one target at one load (same concurrency and lengths, and
+the same dataset unless both lengths were fixed and recorded), one without
+speculation and one with:
 
 * a plain decode step takes ``c / baseline tok/s`` (each step gives one token
   to each of the ``c`` sequences in flight; ``c = 1`` when unknown);
@@ -132,37 +133,81 @@ class Pairing:
     reason: str = ""  # why there is no model
 
 
+def _norm(name: str | None) -> str:
+    """A model or dataset name as compared: no case, no separators, a path's last folder."""
+    s = (name or "").strip().rstrip("/").lower()
+    s = s.rsplit("/", 1)[-1]
+    return "".join(c for c in s if c.isalnum())
+
+
 def _same_target(a: BenchResult, b: BenchResult) -> bool:
+    """Both name their target and it is the same; where either does not, the same server."""
+    if a.config.target_model and b.config.target_model:
+        return _norm(a.config.target_model) == _norm(b.config.target_model)
     if a.server and b.server:
         return a.server == b.server
-    return bool(a.config.target_model) and a.config.target_model == b.config.target_model
+    return False
+
+
+def same_dataset(a: BenchResult, b: BenchResult) -> bool:
+    """Runs whose baseline step cost compares: the same dataset ("mt-bench" is "mtbench"; two results
+    that name none count as the same), or, on other datasets, the same recorded input and output
+    lengths: a fixed-length load, where a plain decode step costs the same whatever the prompts say.
+    Without recorded lengths (SpecForge's mtbench and humaneval answer at their own length) the
+    datasets must match."""
+    if _norm(a.load.dataset) == _norm(b.load.dataset):
+        return True
+    la, lb = a.load, b.load
+    return None not in (la.input_len, la.output_len) and (la.input_len, la.output_len) == (lb.input_len, lb.output_len)
 
 
 def _newest(results: list[BenchResult]) -> BenchResult:
     return max(results, key=lambda r: (r.started_at or r.created_at or 0.0, r.id or 0))
 
 
+def _no_baseline_reason(run: BenchResult, baselines: list[BenchResult], unknown: int) -> str:
+    """Why no baseline pairs with ``run``: no baseline of its target at all, baselines only on other
+    datasets, or none at its load; and how many stored results do not say whether they speculated."""
+    target = run.config.target_model or run.server or "this target"
+    tail = (f"; {unknown} stored result{'s' if unknown != 1 else ''} do not record whether they speculated "
+            "(set it when importing)") if unknown else ""
+    same_target = [b for b in baselines if _same_target(b, run)]
+    if not same_target:
+        return f"no run without speculation of {target} is stored{tail}"
+    if not any(same_dataset(b, run) for b in same_target):
+        others = sorted({b.load.dataset or "no dataset recorded" for b in same_target})
+        return (f"the runs without speculation of {target} are on other datasets ({', '.join(others)}), "
+                f"this run is on {run.load.dataset or 'no dataset recorded'}{tail}")
+    c = run.load.concurrency
+    return f"no baseline of this server at concurrency {c if c is not None else 'unknown'} and the same lengths{tail}"
+
+
 def pair_with_baselines(results: Iterable[BenchResult]) -> list[Pairing]:
-    """For each speculative run, the newest baseline of the same server (or target) at the same load."""
+    """For each speculative run, the newest baseline of the same target, dataset and load
+    (concurrency, input and output lengths), and why there is none where none is."""
     results = list(results)
     baselines = [r for r in results if r.is_baseline and r.results.output_tok_s]
+    unknown = sum(1 for r in results if r.speculative is None)
     out: list[Pairing] = []
     for run in results:
         if run.speculative is not True:
             continue
-        same = [b for b in baselines if _same_target(b, run) and b.load.key() == run.load.key()]
+        same = [b for b in baselines if _same_target(b, run) and same_dataset(b, run)
+                and b.load.key() == run.load.key()]
         base = _newest(same) if same else None
         acc = run.accept_len
         tok = run.results.output_tok_s
         if base is None:
-            c = run.load.concurrency
-            out.append(Pairing(run, None, None, f"no baseline of this server at concurrency "
-                                                f"{c if c is not None else 'unknown'} and the same lengths"))
+            out.append(Pairing(run, None, None, _no_baseline_reason(run, baselines, unknown)))
         elif acc is None:
             out.append(Pairing(run, base, None, "accept_len of this run was not recorded"))
         elif not tok:
             out.append(Pairing(run, base, None, "tok/s of this run was not recorded"))
         else:
-            out.append(Pairing(run, base, BreakEven(base.results.output_tok_s, tok, acc,
-                                                    run.load.concurrency or 1)))
+            try:
+                model = BreakEven(base.results.output_tok_s, tok, acc, run.load.concurrency or 1)
+            except ValueError as exc:
+                out.append(Pairing(run, base, None, f"its figures cannot be modelled: {exc}"))
+                continue
+            out.append(Pairing(run, base, model))
     return out

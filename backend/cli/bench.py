@@ -1,6 +1,6 @@
 """``bench``: benchmark results of the workspace, and benchmarks run here.
 
-    bench import FILE... [--server NAME] [--json]
+    bench import FILE... [--server NAME] [--algorithm NAME|none] [--json]
     bench list [--server S] [--concurrency N] [--target T] [--source S] [--limit N] [--json]
     bench delete ID...
     bench run SERVER [--concurrency N ...] [--num-prompts N] [--input-len N] [--output-len N]
@@ -16,6 +16,8 @@ stores every result in the workspace's state and prints one line per result
 was already stored from the same file and line).  Lines that could not be read
 are reported on stderr as ``FILE:LINE: field: why``; the rest is imported.
 Exit status 1 when a file could not be imported or had such lines.
+``--server`` and ``--algorithm`` (``none``: runs without speculation) fill in
+what a file does not say (:func:`backend.bench.intake.fill_in`).
 
 ``run`` benchmarks a workspace server in the foreground (:mod:`backend.flows.bench_job`).  Several
 concurrencies run one after the other, each stored as its own result.  The job writes its
@@ -47,13 +49,13 @@ import json
 import sys
 import threading
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
 from backend.bench.client import BACKENDS, Load
 from backend.bench.describe import describe
 from backend.bench.importers import BenchImportError, import_file
+from backend.bench.intake import algorithm_choice, fill_in
 from backend.diskspace import low_space
 from backend.flows.bench_job import DONE, job_dir, run_job, stop_on_sigterm
 from backend.flows.bench_runner import Target, UnknownServer, target_of
@@ -77,6 +79,7 @@ def _target(s: Session, name: str) -> Target:
 
 def cmd_bench_import(s: Session, args: argparse.Namespace, out: TextIO) -> int:
     store = BenchStore(s.store)
+    algorithm = algorithm_choice(args.algorithm)
     failed = 0
     for name in args.files:
         try:
@@ -89,13 +92,15 @@ def cmd_bench_import(s: Session, args: argparse.Namespace, out: TextIO) -> int:
             sys.stderr.write(f"skipped: {q}\n")
         failed += bool(parsed.problems)
         for r in parsed.results:
-            if args.server and not r.server:
-                r = replace(r, server=args.server)
+            r, note = fill_in(r, server=args.server, algorithm=algorithm)
+            if note:
+                sys.stderr.write(f"note: {note}\n")
             ins = store.insert(r)
             if args.json:
                 d = ins.result.to_dict()
                 d.pop("raw", None)
                 d["new"] = ins.new
+                d["tool"] = ins.result.tool_name
                 out.write(json.dumps(d, sort_keys=True) + "\n")
             else:
                 where = f"{ins.result.source_file}:{ins.result.source_line}"
@@ -140,7 +145,13 @@ def cmd_bench_delete(s: Session, args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _check_import(args: argparse.Namespace) -> str | None:
-    return None if args.files else "bench import needs at least one FILE"
+    if not args.files:
+        return "bench import needs at least one FILE"
+    try:
+        algorithm_choice(args.algorithm)
+    except ValueError as exc:
+        return f"--{exc}"
+    return None
 
 
 def _register_import(bs: argparse._SubParsersAction) -> None:
@@ -148,6 +159,8 @@ def _register_import(bs: argparse._SubParsersAction) -> None:
                                      "bench_speculative, SpecForge or CSV files")
     a.add_argument("files", nargs="*", metavar="FILE")
     a.add_argument("--server", metavar="NAME", help="the server the results are from, for files that do not say")
+    a.add_argument("--algorithm", metavar="NAME", help="the speculation algorithm (EAGLE3, ...; none for runs "
+                                                      "without speculation), for files that do not say")
     a.add_argument("--json", action="store_true", help="one JSON object per result")
     a.set_defaults(func=cmd_bench_import, check=_check_import, acts=False)
 

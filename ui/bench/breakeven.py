@@ -111,10 +111,13 @@ def panel(results: list[BenchResult]) -> None:
                 "a speculative round in plain decode steps, and so the accept_len it needs.")
     pairs = be.pair_with_baselines(results)
     modelled = [p for p in pairs if p.model is not None]
+    unknown = [r for r in results if r.speculative is None]
     if not modelled:
-        st.info("No server has both a run without speculation and a speculative run (with its accept_len) at the "
-                "same load yet. Run a benchmark of each at the same concurrency and lengths.",
-                icon=":material/info:")
+        st.info("No target has both a run without speculation and a speculative run (with its accept_len) on the "
+                "same dataset at the same load yet. Run a benchmark of each at the same concurrency and lengths"
+                + (f"; {len(unknown)} stored result{'s do' if len(unknown) != 1 else ' does'} not record whether "
+                   "it speculated: import it again with Speculation set (none for a baseline)" if unknown else "")
+                + ".", icon=":material/info:")
         _unmodelled(pairs)
         return
     servers = sorted({server_of(p.run) for p in modelled})
@@ -130,8 +133,10 @@ def panel(results: list[BenchResult]) -> None:
     at_load = sorted([p for p in of_server if p.run.load.key() == load],
                      key=lambda p: (when(p.run) or 0.0, p.run.id or 0), reverse=True)
     by_id = {p.run.id: p for p in at_load}  # options are run ids: another server's runs are other options
+    datasets = {p.run.load.dataset for p in at_load}
     chosen = c.selectbox("Speculative run", list(by_id), key="bench-be-run",
-                         format_func=lambda i: f"#{i} {config_label(by_id[i].run)}")
+                         format_func=lambda i: f"#{i} {config_label(by_id[i].run)}" + (
+                             f" · {by_id[i].run.load.dataset or 'dataset not recorded'}" if len(datasets) > 1 else ""))
     p = by_id.get(chosen, at_load[0])
     m = p.model
     k = st.columns(5)

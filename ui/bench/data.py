@@ -156,6 +156,7 @@ COLUMNS: dict[str, tuple[str, str | None]] = {
     "accept_len (run)": ("float64", "%.2f"),
     "accept_len (lifetime)": ("float64", "%.2f"),
     "source": ("object", None),
+    "tool": ("object", None),
     "label": ("object", None),
     "date": ("datetime64[ns]", "YYYY-MM-DD HH:mm"),
     "stored": ("datetime64[ns]", "YYYY-MM-DD HH:mm"),
@@ -166,6 +167,8 @@ HELP = {
     "date": "when the run started (N/A: not recorded, e.g. hand-entered numbers)",
     "stored": "when Specdeck stored the result",
     "CUDA graph": "on / off; N/A: not recorded",
+    "tool": "the program that wrote an imported result (SGLang bench_serving, vLLM bench serve, SpecForge ...); "
+            "N/A: the file did not show which",
 }
 
 
@@ -187,7 +190,8 @@ def table(results: Iterable[BenchResult]) -> pd.DataFrame:
             "req/s": f.request_s, "TTFT p50 ms": f.ttft_ms.median, "TTFT p99 ms": f.ttft_ms.p99,
             "TPOT p50 ms": f.tpot_ms.median, "TPOT p99 ms": f.tpot_ms.p99, "ITL p50 ms": f.itl_ms.median,
             "ITL p99 ms": f.itl_ms.p99, "accept_len (run)": f.accept_len,
-            "accept_len (lifetime)": f.accept_len_lifetime, "source": source_label(r), "label": r.label,
+            "accept_len (lifetime)": f.accept_len_lifetime, "source": source_label(r), "tool": r.tool_name,
+            "label": r.label,
             "date": _date(r.started_at), "stored": _date(r.created_at),
             "_when": when(r) or 0.0,
         })

@@ -8,7 +8,7 @@ import time
 import pandas as pd
 import streamlit as st
 
-from backend.bench.intake import MAX_BYTES, FileOutcome, store_files, summary
+from backend.bench.intake import MAX_BYTES, FileOutcome, algorithm_choice, store_files, summary
 from backend.bench.describe import describe
 from specdeck_types.bench import BenchResult
 from state.bench import BenchStore
@@ -18,9 +18,12 @@ from ui.components import confirm_box
 from ui.context import actor
 
 OUTCOMES = "bench-import-outcomes"
-FORMATS = ("bench_serving's JSONL (any version) or the console report it prints (nohup.out and the like, "
-           "several reports in one file are fine), bench_one_batch_server's output, bench_speculative's JSONL, "
-           "SpecForge's benchmark output, or a CSV of hand-entered numbers with an output_tok_s column")
+FORMATS = ("SGLang bench_serving's JSONL (any version) or the console report it prints (nohup.out and the like, "
+           "several reports in one file are fine), vLLM bench serve's report or JSON, bench_one_batch_server's "
+           "output, bench_speculative's JSONL, SpecForge's benchmark output, the results of SpecForge's benchmarks/ "
+           "scripts (bench_eagle3.py's JSON, bench_model_speedup.py's JSONL, the 'token/s' output of its humaneval / "
+           "mtbench runs), or a CSV of hand-entered numbers with an output_tok_s column. A paste quoted with '> ', "
+           "'# ' or markdown fences is read")
 
 
 def import_panel(rt) -> None:
@@ -35,32 +38,42 @@ def import_panel(rt) -> None:
         pasted = st.text_area("Or paste a report", key="bench-import-text", height=160,
                               placeholder="============ Serving Benchmark Result ============\n"
                                           "Backend:                                 sglang\n...")
-        c = st.columns(2)
+        c = st.columns(3)
         name = c[0].text_input("Name for the pasted text", key="bench-import-name", placeholder="pasted report",
                                help="what the pasted results carry as their source file")
         server = c[1].text_input("Server", key="bench-import-server", placeholder="as the files say",
                                  help="for results whose file does not name the server they ran against")
+        algorithm = c[2].text_input("Speculation", key="bench-import-algorithm", placeholder="as the files say",
+                                    help="the speculation algorithm (EAGLE3, ...) or none for runs without it, for "
+                                         "results whose file does not say; a run is paired with a baseline only "
+                                         "when both say")
         go = st.form_submit_button("Import", type="primary", icon=":material/upload_file:", disabled=bool(lock),
                                    help=lock or "parse and store every result found")
     if go:
         blobs = [(f.name, f.getvalue(), "uploaded") for f in files or []]
         if pasted and pasted.strip():
             blobs.append((name.strip() or "pasted report", pasted.encode("utf-8"), "pasted"))
-        if not blobs:
+        try:
+            chosen = algorithm_choice(algorithm)
+        except ValueError as exc:
+            st.error(f"Speculation: {exc}", icon=":material/error:")
+            blobs, chosen = [], None
+            go = False
+        if go and not blobs:
             st.warning("Choose a file or paste a report first.", icon=":material/info:")
-        else:
-            _import(rt, blobs, server.strip() or None)
+        elif blobs:
+            _import(rt, blobs, server.strip() or None, chosen)
     outcomes = st.session_state.get(OUTCOMES)
     if outcomes:
         _show(outcomes)
 
 
-def _import(rt, blobs: list[tuple[str, bytes, str]], server: str | None) -> None:
+def _import(rt, blobs: list[tuple[str, bytes, str]], server: str | None, algorithm: str | None = None) -> None:
     store = BenchStore(rt.store)
     done: list[FileOutcome] = []
 
     def work():
-        done.extend(store_files(store, blobs, server=server))
+        done.extend(store_files(store, blobs, server=server, algorithm=algorithm))
         return all(o.error is None for o in done), summary(done)
 
     names = ", ".join(n for n, _, _ in blobs)
@@ -101,6 +114,8 @@ def _show(outcomes: list[FileOutcome]) -> None:
     errors = [o.error for o in outcomes if o.error]
     for e in errors:
         st.error(fmt.data_markdown(e), icon=":material/error:")
+    for n in [n for o in outcomes for n in o.notes][:20]:
+        st.info(fmt.data_markdown(n), icon=":material/info:")
     if skipped:
         with st.expander(f"{fmt.count(len(skipped))} skipped part{'s' if len(skipped) != 1 else ''}: file, line, "
                          "field and why"):
