@@ -11,15 +11,18 @@ never overwrite each other's newer state.
 from __future__ import annotations
 
 import json
+import logging
 import threading
+import time
 import weakref
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from specdeck_types.process import ProcessSpec, ProcState
-from state.store import Store
+from state.store import Store, StoreError
 
 _UNSET: Any = object()
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -277,3 +280,200 @@ class ProcessRepo:
             f"UPDATE processes SET {', '.join(f'{c} = ?' for c in cols)} WHERE name = ?",
             [values[c] for c in cols] + [record.name],
         )
+
+
+class HeldRepo(ProcessRepo):
+    """A :class:`ProcessRepo` that goes on when the store cannot be written or read.
+
+    A write the store refuses (:class:`state.store.StoreError`) is applied to a
+    copy in memory instead, with the same compare-and-set checks, and its
+    history event is queued; reads show the stored rows with the held changes
+    over them (the last rows read when the store cannot be read either).
+    :meth:`flush` writes the held changes back in one transaction once the
+    store takes writes again; a row another writer changed meanwhile keeps
+    that writer's version.  While anything is held, writes go to memory
+    without trying the store, so a refusing store costs one try per flush.
+    """
+
+    def __init__(self, store: Store, clock: Any = None):
+        super().__init__(store)
+        self._clock = clock or time.time
+        self._held: dict[str, ProcessRecord | None] = {}  # name -> record (None: deleted)
+        self._base: dict[str, ProcessRecord | None] = {}  # the stored row the held change replaces
+        self._events: list[tuple[Any, ...]] = []
+        self._last: dict[str, ProcessRecord] = {}  # the rows last read from the store
+        self._serial = 0
+        self.held_since: float | None = None
+        self.last_error: str = ""
+
+    # -- state -------------------------------------------------------------
+
+    @property
+    def held(self) -> int:
+        """How many records have changes not yet written to the store."""
+        return len(self._held)
+
+    def _hold(self, exc: Exception) -> None:
+        if not self._held:
+            log.warning(
+                "%s; the supervisor keeps the processes' state in memory until it can be written", exc)
+            self.held_since = self._clock()
+        self.last_error = str(exc)
+
+    # -- reads -------------------------------------------------------------
+
+    def version(self) -> tuple[int, ...]:  # type: ignore[override]
+        try:
+            stored = super().version()
+        except StoreError:
+            stored = (-1, -1)
+        return (*stored, self._serial)
+
+    def _stored(self) -> dict[str, ProcessRecord]:
+        try:
+            self._last = {r.name: r for r in super().list()}
+        except StoreError as exc:
+            self.last_error = str(exc)
+        return dict(self._last)
+
+    def list(self) -> list[ProcessRecord]:  # type: ignore[override]
+        rows = self._stored()
+        for name, rec in self._held.items():
+            if rec is None:
+                rows.pop(name, None)
+            else:
+                rows[name] = rec
+        return [rows[n] for n in sorted(rows)]
+
+    def get(self, name: str) -> ProcessRecord | None:
+        if name in self._held:
+            return self._held[name]
+        try:
+            return super().get(name)
+        except StoreError:
+            return self._last.get(name)
+
+    def history(self, name: str, limit: int = 200) -> list[StateEvent]:
+        try:
+            stored = super().history(name, limit)
+        except StoreError:
+            stored = []
+        held = [StateEvent(id=-1 - i, name=e[0], at=e[1], from_state=e[2], to_state=e[3], pid=e[4],
+                           exit_code=e[5], run_id=e[6], detail=e[7])
+                for i, e in enumerate(self._events) if e[0] == name]
+        return (stored + held)[-int(limit):]
+
+    # -- writes ------------------------------------------------------------
+
+    def _keep(self, name: str, new: ProcessRecord | None, base: ProcessRecord | None) -> None:
+        if name not in self._base:
+            self._base[name] = base
+        self._held[name] = new
+        self._serial += 1
+
+    def upsert(self, record: ProcessRecord) -> ProcessRecord:
+        if not self._held:
+            try:
+                return super().upsert(record)
+            except StoreError as exc:
+                self._hold(exc)
+        self._keep(record.name, record, self.get(record.name))
+        return record
+
+    def delete(self, name: str) -> None:
+        if not self._held:
+            try:
+                super().delete(name)
+                return
+            except StoreError as exc:
+                self._hold(exc)
+        self._keep(name, None, self.get(name))
+
+    def update(self, name: str, *, expect_run_id: Any = _UNSET, expect_fields: dict[str, Any] | None = None,
+               **changes: Any) -> ProcessRecord | None:
+        if not self._held:
+            try:
+                return super().update(name, expect_run_id=expect_run_id, expect_fields=expect_fields, **changes)
+            except StoreError as exc:
+                self._hold(exc)
+        current = self.get(name)
+        if current is None:
+            return None
+        if expect_run_id is not _UNSET and current.run_id != expect_run_id:
+            return None
+        if expect_fields:
+            unknown = set(expect_fields) - _FIELD_NAMES
+            if unknown:
+                raise TypeError(f"unknown process record fields: {sorted(unknown)}")
+            if any(getattr(current, k) != v for k, v in expect_fields.items()):
+                return None
+        new = self._apply(current, changes)
+        self._keep(name, new, current)
+        return new
+
+    def transition(self, name: str, to_state: ProcState, *, at: float,
+                   expect: ProcState | tuple[ProcState, ...] | None = None, expect_run_id: Any = _UNSET,
+                   detail: str = "", **changes: Any) -> ProcessRecord | None:
+        if not self._held:
+            try:
+                return super().transition(name, to_state, at=at, expect=expect, expect_run_id=expect_run_id,
+                                          detail=detail, **changes)
+            except StoreError as exc:
+                self._hold(exc)
+        to_state = ProcState(to_state)
+        current = self.get(name)
+        if current is None:
+            return None
+        if expect is not None:
+            allowed = (expect,) if isinstance(expect, ProcState) else tuple(expect)
+            if current.state not in allowed:
+                return None
+        if expect_run_id is not _UNSET and current.run_id != expect_run_id:
+            return None
+        new = self._apply(current, dict(changes, state=to_state, state_since=at, detail=detail))
+        self._keep(name, new, current)
+        self._events.append((name, at, current.state.value, to_state.value, new.pid, new.exit_code, new.run_id,
+                             detail))
+        return new
+
+    def flush(self) -> bool:
+        """Write the held changes to the store; True when nothing is held any more.
+
+        A record whose stored row is no longer the one the held change was made
+        on (another writer changed it meanwhile) keeps the stored row."""
+        if not self._held:
+            return True
+        kept: list[str] = []
+        try:
+            with self.store.transaction() as conn:
+                for name, rec in self._held.items():
+                    row = conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM processes WHERE name = ?",
+                                       (name,)).fetchone()
+                    stored = self._from_row(row) if row is not None else None
+                    if stored != self._base.get(name):
+                        continue  # another writer moved it on: that version stands
+                    kept.append(name)
+                    if rec is None:
+                        conn.execute("DELETE FROM processes WHERE name = ?", (name,))
+                        continue
+                    values = self._to_row(rec)
+                    conn.execute(f"INSERT OR REPLACE INTO processes ({', '.join(_COLUMNS)})"
+                                 f" VALUES ({', '.join('?' for _ in _COLUMNS)})", [values[c] for c in _COLUMNS])
+                conn.executemany(
+                    "INSERT INTO process_events (name, at, from_state, to_state, pid, exit_code, run_id, detail)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)", [e for e in self._events if e[0] in kept])
+        except StoreError as exc:
+            self.last_error = str(exc)
+            return False
+        dropped = sorted(set(self._held) - set(kept))
+        log.warning(
+            "state store %s can be written again: wrote %d held record(s)%s", self.store.path, len(kept),
+            f"; kept the stored version of {', '.join(dropped)} (changed by another writer)" if dropped else "")
+        self._held.clear()
+        self._base.clear()
+        self._events.clear()
+        self._serial += 1
+        self.held_since = None
+        self.last_error = ""
+        self._bump()
+        return True

@@ -62,4 +62,10 @@ class SupervisorLoop:
                 log.exception("supervisor poll failed")
             self.polls += 1
             self.last_poll_at = time.time()
+            backup = getattr(self.supervisor, "daily_backup", None)
+            if callable(backup):  # one automatic backup of the state store a day, beside it
+                try:
+                    backup()
+                except Exception:
+                    log.exception("the daily backup of the state store failed")
             self._stop.wait(self.interval_s)

@@ -14,6 +14,7 @@ methods:
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -49,6 +50,7 @@ class Launch:
     log_path: str
     paths: RunPaths
     stop_grace_s: float = 10.0  # the wrapper's wait before SIGKILL of leftovers in the child's group
+    spec_json: str | None = None  # the whole spec, so a rebuilt state store can re-adopt the run
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,7 @@ class WrapperSpawner:
                 "env": dict(launch.env),
                 "log_path": launch.log_path,
                 "stop_grace_s": launch.stop_grace_s,
+                **({"spec": json.loads(launch.spec_json)} if launch.spec_json else {}),
             },
         )
         make_private_dirs(Path(launch.log_path).parent)

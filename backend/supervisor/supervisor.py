@@ -38,8 +38,8 @@ from backend.supervisor.stopping import RunProgress, StopMixin, SupervisorError
 from backend.supervisor.ticking import TickMixin
 from specdeck_types.process import Kind, ProcessSpec, ProcState
 from state import audit
-from state.processes import ProcessRecord, ProcessRepo, StateEvent
-from state.store import Store
+from state.processes import HeldRepo, ProcessRecord, StateEvent
+from state.store import Store, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,8 @@ class Supervisor(TickMixin, StopMixin):
         self._killer = killer if killer is not None else OsKiller()
         self._prober = prober if prober is not None else HttpProber()
         self._stop_timeout_s = stop_timeout_s  # after SIGKILL, how long stop(wait=True) waits
-        self._repo = ProcessRepo(store)
+        self._repo = HeldRepo(store, clock)
+        self._backup_tried_at: float | None = None
         self._lock = threading.RLock()
         self._records: dict[str, ProcessRecord] = {}
         self._version: tuple[int, int] | None = None
@@ -222,6 +223,8 @@ class Supervisor(TickMixin, StopMixin):
     def _audit(self, actor: str, source: str, action: str, target: str, detail: str, outcome: str) -> None:
         try:
             audit.record(self.store, actor, source, action, target, detail, outcome, at=self._clock())
+        except StoreError as exc:  # said once by the store; the action itself goes on
+            log.warning("audit entry for %s %s not written: %s", action, target, exc.problem)
         except Exception:  # the action itself must not fail because of the audit write
             log.exception("could not write the audit entry for %s %s", action, target)
 
@@ -386,6 +389,7 @@ class Supervisor(TickMixin, StopMixin):
         launch = Launch(
             name=spec.name, run_id=run_id, argv=spec.argv, cwd=spec.cwd or self.default_cwd,
             env=dict(spec.env), log_path=spec.log_path, paths=paths, stop_grace_s=spec.stop_grace_s,
+            spec_json=spec.to_json(),
         )
         try:
             paths.clear()
@@ -471,6 +475,40 @@ class Supervisor(TickMixin, StopMixin):
         """The last ``lines`` lines of the log and the offset to tail from."""
         chunk = read_last(self._log_path(name), lines)
         return chunk.text, chunk.offset
+
+    # -- the state store -------------------------------------------------------
+
+    def held_changes(self) -> int:
+        """How many process records changed in memory only, because the store refused the write."""
+        return self._repo.held
+
+    def memory_note(self) -> str | None:
+        """While the store cannot be written and records are held in memory: a sentence saying so."""
+        n = self._repo.held
+        if not n:
+            return None
+        since = self._repo.held_since
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since)) if since is not None else "now"
+        return (f"the supervisor keeps supervising from memory: {n} process record{'s' if n != 1 else ''} "
+                f"changed since {when} {'are' if n != 1 else 'is'} not saved yet, and will be written once "
+                "the state store can be written again")
+
+    def daily_backup(self, min_interval_s: float = 60.0) -> Path | None:
+        """Make today's automatic backup of the store beside it, when none is there yet (tried at
+        most once a ``min_interval_s``; only by a supervisor that acts).  Never raises: a backup
+        that cannot be made is logged and tried again later."""
+        now = self._clock()
+        if not self._act or (self._backup_tried_at is not None and now - self._backup_tried_at < min_interval_s):
+            return None
+        self._backup_tried_at = now
+        try:
+            made = self.store.backup_daily(now)
+        except (OSError, StoreError) as exc:
+            log.warning("the daily backup of %s could not be made: %s", self.store.path, exc)
+            return None
+        if made is not None:
+            log.info("daily backup of the state store: %s", made)
+        return made
 
     # -- lifecycle -------------------------------------------------------------
 

@@ -17,9 +17,9 @@ import psutil
 
 from backend.supervisor import machine
 from backend.supervisor.logtail import LogTailer
-from backend.supervisor.runfiles import ExitRecord, read_exit
+from backend.supervisor.runfiles import ExitRecord, Identity, RunPaths, read_exit, read_json
 from backend.supervisor.stopping import IDENTITY_WAIT_S, RunProgress
-from specdeck_types.process import ProcState
+from specdeck_types.process import Kind, ProcessSpec, ProcState
 from state.processes import ProcessRecord
 
 log = logging.getLogger("backend.supervisor.supervisor")
@@ -40,11 +40,106 @@ class TickMixin:
         that match neither become UNKNOWN (a reused pid is never adopted).
         Due readiness probes are answered before it returns (see ``poll``),
         so a one-shot caller such as the command line sees readiness too.
+
+        A live run that the store does not know (a store restored from a
+        backup, or rebuilt after it was moved aside) is re-adopted from its
+        run files first (see :meth:`readopt`), so a stop reaches it.
         """
         with self._lock:
             self._version = None
             self._runs.clear()
+        self.readopt()
         self.poll(sync_probes=True)
+
+    # -- re-adoption from the run files ------------------------------------
+
+    def readopt(self) -> list[str]:
+        """Re-adopt every live run in the run dir that its record does not describe.
+
+        Each run folder holds the run's identity (child pid and create time,
+        wrapper, run id) and its launch file (the spec it was started with).
+        A run whose child is alive by pid *and* create time, with no exit
+        record, while the store's record names another run (or is not active,
+        or is missing) is recorded as that run, STARTING, so its readiness is
+        checked again.  A record missing altogether is made from the launch
+        file.  Returns the names re-adopted.
+        """
+        adopted: list[str] = []
+        try:
+            folders = sorted(p for p in self.run_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
+        except OSError:
+            return adopted
+        with self._lock:
+            if self._closed:
+                return adopted
+            self._refresh()
+            now = self._clock()
+            for folder in folders:
+                try:
+                    if self._readopt_one(folder.name, now):
+                        adopted.append(folder.name)
+                except Exception:
+                    log.exception("supervisor: re-adopting %s from %s failed", folder.name, folder)
+        return adopted
+
+    def _readopt_one(self, name: str, now: float) -> bool:
+        paths = RunPaths.for_name(self.run_dir, name)
+        data = read_json(paths.identity)
+        if not data:
+            return False
+        try:
+            ident = Identity(**data)
+        except TypeError:
+            return False
+        rec = self._records.get(name)
+        if rec is not None and rec.run_id == ident.run_id:
+            return False  # the store knows this run: the reconcile pass follows it
+        if rec is not None and rec.state.is_active and rec.pid is not None \
+                and self._killer.is_alive(rec.pid, rec.create_time):
+            return False  # the record's own run is alive: leave both alone
+        if read_exit(paths, ident.run_id) is not None or not self._killer.is_alive(ident.pid, ident.create_time):
+            return False
+        launch = read_json(paths.launch) or {}
+        if launch.get("run_id") not in (None, ident.run_id):
+            launch = {}
+        if rec is None:
+            spec = _spec_from_launch(name, launch)
+            if spec is None:
+                log.warning("supervisor: %s runs (pid %s) but %s does not say how it was started; not adopted",
+                            name, ident.pid, paths.launch)
+                return False
+            rec = self._put(self._repo.upsert(ProcessRecord(
+                name=name, kind=spec.kind.value, spec=spec, state=S.NEVER, state_since=now,
+                log_path=spec.log_path, detail="made from its run files",
+            )))
+            if rec is None:
+                return False
+        why = ("the state store had no record of it" if rec.state == S.NEVER and rec.run_id is None
+               else f"the state store had it {rec.state.value}" + (f" as run {rec.run_id}" if rec.run_id else ""))
+        new = self._put(self._repo.transition(
+            name, S.STARTING, at=now, expect=rec.state, expect_run_id=rec.run_id,
+            detail=f"re-adopted from {paths.dir}: pid {ident.pid} of run {ident.run_id} ({why})",
+            pid=ident.pid, create_time=ident.create_time, wrapper_pid=ident.wrapper_pid,
+            wrapper_create_time=ident.wrapper_create_time, run_id=ident.run_id, started_at=ident.started_at,
+            ended_at=None, exit_code=None, log_start=ident.log_offset, term_at=None, pending_restart=None,
+            log_path=str(launch.get("log_path") or rec.log_path),
+        ))
+        if new is None:
+            return False
+        self._runs.pop(name, None)
+        log.warning("supervisor: %s", new.detail)
+        return True
+
+    # -- the state store ---------------------------------------------------
+
+    def _store_upkeep(self) -> None:
+        """Write back what was held in memory while the store refused writes, or, with nothing held,
+        try the store again after it refused one; its health clears once a write goes through."""
+        if self._repo.held:
+            if self._repo.flush():
+                self._version = None
+        elif self.store.health().state == "unwritable":
+            self.store.recheck()
 
     def poll(self, sync_probes: bool = False) -> None:
         """One reconcile pass over all records; cheap when nothing changed.
@@ -58,6 +153,7 @@ class TickMixin:
             if self._closed:
                 return
             self._spawner.reap()
+            self._store_upkeep()
             self._refresh()
             now = self._clock()
             self._sync_probes = sync_probes
@@ -205,3 +301,22 @@ class TickMixin:
                 rec.name, expect_run_id=rec.run_id,
                 detail=f"readiness overdue: no {probe.describe()} after {probe.timeout_s:g} s",
             ))
+
+
+def _spec_from_launch(name: str, launch: dict) -> ProcessSpec | None:
+    """The spec a run was started with, from its launch file (older launch files carry no
+    ``spec``: then a spec of kind ``other`` from the argv, folder, environment and log)."""
+    if launch.get("name") != name:
+        return None
+    try:
+        if isinstance(launch.get("spec"), dict):
+            spec = ProcessSpec.from_dict(launch["spec"])
+            return spec if spec.name == name else None
+        return ProcessSpec(
+            name=name, kind=Kind.OTHER, argv=tuple(str(a) for a in launch["argv"]),
+            log_path=str(launch["log_path"]), cwd=launch.get("cwd") or None,
+            env={str(k): str(v) for k, v in (launch.get("env") or {}).items()},
+            stop_grace_s=float(launch.get("stop_grace_s", 10.0)),
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
