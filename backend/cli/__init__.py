@@ -22,13 +22,18 @@
     python -m backend.cli [--workspace DIR] train deploy CKPT --server NAME [--keep|--restore-after] [--json]
     python -m backend.cli [--workspace DIR] users add|passwd|role|remove|list ...
     python -m backend.cli init DIR
+    python -m backend.cli [--workspace DIR] workspace backup [--to PATH]
     python -m backend.cli [--workspace DIR] regen run|status|validate|requeue ...
 
 The workspace is the ``--workspace`` folder, else ``$SPECDECK_WORKSPACE``,
 else the demo workspace.  Every start/stop/restart is written to the audit
 log with the user's name and source ``cli``.  Starting a server runs its
 preflight first; errors refuse the start unless ``--launch-anyway`` (audited).  Exit status: 0 done,
-1 refused or failed, 2 bad usage or workspace config.
+1 refused or failed, 2 bad usage or workspace config.  A state store that is
+damaged or cannot be written is one line naming the file, what is wrong and
+what to do; a command that would start or change processes is refused while
+the store cannot be written (stop and stop-all still work: the run files
+record how each process ended).
 
 Each domain is one module of this package with a ``register(sub)`` function
 that adds its subcommands to the top-level subparsers; :data:`DOMAINS` lists
@@ -51,8 +56,13 @@ from typing import TextIO
 from backend.cli.session import CommandError, Session
 from backend.supervisor.supervisor import SupervisorError
 from backend.workspace import ConfigError
+from state.store import StoreError
 
 __all__ = ["DOMAINS", "CommandError", "build_parser", "main"]
+
+# Commands that may run while the state store cannot be written: a supervise loop keeps
+# supervising from memory and writes its state back once it can.
+_STORE_OPTIONAL = frozenset({"supervise"})
 
 DOMAINS = (
     "backend.cli.bench",
@@ -92,13 +102,25 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
     except ConfigError as exc:
         err.write(f"error: {exc}\n")
         return 2
+    except (StoreError, CommandError) as exc:  # names the file, what is wrong and what to do
+        err.write(f"error: {exc}\n")
+        return 1
     except sqlite3.Error as exc:
         err.write(f"error: the state file of the workspace could not be opened or upgraded: {exc}\n")
         return 1
     try:
+        if getattr(args, "acts", True) and not getattr(args, "store_optional", args.command in _STORE_OPTIONAL):
+            session.require_writable()
         return args.func(session, args, out)
-    except (SupervisorError, CommandError) as exc:
+    except (SupervisorError, CommandError, StoreError) as exc:
         err.write(f"error: {exc}\n")
         return 1
+    except sqlite3.Error as exc:
+        health = session.store.health()
+        err.write(f"error: {health.message if not health.ok else f'state store {session.store.path}: {exc}'}\n")
+        return 1
     finally:
+        note = session.store_note()
+        if note:
+            err.write(f"warning: {note}\n")
         session.close()

@@ -144,9 +144,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     a = ps.add_parser("stop", help="SIGTERM to its process group, SIGKILL after the grace period")
     a.add_argument("name")
     a.add_argument("--no-wait", action="store_true", help="return after SIGTERM (a supervisor finishes the stop)")
-    a.set_defaults(func=cmd_stop)
+    # A stop needs no store write to be true: the wrapper records the exit in the run files.
+    a.set_defaults(func=cmd_stop, store_optional=True)
     a = ps.add_parser("stop-all", help="stop every running process")
-    a.set_defaults(func=cmd_stop_all)
+    a.set_defaults(func=cmd_stop_all, store_optional=True)
     a = ps.add_parser("restart", help="stop (if running) and start again (servers: after preflight)")
     a.add_argument("name")
     a.add_argument("--launch-anyway", action="store_true", help="restart a server despite preflight errors (audited)")

@@ -9,7 +9,7 @@ from typing import TextIO
 from backend.supervisor.machine import describe_exit
 from backend.supervisor.supervisor import Supervisor
 from backend.flows.workspace import load_workspace
-from state import Store
+from state import Store, StoreUnwritable
 
 SOURCE = "cli"
 
@@ -62,6 +62,7 @@ class Session:
         self.ws = load_workspace(workspace)
         self.store = Store(self.ws.store_path)
         try:
+            self.store.writable()  # a write that changes nothing: a refusing store is said after the command
             self.sup = Supervisor(self.store, self.ws.run_dir, default_cwd=self.ws.root, act=act)
             self._telemetry = None
             self.fleet = ServerFleet(self.ws, self.sup, self.store, background=False, gpu_probe=self.gpu_probe)
@@ -94,6 +95,28 @@ class Session:
             self._telemetry = make_workspace_sampler(self.ws, None, managed=self.sup.views)
             self._telemetry.sample_once()
         return probe_free_memory(self._telemetry, exclude)
+
+    def require_writable(self) -> None:
+        """Refuse (:class:`StoreUnwritable`) when the store cannot be written: a command that starts
+        or changes processes would act on state it cannot record."""
+        if not self.store.health().ok and not self.store.writable():
+            h = self.store.health()
+            if h.state == "unwritable":
+                raise StoreUnwritable(h.path, h.problem + "; this command changes state, so nothing was done",
+                                      h.remedy)
+            raise CommandError(h.message)
+
+    def store_note(self) -> str | None:
+        """What to tell the user after a command when the store is not sound (None when it is)."""
+        h = self.store.health()
+        if h.ok:
+            return None
+        held = self.sup.memory_note()
+        if h.state == "unwritable":
+            return (f"state store {h.path} cannot be written ({h.problem}); the states shown come from the "
+                    "run files and the OS, held in memory only" + (f" ({held})" if held else "")
+                    + f". {h.remedy}")
+        return h.message
 
     def close(self) -> None:
         self.fleet.close()
