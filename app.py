@@ -12,6 +12,7 @@ import streamlit as st
 
 from ui import fmt
 from ui.auth import frame_gate, gate, live_fragment
+from ui.components import store_banner
 from ui.context import WANTED_PAGE, mark_frame, runtime
 
 HERE = Path(__file__).resolve().parent
@@ -77,6 +78,7 @@ with st.sidebar:
     _sidebar_status()
 
 mark_frame()
+store_banner(rt, show_paths=access.can_see_data)  # above every page while the state store is damaged or cannot be written
 pages = _pages()
 pages += frame_gate(rt, pages)  # the login gate: banner, account box, sign-in page
 nav = st.navigation(pages)

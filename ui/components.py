@@ -44,6 +44,34 @@ def page_header(title: str, purpose: str) -> None:
     st.caption(purpose)
 
 
+def store_banner(rt, *, show_paths: bool) -> None:
+    """A red banner while the workspace's state store is damaged or cannot be written: what is
+    wrong and what to do (the file's path only for a session that may see the workspace's paths),
+    and, while writes are refused, that the supervisor keeps supervising from memory."""
+    store = getattr(rt, "store", None)
+    if store is None:
+        return
+    h = store.health()
+    if h.ok:
+        return
+    sup = getattr(rt, "supervisor", None)
+    held = sup.memory_note() if sup is not None else None
+    if h.state == "corrupt":
+        head = "**The state store is damaged**: pages that read it may fail and nothing new is saved."
+    else:
+        head = ("**The state store cannot be written**: the supervisor keeps supervising from memory "
+                "(process states shown are current) and saves them once it can write again.")
+    lines = [head]
+    if show_paths:
+        lines.append(f"{code_span(h.path)}: {h.problem}")
+        lines.append(f"**What to do:** {h.remedy}")
+    else:
+        lines.append("An operator who may see the workspace's files has the details (also in the dashboard's log).")
+    if held:
+        lines.append(held[0].upper() + held[1:] + ".")
+    st.error(fmt.data_markdown("\n\n".join(lines)), icon=":material/database:")
+
+
 def freshness(updated_at: float | None, interval_s: float, what: str = "updated") -> None:
     """'updated N s ago'; amber with a warning once older than three intervals."""
     if updated_at is None:
