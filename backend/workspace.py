@@ -29,7 +29,7 @@ from typing import Any, Callable, Literal, Sequence
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from backend.validation import check_name
-from specdeck_types.process import Kind, ProcessSpec, ReadinessProbe, RestartPolicy
+from specdeck_types.process import LOG_KEEP, LOG_MAX_BYTES, Kind, ProcessSpec, ReadinessProbe, RestartPolicy
 
 CONFIG_NAME = "specdeck.toml"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -94,6 +94,9 @@ class ProcessConfig(_Model):
     autostart: bool = False
     readiness: ReadinessConfig = Field(default_factory=ReadinessConfig)
     restart: RestartConfig = Field(default_factory=RestartConfig)
+    # the log is rotated at this size (0: never), keeping log_keep older files NAME.1 … NAME.<keep>
+    log_max_mb: float = Field(LOG_MAX_BYTES / 2**20, ge=0, le=2**20)
+    log_keep: int = Field(LOG_KEEP, ge=1, le=1000)
 
     @field_validator("name")
     @classmethod
@@ -270,6 +273,8 @@ class Workspace:
                     readiness=ReadinessProbe(**p.readiness.model_dump()),
                     stop_grace_s=p.stop_grace_s,
                     restart=RestartPolicy(**p.restart.model_dump()),
+                    log_max_bytes=int(p.log_max_mb * 2**20),
+                    log_keep=p.log_keep,
                 )
             )
         return specs

@@ -13,6 +13,12 @@ from enum import Enum
 from typing import Any, Literal
 
 
+# A process's log is rotated by its wrapper at this size, keeping this many older files
+# (NAME.1 … NAME.<keep>); see backend/supervisor/logrotate.py.
+LOG_MAX_BYTES = 100 * 1024 * 1024
+LOG_KEEP = 5
+
+
 class Kind(str, Enum):
     SERVER = "server"
     REGENERATION = "regeneration"
@@ -93,6 +99,8 @@ class ProcessSpec:
     readiness: ReadinessProbe = field(default_factory=ReadinessProbe)
     stop_grace_s: float = 10.0
     restart: RestartPolicy = field(default_factory=RestartPolicy)
+    log_max_bytes: int = LOG_MAX_BYTES  # 0: never rotate
+    log_keep: int = LOG_KEEP
 
     def __post_init__(self) -> None:
         if not self.name or any(c in self.name for c in "/\\\0"):

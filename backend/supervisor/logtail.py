@@ -3,9 +3,21 @@
 :func:`read_tail` is the one primitive: given an offset (and the inode seen
 last time) it returns the new complete lines, the offset to ask for next,
 and flags for truncation (the file got shorter than the offset: read again
-from 0) and rotation (a different file now has the name: read it from 0).
-It never splits a UTF-8 character or returns a half-written last line when
-it can avoid it, and decodes bad bytes with U+FFFD instead of failing.
+from 0) and rotation.  It never splits a UTF-8 character or returns a
+half-written last line when it can avoid it, and decodes bad bytes with
+U+FFFD instead of failing.
+
+A rotated log is followed without losing or repeating a line
+(:func:`open_source`): when the name points to another file, the file read
+so far is looked for among the names beside it (``NAME.1``, ``NAME.2``,
+``NAME-20250101``: the file keeps its inode when it is renamed) and read to
+its end; only once the file after it (:func:`~backend.supervisor.logrotate.successor_name`)
+holds data, which means its writer has moved on, does reading go on in that
+file from its start (``followed``).  A writer that keeps writing to the
+moved file (a program whose log was rotated ``create``-style under it) is
+followed there for as long as the new file stays empty.  Only when the old
+file cannot be found (deleted, compressed) is the new one read from 0 with
+``rotated`` set: something may be missing.
 
 An unchanged file costs one ``stat``; new bytes cost a read of only those
 bytes (at most ``max_bytes``).
@@ -16,8 +28,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from backend.readcap import utf8_cut
+from backend.supervisor.logrotate import successor_name
 
 DEFAULT_MAX_BYTES = 64 * 1024
 _BLOCK = 64 * 1024
@@ -29,9 +43,10 @@ class TailChunk:
     offset: int  # pass this back next time
     inode: int | None  # pass this back next time, to detect rotation
     truncated: bool = False  # the file shrank below the offset; read from 0
-    rotated: bool = False  # the path now names a different file; read from 0
+    rotated: bool = False  # the path names a different file and the old one is gone; read from 0
     skipped: int = 0  # bytes jumped over to stay within max_bytes
     missing: bool = False  # the file does not exist (yet)
+    followed: bool = False  # the old file was rotated and read to its end; this text comes from the next one
 
     @property
     def reset(self) -> bool:
@@ -40,11 +55,114 @@ class TailChunk:
 
     @property
     def flags(self) -> frozenset[str]:
-        names = ("truncated", "rotated", "missing")
+        names = ("truncated", "rotated", "missing", "followed")
         out = {n for n in names if getattr(self, n)}
         if self.skipped:
             out.add("skipped")
         return frozenset(out)
+
+
+@dataclass
+class Source:
+    """The file to read next and from where (see :func:`open_source`).  ``file`` is
+    open (None when ``missing``); the caller closes it."""
+
+    file: BinaryIO | None
+    inode: int | None
+    size: int
+    offset: int
+    truncated: bool = False
+    rotated: bool = False
+    followed: bool = False
+    final: bool = False  # a file moved aside whose writer has moved on: read it to its very end
+    missing: bool = False
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+
+
+def _open(path: str | os.PathLike[str]) -> tuple[BinaryIO, os.stat_result] | None:
+    try:
+        f = open(path, "rb")
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return f, os.fstat(f.fileno())
+
+
+def find_moved(path: str | os.PathLike[str], inode: int) -> Path | None:
+    """The name beside ``path`` (``NAME.1``, ``NAME-20250101`` …) under which the file
+    with ``inode`` now lies, or None."""
+    p = Path(path)
+    base = p.name
+    try:
+        entries = list(os.scandir(p.parent))
+    except OSError:
+        return None
+    for e in entries:
+        if len(e.name) > len(base) and e.name.startswith(base):
+            try:
+                if e.stat(follow_symlinks=False).st_ino == inode:
+                    return Path(e.path)
+            except OSError:
+                continue
+    return None
+
+
+def open_source(path: str | os.PathLike[str], offset: int, inode: int | None) -> Source:
+    """Which file holds the bytes after ``offset`` of the file ``inode`` that was read at ``path``.
+
+    The file at ``path`` when it is that file (or when ``inode`` is None); the
+    same file under the name it was moved to while it may still grow or has
+    bytes left; then the file after it, from 0 (``followed``).
+    """
+    offset = max(0, int(offset))
+    cur = _open(path)
+    if inode is None or (cur is not None and cur[1].st_ino == inode):
+        if cur is None:
+            return Source(None, inode, 0, offset, missing=True)
+        f, st = cur
+        truncated = st.st_size < offset
+        return Source(f, st.st_ino, st.st_size, 0 if truncated else offset, truncated=truncated)
+    moved = find_moved(path, inode)
+    old = _open(moved) if moved is not None else None
+    if old is None or old[1].st_ino != inode:
+        if old is not None:
+            old[0].close()
+        if cur is None:
+            return Source(None, inode, 0, offset, missing=True)
+        f, st = cur
+        return Source(f, st.st_ino, st.st_size, 0, rotated=True)
+    of, _ = old
+    # The file after the old one is looked at before the old one's size is: once it holds
+    # data its writer has finished with the old file, so the old file's size read after
+    # that is final.
+    succ_path = successor_name(path, moved)
+    if succ_path == Path(path):
+        succ = cur
+    else:
+        if cur is not None:
+            cur[0].close()
+        succ = _open(succ_path)
+    try:
+        still = os.stat(moved).st_ino == inode
+    except OSError:
+        still = False
+    ost = os.fstat(of.fileno())
+    final = succ is not None and succ[1].st_size > 0 and still
+    if ost.st_size > offset or not final:
+        if succ is not None:
+            succ[0].close()
+        if ost.st_size < offset:  # the moved file shrank: it is not the text read so far
+            of.close()
+            got = _open(path)
+            if got is None:
+                return Source(None, inode, 0, offset, missing=True)
+            return Source(got[0], got[1].st_ino, got[1].st_size, 0, rotated=True)
+        return Source(of, inode, ost.st_size, offset, final=final)
+    of.close()
+    sf, sst = succ
+    return Source(sf, sst.st_ino, sst.st_size, 0, followed=True)
 
 
 def read_tail(
@@ -62,7 +180,10 @@ def read_tail(
     newest ``max_bytes`` (starting at a line boundary) and report how many
     bytes were skipped; otherwise return the oldest ``max_bytes`` so that a
     reader that must see every line (a readiness pattern) catches up over
-    several calls.  ``partial``: also return an unfinished last line.
+    several calls.  ``partial``: also return an unfinished last line (the
+    unfinished end of a rotated file is always returned once its writer has
+    moved on).  The returned ``offset`` and ``inode`` may name a file that was
+    moved aside (see the module text): pass them back as they are.
     """
     if max_bytes <= 0:
         raise ValueError(f"max_bytes must be positive, got {max_bytes}")
@@ -70,22 +191,19 @@ def read_tail(
     try:
         st = os.stat(path)
     except FileNotFoundError:
+        st = None
+    if st is None and inode is None:
         return TailChunk("", offset, inode, missing=True)
-    if inode == st.st_ino and st.st_size == offset:
+    if st is not None and inode == st.st_ino and st.st_size == offset:
         return TailChunk("", offset, inode)  # the common case: nothing new
-    try:
-        f = open(path, "rb")
-    except FileNotFoundError:
+    src = open_source(path, offset, inode)
+    if src.missing:
         return TailChunk("", offset, inode, missing=True)
-    with f:
-        st = os.fstat(f.fileno())
-        rotated = inode is not None and st.st_ino != inode
-        truncated = not rotated and st.st_size < offset
-        if rotated or truncated:
-            offset = 0
-        size = st.st_size
+    with src.file as f:
+        truncated, rotated, followed = src.truncated, src.rotated, src.followed
+        offset, size = src.offset, src.size
         if size <= offset:
-            return TailChunk("", offset, st.st_ino, truncated, rotated)
+            return TailChunk("", offset, src.inode, truncated, rotated, followed=followed)
         start, skipped = offset, 0
         if size - offset > max_bytes and skip_ahead:
             start = size - max_bytes
@@ -103,7 +221,9 @@ def read_tail(
         end = len(data)
         if not data.endswith(b"\n"):
             nl = data.rfind(b"\n", head)
-            if nl >= 0:
+            if src.final and start + len(data) == size:
+                pass  # the end of a file that gets no more bytes: all of it
+            elif nl >= 0:
                 end = nl + 1
             elif partial or len(data) >= max_bytes:
                 # One line longer than the budget: hand it out in pieces,
@@ -112,7 +232,7 @@ def read_tail(
             else:
                 end = head  # wait for the writer to finish the line
         text = data[head:end].decode("utf-8", errors="replace")
-        return TailChunk(text, start + end, st.st_ino, truncated, rotated, skipped + head)
+        return TailChunk(text, start + end, src.inode, truncated, rotated, skipped + head, followed=followed)
 
 
 CUT_KEEP = 4096  # bytes shown of a line longer than read_last's max_bytes

@@ -50,8 +50,22 @@ def test_rotation_follows_the_new_file(tmp_path):
     os.rename(p, tmp_path / "a.log.1")
     p.write_bytes(b"fresh file that is longer than the old one\n")
     c = t.read()
-    assert c.rotated and not c.truncated
+    # the old file was read to its end: the new one continues it, nothing to start over
+    assert c.followed and not c.rotated and not c.truncated and not c.reset
     assert c.text == "fresh file that is longer than the old one\n"
+
+
+def test_rotation_whose_old_file_is_gone_reads_the_new_file_from_zero(tmp_path):
+    p = tmp_path / "a.log"
+    p.write_bytes(b"old 1\nold 2\n")
+    t = LogTailer(p)
+    t.read()
+    os.rename(p, tmp_path / "a.log.1")
+    p.write_bytes(b"fresh\n")  # created while the old file exists, so it cannot get the old inode
+    os.unlink(tmp_path / "a.log.1")
+    c = t.read()
+    assert c.rotated and c.reset and not c.followed
+    assert c.text == "fresh\n"
 
 
 def test_missing_file(tmp_path):
