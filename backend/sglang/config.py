@@ -27,6 +27,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from backend.validation import check_gpu_indices, check_name
+from specdeck_types.process import LOG_KEEP, LOG_MAX_BYTES
 
 Algorithm = Literal["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM"]
 ALGORITHMS: tuple[str, ...] = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
@@ -89,6 +90,9 @@ class ServerConfig(_Model):
     baseline_tok_s: float | None = Field(None, gt=0)
     simulate: bool = False  # launch backend.sim.server with the same flags
     autostart: bool = False  # started (through preflight) when the workspace first opens (never-started only)
+    # the log is rotated at this size (0: never), keeping log_keep older files NAME.log.1 … NAME.log.<keep>
+    log_max_mb: float = Field(LOG_MAX_BYTES / 2**20, ge=0, le=2**20)
+    log_keep: int = Field(LOG_KEEP, ge=1, le=1000)
 
     @field_validator("name")
     @classmethod

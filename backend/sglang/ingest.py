@@ -2,8 +2,9 @@
 
 :class:`LogIngester` remembers its byte offset: each :meth:`LogIngester.poll`
 reads only the bytes added since the last one (an unchanged file costs one
-``stat``), keeps a partial last line for the next poll, and starts over when the
-file is truncated or replaced.  Memory is bounded: series are ring buffers of
+``stat``), keeps a partial last line for the next poll, follows a rotated log
+(the file moved aside to its end, then the new one, nothing read twice or
+missed), and starts over when the file is truncated or replaced.  Memory is bounded: series are ring buffers of
 ``max_points``, the log is read in chunks, and at most ``MAX_LINE`` of one line
 is kept (a longer line is cut, counted and skipped up to its newline).
 
@@ -42,6 +43,7 @@ from backend.sglang.startup import (  # noqa: F401 (re-exported)
     FIRST_STEP_SHARE, GENERIC_FATALS, StartupState, StartupTracker, phase_progress,
 )
 from backend.sglang.version import ACCEPT_RATE_DESCRIPTIONS, Capabilities
+from backend.supervisor.logtail import open_source
 
 CHUNK_BYTES = 8 * 1024 * 1024
 BULK_MIN_BYTES = 256 * 1024  # smaller reads (a live tail) go through the per-line parser
@@ -51,6 +53,7 @@ HEAD_BYTES = 256  # compared on growth to notice a file rewritten in place
 # the rest of it skipped up to the next newline, so a line without one cannot fill the memory.  A
 # line still incomplete at the end of a read is measured in bytes, a complete one in characters.
 MAX_LINE = 64 * 1024
+MAX_FILES_PER_POLL = 16  # files of a rotated log read in one poll (the moved ones, then the live one)
 
 _pool = None
 _pool_lock = threading.Lock()
@@ -174,7 +177,8 @@ class LogIngester(StartupTracker):
         self._offset = 0
         self._pending = b""
         self._cutting: _Cut | None = None  # an over-long line being skipped up to its newline
-        self._sig: tuple | None = None  # (ino, size, mtime_ns) at the last poll
+        self._sig: tuple | None = None  # (ino, size, mtime_ns) of the file at the name at the last poll
+        self._ino: int | None = None  # the file being read (the name's, or one moved aside and not yet read out)
         self._head = b""
         self._capture: FatalEvent | None = None
         self._capture_left = 0
@@ -209,41 +213,62 @@ class LogIngester(StartupTracker):
         """Read what was appended since the last poll; return the number of bytes read.
 
         A missing file reads as nothing.  A file that shrank, was replaced (new
-        inode) or whose first bytes changed is read again from the start.
+        inode, the old file gone) or whose first bytes changed is read again from
+        the start.  A rotated log is followed (:func:`backend.supervisor.logtail.open_source`):
+        the file moved aside is read to its end, also while its writer still
+        writes there (a ``create``-style rotation under a program that keeps
+        its file open), then the file after it from its start, without
+        starting the series over.
         """
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
+            if self._ino is None:
+                return 0
+            st = None
+        sig = (st.st_ino, st.st_size, st.st_mtime_ns) if st is not None else None
+        if sig is not None and sig == self._sig and st.st_ino == self._ino:
             return 0
-        sig = (st.st_ino, st.st_size, st.st_mtime_ns)
-        if sig == self._sig:
-            return 0
-        old = self._sig
         self._sig = sig
-        if old is not None and (st.st_ino != old[0] or st.st_size < self._offset):
-            self._reset()
         read = 0
+        limit = max_bytes if max_bytes is not None else float("inf")
         inflight: deque = deque()  # (complete lines, future of their vectorised parse or None), in file order
         try:
-            with open(self.path, "rb") as fh:
-                if self._head and st.st_size >= len(self._head):
-                    if fh.read(len(self._head)) != self._head:
+            for _ in range(MAX_FILES_PER_POLL):
+                src = open_source(self.path, self._offset, self._ino)
+                if src.missing:
+                    break
+                with src.file as fh:
+                    if src.truncated or src.rotated:
+                        while inflight:
+                            self._apply(*inflight.popleft())
                         self._reset()
-                fh.seek(self._offset)
-                limit = max_bytes if max_bytes is not None else float("inf")
-                while read < limit:
-                    chunk = fh.read(self.chunk_bytes)
-                    if not chunk:
-                        break
-                    if len(self._head) < HEAD_BYTES and self._offset < HEAD_BYTES:
-                        self._head = (self._head + chunk)[:HEAD_BYTES]
-                    self._offset += len(chunk)
-                    read += len(chunk)
-                    for body in self._complete_lines(chunk):
-                        inflight.append((body, self._submit(body)))
-                    # the next piece is read and parsed while this one is still being parsed
-                    while len(inflight) > self.parallel_pieces:
-                        self._apply(*inflight.popleft())
+                    elif src.followed:
+                        self._offset = 0  # the next file continues the text: pending bytes stay
+                        self._head = b""
+                    self._ino = src.inode
+                    if self._head and src.size >= len(self._head):
+                        if fh.read(len(self._head)) != self._head:
+                            while inflight:
+                                self._apply(*inflight.popleft())
+                            self._reset()
+                    fh.seek(self._offset)
+                    while read < limit:
+                        chunk = fh.read(self.chunk_bytes)
+                        if not chunk:
+                            break
+                        if len(self._head) < HEAD_BYTES and self._offset < HEAD_BYTES:
+                            self._head = (self._head + chunk)[:HEAD_BYTES]
+                        self._offset += len(chunk)
+                        read += len(chunk)
+                        for body in self._complete_lines(chunk):
+                            inflight.append((body, self._submit(body)))
+                        # the next piece is read and parsed while this one is still being parsed
+                        while len(inflight) > self.parallel_pieces:
+                            self._apply(*inflight.popleft())
+                # a file moved aside and read to its end: the next one may be waiting
+                if read >= limit or st is None or src.inode == st.st_ino or not (src.final or src.followed):
+                    break
         finally:
             while inflight:
                 self._apply(*inflight.popleft())

@@ -145,4 +145,6 @@ def to_process_spec(cfg: ServerConfig, workspace_logs_dir: str | Path,
         readiness=ReadinessProbe(kind="http", url=endpoints(cfg, caps).health,
                                  interval_s=1.0 if cfg.simulate else 2.0, timeout_s=startup_timeout_s),
         stop_grace_s=stop_grace_s,
+        log_max_bytes=int(cfg.log_max_mb * 2**20),
+        log_keep=cfg.log_keep,
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -10,7 +11,9 @@ class FileWatcher:
     """Sets ``event`` whenever watchdog reports a change to ``path``.
 
     Watches the file's directory (so a file created later, or replaced, is still
-    seen).  ``start()`` returns False when watching is impossible (missing
+    seen), and also wakes on changes to the names beside it that begin with its
+    name (``NAME.1``, ``NAME-20250101``): a rotated log may still be written
+    under its new name, and readers follow it there.  ``start()`` returns False when watching is impossible (missing
     directory, no inotify); callers then rely on their polling timer.
     """
 
@@ -28,9 +31,13 @@ class FileWatcher:
         target = str(self.path)
         wake = self.event
 
+        def ours(p) -> bool:
+            p = os.fsdecode(p) if p else ""
+            return p == target or (p.startswith(target) and len(p) > len(target))
+
         class _Handler(FileSystemEventHandler):
             def on_any_event(self, ev):  # noqa: N802 (watchdog's name)
-                if ev.src_path == target or getattr(ev, "dest_path", None) == target:
+                if ours(ev.src_path) or ours(getattr(ev, "dest_path", None)):
                     wake.set()
 
         if not self.path.parent.is_dir():
