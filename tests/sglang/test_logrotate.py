@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+import time
 
 from backend.sglang.config import ServerConfig
 from backend.sglang.ingest import LogIngester
@@ -93,3 +94,29 @@ def test_server_log_settings_reach_the_spec(tmp_path):
     assert (spec.log_max_bytes, spec.log_keep) == (8 * 2**20, 3)
     default = to_process_spec(ServerConfig(name="s", model_path="/m", simulate=True), tmp_path, "0.5.23")
     assert (default.log_max_bytes, default.log_keep) == (100 * 2**20, 5)
+
+
+def test_file_watcher_wakes_when_the_moved_log_is_written(tmp_path):
+    import threading
+
+    from backend.sglang.logwatch import FileWatcher
+
+    log = tmp_path / "srv.log"
+    log.write_text(dline(0))
+    os.rename(log, rotated_path(log, 1))
+    log.touch()
+    (tmp_path / "other.log").touch()
+    event = threading.Event()
+    w = FileWatcher(log, event)
+    assert w.start()
+    try:
+        time.sleep(0.2)
+        event.clear()
+        with open(tmp_path / "other.log", "a") as f:  # another process's log: no wake-up
+            f.write(dline(1))
+        assert not event.wait(0.5)
+        with open(rotated_path(log, 1), "a") as f:  # the server still writing to its moved log
+            f.write(dline(2))
+        assert event.wait(5)
+    finally:
+        w.stop()
