@@ -20,6 +20,9 @@ position where it has one, split and each metric) and, on stderr, every line it 
 value it dropped) as ``LOG:LINE: why``, then the counts.  Bad lines never stop it: exit 0, 2 when the file
 cannot be read.  ``--follow`` keeps reading as the log grows (woken by file events, else every second)
 until interrupted; the counts are printed then.
+``checkpoints`` and ``inspect`` verify each checkpoint (every safetensors file as long as its header
+declares, ``training_state.pt`` unpickled safely): a torn or incomplete one is marked TORN with each damaged
+file, never taken as the latest good one, and ``inspect`` exits 1 for it.
 ``tracker`` reads TensorBoard event files under DIR (SpecForge writes them to ``<output_dir>/runs``) or an
 MLflow file-store run folder.  ``inspect --target`` runs the Servers page's draft preflight for the
 checkpoint against that target model: exit 1 on errors.
@@ -27,8 +30,9 @@ checkpoint against that target model: exit 1 on errors.
 ``runs``, ``command``, ``start``, ``stop`` and ``resume`` act on the workspace's ``[[train]]`` runs
 (backend.train.runs), audited with source ``cli``.  ``command`` prints the argv, the environment it adds,
 the working folder and, for Gen-3, the YAML that ``start`` writes.  ``resume`` prints what it must be
-confirmed against (SpecForge 0.2.0's ``--resume`` starts over; no checkpoint yet) and does nothing
-without ``--yes`` (exit 1).
+confirmed against (SpecForge 0.2.0's ``--resume`` starts over; no checkpoint yet; torn checkpoints to rename
+aside) and does nothing without ``--yes`` (exit 1); a resume that skips torn checkpoints says which good one
+it continues from.
 
 ``deploy`` takes a checkpoint to a benchmarked server in one command (:mod:`backend.flows.deploy_job`):
 it inspects and preflights the checkpoint against the server's target, relaunches the server with it
@@ -207,8 +211,10 @@ def cmd_checkpoints(args: argparse.Namespace, out: TextIO) -> int:
     run = list_checkpoints(args.dir, args.run_id)
     if args.json:
         rows = [{"name": c.name, "path": str(c.path), "generation": c.generation, "epoch": c.epoch, "step": c.step,
-                 "run_id": c.run_id, "latest": c.latest, "best": c.best} for c in run.checkpoints]
+                 "run_id": c.run_id, "latest": c.latest, "best": c.best, "torn": c.torn,
+                 "damage": list(c.problems)} for c in run.checkpoints]
         json.dump({"output_dir": str(run.output_dir), "checkpoints": rows, "best_meta": run.best_meta,
+                   "latest_good": run.latest_good.name if run.latest_good else None,
                    "problems": list(run.problems)}, out, indent=2)
         out.write("\n")
     else:
@@ -216,8 +222,16 @@ def cmd_checkpoints(args: argparse.Namespace, out: TextIO) -> int:
             out.write(f"{run.output_dir}: no checkpoint folders (epoch_N, epoch_N_step_M or RUN-stepN)\n")
         for c in run.checkpoints:
             marks = " ".join(m for m, on in (("latest", c.latest), ("best", c.best)) if on)
+            if c.torn:
+                marks = "TORN" + (f", {marks.replace(' ', ', ')} by name, not usable" if marks else "")
             where = " ".join(f"{k} {v}" for k, v in (("epoch", c.epoch), ("step", c.step)) if v is not None)
             out.write(f"{c.name}  Gen-{c.generation}  {where}{'  [' + marks + ']' if marks else ''}\n")
+            for why in c.problems:
+                out.write(f"  torn: {why}\n")
+        if run.torn:
+            good = run.latest_good
+            out.write(f"{len(run.torn)} torn or incomplete checkpoint(s); the newest good one is "
+                      f"{good.name if good else 'none'}" + (" (a resume continues from it)\n" if good else "\n"))
         for p in run.problems:
             out.write(f"problem: {p}\n")
     return 0 if not run.problems or run.checkpoints else 1
@@ -250,6 +264,10 @@ def cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
                 out.write(f"{k}: {v}\n")
         if findings is not None:
             print_findings(findings, out)
+    if info.torn:
+        sys.stderr.write(f"error: {info.path} is torn or incomplete, not servable and not resumable:\n"
+                         + "".join(f"  {why}\n" for why in info.damage))
+        return 1
     return 1 if findings and any(f.severity == "error" for f in findings) else 0
 
 
@@ -350,6 +368,9 @@ def cmd_resume(s, args: argparse.Namespace, out: TextIO) -> int:
     warning = _act(s, args.name, lambda: s.train.resume_warning(args.name))
     if warning:
         out.write(f"warning: {warning}\n")
+    note = _act(s, args.name, lambda: s.train.resume_note(args.name))
+    if note and note not in warning:
+        out.write(f"note: {note}\n")
     try:
         v = _act(s, args.name, lambda: s.train.resume(args.name, actor=actor(), source=SOURCE,
                                                       confirmed=args.yes))

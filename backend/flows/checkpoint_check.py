@@ -25,12 +25,19 @@ def preflight_checkpoint(checkpoint: str | Path, target: str | Path, *, server: 
     d2t/t2d mapping, layer count, aux layer ids, steps/topk/draft tokens.  Errors first.
 
     ``server``: the serving server's config, whose settings (and sglang version) are kept; only the
-    algorithm and draft path change.  A runtime checkpoint gets one error with the export command."""
+    algorithm and draft path change.  A torn or incomplete checkpoint (a file shorter than its header
+    declares, a training state that does not unpickle) gets one error naming each damaged file; a runtime
+    checkpoint gets one error with the export command."""
     ckpt = Path(checkpoint)
     if not ckpt.is_dir():
         return [Finding("error", "checkpoint-missing", f"The checkpoint folder {ckpt} does not exist.",
                         "Pick a checkpoint from the run's list.", "speculative.draft_model_path")]
     info = inspect_checkpoint(ckpt, draft_config=draft_config)
+    if info.torn:
+        return [Finding("error", "checkpoint-torn",
+                        f"{ckpt.name} is torn or incomplete: " + "; ".join(info.damage),
+                        "Pick an earlier checkpoint of the run (the list marks the whole ones); a file cut short "
+                        "by a crash or a full disk cannot be served or resumed from.", "speculative.draft_model_path")]
     if info.runtime:
         cmd = " ".join(info.export_argv) if info.export_argv else (
             f"specforge export --to sglang --checkpoint {ckpt} --draft-config <the run's draft config> "

@@ -9,7 +9,17 @@ the Training page's and the command line's actions, each authorised and audited 
 * ``stop(name)``: SIGTERM to the process group, SIGKILL after the run's ``stop_grace_s``;
 * ``resume(name, confirmed=...)``: starts it again with ``--resume`` (Gen-3: ``training.resume_from``);
   when :meth:`TrainRuns.resume_warning` says something (SpecForge 0.2.0, whose ``--resume`` silently
-  starts over; or no checkpoint yet) it is refused unless confirmed.
+  starts over; no checkpoint yet; torn checkpoints to move aside) it is refused unless confirmed.
+
+A resume continues from the newest good checkpoint (:meth:`TrainRuns.resume_plan`): a torn or incomplete one
+(backend.train.checkpoints.verify_checkpoint) newer than it is skipped, and the plan says which one the run
+continues from.  The project's trainer skips a torn checkpoint itself; Gen-3 is pointed at the good folder
+(``training.resume_from``); SpecForge's Gen-1/Gen-2 ``--resume`` takes the highest-numbered folder whatever
+it holds, so a torn one newer than the good one is renamed ``NAME.torn`` first (after confirmation).
+
+:func:`failure_reason` picks the line that says why a run ended from its log's last lines: a full disk as
+"no space left on device in PATH" (torch's "unexpected pos" after a short write included, when the output
+folder's disk is full), else a traceback's exception line rather than its "Traceback" header.
 
 ``save(cfg)`` writes a new or edited run back to the workspace file, comments kept, validated first.
 """
@@ -17,6 +27,9 @@ the Training page's and the command line's actions, each authorised and audited 
 from __future__ import annotations
 
 import logging
+import os
+import re
+import shutil
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -38,6 +51,43 @@ RESUME_020 = ("SpecForge 0.2.0's --resume silently starts over: its checkpoint s
 RESUME_UNKNOWN = ("SpecForge's version could not be read ({why}); if it is 0.2.0, --resume silently starts over "
                   "from step 0.")
 RESUME_NOTHING = "There is no checkpoint in {out} yet: a resume starts from step 0."
+RESUME_ALL_TORN = ("Every checkpoint in {out} is torn or incomplete ({names}): a resume starts from step 0. "
+                   "{first}")
+TRAINER_MODULE = "backend.flows.tiny"  # the project's trainer: its --resume skips a torn checkpoint itself
+
+
+@dataclass(frozen=True)
+class ResumePlan:
+    """Where a resume of a run continues from.  ``skipped``: the torn or incomplete checkpoints newer than
+    ``resume_from``; ``how`` they are skipped: ``trainer`` (the project's trainer passes over them),
+    ``resume_from`` (Gen-3 is pointed at the good folder) or ``move`` (renamed ``NAME.torn`` before the start,
+    as SpecForge's Gen-1/Gen-2 ``--resume`` takes the highest-numbered folder)."""
+
+    output_dir: Path
+    resume_from: Any  # backend.train.checkpoints.Checkpoint | None
+    skipped: tuple = ()
+    how: str = "trainer"
+    count: int = 0  # checkpoints in the folder, torn ones included
+
+    @property
+    def message(self) -> str:
+        """One sentence on the fallback; empty when nothing is skipped."""
+        if not self.skipped:
+            return ""
+        names = ", ".join(c.name for c in self.skipped)
+        first = self.skipped[0].problems[0] if self.skipped[0].problems else ""
+        if self.resume_from is None:
+            return RESUME_ALL_TORN.format(out=self.output_dir, names=names, first=first)
+        said = (f"{names} {'is' if len(self.skipped) == 1 else 'are'} torn or incomplete ({first}): the run "
+                f"resumes from {self.resume_from.name}, the newest good checkpoint.")
+        if self.how == "move":
+            said += (" SpecForge's --resume takes the highest-numbered folder, so "
+                     + ", ".join(f"{c.name} is renamed {c.name}.torn" for c in self.skipped) + " first.")
+        return said
+
+    @property
+    def needs_confirmation(self) -> bool:
+        return bool(self.skipped) and (self.resume_from is None or self.how == "move")
 
 
 class ResumeNeedsConfirmation(Exception):
@@ -164,7 +214,15 @@ class TrainRuns:
         if n and not resume:
             extra.append(f"{cmd.output_dir} already holds {n} checkpoint(s): Start trains from step 0 "
                          "(Resume continues from the latest)")
-        return RunCommand(name=cfg.name, argv=cmd.argv, env=cmd.env, yaml_text=cmd.yaml_text, generation=info,
+        argv = cmd.argv
+        if resume and info.generation == "gen3":
+            plan = self.resume_plan(name, cfg=cfg, info=info)
+            if plan.skipped and plan.resume_from is not None:  # not the -latest link: the newest good step
+                argv = tuple(f"training.resume_from={plan.resume_from.path}"
+                             if a.startswith("training.resume_from=") else a for a in argv)
+            if plan.message:
+                extra.append(plan.message)
+        return RunCommand(name=cfg.name, argv=argv, env=cmd.env, yaml_text=cmd.yaml_text, generation=info,
                           notes=said + cmd.notes + tuple(extra), cwd=cmd.cwd, output_dir=cmd.output_dir,
                           yaml_path=cmd.yaml_path, resume=resume)
 
@@ -207,11 +265,42 @@ class TrainRuns:
         except OSError:
             return 0
 
+    def resume_plan(self, name: str, *, cfg: TrainRunConfig | None = None,
+                    info: GenerationInfo | None = None) -> ResumePlan:
+        """Which checkpoint a resume of ``name`` continues from, and the torn ones it skips."""
+        from backend.train.checkpoints import list_checkpoints
+
+        cfg = cfg or self.config(name)
+        info = info or self.generation(name, cfg)
+        out = Path(output_dir_of(cfg, self.workspace.root, self.workspace.outputs_dir))
+        try:
+            run = list_checkpoints(out, cfg.name if info.generation == "gen3" else None)
+        except OSError:
+            return ResumePlan(out, None)
+        good = run.latest_good
+        if good is None:
+            skipped = tuple(sorted(run.torn, key=lambda c: c.order, reverse=True))
+        else:
+            skipped = tuple(sorted((c for c in run.torn if c.order > good.order or c.latest),
+                                   key=lambda c: c.order, reverse=True))
+        if info.generation == "gen3":
+            how = "resume_from"
+        elif cfg.entry_kind == "module" and cfg.entry_words and cfg.entry_words[0] == TRAINER_MODULE:
+            how = "trainer"
+        else:
+            how = "move"
+        return ResumePlan(out, good, skipped, how, len(run.checkpoints))
+
+    def resume_note(self, name: str) -> str:
+        """The resume's fallback from torn checkpoints, said beside the resume (empty when none)."""
+        return self.resume_plan(name).message
+
     def resume_warning(self, name: str) -> str:
         """What a resume of ``name`` should be confirmed against; empty when nothing."""
         cfg = self.config(name)
         info = self.generation(name, cfg)
         out = output_dir_of(cfg, self.workspace.root, self.workspace.outputs_dir)
+        plan = self.resume_plan(name, cfg=cfg, info=info)
         said = []
         if cfg.entry_kind == "specforge" and info.generation == "gen2":
             if info.version is None:
@@ -219,8 +308,10 @@ class TrainRuns:
                 said.append(RESUME_UNKNOWN.format(why=why))
             elif _is_020(info.version):
                 said.append(RESUME_020.format(out=out))
-        if not self._checkpoint_count(out, cfg.name):
+        if not plan.count:
             said.append(RESUME_NOTHING.format(out=out))
+        elif plan.needs_confirmation:
+            said.append(plan.message)
         return " ".join(said)
 
     # -- actions -------------------------------------------------------------------
@@ -261,6 +352,14 @@ class TrainRuns:
                     raise ResumeNeedsConfirmation(name, warning)
                 if warning:
                     self._audit(who, source, "resume-confirmed", name, warning, "ok", client)
+                plan = self.resume_plan(name, cfg=cfg)
+                if plan.skipped and plan.how == "move" and plan.resume_from is not None:
+                    for c in plan.skipped:
+                        moved = _set_aside(c.path)
+                        self._audit(who, source, "checkpoint-set-aside", name,
+                                    f"torn {c.path} renamed {moved.name}", "ok", client)
+                if plan.message:
+                    self._audit(who, source, "resume-fallback", name, plan.message, "ok", client)
             if cmd.yaml_text is not None and cmd.yaml_path is not None:
                 TrainCommand(argv=cmd.argv, env=cmd.env, cwd=cmd.cwd, generation=cmd.generation.generation or "",
                              output_dir=cmd.output_dir, yaml_text=cmd.yaml_text, yaml_path=cmd.yaml_path).write_yaml()
@@ -283,6 +382,73 @@ class TrainRuns:
             log.exception("could not audit %s %s", action, target)
 
 
+def _set_aside(path: Path) -> Path:
+    """Rename a torn checkpoint folder ``NAME`` to ``NAME.torn`` (``NAME.torn-2`` … when taken): a name no
+    trainer's checkpoint search matches, kept for a look."""
+    n = 1
+    while True:
+        dest = path.with_name(f"{path.name}.torn" + (f"-{n}" if n > 1 else ""))
+        if not dest.exists():
+            os.rename(path, dest)
+            return dest
+        n += 1
+
+
+# -- why a run ended ------------------------------------------------------------------------------------
+
+_NO_SPACE = re.compile(r"no space left on device", re.I)
+_ERRNO28 = re.compile(r"\[Errno 28\] No space left on device(?:: '(?P<path>[^']+)')?")
+_TORCH_SHORT = re.compile(r"unexpected pos|PytorchStreamWriter failed writing|file write failed")
+_EXC_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Full)\b:?")
+_ERROR = re.compile(r"\b(ERROR|Error|error:|Exception|FATAL|Fatal)\b")
+LOW_FREE_BYTES = 64 << 20  # a short write with less than this left is taken for a full disk
+
+
+def _free(path: str | Path) -> int | None:
+    p = Path(path)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        return shutil.disk_usage(p).free
+    except OSError:
+        return None
+
+
+def failure_reason(lines: list[str], output_dir: str | Path | None = None) -> str | None:
+    """Why a run ended, from its log's last ``lines``: a full disk said as "no space left on device in
+    PATH" (the trainer's own line; Python's ``[Errno 28]``; torch's "unexpected pos" short write while
+    ``output_dir``'s disk has under :data:`LOW_FREE_BYTES` free), else the last traceback's exception line,
+    else the last error line.  None when nothing in them says."""
+    text = [ln.rstrip() for ln in lines]
+    for ln in reversed(text):
+        if "no space left on device in " in ln:
+            return ln.strip()
+    for ln in reversed(text):
+        m = _ERRNO28.search(ln)
+        if m:
+            where = Path(m.group("path")).parent if m.group("path") else output_dir
+            return f"no space left on device in {where}" if where else "no space left on device"
+        if _NO_SPACE.search(ln):
+            return f"no space left on device in {output_dir}" if output_dir else ln.strip()
+    short = next((ln for ln in reversed(text) if _TORCH_SHORT.search(ln)), None)
+    if short is not None and output_dir is not None:
+        free = _free(output_dir)
+        if free is not None and free < LOW_FREE_BYTES:
+            return f"no space left on device in {output_dir} (torch: {short.strip()[:200]})"
+        return (f"torch could not write a file in {output_dir}: {short.strip()[:200]} (a short write: was the "
+                f"disk full? {free / 2**30:.1f} GiB free now)" if free is not None else
+                f"torch could not write a file in {output_dir}: {short.strip()[:200]}")
+    tb = max((i for i, ln in enumerate(text) if ln.startswith("Traceback (most recent call last)")), default=None)
+    if tb is not None:
+        for ln in reversed(text[tb + 1:]):
+            if _EXC_LINE.match(ln.strip()) and not ln.startswith((" ", "\t")):
+                return ln.strip()
+    for ln in reversed(text):
+        if _ERROR.search(ln) and not ln.startswith("Traceback"):
+            return ln.strip()
+    return None
+
+
 def _abs(path: str | None, root: Path) -> str | None:
     from backend.train.config import resolve_path
 
@@ -299,4 +465,4 @@ def _is_020(version: str) -> bool:
     return (v + (0, 0, 0))[:3] == (0, 2, 0)
 
 
-__all__ = ["ResumeNeedsConfirmation", "RunCommand", "TrainRuns", "config_problems"]
+__all__ = ["ResumeNeedsConfirmation", "ResumePlan", "RunCommand", "TrainRuns", "config_problems", "failure_reason"]

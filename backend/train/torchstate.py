@@ -29,7 +29,53 @@ _SAFE = {("collections", "OrderedDict"): dict, ("builtins", "set"): set, ("built
 
 
 class StateReadError(ValueError):
-    """A training_state.pt that cannot be read; the message names the file and why."""
+    """A training_state.pt that cannot be read; the message names the file and why.
+
+    ``damaged``: the file is cut short or broken (a torn write), not merely in a format this reader leaves
+    alone (the legacy pre-zip format)."""
+
+    def __init__(self, message: str, *, damaged: bool = True):
+        super().__init__(message)
+        self.damaged = damaged
+
+
+_ZIP_LOCAL = b"PK\x03\x04"
+
+
+def _bad_zip(p: Path) -> StateReadError:
+    """Why ``p`` is not an archive zipfile can open: cut short (a zip's start without its end), empty, or
+    another format."""
+    try:
+        size = p.stat().st_size
+        with open(p, "rb") as fh:
+            head = fh.read(4)
+    except OSError as exc:
+        return StateReadError(f"{p}: cannot read: {exc.strerror or exc}")
+    if size == 0:
+        return StateReadError(f"{p}: empty (0 bytes): the write never finished")
+    if head == _ZIP_LOCAL:
+        return StateReadError(f"{p}: a zip archive cut short ({size:,} bytes, its end record is missing): "
+                              "truncated, a torn write")
+    return StateReadError(f"{p}: not a zip archive: written by torch.save in the legacy format (or not a "
+                          "torch file); its fields are not read without loading it", damaged=False)
+
+
+def check_archive(path: str | Path) -> str | None:
+    """Whether a torch.save archive (a per-rank training state) is whole: its end record and member
+    directory are read, and every member must lie within the file.  None when whole, else why not."""
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        with zipfile.ZipFile(p) as zf:
+            for info in zf.infolist():
+                if info.header_offset + info.compress_size > size:
+                    return f"{p}: member {info.filename} runs past the end of the file: truncated"
+    except zipfile.BadZipFile:
+        err = _bad_zip(p)
+        return str(err) if err.damaged else None
+    except OSError as exc:
+        return f"{p}: cannot read: {exc.strerror or exc}"
+    return None
 
 
 class Opaque:
@@ -109,8 +155,7 @@ def read_training_state(path: str | Path) -> TrainingState:
     except FileNotFoundError:
         raise StateReadError(f"{p}: file not found") from None
     except zipfile.BadZipFile:
-        raise StateReadError(f"{p}: not a zip archive: written by torch.save in the legacy format (or not a "
-                             "torch file); its fields are not read without loading it") from None
+        raise _bad_zip(p) from None
     except OSError as exc:
         raise StateReadError(f"{p}: cannot read: {exc.strerror or exc}") from None
     with zf:
@@ -120,7 +165,7 @@ def read_training_state(path: str | Path) -> TrainingState:
         info = min(names, key=lambda i: i.filename.count("/"))
         where, what = f"{p} ({info.filename})", "a training state's pickle"
         if info.file_size > MAX_PICKLE_BYTES:
-            raise StateReadError(too_large_message(where, info.file_size, MAX_PICKLE_BYTES, what))
+            raise StateReadError(too_large_message(where, info.file_size, MAX_PICKLE_BYTES, what), damaged=False)
         try:
             # the size in the zip directory is the archive's word for it: read one byte past the cap to
             # know, whatever it says
@@ -129,7 +174,7 @@ def read_training_state(path: str | Path) -> TrainingState:
         except (zipfile.BadZipFile, OSError, EOFError) as exc:
             raise StateReadError(f"{p}: data.pkl cannot be read: {exc}") from None
         if len(data) > MAX_PICKLE_BYTES:
-            raise StateReadError(too_large_message(where, None, MAX_PICKLE_BYTES, what))
+            raise StateReadError(too_large_message(where, None, MAX_PICKLE_BYTES, what), damaged=False)
     try:
         obj = _Unpickler(data).load()
     except Exception as exc:  # any malformed pickle: a clear error, never a crash of the caller

@@ -75,3 +75,13 @@ def write_target(d: Path, hidden: int = 8, layers: int = 6, vocab: int = 32) -> 
                                                "hidden_size": hidden, "num_hidden_layers": layers,
                                                "vocab_size": vocab}), encoding="utf-8")
     return d
+
+
+def write_rank_state(path: Path, step: int = 100) -> Path:
+    """A whole per-rank training state: a small torch.save-shaped zip (``archive/data.pkl``)."""
+    import pickle
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("archive/data.pkl", pickle.dumps({"global_step": step}, protocol=2))
+    return path

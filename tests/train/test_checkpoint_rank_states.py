@@ -8,7 +8,7 @@ import pytest
 
 from backend.train.checkpoints import inspect_checkpoint
 from backend.flows.checkpoint_check import preflight_checkpoint
-from tests.train.ckpt_files import write_checkpoint, write_target
+from tests.train.ckpt_files import write_checkpoint, write_rank_state, write_target
 
 
 @pytest.mark.parametrize("name, generation", [("epoch_1_step_150", 2), ("epoch_3", 1)])
@@ -17,7 +17,7 @@ from tests.train.ckpt_files import write_checkpoint, write_target
 def test_per_rank_states_under_a_gen1_or_gen2_name_are_not_servable(tmp_path, name, generation, ranks):
     d = write_checkpoint(tmp_path / "out" / name)  # config.json and weights that would pass on their own
     for r in ranks:
-        (d / r).write_bytes(b"")
+        write_rank_state(d / r)
     info = inspect_checkpoint(d, draft_config="configs/d.json")
     assert info.generation == generation
     assert info.runtime and not info.servable

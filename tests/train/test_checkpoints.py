@@ -13,7 +13,7 @@ from backend.train.checkpoints import inspect_checkpoint, list_checkpoints
 from backend.flows.checkpoint_check import preflight_checkpoint
 from backend.train.torchstate import StateReadError, read_training_state
 from tests.train.ckpt_files import (
-    draft_config, eagle3_tensors, write_checkpoint, write_safetensors, write_state, write_target,
+    draft_config, eagle3_tensors, write_checkpoint, write_rank_state, write_safetensors, write_state, write_target,
 )
 
 
@@ -89,7 +89,7 @@ def test_inspect_gen3_runtime_checkpoint(tmp_path):
     d = tmp_path / "llama-step300"
     d.mkdir()
     write_state(d / "training_state.pt", 0, 300)
-    (d / "training_state_rank0.pt").write_bytes(b"")
+    write_rank_state(d / "training_state_rank0.pt")
     info = inspect_checkpoint(d, draft_config="configs/llama3-8B-eagle3.json")
     assert info.runtime and not info.servable and "specforge export" in info.why_not_servable
     assert info.export_argv == ("specforge", "export", "--to", "sglang", "--checkpoint", str(d),
@@ -208,7 +208,7 @@ def test_runtime_checkpoint_gets_the_export_command(tmp_path):
     target = write_target(tmp_path / "target")
     d = tmp_path / "out" / "run-step100"
     d.mkdir(parents=True)
-    (d / "training_state_rank0.pt").write_bytes(b"")
+    write_rank_state(d / "training_state_rank0.pt")
     [f] = preflight_checkpoint(d, target, draft_config="configs/d.json")
     assert f.code == "checkpoint-not-servable" and f.severity == "error"
     assert f"specforge export --to sglang --checkpoint {d} --draft-config configs/d.json" in f.fix

@@ -23,7 +23,7 @@ from specdeck_types.bench import BenchConfig, BenchFigures, BenchLoad, BenchResu
 from specdeck_types.process import ProcState
 from state.bench import BenchStore
 from tests.bench.sweep_kit import SERVER, flag, session, wait_until, write_workspace
-from tests.train.ckpt_files import draft_config, eagle3_tensors, write_checkpoint
+from tests.train.ckpt_files import draft_config, eagle3_tensors, write_checkpoint, write_rank_state
 
 ROOT = Path(__file__).resolve().parents[2]
 HIDDEN, LAYERS, VOCAB, DRAFT_VOCAB = 64, 8, 6000, 512
@@ -238,7 +238,7 @@ def test_a_gen3_runtime_checkpoint_stops_at_inspection_with_the_export_command(t
     run = ws["runs"] / "gen3"
     ckpt = run / "myrun-step100"
     ckpt.mkdir(parents=True)
-    (ckpt / "training_state_rank0.pt").write_bytes(b"")
+    write_rank_state(ckpt / "training_state_rank0.pt")
     with session(ws["root"]) as s:
         st = run_deploy(s, DeployRequest(checkpoint=str(ckpt), server=SERVER), tmp_path / "state.json",
                         actor="t", source="test")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import sys
 import textwrap
 from pathlib import Path
@@ -26,6 +27,7 @@ from backend.flows.workspace import load_workspace
 from specdeck_types.process import Kind, ProcState as S
 from state import audit
 from tests.supervisor.conftest import _end_group, wait_for
+from tests.train.ckpt_files import write_checkpoint
 
 STANDIN = textwrap.dedent("""\
     import argparse, json, os, signal, sys, time
@@ -53,6 +55,9 @@ STANDIN = textwrap.dedent("""\
         if step % 2 == 0:
             d = os.path.join(out, f"epoch_0_step_{step}")
             os.makedirs(d, exist_ok=True)
+            # a whole (if empty) checkpoint: config.json and a safetensors file of no tensors
+            open(os.path.join(d, "config.json"), "w").write("{}")
+            open(os.path.join(d, "model.safetensors"), "wb").write(b"\\x02" + b"\\x00" * 7 + b"{}")
             print(f"\\nEval - Step {step} [{step + 1}/1], position 0,  Acc: {1 - 1 / (step + 1):.2f}", flush=True)
             print(f"Saved model configuration to {d}", flush=True)
         time.sleep(0.05)
@@ -179,14 +184,13 @@ def test_start_stop_resume_with_the_020_warning(rt):
 def test_resume_of_a_fixed_version_with_checkpoints_needs_no_confirmation(tmp_path):
     clear_cache()
     ws = _config(tmp_path, "0.3.0")
-    out = ws / "outputs" / "train" / "sf" / "epoch_0_step_2"
-    out.mkdir(parents=True)
+    out = write_checkpoint(ws / "outputs" / "train" / "sf" / "epoch_0_step_2")
     runtime = Runtime(load_workspace(ws), background=False)
     try:
         assert runtime.train.resume_warning("sf") == ""
         (ws.parent / "SpecForge" / "version.txt").write_text("0.2.0\n")
         assert "0.2.0" in runtime.train.resume_warning("sf")
-        out.rmdir()
+        shutil.rmtree(out)
         (ws.parent / "SpecForge" / "version.txt").write_text("0.3.0\n")
         assert runtime.train.resume_warning("sf") == (f"There is no checkpoint in {ws / 'outputs/train/sf'} yet: a "
                                                       "resume starts from step 0.")
@@ -395,7 +399,7 @@ def test_a_run_added_to_the_file_is_registered_at_the_next_reload(tmp_path):
 def test_restart_after_a_resume_starts_without_resume(rt):
     sup = rt.supervisor
     out = rt.train.output_dir("sf")
-    (out / "epoch_0_step_2").mkdir(parents=True)
+    write_checkpoint(out / "epoch_0_step_2")
     (rt.workspace.root.parent / "SpecForge" / "version.txt").write_text("0.3.0\n")
     rt.train.resume("sf", actor="dave", source="test")
     wait_for(lambda: "resume=True" in _log(rt), timeout_s=60, poll=sup.poll)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from tests.train.ckpt_files import eagle3_tensors, write_checkpoint, write_target
+from tests.train.ckpt_files import eagle3_tensors, write_checkpoint, write_rank_state, write_target
 from tests.train.page_kit import (REPO, chart_titles, ckpt_table, figure, follow, gen2_log, metric, page,  # noqa: F401
                                   runtime_of, trace, workspace)
 
@@ -137,7 +137,7 @@ def test_gen3_runtime_checkpoint_offers_the_export(workspace):
     for step in (100, 200):
         d = out / f"llama-step{step}"
         d.mkdir(parents=True)
-        (d / "training_state_rank0.pt").write_bytes(b"")
+        write_rank_state(d / "training_state_rank0.pt")
     os.symlink("llama-step100", out / "llama-latest")
     os.symlink("llama-step200", out / "llama-best")
     at = page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60))

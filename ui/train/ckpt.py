@@ -42,8 +42,10 @@ def _table(run: RunCheckpoints, meas: dict[str, float]) -> pd.DataFrame:
             written = time.strftime("%m-%d %H:%M", time.localtime(c.path.stat().st_mtime))
         except OSError:
             written = fmt.NA
+        if c.torn:
+            marks.insert(0, "TORN")
         rows.append({"checkpoint": c.name, "marks": " · ".join(marks), "epoch": fmt.count(c.epoch), "step": fmt.count(c.step),
-                     "servable": "export first" if c.generation == 3 else "yes",
+                     "servable": "no: torn or incomplete" if c.torn else "export first" if c.generation == 3 else "yes",
                      "measured accept_len": fmt.accept_len(meas.get(c.name)), "written": written})
     return pd.DataFrame(rows)
 
@@ -71,10 +73,20 @@ def checkpoints_tab(rt, ref: RunRef) -> None:
         return
     meas = {m.checkpoint: m.accept_len for m in measured(bench_results(rt), run.checkpoints)}
     gens = sorted({c.generation for c in run.checkpoints})
+    latest = (f"**{run.latest.name}**" + (" (torn)" if run.latest.torn else "")) if run.latest else f"**{fmt.NA}**"
     st.markdown(fmt.data_markdown(f"**{len(run.checkpoints)} checkpoint(s)** in {path_text(ref.output_dir, hidden)} · "
                                   + ", ".join(GEN_NAMES[g] for g in gens)
-                                  + f" · latest **{run.latest.name if run.latest else fmt.NA}**"
+                                  + f" · latest {latest}"
+                                  + (f" · newest good **{run.latest_good.name if run.latest_good else fmt.NA}**"
+                                     if run.torn else "")
                                   + f" · best **{run.best.name if run.best else fmt.NA}**"))
+    for c in reversed(run.torn):
+        why = c.problems[0] if not hidden else c.problems[0].replace(str(c.path) + "/", "")
+        more = f" (and {len(c.problems) - 1} more)" if len(c.problems) > 1 else ""
+        st.error(fmt.data_markdown(f"**{c.name} is torn or incomplete**: {code_span(why)}{more}. It cannot be "
+                                   "served or resumed from; a resume continues from "
+                                   + (f"**{run.latest_good.name}**" if run.latest_good else "step 0 (no good one)")
+                                   + "."), icon=":material/broken_image:")
     if run.best is None:
         st.caption("best: N/A — Gen-1 and Gen-2 keep no best checkpoint; Gen-3 marks one with its `-best` link")
     table = _table(run, meas)
@@ -129,6 +141,8 @@ def _inspect(rt, ref: RunRef, path: Path, hidden: bool = False) -> None:
                     language="bash", wrap_lines=True)
     elif not info.servable:
         st.error(fmt.data_markdown(f"**Not servable**: {info.why_not_servable}"), icon=":material/block:")
+    for why in info.damage[1:]:
+        st.caption(fmt.data_markdown(f"also torn: {code_span(why)}"))
     _facts(info)
     for note in info.notes:
         st.warning(fmt.data_markdown(note), icon=":material/warning:")

@@ -4,14 +4,13 @@ replace work (SpecForge 0.2.0's resume, which silently starts over, among them).
 
 from __future__ import annotations
 
-import re
 import shlex
 
 import streamlit as st
 
 from backend.train.checkpoints import list_checkpoints
 from backend.train.command import CommandError
-from backend.train.runs import ResumeNeedsConfirmation
+from backend.train.runs import ResumeNeedsConfirmation, failure_reason
 from ui import fmt
 from ui.auth import control_lock, data_lock, live_fragment, show_data_lock
 from backend.logview import newest_line_age
@@ -108,7 +107,9 @@ def run_controls(rt, name: str) -> None:
         if warning:
             st.session_state["train-confirm-resume"] = warning
         else:
-            _do("resume", lambda: train.resume(name, actor=actor(), source="dashboard"))
+            note = train.resume_note(name)  # torn checkpoints skipped: which good one the run continues from
+            if _do("resume", lambda: train.resume(name, actor=actor(), source="dashboard")) and note:
+                st.warning(fmt.data_markdown(note), icon=":material/warning:")
     if confirm_box("train-confirm-start", fmt.data_markdown(
                    f"{code_span(out)} already holds checkpoints. **Start** trains from step 0 and writes new "
                    "checkpoints beside (or over) them; **Resume** continues from the latest."),
@@ -126,15 +127,13 @@ def run_controls(rt, name: str) -> None:
             and not fmt.stopped_by_user(view.detail):
         hidden = bool(data_lock(rt))  # the log's words and its path: only for sessions that may see them
         lines = [] if hidden else display_lines(view.log_path, 60)
-        why = next((ln for ln in reversed(lines) if _ERROR.search(ln)), None)
+        why = failure_reason(lines, out) if lines else None
         st.error(fmt.data_markdown(f"The run ended with exit code {view.exit_code}"
                                    + (f": {code_span(why.strip()[:400])}" if why else "")
                                    + f". The log's last lines are in the Run tab; the whole log is "
                                    f"{path_text(view.log_path, hidden)}."),
                  icon=":material/error:")
 
-
-_ERROR = re.compile(r"\b(ERROR|Error|Traceback|error:|Exception)\b")
 
 
 def display_lines(path, n: int) -> list[str]:
