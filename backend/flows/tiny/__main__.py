@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import sys
 from pathlib import Path
@@ -54,6 +55,7 @@ def _train(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error(why)
     import torch
 
+    from backend.flows.tiny.checkpoint import DiskFull, is_disk_full
     from backend.flows.tiny.logio import print_args, setup_logger
     from backend.flows.tiny.loop import train
     from backend.flows.tiny.prepare import SetupError, prepare
@@ -71,8 +73,19 @@ def _train(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         log.error(f"Out of device memory ({first}); lower --batch-size or --max-length, then --resume from "
                   f"the last checkpoint in {ns.output_dir}")
     except OSError as exc:  # a folder that cannot be made, a full disk: one line; saved checkpoints stay
-        where = f"{exc.filename}: " if exc.filename else ""
-        log.error(f"{where}{exc.strerror or exc}")
+        if isinstance(exc, DiskFull):
+            log.error(f"{exc}; the checkpoints saved before stay, resume once space is freed")
+        elif exc.errno == errno.ENOSPC:
+            where = Path(exc.filename).parent if exc.filename else ns.output_dir
+            log.error(f"{DiskFull(where)}; the checkpoints saved before stay, resume once space is freed")
+        else:
+            where = f"{exc.filename}: " if exc.filename else ""
+            log.error(f"{where}{exc.strerror or exc}")
+    except RuntimeError as exc:  # torch's own writer says only "unexpected pos" after a short write
+        if not is_disk_full(exc, ns.output_dir):
+            raise
+        log.error(f"{DiskFull(ns.output_dir)} (torch: {str(exc).splitlines()[0][:200]}); the checkpoints saved "
+                  "before stay, resume once space is freed")
     return 1
 
 

@@ -113,6 +113,7 @@ def prepare(args: argparse.Namespace, log: logging.Logger) -> Run:
     ev = _load_data(args, args.eval_data_path, log) if args.eval_data_path else None
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    checkpoint.clean_temp(out, log)
 
     mapping = vocab_mapping(train.samples, cfg.vocab_size, cfg.draft_vocab_size)
     log.info(f"top {cfg.draft_vocab_size} token frequency ratio: {mapping.top_ratio:.2%}")
@@ -122,7 +123,8 @@ def prepare(args: argparse.Namespace, log: logging.Logger) -> Run:
     vdir = Path(args.cache_dir) if args.cache_dir else out / "cache"
     vpath = vdir / "vocab_mapping" / f"{key}.pt"
     vpath.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"d2t": mapping.d2t, "t2d": mapping.t2d}, vpath)
+    with open(vpath, "wb") as fh:  # through a Python file: a full disk is an OSError (ENOSPC), not torch's pos
+        torch.save({"d2t": mapping.d2t, "t2d": mapping.t2d}, fh)
     log.info(f"Saved vocab mapping to: {vpath}")
 
     draft = Eagle3Draft(cfg)
@@ -151,12 +153,31 @@ def prepare(args: argparse.Namespace, log: logging.Logger) -> Run:
 
 
 def _resume(run: Run, args: argparse.Namespace, out: Path, log: logging.Logger) -> None:
-    ckpt = checkpoint.latest(out)
-    if ckpt is None:
+    found = checkpoint.candidates(out)
+    if not found:
         log.info(f"No checkpoint in {out} to resume from; starting from step 0")
         return
-    checkpoint.load_weights(ckpt, run.draft)
-    state = checkpoint.load_state(ckpt, "cpu")
+    ckpt = state = None
+    skipped: list[str] = []
+    for c in found:  # the newest that loads: a torn one (cut short by a crash or a full disk) is passed over
+        try:
+            state = checkpoint.load_state(c, "cpu")
+            checkpoint.load_weights(c, run.draft)  # checks every tensor before it changes the draft
+        except checkpoint.CheckpointError as exc:
+            if not exc.torn:  # a whole checkpoint of another draft: an older one would not fit either
+                raise
+            log.warning(f"Checkpoint {c} cannot be resumed from (torn or incomplete): {exc}")
+            skipped.append(c.name)
+            continue
+        ckpt = c
+        break
+    if ckpt is None or state is None:
+        log.warning(f"No checkpoint in {out} can be resumed from ({len(skipped)} torn or incomplete: "
+                    f"{', '.join(skipped)}); starting from step 0")
+        return
+    if skipped:
+        log.warning(f"Resuming from {ckpt.name}, the newest good checkpoint; skipped the torn "
+                    f"{', '.join(skipped)}")
     epoch, step = int(state["epoch"]), int(state["global_step"])
     log.info(f"Loaded training state from {ckpt / 'training_state.pt'}: epoch={epoch}, step={step}")
     try:
