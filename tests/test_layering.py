@@ -40,8 +40,8 @@ ALLOWED_CIRCLES: tuple[frozenset[str], ...] = ()
 STATE_MAY_IMPORT = frozenset({"backend.filemodes"})
 DOMAINS = ("sglang", "regen", "bench", "train", "telemetry", "auth")
 FOUNDATION = ("backend.supervisor", "backend.sim", "backend.demo", "backend.workspace", "backend.filemodes",
-              "backend.readcap",
-              "backend.validation", "backend.logview", "backend.logprefix", "backend.modelinfo", "backend.pyprobe")
+              "backend.diskspace", "backend.readcap", "backend.validation", "backend.logview", "backend.logprefix",
+              "backend.modelinfo", "backend.pyprobe")
 # May import backend.cli: the command line itself, and the dashboard's composition root.
 CLI_USERS = ("backend.cli", "backend.runtime", "backend.__main__")
 

@@ -51,14 +51,9 @@ import argparse
 import importlib
 import sqlite3
 import sys
-from typing import TextIO
+from typing import Callable, TextIO
 
-from backend.cli.session import CommandError, Session
-from backend.supervisor.supervisor import SupervisorError
-from backend.workspace import ConfigError
-from state.store import StoreError
-
-__all__ = ["DOMAINS", "CommandError", "build_parser", "main"]
+__all__ = ["COMMANDS", "DOMAINS", "build_parser", "main"]
 
 # Commands that may run while the state store cannot be written: a supervise loop keeps
 # supervising from memory and writes its state back once it can.
@@ -76,20 +71,75 @@ DOMAINS = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
+# Each top-level command and the module that registers it: a command line imports only its own
+# module (`regen run` never imports the supervisor or the benchmark client); --help and an unknown
+# command get them all.
+COMMANDS = {
+    "bench": "backend.cli.bench",
+    "init": "backend.cli.workspace",
+    "processes": "backend.cli.processes",
+    "regen": "backend.cli.regen",
+    "servers": "backend.cli.servers",
+    "supervise": "backend.cli.supervise",
+    "train": "backend.cli.train",
+    "users": "backend.cli.users",
+    "workspace": "backend.cli.workspace",
+}
+
+
+def command_of(argv: list[str]) -> str | None:
+    """The top-level command ``argv`` names (after ``--workspace DIR``), or None for none or help."""
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in ("--workspace", "-w"):
+            i += 2
+            continue
+        if a.startswith("--workspace=") or (a.startswith("-w") and len(a) > 2 and not a.startswith("--")):
+            i += 1
+            continue
+        return None if a.startswith("-") else a
+    return None
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or, given the command line, of its command only."""
     p = argparse.ArgumentParser(prog="python -m backend.cli", description="Specdeck without the browser.")
     p.add_argument("--workspace", "-w", metavar="DIR",
                    help="workspace folder (default: $SPECDECK_WORKSPACE, else the demo workspace)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in DOMAINS:
+    command = command_of(argv) if argv is not None else None
+    for module in ((COMMANDS[command],) if command in COMMANDS else DOMAINS):
         importlib.import_module(module).register(sub)
     return p
 
 
-def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
+def _is(exc: BaseException, module: str, name: str) -> bool:
+    """``exc`` is an instance of ``module.name``; a module never imported raised nothing of its own."""
+    cls = getattr(sys.modules.get(module), name, None)
+    return isinstance(cls, type) and isinstance(exc, cls)
+
+
+def _config_error(exc: BaseException) -> bool:
+    return _is(exc, "backend.workspace", "ConfigError")
+
+
+def _failure(exc: BaseException) -> bool:
+    """A refusal or failure that is one line of its own (it names the file, what is wrong, what to do)."""
+    return (_is(exc, "state.store", "StoreError") or _is(exc, "backend.cli.session", "CommandError")
+            or _is(exc, "backend.supervisor.supervisor", "SupervisorError"))
+
+
+def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO | None = None, *,
+         loaded: Callable[[], None] | None = None) -> int:
+    """Run one command line; ``loaded()`` is called once the command's modules are loaded and its
+    arguments parsed, before it runs (``python -m backend.cli`` hands SIGTERM back to the command)."""
     out = out or sys.stdout
     err = err or sys.stderr
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(argv).parse_args(argv)
+    if loaded is not None:
+        loaded()
     check = getattr(args, "check", None)
     problem = check(args) if check is not None else None
     if problem:
@@ -98,27 +148,33 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
     try:
         if not getattr(args, "session", True):
             return args.func(args, out)
+        from backend.cli.session import Session
+
         session = Session(args.workspace, act=getattr(args, "acts", True))
-    except ConfigError as exc:
-        err.write(f"error: {exc}\n")
-        return 2
-    except (StoreError, CommandError) as exc:  # names the file, what is wrong and what to do
-        err.write(f"error: {exc}\n")
-        return 1
-    except sqlite3.Error as exc:
-        err.write(f"error: the state file of the workspace could not be opened or upgraded: {exc}\n")
-        return 1
+    except Exception as exc:
+        if _config_error(exc):
+            err.write(f"error: {exc}\n")
+            return 2
+        if _failure(exc) and not _is(exc, "backend.supervisor.supervisor", "SupervisorError"):
+            err.write(f"error: {exc}\n")  # names the file, what is wrong and what to do
+            return 1
+        if isinstance(exc, sqlite3.Error):
+            err.write(f"error: the state file of the workspace could not be opened or upgraded: {exc}\n")
+            return 1
+        raise
     try:
         if getattr(args, "acts", True) and not getattr(args, "store_optional", args.command in _STORE_OPTIONAL):
             session.require_writable()
         return args.func(session, args, out)
-    except (SupervisorError, CommandError, StoreError) as exc:
-        err.write(f"error: {exc}\n")
-        return 1
-    except sqlite3.Error as exc:
-        health = session.store.health()
-        err.write(f"error: {health.message if not health.ok else f'state store {session.store.path}: {exc}'}\n")
-        return 1
+    except Exception as exc:
+        if _failure(exc):
+            err.write(f"error: {exc}\n")
+            return 1
+        if isinstance(exc, sqlite3.Error):
+            health = session.store.health()
+            err.write(f"error: {health.message if not health.ok else f'state store {session.store.path}: {exc}'}\n")
+            return 1
+        raise
     finally:
         note = session.store_note()
         if note:

@@ -133,7 +133,8 @@ class TrainLogReader:
                 out.clear()
                 reset = True
             self._inode = chunk.inode
-            n = chunk.offset - self._offset
+            # from the start of the file read now after a rotation (followed) or a reset; else the growth
+            n = chunk.offset if (chunk.followed or chunk.reset) else chunk.offset - self._offset
             self._offset = chunk.offset
             if not chunk.text:
                 break
