@@ -20,21 +20,40 @@ if _WORKER.startswith("gw") and _WORKER[2:].isdigit():
     os.environ["SPECDECK_DEMO_PORT_BASE"] = str(30200 + 100 * int(_WORKER[2:]))
 
 
+# The browser tests run in two groups (two Chromiums and dashboards at most at a time): these modules
+# in the second, every other browser module in the first.
+_SECOND_BROWSER_GROUP = ("tests/e2e/test_widths.py", "tests/e2e/test_browser_smoke.py")
+
+
+def _shares_a_module_fixture(item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    return bool(info) and any(defs and defs[-1].scope == "module" for defs in info.name2fixturedefs.values())
+
+
+def _group(item) -> str:
+    module = item.nodeid.split("::", 1)[0]
+    if item.get_closest_marker("browser"):
+        return "browser-2" if module in _SECOND_BROWSER_GROUP else "browser-1"
+    if item.get_closest_marker("slow") and not _shares_a_module_fixture(item):
+        return item.nodeid  # a long test on its own, so that a module's long tests run side by side
+    return module
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """In an xdist worker (scripts/test: ``--dist loadgroup``): each module is one group, run by one
-    worker, except that every ``browser`` test is in the one group ``browser`` (a Chromium and a
-    dashboard at a time, never one per worker at once).  The browser group comes first, then the
-    modules holding a ``slow`` test, so that the long ones start early and the short ones fill in
-    around them."""
+    worker, except that a ``slow`` test whose module has no module-scoped fixture is a group of its
+    own, and the ``browser`` tests are in two groups (at most two Chromiums and dashboards at a time,
+    never one per worker at once).  The browser groups come first, then the slow tests, so that the
+    long ones start early and the short ones fill in around them."""
     if not hasattr(config, "workerinput"):
         return
     for item in items:
         if not any(item.iter_markers("xdist_group")):
-            name = "browser" if item.get_closest_marker("browser") else item.nodeid.split("::", 1)[0]
-            item.add_marker(pytest.mark.xdist_group(name))
+            item.add_marker(pytest.mark.xdist_group(_group(item)))
     slow = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: (not item.get_closest_marker("browser"), item.path not in slow))
+    items.sort(key=lambda item: (not item.get_closest_marker("browser"), not item.get_closest_marker("slow"),
+                                 item.path not in slow))
 
 
 @pytest.fixture(autouse=True)
