@@ -367,3 +367,99 @@ def _in_run(rec, start: float | None, live: bool) -> dict | None:
     if start is not None and (rec.ts is None or rec.ts <= start):
         return None
     return rec.to_dict()
+
+
+# -- the verdict against the baseline: only over a steady window at the baseline's load --------------
+
+STEADY_WINDOW_S = 20.0  # seconds of decode lines at the baseline's load before a verdict
+PAR_TOLERANCE = 0.03  # within ±3 % of the baseline reads "on par"
+SLOW_RATIO = 0.90  # below: red; from here up to the band: amber
+
+
+@dataclass(frozen=True)
+class SteadyVerdict:
+    """Faster, on par or slower than the baseline, or why there is no verdict.
+
+    ``verdict`` is "faster" | "on par" | "slower" | "none"; ``level`` is the colour's meaning
+    ("good" | "par" | "warn" | "bad" | "none")."""
+
+    verdict: str
+    level: str
+    window_s: float
+    load: int | None  # requests in flight when the baseline was measured
+    tok_s: float | None  # mean gen throughput over the window (all running requests together)
+    baseline_tok_s: float | None
+    ratio: float | None
+    reason: str  # why there is no verdict ("" when there is one)
+    seen: str = ""  # the load seen over the window, e.g. "2-4 requests in flight"
+    short: str = ""  # the reason in a few words, for the badge
+
+    @property
+    def basis(self) -> str:
+        return f"{self.window_s:.0f} s at {_in_flight(self.load)}"
+
+    @property
+    def badge(self) -> str:
+        """Short enough for a metric's delta at 1024 px."""
+        if self.verdict == "none":
+            return f"no verdict: {self.short or self.reason}"
+        if self.verdict == "on par":
+            return f"on par · {self.basis}"
+        return f"{self.verdict} {self.ratio:.2f}× · {self.basis}"
+
+    @property
+    def sentence(self) -> str:
+        if self.verdict == "none":
+            return f"no verdict: {self.reason}"
+        head = (f"{self.verdict} over the last {self.window_s:.0f} s at {_in_flight(self.load)} (the baseline's "
+                f"load): {self.tok_s:,.1f} vs {self.baseline_tok_s:,.1f} tok/s, {self.ratio:.2f}×")
+        if self.verdict == "on par":
+            head += f", within ±{PAR_TOLERANCE * 100:.0f} %"
+        return head
+
+
+def _in_flight(n: int | None) -> str:
+    return f"{'?' if n is None else f'{n:,}'} request{'' if n == 1 else 's'} in flight"
+
+
+def _loads(values: list[int]) -> str:
+    lo, hi = min(values), max(values)
+    return f"{lo:,} request{'' if hi == 1 else 's'} in flight" if lo == hi else f"{lo:,}-{hi:,} requests in flight"
+
+
+def steady_verdict(ts: list, gen_throughput: list, running_req: list, baseline_tok_s: float | None,
+                   load: int | None, *, now: float, window_s: float = STEADY_WINDOW_S,
+                   tolerance: float = PAR_TOLERANCE) -> SteadyVerdict:
+    """The verdict over the decode lines of the last ``window_s`` seconds before ``now``.
+
+    The baseline was measured at ``load`` requests in flight (the configured single-stream one at 1);
+    a verdict needs every line of the window at that load, lines spanning at least three quarters of the
+    window, and then compares the window's mean gen throughput with the baseline: within ±``tolerance``
+    it is on par, above faster, below slower (red under ``SLOW_RATIO``)."""
+    def none(reason: str, short: str, seen: str = "") -> SteadyVerdict:
+        return SteadyVerdict("none", "none", window_s, load, None, baseline_tok_s, None, reason, seen, short)
+
+    if not baseline_tok_s or baseline_tok_s <= 0 or not load:
+        return none("no baseline to compare with", "no baseline")
+    start = now - window_s
+    points = [(t, g, r) for t, g, r in zip(ts, gen_throughput, running_req)
+              if t is not None and start <= t <= now + 1.0 and g is not None and r is not None]
+    if not points:
+        return none(f"no decode line in the last {window_s:.0f} s (no request running)", "idle")
+    loads = [int(r) for _t, _g, r in points]
+    if any(r != load for r in loads):
+        return none(f"load differs from the baseline's (baseline: {_in_flight(load)}; the last {window_s:.0f} s: "
+                    f"{_loads(loads)})", "load differs", seen=_loads(loads))
+    span = points[-1][0] - points[0][0]
+    if len(points) < 3 or span < 0.75 * window_s:
+        return none(f"steady at the baseline's load ({_in_flight(load)}) for {span:.0f} s of the "
+                    f"{window_s:.0f} s needed", f"steady {span:.0f} of {window_s:.0f} s")
+    mean = sum(g for _t, g, _r in points) / len(points)
+    ratio = mean / baseline_tok_s
+    if ratio >= 1 + tolerance:
+        verdict, level = "faster", "good"
+    elif ratio >= 1 - tolerance:
+        verdict, level = "on par", "par"
+    else:
+        verdict, level = "slower", "warn" if ratio >= SLOW_RATIO else "bad"
+    return SteadyVerdict(verdict, level, window_s, load, mean, baseline_tok_s, ratio, "", _loads(loads))
