@@ -63,7 +63,7 @@ def progress_block(snap: dict[str, Any], eta: Eta, *, now: float | None = None) 
         c[5].metric("ETA", "done", help=eta.basis)
     else:
         mid = fmt.duration(eta.point_s) if eta.point_s is not None else fmt.NA
-        c[5].metric("ETA", fmt.eta_range(eta.low_s, eta.high_s), delta=f"point {mid}" if eta.known else None,
+        c[5].metric("ETA", eta.range_text() or fmt.NA, delta=f"point {mid}" if eta.known else None,
                     delta_color="off", delta_arrow="off", help=eta.basis)
     rate = snap.get("req_s")
     tok = snap.get("tok_s")
