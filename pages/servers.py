@@ -80,7 +80,7 @@ def baseline_choice(server: str, running: int | None) -> baseline.BaselineChoice
     """The stored baseline of this server's target at (or nearest to) the concurrency it runs now."""
     cfg = fleet.config(server)
     store = _stored_baselines(f"{rt.store.path}:{id(rt.store)}", rt.store)
-    return store.choose(server, cfg.model_path, cfg.served_model_name, running)
+    return store.choose(server, cfg.model_path, cfg.served_model_name, running, cfg.baseline_tok_s)
 
 
 def live_figures(snap, server: str) -> baseline.BaselineChoice:
@@ -252,7 +252,6 @@ def live(server: str) -> None:
     freshness(snap.refreshed_at, REFRESH_S)
 
 
-live(name)
 
 # -- config, preflight and control ---------------------------------------------------
 
@@ -272,42 +271,6 @@ def _preflight(server: str) -> tuple[float, list] | None:
     except Exception as exc:  # refused (audited), or the check itself failed
         st.error(f"Preflight did not run: {exc}", icon=":material/lock:")
         return None
-
-
-st.subheader("Config and preflight")
-left, right = st.columns([3, 2])
-with left:
-    if not show_data_lock(rt):  # a command line and the workspace's paths
-        st.code(shlex.join(fleet.argv(cfg)), language="bash", wrap_lines=True)
-        with st.expander("Launch config (from the workspace file)"):
-            st.json(cfg.model_dump(mode="json", exclude_none=True))
-findings: list = []
-with right:
-    key = f"srv-preflight-{name}"
-    pressed = st.button("Run preflight", key="srv-run-preflight", icon=":material/fact_check:", disabled=bool(lock),
-                        help=lock or "check the launch command with SGLang's own parser and the model folders")
-    if pressed or (key not in st.session_state and not lock):
-        with st.spinner("Preflight: checking the launch command (the first check with SGLang's own parser loads sglang)…"):
-            result = _preflight(name)
-        if result is not None:
-            st.session_state[key] = result
-    if key in st.session_state and not lock:
-        at, findings = st.session_state[key]
-        errs = sum(1 for f in findings if f.severity == "error")
-        warns = sum(1 for f in findings if f.severity == "warning")
-        (st.error if errs else st.warning if warns else st.success)(
-            f"Preflight: {errs} error(s), {warns} warning(s)" + (" — a launch needs 'launch anyway'" if errs else ""))
-        st.caption(f"checked {fmt.age(time.time() - at)}")
-    elif lock:
-        st.caption("Preflight runs the server's python and reads its model folders: it is run by a session that "
-                   "may start servers.")
-# errors and warnings in full: their words are the point
-findings_list(findings, info=False)
-if findings:
-    with st.expander(f"All findings ({len(findings)})", expanded=not (errs or warns)):
-        df = pd.DataFrame(findings_as_rows(findings))
-        df["severity"] = df["severity"].map(SEVERITY_ICON)
-        st.table(df, hide_index=True)  # a table wraps long text; a data grid cuts it
 
 
 def _put(data: dict, set_fields: set[str], key: str, value, current) -> None:
@@ -490,6 +453,45 @@ if confirm_box("srv-confirm-stop", f"Stop **{name}**? Requests in flight fail; i
         st.toast(f"Stop requested for {name}", icon=":material/check_circle:")
     except Exception as exc:
         st.error(f"Could not stop **{name}**: {exc}")
+
+
+live(name)
+
+st.subheader("Config and preflight")
+left, right = st.columns([3, 2])
+with left:
+    if not show_data_lock(rt):  # a command line and the workspace's paths
+        st.code(shlex.join(fleet.argv(cfg)), language="bash", wrap_lines=True)
+        with st.expander("Launch config (from the workspace file)"):
+            st.json(cfg.model_dump(mode="json", exclude_none=True))
+findings: list = []
+with right:
+    key = f"srv-preflight-{name}"
+    pressed = st.button("Run preflight", key="srv-run-preflight", icon=":material/fact_check:", disabled=bool(lock),
+                        help=lock or "check the launch command with SGLang's own parser and the model folders")
+    if pressed or (key not in st.session_state and not lock):
+        with st.spinner("Preflight: checking the launch command (the first check with SGLang's own parser loads sglang)…"):
+            result = _preflight(name)
+        if result is not None:
+            st.session_state[key] = result
+    if key in st.session_state and not lock:
+        at, findings = st.session_state[key]
+        errs = sum(1 for f in findings if f.severity == "error")
+        warns = sum(1 for f in findings if f.severity == "warning")
+        (st.error if errs else st.warning if warns else st.success)(
+            f"Preflight: {errs} error(s), {warns} warning(s)" + (" — a launch needs 'launch anyway'" if errs else ""))
+        st.caption(f"checked {fmt.age(time.time() - at)}")
+    elif lock:
+        st.caption("Preflight runs the server's python and reads its model folders: it is run by a session that "
+                   "may start servers.")
+# errors and warnings in full: their words are the point
+findings_list(findings, info=False)
+if findings:
+    with st.expander(f"All findings ({len(findings)})", expanded=not (errs or warns)):
+        df = pd.DataFrame(findings_as_rows(findings))
+        df["severity"] = df["severity"].map(SEVERITY_ICON)
+        st.table(df, hide_index=True)  # a table wraps long text; a data grid cuts it
+
 
 # -- log ----------------------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable
 
 from specdeck_types.bench import BenchResult
@@ -95,6 +95,12 @@ class BaselineChoice:
     measured: tuple[int, ...]  # every concurrency with a baseline of this target, ascending
     unplaced: int = 0  # baselines of this target whose concurrency was not recorded (not usable)
     other_lengths: tuple[str, ...] = ()  # other lengths measured at the chosen concurrency
+    configured_tok_s: float | None = None  # the server's configured single-stream baseline_tok_s, if any
+
+    @property
+    def configured_applies(self) -> bool:
+        """No baseline of this target is stored, so the configured single-stream figure stands in for one."""
+        return not self.measured and self.configured_tok_s is not None and self.configured_tok_s > 0
 
     @property
     def tok_s(self) -> float | None:
@@ -162,6 +168,18 @@ def choose_baseline(results: Iterable[BenchResult], *, server: str, names: Itera
     return BaselineChoice(best, running, measured, unplaced, others)
 
 
+def server_baseline(results: Iterable[BenchResult], *, server: str, model_path: str | None,
+                    served_model_name: str | None, configured_tok_s: float | None, running: int | None,
+                    input_len: int | None = None, output_len: int | None = None) -> BaselineChoice:
+    """The one answer on a server's baseline, for the Servers page's live figures and the Benchmarks page's
+    runs alike: the stored baseline of its target at (or nearest to) ``running`` requests
+    (:func:`choose_baseline`), carrying the configured single-stream ``baseline_tok_s``, which stands in
+    only while no baseline of the target is stored (:attr:`BaselineChoice.configured_applies`)."""
+    choice = choose_baseline(results, server=server, names=target_names(model_path, served_model_name),
+                             running=running, input_len=input_len, output_len=output_len)
+    return replace(choice, configured_tok_s=configured_tok_s)
+
+
 # -- measuring one ------------------------------------------------------------
 
 def sweep_argv(server: str, concurrency: int) -> list[str]:
@@ -193,6 +211,7 @@ class StoredBaselines:
         return self._baselines
 
     def choose(self, server: str, model_path: str | None, served_model_name: str | None,
-               running: int | None) -> BaselineChoice:
-        return choose_baseline(self.baselines(), server=server,
-                               names=target_names(model_path, served_model_name), running=running)
+               running: int | None, configured_tok_s: float | None = None) -> BaselineChoice:
+        return server_baseline(self.baselines(), server=server, model_path=model_path,
+                               served_model_name=served_model_name, configured_tok_s=configured_tok_s,
+                               running=running)
