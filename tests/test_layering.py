@@ -38,7 +38,7 @@ ALLOWED_CIRCLES: tuple[frozenset[str], ...] = ()
 # state/ writes its database and folders with the same private modes as everything else Specdeck
 # writes; backend/filemodes.py is standard library only (the supervisor's wrapper runs it alone).
 STATE_MAY_IMPORT = frozenset({"backend.filemodes"})
-DOMAINS = ("sglang", "regen", "bench", "train", "telemetry", "auth")
+DOMAINS = ("sglang", "regen", "bench", "train", "telemetry", "auth", "alerts")
 FOUNDATION = ("backend.supervisor", "backend.sim", "backend.demo", "backend.workspace", "backend.filemodes",
               "backend.diskspace", "backend.readcap", "backend.validation", "backend.logview", "backend.logprefix",
               "backend.modelinfo", "backend.pyprobe")
