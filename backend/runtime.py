@@ -61,6 +61,7 @@ class Runtime:
         self._watcher: threading.Thread | None = None
         self._closed = False
         self.telemetry = self.fleet = self.loop = self.supervisor = self.train = None
+        self.alerts = self.alert_loop = None  # the alerts engine and its evaluation thread
         self.store = Store(workspace.store_path)
         # who may control: users.toml of the workspace, sessions in this process
         self.access_token = dashboard_token(workspace)
@@ -79,6 +80,10 @@ class Runtime:
             self.train = TrainRuns(workspace, self.supervisor, self.store, authorise=self.authorise)
             self.supervisor.sync_specs(self.all_specs())
             self.loop = SupervisorLoop(self.supervisor, interval_s=1.0)
+            from backend.flows.alerts import AlertLoop, engine_for
+
+            self.alerts = engine_for(workspace, self.store)
+            self.alert_loop = AlertLoop(self, self.alerts)
             self._autostart()
             if background:
                 # the command line's `servers preflight` borrows this dashboard's warm SGLang parsers
@@ -86,6 +91,7 @@ class Runtime:
 
                 argshare.serve(workspace.run_dir)
                 self.loop.start()
+                self.alert_loop.start()
                 self._watcher = threading.Thread(target=self._watch_config, name="specdeck-config",
                                                  daemon=True)
                 self._watcher.start()
@@ -233,12 +239,20 @@ class Runtime:
         return probe_free_memory(self.telemetry, exclude)
 
     def active_alerts(self) -> list:
-        """Alerts for the sidebar: server alerts first, then GPU alerts."""
+        """Alerts for the sidebar: server alerts first, then GPU alerts, regeneration stalls, and the
+        alerts engine's own (a slower speculation, a server down, errors, a deadline, a full disk)."""
         out = list(self.fleet.active_alerts())
         snap = self.telemetry.latest()
         if snap is not None:
             out.extend(snap.alerts)
         out.extend(self._job_alerts())
+        if self.alerts is not None:  # what only the alerts engine raises, neither acknowledged nor muted
+            from backend.alerts.engine import ENGINE_ONLY
+
+            try:
+                out.extend(self.alerts.notices(ENGINE_ONLY))
+            except Exception:  # a store that cannot be read has its own banner
+                log.exception("reading the active alerts failed")
         return out
 
     def _job_alerts(self) -> list:
@@ -409,6 +423,8 @@ class Runtime:
         self._stop.set()
         if self._watcher is not None:
             self._watcher.join(timeout=10)
+        if self.alert_loop is not None:
+            self.alert_loop.stop()
         if self.loop is not None:
             self.loop.stop()
         if self._background:

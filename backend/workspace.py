@@ -23,6 +23,7 @@ import os
 import re
 import tomllib
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Literal, Sequence
 
@@ -117,6 +118,53 @@ class TelemetryConfig(_Model):
     volumes: list[str] = Field(default_factory=list)
 
 
+class AlertsConfig(_Model):
+    """``[alerts]``: where notifications go, how often, and each rule's threshold
+    (see backend/alerts/rules.py).  ``deadlines`` maps a regeneration job's name to the time it
+    must be done by (a TOML date-time); ``base_url`` starts the links in notifications."""
+
+    webhook: str | None = None
+    command: list[str] = Field(default_factory=list)
+    base_url: str = ""
+    interval_s: float = Field(15.0, ge=1, le=3600)
+    max_per_hour: int = Field(20, ge=1, le=1000)
+    repeat_s: float = Field(3600.0, ge=0, le=7 * 86400.0)
+    deadlines: dict[str, datetime] = Field(default_factory=dict)
+    accept_floor: float = Field(1.05, ge=1.0, le=10.0)
+    accept_window_s: float = Field(60.0, ge=1, le=86400)
+    slower_ratio: float = Field(0.95, gt=0, le=10.0)
+    steady_window_s: float = Field(300.0, ge=10, le=86400)
+    stall_s: float = Field(600.0, ge=10, le=7 * 86400.0)
+    error_rate: float = Field(0.10, ge=0, le=1)
+    error_window_s: float = Field(600.0, ge=10, le=86400)
+    restart_loop: int = Field(3, ge=1, le=1000)
+    gpu_mem_fraction: float = Field(0.95, gt=0, le=1)
+    gpu_idle_util: float = Field(5.0, ge=0, le=100)
+    gpu_idle_s: float = Field(300.0, ge=10, le=86400)
+    disk_min_free_gb: float = Field(5.0, ge=0, le=1e6)
+
+    @field_validator("webhook")
+    @classmethod
+    def _webhook(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"https?://[^\s/]+", v):
+            raise ValueError(f"the webhook is an http:// or https:// URL (got {v!r})")
+        return v
+
+    @field_validator("base_url")
+    @classmethod
+    def _base_url(cls, v: str) -> str:
+        if v and not re.match(r"https?://[^\s/]+", v):
+            raise ValueError(f"base_url is the dashboard's http:// or https:// address (got {v!r})")
+        return v
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, v: list[str]) -> list[str]:
+        if v and not v[0].strip():
+            raise ValueError("the program (command[0]) is empty")
+        return v
+
+
 class AccessConfig(_Model):
     """``[access]``: who sees what when the dashboard is opened from a browser.
 
@@ -158,6 +206,7 @@ class WorkspaceConfig(_Model):
     workspace: WorkspaceSection = Field(default_factory=WorkspaceSection)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     access: AccessConfig = Field(default_factory=AccessConfig)
+    alerts: AlertsConfig = Field(default_factory=AlertsConfig)
     process: list[ProcessConfig] = Field(default_factory=list)
     # The domains' tables, each parsed by its domain: [[server]] by backend.sglang.config, [[dataset]]
     # and [[mix]] by backend.regen.catalog, [[train]] by backend.train.config.  Here they are only

@@ -6,6 +6,7 @@
     python -m backend.cli [--workspace DIR] processes stop-all
     python -m backend.cli [--workspace DIR] processes restart NAME [--launch-anyway]
     python -m backend.cli [--workspace DIR] processes log NAME [-n N] [--follow]
+    python -m backend.cli [--workspace DIR] alerts list [--all] [--json] | ack ID | mute TARGET | notify-test
     python -m backend.cli [--workspace DIR] bench import FILE... [--server NAME] [--json]
     python -m backend.cli [--workspace DIR] bench list [--server S] [--concurrency N] [--json]
     python -m backend.cli [--workspace DIR] bench delete ID...
@@ -60,6 +61,7 @@ __all__ = ["COMMANDS", "DOMAINS", "build_parser", "main"]
 _STORE_OPTIONAL = frozenset({"supervise"})
 
 DOMAINS = (
+    "backend.cli.alerts",
     "backend.cli.bench",
     "backend.cli.processes",
     "backend.cli.regen",
@@ -75,6 +77,7 @@ DOMAINS = (
 # module (`regen run` never imports the supervisor or the benchmark client); --help and an unknown
 # command get them all.
 COMMANDS = {
+    "alerts": "backend.cli.alerts",
     "bench": "backend.cli.bench",
     "init": "backend.cli.workspace",
     "processes": "backend.cli.processes",
