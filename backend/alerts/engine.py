@@ -8,6 +8,7 @@ active key that no longer fires is cleared.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -63,8 +64,13 @@ class AlertEngine:
         self.clock = clock
         self.base_url = base_url
         self.workspace = workspace
+        self._lock = threading.Lock()  # one evaluation at a time (the loop's, a test's, a command's)
 
     def evaluate(self, snap: Snapshot) -> Evaluation:
+        with self._lock:
+            return self._evaluate(snap)
+
+    def _evaluate(self, snap: Snapshot) -> Evaluation:
         now = snap.now
         firing = {a.key: a for a in evaluate(snap, self.thresholds)}
         active = {r.key: r for r in self.alerts.active()}

@@ -104,9 +104,10 @@ def server_down(snap: Snapshot, th: Thresholds) -> list[Alert]:
                 link("servers", server=s.name), snap.now))
         elif died:
             code = f" with exit code {s.exit_code}" if s.exit_code is not None else ""
+            title = f"{s.name}: server down ({s.state}{code})"
             out.append(Alert(
                 "server-down", s.name, "error",
-                f"{s.name}: server down ({s.state}{code})" + (f": {s.detail}" if s.detail else ""),
+                title + (f": {s.detail}" if s.detail and s.detail not in title else ""),
                 "Read the server's log for why it ended, then start or relaunch it from the Servers page.",
                 link("servers", server=s.name), snap.now))
     return out
