@@ -49,9 +49,9 @@ if mode == SPECFORGE:
     st.stop()
 
 runs = live.known_runs(rt)
-with st.expander("Start a regeneration", expanded=not runs, icon=":material/add:"):
-    regen_control.start_form(rt)
 if not runs:
+    with st.expander("Start a regeneration", expanded=True, icon=":material/add:"):
+        regen_control.start_form(rt)
     st.info("No regeneration yet in this workspace: start one above, or from a terminal with "
             "`python -m backend.cli regen run --mix NAME --server NAME --out PATH`.", icon=":material/info:")
     st.stop()
@@ -64,6 +64,8 @@ if st.session_state.get("regen-run") not in outs:
 paths_hidden = bool(data_lock(rt))  # the outputs' paths: for sessions that may see the workspace's paths
 chosen = st.selectbox("Run", outs, format_func=lambda o: runs[o] if paths_hidden else f"{runs[o]} · {o}",
                       key="regen-run")
-live.live_job(rt, chosen)
-regen_control.job_controls(rt, chosen)
+# the run's state, its Pause / Resume / Stop and its ETA come first: in the first screen at 1024x768
+live.live_job(rt, chosen, controls=regen_control.job_controls)
 live.sample_viewer(chosen, None, key="regen-sample", rt=rt)
+with st.expander("Start a regeneration", expanded=False, icon=":material/add:"):
+    regen_control.start_form(rt)

@@ -82,7 +82,7 @@ def test_page_shows_the_run_at_a_glance(workspace):
     assert any(t.value == "Regeneration" for t in at.title)
     assert at.selectbox(key="regen-run").value == str(out)
     bars = [p.proto.text for p in at.get("progress")]
-    assert "**4,000 of 40,000 rows** (10%): done, failed or skipped" in bars
+    assert "**3,960 of 39,960 rows** (9.9%): done or failed · 40 skipped, not asked" in bars
     assert "stack-v2: 3,000 / 30,000 (60 failed, 10 skipped)" in bars
     assert "humaneval-x: 900 / 10,000 (30 skipped)" in bars
     assert _metric(at, "done").value == "3,900"

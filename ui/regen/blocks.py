@@ -31,54 +31,78 @@ def _num(v: Any) -> int | None:
     return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def progress_block(snap: dict[str, Any], eta: Eta, *, now: float | None = None) -> None:
-    """The big bar, the counts and the ETA band."""
+def progress_block(snap: dict[str, Any], eta: Eta, *, now: float | None = None, ended: bool = False,
+                   state_line: str | None = None, controls=None) -> None:
+    """The state, the ETA band and the key figures, the big bar and the rate.
+
+    ``ended``: the run is over (done, failed, paused or stopped): no ETA, rate or "done around" is
+    shown for it.  ``state_line``: the one state to show (Markdown), instead of the snapshot's own,
+    e.g. the supervisor's STOPPED for a job whose last snapshot still says stopping.  ``controls``:
+    drawn right under the state line (the page's Pause / Resume / Stop), before the figures."""
     now = time.time() if now is None else now
     total = _num(snap.get("total"))
     done, failed, skipped = _num(snap.get("done")), _num(snap.get("failed")), _num(snap.get("skipped"))
-    finished = sum(v or 0 for v in (done, failed, skipped))
+    asked = (done or 0) + (failed or 0)  # skipped rows are never asked: they are not progress
     state = str(snap.get("state") or "")
-    line = STATE_TEXT.get(state, state)
+    line = state_line if state_line is not None else STATE_TEXT.get(state, state)
     if snap.get("message"):
         line += f" · {snap['message']}"
     st.markdown(fmt.data_markdown(line))
-    if total:
-        frac = min(1.0, finished / total)
-        st.progress(frac, text=f"**{fmt.count(finished)} of {fmt.count(total)} rows** "
-                               f"({fmt.pct(frac * 100)}): done, failed or skipped")
-    else:
-        st.progress(0.0, text="counting the rows of the inputs…" if total is None else "no rows in the inputs")
-    c = st.columns(3) + st.columns(3)  # two rows: nothing cut at 1024 px
-    c[0].metric("done", fmt.count(done), help="rows answered and written to the output")
-    c[1].metric("failed", fmt.count(failed), help="permanent failures, in the _error.jsonl file (requeue them "
-                                                 "below once the cause is fixed)")
-    c[2].metric("skipped", fmt.count(skipped), help="rows that were not asked (bad input, duplicates, filters), "
-                                                   "in the _skipped.jsonl file")
-    inflight = snap.get("in_flight")
-    c[3].metric("in flight", fmt.count(_num(inflight)),
-                help="requests sent and not answered yet" if inflight is not None else
-                "N/A: SpecForge's files do not say what it has in flight")
-    c[4].metric("remaining", fmt.count(_num(snap.get("remaining"))), help="rows not finished yet (in flight included)")
-    if eta.point_s == 0:
-        c[5].metric("ETA", "done", help=eta.basis)
+    if controls is not None:
+        controls()
+    c = st.columns(3) + st.columns(3)  # two rows: nothing cut at 1024 px; the ETA first, where the eye lands
+    if state == "done" or (eta.point_s == 0 and not ended):
+        c[0].metric("ETA", "done", help=eta.basis)
+    elif ended:
+        c[0].metric("ETA", fmt.NA, help="the run has ended: nothing is being asked, so there is no time left "
+                                        "to estimate (Resume starts it again)")
     else:
         mid = fmt.duration(eta.point_s) if eta.point_s is not None else fmt.NA
-        c[5].metric("ETA", eta.range_text() or fmt.NA, delta=f"point {mid}" if eta.known else None,
+        c[0].metric("ETA", eta.range_text() or fmt.NA, delta=f"point {mid}" if eta.known else None,
                     delta_color="off", delta_arrow="off", help=eta.basis)
-    rate = snap.get("req_s")
-    tok = snap.get("tok_s")
-    started = snap.get("started_at")
-    bits = [f"{rate:,.2f} rows/s" if isinstance(rate, (int, float)) else "rows/s N/A",
-            fmt.tok_s(tok) if isinstance(tok, (int, float)) else "tok/s N/A"]
-    if isinstance(started, (int, float)):
-        bits.append(f"running for {fmt.duration(now - started)} since the last (re)start")
-    if eta.known and eta.point_s:
-        bits.append(f"done around {time.strftime('%a %H:%M', time.localtime(now + eta.point_s))}")
-    st.caption(" · ".join(bits))
+    c[1].metric("remaining", fmt.count(_num(snap.get("remaining"))), help="rows not finished yet (in flight included)")
+    c[2].metric("done", fmt.count(done), help="rows answered and written to the output")
+    c[3].metric("failed", fmt.count(failed), help="permanent failures, in the _error.jsonl file (requeue them "
+                                                 "below once the cause is fixed)")
+    c[4].metric("skipped", fmt.count(skipped), help="rows that were not asked (bad input, duplicates, filters), "
+                                                   "in the _skipped.jsonl file; they are not progress")
+    inflight = snap.get("in_flight")
+    n_inflight = _num(inflight)
+    if ended and n_inflight is not None:  # an ended run's last snapshot may predate its end
+        n_inflight = 0
+    c[5].metric("in flight", fmt.count(n_inflight),
+                help="requests sent and not answered yet" if inflight is not None else
+                "N/A: SpecForge's files do not say what it has in flight")
+    if total:
+        to_ask = max(0, total - (skipped or 0))
+        frac = min(1.0, asked / to_ask) if to_ask else 0.0
+        text = (f"**{fmt.count(asked)} of {fmt.count(to_ask)} rows** ({fmt.pct(frac * 100)}): done or failed"
+                + (f" · {fmt.count(skipped)} skipped, not asked" if skipped else ""))
+        st.progress(frac, text=text)
+    else:
+        st.progress(0.0, text="counting the rows of the inputs…" if total is None else "no rows in the inputs")
+    bits = []
+    if not ended:
+        rate = snap.get("req_s")
+        tok = snap.get("tok_s")
+        started = snap.get("started_at")
+        bits = [f"{rate:,.2f} rows/s" if isinstance(rate, (int, float)) else "rows/s N/A",
+                fmt.tok_s(tok) if isinstance(tok, (int, float)) else "tok/s N/A"]
+        if isinstance(started, (int, float)):
+            bits.append(f"running for {fmt.duration(now - started)} since the last (re)start")
+        if eta.known and eta.point_s:
+            bits.append(f"done around {time.strftime('%a %H:%M', time.localtime(now + eta.point_s))}")
+    replaced = _num(snap.get("replaced_chars"))
+    if replaced:
+        bits.append(f"{fmt.count(replaced)} character(s) that are not valid Unicode written as U+FFFD "
+                    "(regen.replaced_chars marks their rows)")
+    if bits:
+        st.caption(" · ".join(bits))
 
 
 def dataset_bars(snap: dict[str, Any]) -> None:
-    """One bar per dataset of the mix: done, failed and skipped of its rows."""
+    """One bar per dataset of the mix: its done and failed rows of those to ask (skipped rows are
+    never asked, so they fill no bar)."""
     ds = snap.get("datasets") or {}
     if not ds:
         return
@@ -87,7 +111,8 @@ def dataset_bars(snap: dict[str, Any]) -> None:
     for i, (name, d) in enumerate(ds.items()):
         total = _num(d.get("total")) or 0
         done, failed, skipped = (_num(d.get(k)) or 0 for k in ("done", "failed", "skipped"))
-        frac = min(1.0, (done + failed + skipped) / total) if total else 0.0
+        to_ask = max(0, total - skipped)
+        frac = min(1.0, (done + failed) / to_ask) if to_ask else 0.0
         extra = []
         if failed:
             extra.append(f"{fmt.count(failed)} failed")
@@ -208,8 +233,9 @@ def error_table(errors: dict[str, Any] | None, *, examples: bool = True) -> None
 SERVER_STATE = {"up": ":green[● up]", "waiting": ":orange[◐ waiting]", "down": ":red[✕ down]"}
 
 
-def server_lines(snap: dict[str, Any]) -> None:
-    """One line per server of the run (lines wrap, so nothing is cut at 1024 px)."""
+def server_lines(snap: dict[str, Any], *, ended: bool = False) -> None:
+    """One line per server of the run (lines wrap, so nothing is cut at 1024 px); for a run that has
+    ended, its counts without a state, requests in flight or rates."""
     servers = snap.get("servers") or {}
     if not servers:
         return
@@ -218,11 +244,14 @@ def server_lines(snap: dict[str, Any]) -> None:
         name = f"**{s['name']}** · {url}" if s.get("name") else f"**{url}**"
         state = SERVER_STATE.get(str(s.get("state")), str(s.get("state") or fmt.NA))
         rate = s.get("req_s")
-        bits = [name, state, f"{fmt.count(_num(s.get('in_flight')))} in flight",
-                f"{fmt.count(_num(s.get('done')))} done", f"{fmt.count(_num(s.get('failed')))} failed",
-                f"{fmt.count(_num(s.get('retries')))} retries",
-                f"{rate:,.2f} rows/s" if isinstance(rate, (int, float)) else "rows/s N/A",
-                fmt.tok_s(s.get("tok_s"))]
+        counts = [f"{fmt.count(_num(s.get('done')))} done", f"{fmt.count(_num(s.get('failed')))} failed",
+                  f"{fmt.count(_num(s.get('retries')))} retries"]
+        if ended:
+            bits = [name, *counts]
+        else:
+            bits = [name, state, f"{fmt.count(_num(s.get('in_flight')))} in flight", *counts,
+                    f"{rate:,.2f} rows/s" if isinstance(rate, (int, float)) else "rows/s N/A",
+                    fmt.tok_s(s.get("tok_s"))]
         st.markdown(fmt.data_markdown(" · ".join(bits)))
         if s.get("last_error"):
             st.caption(fmt.data_markdown(f"last error: {s['last_error']}"))

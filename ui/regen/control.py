@@ -8,13 +8,11 @@ import streamlit as st
 
 from backend.regen import control
 from backend.regen.catalog import mixes
-from backend.regen.follow import progress_follower
 from backend.regen.output import RunFiles
 from ui import fmt
-from ui.auth import control_lock, live_fragment, show_data_lock, typed_path
+from ui.auth import control_lock, show_data_lock, typed_path
 from ui.components import confirm_box
 from ui.context import actor
-from ui.regen.live import REFRESH_S
 
 
 def _do(what: str, fn) -> None:
@@ -26,10 +24,9 @@ def _do(what: str, fn) -> None:
         st.toast(f"{what[0].upper()}{what[1:]}: requested", icon=":material/check_circle:")
 
 
-@live_fragment(run_every=REFRESH_S)
-def job_controls(rt, out: str) -> None:
-    """Pause, resume, requeue failed and stop, as the job's live state allows (:func:`control.controls`)."""
-    snap = progress_follower(out).latest or {}
+def job_controls(rt, out: str, snap: dict) -> None:
+    """Pause, resume, requeue failed and stop, as the job's live state allows (:func:`control.controls`);
+    drawn inside the page's live block, from the snapshot that block shows."""
     c = control.controls(rt, out, snap)
     lock = control_lock(rt)
     bar = st.container(horizontal=True)

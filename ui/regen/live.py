@@ -35,43 +35,60 @@ def known_runs(rt) -> dict[str, str]:
     return found
 
 
+def ended_run(snap: dict | None, view) -> bool:
+    """The run is over: its last snapshot says so, or the dashboard's process for it has ended
+    (a stopped or killed job's last snapshot may still say running or stopping)."""
+    if view is not None and not view.live:
+        return True
+    return snap is not None and snap.get("state") not in control.LIVE_STATES
+
+
 @live_fragment(run_every=REFRESH_S)
-def live_job(rt, out: str) -> None:
+def live_job(rt, out: str, controls=None) -> None:
+    """The run's one state, its controls (``controls(rt, out, snap)``, the page's buttons) and its key
+    figures first, so all three are in the first screen; then the bars, charts, servers and errors."""
     f = progress_follower(out).poll()
     snap = f.latest
     job = control.job_for(rt, out)
     view = rt.supervisor.view(job.name) if job is not None else None
     hidden = bool(data_lock(rt))  # paths and the log's words: only for sessions that may see them
+    ended = ended_run(snap, view)
+    state_line = None
     if view is not None:
         badge = fmt.view_badge(view)  # a job the user stopped reads STOPPED, not its exit code
-        st.markdown(fmt.data_markdown(f"{badge.markdown()} &nbsp; **{view.name}**"
-                                      + (f" · pid {view.pid}" if view.pid else "")
-                                      + f" · log {path_text(view.log_path, hidden)}"))
+        if not view.live:  # one state: the process's end, not a snapshot written before it
+            state_line = badge.markdown()
+        st.caption(fmt.data_markdown(f"**{view.name}**" + (f" · pid {view.pid}" if view.pid and view.live else "")
+                                     + f" · log {path_text(view.log_path, hidden)}"))
+    draw_controls = (lambda: controls(rt, out, snap or {})) if controls is not None else None
     if snap is None:
+        if state_line is not None:
+            st.markdown(fmt.data_markdown(state_line))
+        if draw_controls is not None:
+            draw_controls()
         st.info(fmt.data_markdown(f"No progress yet: {path_text(f.paths.progress, hidden)} is empty or missing. "
                                   "A job writes its first snapshot when it starts; its log (above) says what it "
                                   "is doing."), icon=":material/hourglass_empty:")
         return
-    if f.bad_lines:
-        st.warning(f"{fmt.count(f.bad_lines)} line(s) of the progress log could not be read and were skipped"
-                   + ("" if hidden else fmt.data_markdown(f"; the last: {f.last_bad}")))
     running = view is not None and view.state.value == "RUNNING"
     stall_s = float(job.meta.get("stall_after_s") or 600) if job is not None else 600.0
-    alert = f.stall(view.name if view else Path(out).name, running=running, after_s=stall_s)
+    alert = None if ended else f.stall(view.name if view else Path(out).name, running=running, after_s=stall_s)
+    blocks.progress_block(snap, f.eta(), ended=ended, state_line=state_line, controls=draw_controls)
     if alert is not None:
         st.warning(fmt.data_markdown(f"**{alert.title}**. {alert.message} Likely: " + "; ".join(alert.causes)),
                    icon=":material/warning:")
-    eta = f.eta()
-    blocks.progress_block(snap, eta)
+    if f.bad_lines:
+        st.warning(f"{fmt.count(f.bad_lines)} line(s) of the progress log could not be read and were skipped"
+                   + ("" if hidden else fmt.data_markdown(f"; the last: {f.last_bad}")))
     blocks.dataset_bars(snap)
     left, right = st.columns([3, 2])
     with left:
         blocks.speed_chart(f.history, blocks.server_series(snap, rt.fleet), key="regen")
     with right:
         blocks.length_histogram(snap.get("completion_tokens_hist"), unit="tokens", key="regen")
-    blocks.server_lines(snap)
+    blocks.server_lines(snap, ended=ended)
     blocks.error_table(snap.get("errors"), examples=not hidden)
-    if snap.get("state") in control.LIVE_STATES:
+    if not ended:
         freshness(snap.get("t"), REFRESH_S, "progress logged")
     else:
         st.caption(fmt.data_markdown(f"last snapshot {fmt.age(time.time() - (snap.get('t') or time.time()))} · "
