@@ -8,6 +8,8 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 from backend.flows.alerts import configure, gather, thresholds_of
 from backend.flows.workspace import load_workspace
 from backend.runtime import Runtime
@@ -61,3 +63,53 @@ def test_gather_evaluate_and_sidebar(tmp_path):
         assert [a.rule for a in cleared] == ["disk-full"]
     finally:
         rt.close()
+
+
+def test_gather_reads_a_servers_decode_series_and_its_baseline_at_the_same_load(tmp_path, monkeypatch):
+    """accept_len stuck at 1.00 after ready and 60 tok/s at concurrency 4 against a baseline of 90 tok/s
+    measured at 4 (another at 1 is never used): both rules fire on what the fleet read from the log."""
+    import dataclasses
+
+    from backend.alerts.rules import evaluate
+    from backend.sglang.runs import RunInfo
+    from specdeck_types.bench import BenchConfig, BenchFigures, BenchLoad, BenchResult
+    from state.bench import BenchStore
+    from tests.helpers import close_runtime
+    from tests.simws import make_models, page_workspace
+
+    target, draft = make_models(tmp_path / "m", draft="draft")
+    rt, log = page_workspace(tmp_path, monkeypatch, "alertsim", target, draft)
+    try:
+        now = time.time()
+        t0 = float(int(now) - 400)
+        monkeypatch.setattr(rt.fleet, "_run", lambda name: RunInfo("r1", t0 + 0.2, True))
+        stamp = lambda t: time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))  # noqa: E731
+        lines = [f"===== specdeck: sim run r1 starting at {stamp(t0)}: python -m backend.sim.server\n",
+                 f"[{stamp(t0 + 1)}] server_args=ServerArgs(speculative_algorithm='EAGLE3')\n",
+                 f"[{stamp(t0 + 10)}] The server is fired up and ready to roll!\n"]
+        for i in range(36):
+            t = t0 + 20 + 10 * i
+            lines.append(f"[{stamp(t)} TP0] Decode batch. #running-req: 4, #token: 4000, token usage: 0.25, "
+                         f"accept len: 1.00, cuda graph: True, gen throughput (token/s): 60.00, #queue-req: 0, \n")
+        log.write_text("".join(lines))
+        deadline = time.time() + 20
+        while len(rt.fleet.snapshot("sim").decode["ts"]) < 36 and time.time() < deadline:
+            rt.fleet.monitor("sim").refresh(http=False)
+            time.sleep(0.05)
+        bench = BenchStore(rt.store)
+        for conc, tok_s in ((4, 90.0), (1, 30.0)):
+            bench.insert(BenchResult(source="run", server="sim", config=BenchConfig(target_model=str(target), algorithm="NONE"),
+                                     load=BenchLoad(concurrency=conc), results=BenchFigures(output_tok_s=tok_s),
+                                     started_at=now - 86400))
+        snap = gather(rt, now)
+        sim = next(s for s in snap.servers if s.name == "sim")
+        assert sim.spec_on and sim.ready_at == pytest.approx(t0 + 10, abs=1)
+        assert len(sim.accept) == 36 and {a for _, a in sim.accept} == {1.0}
+        assert {c for _, _, c in sim.speed} == {4} and sim.baseline == {4: 90.0}
+        # the test starts no process: as the supervisor would show it running
+        running = dataclasses.replace(snap, servers=(dataclasses.replace(sim, state="RUNNING"),))
+        fired = {a.rule: a for a in evaluate(running, thresholds_of(rt.workspace.config.alerts))}
+        assert "accept-stuck" in fired and "spec-slower" in fired
+        assert "60.0 tok/s vs baseline 90.0 tok/s at concurrency 4 (0.67×)" in fired["spec-slower"].title
+    finally:
+        close_runtime(tmp_path)
