@@ -3,6 +3,7 @@ supervisor, telemetry and the outputs folder, an evaluation, and the sidebar's l
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import textwrap
@@ -68,8 +69,6 @@ def test_gather_evaluate_and_sidebar(tmp_path):
 def test_gather_reads_a_servers_decode_series_and_its_baseline_at_the_same_load(tmp_path, monkeypatch):
     """accept_len stuck at 1.00 after ready and 60 tok/s at concurrency 4 against a baseline of 90 tok/s
     measured at 4 (another at 1 is never used): both rules fire on what the fleet read from the log."""
-    import dataclasses
-
     from backend.alerts.rules import evaluate
     from backend.sglang.runs import RunInfo
     from specdeck_types.bench import BenchConfig, BenchFigures, BenchLoad, BenchResult
@@ -113,3 +112,38 @@ def test_gather_reads_a_servers_decode_series_and_its_baseline_at_the_same_load(
         assert "60.0 tok/s vs baseline 90.0 tok/s at concurrency 4 (0.67×)" in fired["spec-slower"].title
     finally:
         close_runtime(tmp_path)
+
+
+def test_gather_reads_a_regeneration_from_its_progress_log(tmp_path):
+    """A running job's done/failed readings, its last completion and its ETA come from the progress log;
+    a deadline in [alerts] reaches the snapshot; the stall, error-rate and deadline rules fire on it."""
+    from types import SimpleNamespace
+
+    from backend.alerts.rules import evaluate
+    from backend.regen.output import RunFiles
+
+    now = float(int(time.time()))
+    out = tmp_path / "regen" / "answers.jsonl"
+    out.parent.mkdir()
+    files = RunFiles.of(out)
+    rows = [{"t": now - 3000 + 100 * i, "started_at": now - 3000, "state": "running", "done": 100 * i,
+             "failed": 1 * i, "remaining": 100_000 - 101 * i} for i in range(20)]
+    # the last 20 minutes: one row in three fails
+    rows += [{"t": now - 1000 + 100 * i, "started_at": now - 3000, "state": "running", "done": 1900 + 70 * i,
+              "failed": 19 + 35 * i, "remaining": 98_081 - 105 * i} for i in range(1, 11)]
+    files.progress.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ws = _ws(tmp_path / "ws", "\n[alerts]\ndeadlines = { gen = 2020-01-01T00:00:00Z }\nerror_window_s = 1200\n")
+    view = SimpleNamespace(state=SimpleNamespace(value="RUNNING"))
+    rt = SimpleNamespace(workspace=ws, jobs=lambda: [SimpleNamespace(name="gen", meta={"kind": "regen", "out": str(out)})],
+                         supervisor=SimpleNamespace(views=lambda: [], view=lambda name: view),
+                         fleet=None, telemetry=None, store=None)
+    snap = gather(rt, now)
+    (gen,) = snap.regens
+    assert gen.running and gen.last_completion_at == now and gen.points[-1] == (now, 2600, 369)
+    assert gen.deadline == 1577836800.0 and gen.eta_point_s is not None and gen.eta_point_s > 0
+    th = thresholds_of(ws.config.alerts)
+    fired = {a.rule for a in evaluate(snap, th)}
+    assert fired == {"regen-errors", "eta-deadline"}
+    # nothing completed for the stall time since
+    later = {a.rule for a in evaluate(dataclasses.replace(snap, now=now + 601), th)}
+    assert "regen-stalled" in later
