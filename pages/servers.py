@@ -15,6 +15,7 @@ from backend.sglang.fleet import PreflightBlocked, findings_as_rows
 from backend.bench import baseline
 from backend.sglang import livefigures
 from backend.sglang.alerts import ACCEPT_FLOOR
+from backend.sglang.monitor import PAR_TOLERANCE, SLOW_RATIO, STEADY_WINDOW_S, steady_verdict
 from backend.sglang.preflight import has_errors
 from ui import charts, fmt
 from ui.bench import baseline as baseline_measure
@@ -24,6 +25,9 @@ from ui.components import code_span, confirm_box, findings_list, freshness, log_
 from ui.context import actor, require_frame, runtime
 
 REFRESH_S = 2
+FOLLOW = "srv-follow"
+FOLLOW_SCRIPT = ("<script>setTimeout(() => document.querySelector('.st-key-srv-status')"
+                 "?.scrollIntoView({block: 'start', behavior: 'smooth'}), 100);</script>")
 SEVERITY_ICON = {"error": "● error", "warning": "▲ warning", "info": "○ info"}
 
 require_frame(__file__)
@@ -63,7 +67,17 @@ def _reading_age(r) -> str:
 
 # -- live figures: one run at a time, compared like with like --------------------
 
-LEVEL_COLOUR = {"good": "green", "warn": "orange", "bad": "red", "none": "gray"}
+LEVEL_COLOUR = {"good": "green", "par": "gray", "warn": "orange", "bad": "red", "none": "gray"}
+VERDICT_TEXT = (f"within ±{PAR_TOLERANCE * 100:.0f} % on par, above faster (green), below slower (amber; red "
+                f"under {SLOW_RATIO:.2f}×)")
+
+
+def _verdict_line(v) -> str:
+    """The verdict's sentence, coloured by it, with its rule."""
+    text = f"**Verdict** {v.sentence}"
+    if v.level in ("good", "warn", "bad"):
+        text = f":{LEVEL_COLOUR[v.level]}[{text}]"
+    return f"{text} ({VERDICT_TEXT})"
 
 
 @st.cache_resource(show_spinner=False)
@@ -96,6 +110,15 @@ def live_figures(snap, server: str) -> baseline.BaselineChoice:
     measured = livefigures.measured_figures(tput, running, choice) if choice.stored else None
     speed = livefigures.speed_figures(tput, running, None if measured else snap.baseline_tok_s)
     delta = livefigures.accept_vs_lifetime(acc, life)
+    # the verdict: over a steady window at the load the baseline was measured at, never one line's ratio
+    if measured is not None:
+        verdict = steady_verdict(dec["ts"], dec["gen_throughput"], dec["running_req"], choice.tok_s,
+                                 choice.concurrency, now=time.time())
+    else:  # the configured baseline is single-stream: one request in flight
+        verdict = steady_verdict(dec["ts"], dec["gen_throughput"], dec["running_req"], snap.baseline_tok_s, 1,
+                                 now=time.time())
+    verdict_kw = dict(delta=verdict.badge if dec["ts"] else None, delta_color=LEVEL_COLOUR[verdict.level],
+                      delta_arrow={"faster": "up", "slower": "down"}.get(verdict.verdict, "off"))
     c = st.columns(3) + st.columns(3)  # two rows: nothing cut at 1024 px
     c[0].metric("accept_len", fmt.accept_len(acc), delta=delta.text, delta_color=LEVEL_COLOUR[delta.level],
                 delta_arrow="off",
@@ -107,13 +130,12 @@ def live_figures(snap, server: str) -> baseline.BaselineChoice:
                      f"{_reading_age(snap.server_info)}")
     if measured is None:
         c[2].metric("per-request tok/s", fmt.NA if speed.per_request is None else f"{speed.per_request:,.1f}",
-                    delta=None if speed.ratio is None else f"{speed.ratio:.2f}× baseline",
-                    delta_color=LEVEL_COLOUR[speed.level],
-                    delta_arrow="off" if speed.ratio is None else ("up" if speed.ratio >= 1 else "down"),
+                    **verdict_kw,
                     help="decode speed of one request: gen throughput ÷ #running-req of the latest decode line "
                          "(the single-stream figure when one request runs). No measured baseline of this target "
-                         "is stored, so this is compared with the configured single-stream baseline_tok_s "
-                         f"(the fallback); colour by the ratio: {livefigures.THRESHOLDS_TEXT}.")
+                         "is stored, so the verdict is against the configured single-stream baseline_tok_s (the "
+                         f"fallback), given only after {STEADY_WINDOW_S:.0f} s with one request in flight: "
+                         f"{VERDICT_TEXT}.")
         c[3].metric("aggregate tok/s", fmt.NA if tput is None else f"{tput:,.1f}",
                     help="gen throughput of the latest decode line: all running requests together. Not "
                          "comparable with the single-stream baseline; a baseline measured at the same "
@@ -123,11 +145,11 @@ def live_figures(snap, server: str) -> baseline.BaselineChoice:
                     help="decode speed of one request: gen throughput ÷ #running-req of the latest decode line. "
                          "The measured baseline is compared with the aggregate figure at the same concurrency.")
         c[3].metric("aggregate tok/s", fmt.NA if tput is None else f"{tput:,.1f}",
-                    delta=measured.delta, delta_color=LEVEL_COLOUR[measured.level],
-                    delta_arrow="off" if measured.level == "none" else ("up" if measured.ratio >= 1 else "down"),
-                    help="gen throughput of the latest decode line (all running requests together) against the "
-                         "output tok/s of the baseline measured at the same concurrency. At another concurrency "
-                         f"the ratio stays uncoloured; colours: {livefigures.THRESHOLDS_TEXT}. {choice.label}.")
+                    **verdict_kw,
+                    help="gen throughput of the latest decode line (all running requests together). The verdict "
+                         f"is the mean over the last {STEADY_WINDOW_S:.0f} s against the output tok/s of the "
+                         "baseline, given only when every line of that window ran at the concurrency the baseline "
+                         f"was measured at: {VERDICT_TEXT}. {choice.label}.")
     c[4].metric("running · queued", f"{fmt.count(running)} · {fmt.count(_latest(dec['queue_req']))}",
                 help="#running-req and #queue-req of the latest decode line of this run")
     usage = _latest(dec["token_usage"])
@@ -137,16 +159,12 @@ def live_figures(snap, server: str) -> baseline.BaselineChoice:
                 help="KV cache token usage of the latest decode line; prefix cache hit from " + hit_from)
     if dec["ts"]:
         if measured is not None:
-            colour = LEVEL_COLOUR[measured.level]
-            line = f":{colour}[{measured.comparison}]" if measured.level != "none" else measured.comparison
-            st.caption(f"{line} · colours at the same concurrency only: {livefigures.THRESHOLDS_TEXT}")
+            st.caption(f"{_verdict_line(verdict)} · now: {measured.comparison}")
             if running and not choice.exact:
                 baseline_measure.offer(server, choice, running, _model_name(server))
         else:
-            colour = LEVEL_COLOUR[speed.level]
-            line = f":{colour}[{speed.comparison}]" if speed.ratio is not None else speed.comparison
-            st.caption(f"Fallback, configured: {line} · {speed.aggregate_text}, not compared with the "
-                       f"single-stream baseline · colours: {livefigures.THRESHOLDS_TEXT}")
+            st.caption(f"{_verdict_line(verdict)} · Fallback, configured: now {speed.comparison} · "
+                       f"{speed.aggregate_text}")
             baseline_measure.offer(server, choice, running, _model_name(server))
     elif not snap.run_live:
         st.caption("No run in progress: the figures above stay blank until the next run logs its own; the "
@@ -197,6 +215,37 @@ def live_charts(snap, choice: baseline.BaselineChoice) -> None:
 
 # -- live status ------------------------------------------------------------------
 
+def _setting(v) -> str:
+    return "auto" if v is None else f"{v}"
+
+
+def speculation_text(cfg: ServerConfig, snap) -> str:
+    """``speculation: EAGLE3 · steps 5 · topk 1 · draft tokens 6``: what the running server reports on
+    /server_info, else what it was launched with; a setting the server reports otherwise than the workspace
+    file says is named."""
+    spec = cfg.speculative
+    launched = {"algorithm": spec.algorithm, "steps": spec.num_steps, "topk": spec.eagle_topk,
+                "draft tokens": spec.num_draft_tokens}
+    si = snap.server_info
+    info = si.value if si is not None and si.ok and si.value is not None and snap.run_live else None
+    if info is not None and info.speculative_algorithm:
+        running = {"algorithm": info.speculative_algorithm, "steps": info.speculative_num_steps,
+                   "topk": info.speculative_eagle_topk, "draft tokens": info.speculative_num_draft_tokens}
+        source = "as the server reports"
+    else:
+        running, source = launched, "launch config"
+    if not running["algorithm"]:
+        return "speculation: off"
+    parts = [f"**{running['algorithm']}**"] + [f"{k} **{_setting(running[k])}**" for k in
+                                               ("steps", "topk", "draft tokens")]
+    text = "speculation: " + " · ".join(parts) + f" ({source})"
+    differ = [f"{k} {_setting(launched[k])}" for k in ("steps", "topk", "draft tokens")
+              if source != "launch config" and launched[k] is not None and launched[k] != running[k]]
+    if differ:
+        text += f"; the workspace file says {', '.join(differ)}"
+    return text
+
+
 @live_fragment(run_every=REFRESH_S)
 def live(server: str) -> None:
     snap = fleet.snapshot(server)
@@ -223,10 +272,11 @@ def live(server: str) -> None:
             st.code(f.hint, language=None)
 
     badge = fmt.server_badge(view, snap.status, health_at=snap.health.at if snap.health is not None else None)
-    st.markdown(
+    status = st.container(key="srv-status")  # where the view goes after a relaunch
+    status.markdown(
         f"{badge.markdown()} &nbsp; · sglang {snap.version}"
         + (" (assumed)" if snap.version_assumed else "")
-        + f" · speculation: {snap.algorithm or 'off'}"
+        + f" · {speculation_text(fleet.config(server), snap)}"
         + (f" · pid {view.pid}" if view is not None and view.pid else ""))
 
     if snap.status == "starting" and snap.fatal is None:
@@ -421,7 +471,8 @@ def launch_panel(server: str, running: bool) -> None:
             return
         st.session_state.pop(f"srv-preflight-{server}", None)
         st.session_state["srv-launch-open"] = False
-        st.toast(f"{label} requested for {server}; startup progress shows above", icon=":material/check_circle:")
+        st.session_state[FOLLOW] = True  # the next run brings the status and its startup progress into view
+        st.toast(f"{label} requested for {server}; its startup progress follows", icon=":material/check_circle:")
         st.rerun()
 
 
@@ -456,6 +507,8 @@ if confirm_box("srv-confirm-stop", f"Stop **{name}**? Requests in flight fail; i
 
 
 live(name)
+if st.session_state.pop(FOLLOW, False):  # after a (re)launch: the view goes to its status and progress
+    st.html(FOLLOW_SCRIPT, unsafe_allow_javascript=True, width="content")
 
 st.subheader("Config and preflight")
 left, right = st.columns([3, 2])

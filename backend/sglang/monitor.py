@@ -430,7 +430,8 @@ def _loads(values: list[int]) -> str:
 def steady_verdict(ts: list, gen_throughput: list, running_req: list, baseline_tok_s: float | None,
                    load: int | None, *, now: float, window_s: float = STEADY_WINDOW_S,
                    tolerance: float = PAR_TOLERANCE) -> SteadyVerdict:
-    """The verdict over the decode lines of the last ``window_s`` seconds before ``now``.
+    """The verdict over the decode lines of the ``window_s`` seconds up to the newest one (logged within
+    the last half window before ``now``, else the server is idle).
 
     The baseline was measured at ``load`` requests in flight (the configured single-stream one at 1);
     a verdict needs every line of the window at that load, lines spanning at least three quarters of the
@@ -441,11 +442,12 @@ def steady_verdict(ts: list, gen_throughput: list, running_req: list, baseline_t
 
     if not baseline_tok_s or baseline_tok_s <= 0 or not load:
         return none("no baseline to compare with", "no baseline")
-    start = now - window_s
-    points = [(t, g, r) for t, g, r in zip(ts, gen_throughput, running_req)
-              if t is not None and start <= t <= now + 1.0 and g is not None and r is not None]
-    if not points:
-        return none(f"no decode line in the last {window_s:.0f} s (no request running)", "idle")
+    logged = [(t, g, r) for t, g, r in zip(ts, gen_throughput, running_req)
+              if t is not None and t <= now + 1.0 and g is not None and r is not None]
+    if not logged or now - logged[-1][0] > window_s / 2:  # lines come every few decode steps while busy
+        return none(f"no decode line in the last {window_s / 2:.0f} s (no request running)", "idle")
+    start = logged[-1][0] - window_s  # the window ends at the newest line
+    points = [p for p in logged if p[0] >= start]
     loads = [int(r) for _t, _g, r in points]
     if any(r != load for r in loads):
         return none(f"load differs from the baseline's (baseline: {_in_flight(load)}; the last {window_s:.0f} s: "

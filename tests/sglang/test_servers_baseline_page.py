@@ -87,12 +87,13 @@ def test_the_baseline_measured_at_the_concurrency_the_server_runs(page, monkeypa
     for r in (_baseline(90.0, 1), _baseline(620.0, 16), _baseline(300.0, 4, target="GLM-5-NVFP4")):
         bench.insert(r)
 
-    # one request: 82.3 against the 90.0 measured at concurrency 1 is slower, amber (0.91)
+    # one request: 82.3 against the 90.0 measured at concurrency 1 (0.91); these lines are minutes old, so the
+    # headline gives no verdict (one needs a steady window of recent lines at the baseline's load)
     decode(82.3, 1)
     at = AppTest.from_file(PAGE, default_timeout=30)
     m, text = _run(at)
     agg = m["aggregate tok/s"]
-    assert agg.value == "82.3" and agg.delta == "0.91× baseline" and _colour(agg) == "orange"
+    assert agg.value == "82.3" and agg.delta == "no verdict: idle" and _colour(agg) == "gray"
     assert not m["per-request tok/s"].delta  # the measured baseline meets the aggregate, not this
     assert ("aggregate 82.3 tok/s at 1 running request vs baseline 90.0 tok/s measured at concurrency 1, "
             "2026-11-29 (0.91×)") in text
@@ -100,11 +101,11 @@ def test_the_baseline_measured_at_the_concurrency_the_server_runs(page, monkeypa
     fig = at.get("plotly_chart")[2].proto.spec  # the aggregate chart carries the baseline it met
     assert "baseline at concurrency 1: 90.0" in fig
 
-    # sixteen requests: 744.0 against the 620.0 measured at 16 is faster, green (1.20)
+    # sixteen requests: 744.0 against the 620.0 measured at 16 (1.20)
     decode(744.0, 16)
     m, text = _run(at)
     agg = m["aggregate tok/s"]
-    assert agg.delta == "1.20× baseline" and _colour(agg) == "green"
+    assert agg.delta == "no verdict: idle" and _colour(agg) == "gray"
     assert ("aggregate 744.0 tok/s at 16 running requests vs baseline 620.0 tok/s measured at concurrency 16, "
             "2026-11-29 (1.20×)") in text
     assert "baseline at concurrency 16: 620.0" in at.get("plotly_chart")[2].proto.spec
@@ -114,7 +115,7 @@ def test_the_baseline_measured_at_the_concurrency_the_server_runs(page, monkeypa
     decode(700.0, 12)
     m, text = _run(at)
     agg = m["aggregate tok/s"]
-    assert agg.delta == "1.13× base @16" and _colour(agg) == "gray"
+    assert agg.delta == "no verdict: idle" and _colour(agg) == "gray"
     assert "(nearest measured: 16, the server runs 12): 1.13×, but not at the same load" in text
     assert "**No baseline measured at concurrency 12** (measured at 1, 16)" in text
     assert "`python -m backend.cli bench sweep sim --baseline-only --concurrency 12`" in text
@@ -157,13 +158,14 @@ def test_no_baseline_stored_says_so_offers_to_measure_and_falls_back_to_the_conf
     assert "Fallback, configured: " in text
     assert "per-request decode (4 running requests) 34.1 tok/s (= aggregate 136.5 ÷ 4) vs single-stream " \
            "baseline 90.0 tok/s (0.38×)" in text
-    assert m["per-request tok/s"].delta == "0.38× baseline" and _colour(m["per-request tok/s"]) == "red"
+    assert m["per-request tok/s"].delta == "no verdict: idle" and _colour(m["per-request tok/s"]) == "gray"
     assert not m["aggregate tok/s"].delta
 
     # a baseline measured afterwards is picked up at the next refresh, without a reload
     BenchStore(rt.store).insert(_baseline(350.0, 4))
     m, text = _run(at)
-    assert m["aggregate tok/s"].delta == "0.39× baseline" and _colour(m["aggregate tok/s"]) == "red"
+    assert m["aggregate tok/s"].delta == "no verdict: idle" and _colour(m["aggregate tok/s"]) == "gray"
+    assert "baseline 350.0 tok/s measured at concurrency 4" in text and "(0.39×)" in text
     assert "Fallback" not in text and "No measured baseline" not in text
 
 
