@@ -147,3 +147,41 @@ def test_gather_reads_a_regeneration_from_its_progress_log(tmp_path):
     # nothing completed for the stall time since
     later = {a.rule for a in evaluate(dataclasses.replace(snap, now=now + 601), th)}
     assert "regen-stalled" in later
+
+
+def test_gather_reads_gpus_from_telemetry(tmp_path):
+    """Memory, the throttle reasons that slow a GPU (not an idle clock), and who holds it: only running
+    jobs count, and their utilisation history is read for the idle rule."""
+    from types import SimpleNamespace
+
+    from backend.alerts.rules import evaluate
+    from backend.telemetry.model import GpuSample, Series
+
+    now = float(int(time.time()))
+    gib = 1024 ** 3
+    gpus = (GpuSample(0, now, None, None, None, mem_used=79 * gib, mem_total=80 * gib, throttle=("gpu_idle",)),
+            GpuSample(1, now, None, None, None, mem_used=10 * gib, mem_total=80 * gib,
+                      throttle=("sw_thermal", "gpu_idle")),
+            GpuSample(2, now, None, None, None, lost=True))
+    attribution = SimpleNamespace(jobs_on=lambda i: {0: ("regen", "stopped-job"), 1: ("stopped-job",)}.get(i, ()))
+    snap = SimpleNamespace(gpus=gpus, attribution=attribution, interval_s=1.0)
+    asked = []
+
+    def history(index, field, since):
+        asked.append((index, field))
+        ts = tuple(now - 300 + i for i in range(301))
+        return Series(field, index, ts, (0.0,) * len(ts))
+
+    views = [SimpleNamespace(name="regen", state=SimpleNamespace(value="RUNNING")),
+             SimpleNamespace(name="stopped-job", state=SimpleNamespace(value="EXITED"))]
+    ws = _ws(tmp_path / "ws", "")
+    rt = SimpleNamespace(workspace=ws, jobs=lambda: [], fleet=None, store=None,
+                         supervisor=SimpleNamespace(views=lambda: views, view=lambda name: None),
+                         telemetry=SimpleNamespace(latest=lambda: snap, history=history))
+    got = gather(rt, now).gpus
+    assert [g.index for g in got] == [0, 1]  # the lost GPU left out
+    assert got[0].held_by == ("regen",) and got[1].held_by == ()
+    assert got[0].throttle == () and got[1].throttle == ("sw_thermal",)
+    assert asked == [(0, "util_gpu")]
+    fired = {a.key for a in evaluate(gather(rt, now), thresholds_of(ws.config.alerts))}
+    assert {"gpu-memory:0", "gpu-idle:0", "gpu-throttle:1"} <= fired and "gpu-idle:1" not in fired
