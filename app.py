@@ -22,22 +22,55 @@ HERE = Path(__file__).resolve().parent
 st.set_page_config(page_title="Specdeck", page_icon=str(HERE / "ui" / "static" / "specdeck.png"), layout="wide")
 
 
+# (file, title, icon, URL path): every page has its own path, /servers included
+PAGES = (
+    ("pages/servers.py", "Servers", ":material/dns:", "servers"),
+    ("pages/regeneration.py", "Regeneration", ":material/autorenew:", "regeneration"),
+    ("pages/training.py", "Training", ":material/model_training:", "training"),
+    ("pages/benchmarks.py", "Benchmarks", ":material/speed:", "benchmarks"),
+    ("pages/processes.py", "Processes", ":material/terminal:", "processes"),
+    ("pages/gpus.py", "GPUs", ":material/memory:", "gpus"),
+)
+
+
 def _pages() -> list:
-    pages = []
-    for file, title, icon in (
-        ("pages/servers.py", "Servers", ":material/dns:"),
-        ("pages/regeneration.py", "Regeneration", ":material/autorenew:"),
-        ("pages/training.py", "Training", ":material/model_training:"),
-        ("pages/benchmarks.py", "Benchmarks", ":material/speed:"),
-        ("pages/processes.py", "Processes", ":material/terminal:"),
-        ("pages/gpus.py", "GPUs", ":material/memory:"),
-    ):
-        if (HERE / file).exists():
-            pages.append(st.Page(file, title=title, icon=icon))
-    return pages
+    return [st.Page(file, title=title, icon=icon, url_path=path)
+            for file, title, icon, path in PAGES if (HERE / file).exists()]
 
 
+def _home(pages: list):
+    """The page at /: it opens the first page at its own path, keeping the query (Streamlit answers the
+    default page only at /, so a page that is the default could not be opened at its own path)."""
+    def home() -> None:
+        st.switch_page(pages[0], query_params=dict(st.query_params))
+
+    return st.Page(home, title="Home", url_path="home", default=True, visibility="hidden")
+
+
+def _early_frame() -> tuple:
+    """The frame before the workspace is open (the first run of a fresh dashboard opens it for several
+    seconds): the page names in the sidebar and a line saying what is happening, in place of the
+    ``pages/`` folder's file names and a blank page.  A page's URL opened first (run by that folder's
+    mechanism, which sends the session here) is opened again at its own path."""
+    pages = _pages()
+    hidden = [st.Page("pages/login.py", title="Sign in", url_path="login", visibility="hidden")]
+    st.navigation([_home(pages), *pages, *hidden])  # the names at once; the navigation below replaces it
+    wanted = st.session_state.pop(WANTED_PAGE, None)
+    if wanted is not None:
+        for page in pages:
+            if page.url_path == Path(wanted).stem:
+                st.switch_page(page)
+    head = st.sidebar.empty()
+    head.markdown("### Specdeck")
+    opening = st.empty()
+    opening.caption("Opening the workspace…")
+    return head, opening
+
+
+_head, _opening = _early_frame()
 rt = runtime(gate=False)
+_opening.empty()
+_head.empty()  # a session that is not signed in sees nothing of the frame
 # a session that may not view gets the sign-in page and nothing else: the run ends there
 access = gate(rt, [page.url_path for page in _pages()])
 rt = runtime(show_config_error=True)
@@ -68,8 +101,8 @@ def _sidebar_status() -> None:
         (st.error if level == "error" else st.warning if level == "warning" else st.info)(text)
 
 
+_head.markdown(f"### Specdeck\n**Workspace:** {rt.workspace.name}")
 with st.sidebar:
-    st.markdown(f"### Specdeck\n**Workspace:** {rt.workspace.name}")
     if access.can_see_data:
         st.caption(str(rt.workspace.root))
     if rt.workspace.is_demo:
@@ -81,10 +114,5 @@ mark_frame()
 store_banner(rt, show_paths=access.can_see_data)  # above every page while the state store is damaged or cannot be written
 pages = _pages()
 pages += frame_gate(rt, pages)  # the login gate: banner, account box, sign-in page
-nav = st.navigation(pages)
-wanted = st.session_state.pop(WANTED_PAGE, None)
-if wanted is not None:  # a page's URL was opened before the frame had run: open it now
-    for page in pages:
-        if page.url_path == Path(wanted).stem:
-            st.switch_page(page)
+nav = st.navigation([_home(pages), *pages])
 nav.run()
