@@ -6,6 +6,10 @@ calls NVML or psutil itself.
 
 from __future__ import annotations
 
+from ui.context import require_frame  # first: a page run without the frame goes to it before the imports below
+
+require_frame(__file__)
+
 import time
 
 import pandas as pd
@@ -14,7 +18,7 @@ import streamlit as st
 from ui import charts, fmt
 from ui.auth import control_lock, data_lock, live_fragment
 from ui.components import freshness, page_header
-from ui.context import actor, require_frame, runtime
+from ui.context import actor, runtime
 
 REFRESH_S = 2
 HISTORY_REFRESH_S = 5
@@ -57,7 +61,6 @@ THROTTLE_LABELS = {
     "hw_thermal": "thermal (hw)", "hw_power_brake": "power brake (hw)", "display_clocks": "display clocks",
 }
 
-require_frame(__file__)
 rt = runtime()
 sampler = getattr(rt, "telemetry", None)
 
@@ -132,7 +135,7 @@ def _key_figures(snap) -> None:
     c = st.columns(3) + st.columns(3)  # two rows of three: every figure whole at 1024 px
     lost = len(gpus) - len(alive)
     counted = bool(gpus) or snap.state.ok
-    c[0].metric("GPUs", f"{len(gpus)}" if counted else NA, delta=f"-{lost} lost" if lost else None,
+    c[0].metric("GPUs", f"{len(gpus)}" if counted else NA, delta=f"-{lost} GPU{'s' if lost > 1 else ''} lost" if lost else None,
                 help=None if gpus else ("NVML reports no GPUs on this machine" if counted
                                         else f"N/A: {snap.state.message or 'no GPU reading'}"))
     c[1].metric("Mean utilisation", fmt.pct(sum(utils) / len(utils)) if utils else NA,

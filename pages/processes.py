@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from ui.context import require_frame  # first: a page run without the frame goes to it before the imports below
+
+require_frame(__file__)
+
 import shlex
 import time
 
@@ -14,12 +18,12 @@ from state import audit
 from ui import fmt
 from ui.auth import control_lock, data_lock, live_fragment, show_data_lock
 from ui.components import code_span, confirm_box, freshness, log_block, page_header, path_text
-from ui.context import actor, require_frame, runtime
+from ui.context import actor, runtime
 
 REFRESH_S = 2
+NA = fmt.NA  # a missing value in a table: never a blank cell
 TAIL_KEEP_CHARS = 64_000
 
-require_frame(__file__)
 rt = runtime()
 sup = rt.supervisor
 
@@ -48,12 +52,12 @@ def overview() -> None:
             "name": v.name,
             "kind": v.kind.value,
             "state": fmt.state_text(v.state.value, v.exit_code, stopped=fmt.stopped_by_user(v.detail)),
-            "uptime": fmt.duration(v.uptime_s) if v.uptime_s is not None else "",
-            "pid": "" if v.pid is None else str(v.pid),
+            "uptime": fmt.duration(v.uptime_s) if v.uptime_s is not None else NA,
+            "pid": NA if v.pid is None else str(v.pid),
             "readiness": v.readiness + (" ✓" if v.ready else "") if v.readiness != "none" else "none",
             "restarts": v.tries,
-            "since": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(v.state_since)) if v.state_since else "",
-            "detail": v.detail or "",
+            "since": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(v.state_since)) if v.state_since else NA,
+            "detail": v.detail or NA,
         })
     st.table(pd.DataFrame(rows), hide_index=True)  # wraps long details instead of cutting them
     freshness(rt.loop.last_poll_at, REFRESH_S, "states checked")
@@ -169,8 +173,8 @@ def history_and_audit(proc: str) -> None:
     hist = sup.history(proc)
     hdf = pd.DataFrame([{
         "at": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.at)),
-        "from": e.from_state or "", "to": e.to_state, "pid": "" if e.pid is None else str(e.pid),
-        "exit code": "" if e.exit_code is None else str(e.exit_code), "detail": e.detail or "",
+        "from": e.from_state or NA, "to": e.to_state, "pid": NA if e.pid is None else str(e.pid),
+        "exit code": NA if e.exit_code is None else str(e.exit_code), "detail": e.detail or NA,
     } for e in reversed(hist)])
     if hdf.empty:
         st.caption("No transitions yet.")
@@ -183,8 +187,8 @@ def history_and_audit(proc: str) -> None:
     entries = audit.recent(rt.store, limit=200)
     adf = pd.DataFrame([{
         "at": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.at)),
-        "actor": e.actor, "client": e.client, "source": e.source, "action": e.action, "target": e.target,
-        "outcome": e.outcome, "detail": e.detail,
+        "actor": e.actor or NA, "client": e.client or NA, "source": e.source, "action": e.action,
+        "target": e.target, "outcome": e.outcome, "detail": e.detail or NA,
     } for e in entries])
     if adf.empty:
         st.caption("No control actions yet.")

@@ -119,6 +119,12 @@ def test_exited_process_shows_its_exit_code(workspace):
     table = at.table[0].value
     row = table[table["name"] == "oneshot"].iloc[0]
     assert row["state"] == "✕ EXITED 3"  # the exit code is part of the state
+    # a process not running has no uptime and no pid: N/A, never a blank cell, here and in its history
+    assert (row["uptime"], row["pid"]) == ("N/A", "N/A")
+    assert "" not in set(table.astype(str).stack())
+    at.selectbox(key="proc-selected").select("oneshot").run()
+    history = at.table[1].value
+    assert "" not in set(history.astype(str).stack()) and "N/A" in set(history.astype(str).stack())
 
 
 @pytest.mark.timeout(90)

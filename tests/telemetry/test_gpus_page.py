@@ -243,7 +243,7 @@ def test_a_lost_gpu_and_a_failed_host_reading(tmp_path, monkeypatch, close_runti
     at = AppTest.from_file(PAGE, default_timeout=60).run()
     assert not at.exception, at.exception
     gpus = _metrics(at, "GPUs")[0]
-    assert gpus.value == "8" and "1 lost" in gpus.proto.delta
+    assert gpus.value == "8" and gpus.proto.delta == "-1 GPU lost"  # the delta carries its unit
     lost_tile = [m for m in _tile_heads(at) if m.value.startswith("**GPU 3**")]
     assert len(lost_tile) == 1 and "LOST" in lost_tile[0].value
     lost_slow = _line_for(_slow_lines(at), 3)
