@@ -189,3 +189,75 @@ def findings_list(findings, *, info: bool = True) -> None:
     if info and notes:
         st.markdown(fmt.data_markdown("\n".join(f"- ○ **{f.code}**: {f.found}" + (f" *Fix:* {f.fix}" if f.fix else "")
                                                  for f in notes)))
+
+
+_ALERT_BOX = {"error": st.error, "warning": st.warning, "info": st.info}
+
+
+def alerts_panel(rt, *, key: str = "alerts") -> None:
+    """The alerts engine's active alerts, errors first: each with its time, what to do and a link to its
+    page, and Acknowledge and Mute (its rule for 4 h) buttons; then the notification channels and a
+    button that sends them a test.  Every action is authorised and audited through ``rt.act``."""
+    engine = getattr(rt, "alerts", None)
+    if engine is None:
+        return
+    lock = control_lock(rt)
+    now = time.time()
+    shown = engine.visible(now)
+    if not shown:
+        st.caption("No active alerts.")
+    for rec in shown:
+        age = fmt.duration(now - rec.fired_at)
+        _ALERT_BOX.get(rec.severity, st.warning)(
+            f"**{rec.title}**  \n{rec.action}  \n[open]({rec.link}) · since "
+            f"{time.strftime('%H:%M', time.localtime(rec.fired_at))} ({age} ago)")
+        left, right = st.columns(2)
+        # callbacks: the action is done before the panel is drawn again, so the list follows it
+        left.button("Acknowledge", key=f"{key}-ack-{rec.id}", disabled=bool(lock),
+                    help=lock or "Hide it here and send no more notifications about it",
+                    on_click=_alert_action, args=(rt, "alert-ack", f"#{rec.id}", _ack(engine, rec.id),
+                                                  f"#{rec.id} acknowledged"))
+        right.button("Mute 4 h", key=f"{key}-mute-{rec.id}", disabled=bool(lock),
+                     help=lock or f"Mute every {rec.rule} alert for 4 hours",
+                     on_click=_alert_action, args=(rt, "alert-mute", rec.rule, _mute(engine, rec.rule, 4.0),
+                                                   f"{rec.rule} muted for 4 h"))
+    channels = engine.notifier.channels()
+    st.caption("Notifications: " + ("; ".join(channels) if channels else
+                                    "none (set webhook = \"URL\" or command = [...] under [alerts] in the workspace file)"))
+    st.button("Send a test notification", key=f"{key}-test", disabled=bool(lock) or not channels,
+              help=lock or "Send a test message to the webhook and command under [alerts]",
+              on_click=_alert_action, args=(rt, "alert-test", "notifications", _test(engine), None))
+
+
+def _ack(engine, alert_id: int):
+    return lambda who: (True, f"acknowledged {engine.alerts.ack(alert_id, who).key}")
+
+
+def _mute(engine, rule: str, hours: float):
+    def mute(who: str):
+        m = engine.alerts.mute(rule, time.time() + hours * 3600, who)
+        return True, f"muted until {time.strftime('%Y-%m-%d %H:%M', time.localtime(m.until))}"
+    return mute
+
+
+def _test(engine):
+    def test(who: str):
+        sent = engine.test()
+        return bool(sent) and all(d.ok for d in sent), "; ".join(
+            f"{d.channel}: {'sent' if d.ok else 'FAILED'} ({d.detail})" for d in sent)
+    return test
+
+
+def _alert_action(rt, action: str, target: str, fn, done: str | None) -> None:
+    """``fn(name of the user)`` authorised and audited as ``action`` on ``target``."""
+    caller = actor()
+    try:
+        who, _ = rt.authorise(caller, action, target, "dashboard")
+        ok, message = rt.act(action, target, lambda: fn(who), actor=caller, source="dashboard")
+    except Exception as exc:  # refused or failed: the audit log has it
+        st.error(f"Could not {action.removeprefix('alert-')} {target}: {exc}")
+        return
+    if not ok:
+        st.error(message)
+    else:
+        st.toast(done or message, icon=":material/check_circle:")
