@@ -9,9 +9,10 @@ Formats (one module each; see their docstrings for the keys by version):
 * ``bench_serving_jsonl`` / ``bench_serving_report`` (SGLang), ``vllm_bench_serve_json`` /
   ``vllm_bench_serve_report`` (vLLM), ``serving_report`` (the banner, tool not shown) —
   :mod:`backend.bench.importers_serving`
-* ``one_batch_server_jsonl`` / ``_report`` / ``_table``, ``bench_speculative_jsonl``,
-  ``specforge_json`` / ``specforge_report`` / ``specforge_bench_eagle3`` /
-  ``specforge_speedup_jsonl`` / ``specforge_eval_report`` — :mod:`backend.bench.importers_other`
+* ``one_batch_server_jsonl`` / ``_report`` / ``_table``, ``bench_speculative_jsonl`` —
+  :mod:`backend.bench.importers_other`
+* ``specforge_json`` / ``specforge_report`` / ``specforge_bench_eagle3`` /
+  ``specforge_speedup_jsonl`` / ``specforge_eval_report`` — :mod:`backend.bench.importers_specforge`
 * ``csv`` (hand-entered numbers, documented header) — :mod:`backend.bench.importers_csv`
 
 A JSONL file may mix record kinds; a console log may hold many reports.  A
@@ -46,6 +47,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from backend.bench import importers_csv, importers_other as other, importers_serving as serving
+from backend.bench import importers_specforge as specforge
 from backend.bench.importers_json import JSONTextError, LDict, load_with_lines
 from backend.bench.records import BenchImportError, NotABenchmark, Parsed, Problem, audit_raw, check_result
 from backend.readcap import BENCH_FILE_MAX, TooLarge, read_bytes_whole, size_text
@@ -213,10 +215,10 @@ def _record(d: dict, path: str, line: int, raw: str) -> BenchResult | None:
             return other.one_batch_from_record(d, path, line, raw)
         if other.is_speculative_record(d):
             return other.speculative_from_record(d, path, line, raw)
-        if other.is_speedup_record(d):
-            return other.speedup_from_record(d, path, line, raw)
-        if other.is_specforge_result(d):
-            return other.specforge_from_result(d, path, line, raw)
+        if specforge.is_speedup_record(d):
+            return specforge.speedup_from_record(d, path, line, raw)
+        if specforge.is_specforge_result(d):
+            return specforge.specforge_from_result(d, path, line, raw)
     except (TypeError, AttributeError, KeyError, OverflowError) as exc:
         raise ValueError(f"a record that cannot be read ({type(exc).__name__}: {exc})") from None
     return None
@@ -231,8 +233,8 @@ def _parse_json(text: str, path: str) -> Parsed:
         except JSONTextError:
             doc = None
         if isinstance(doc, LDict):
-            if other.is_bench_eagle3_document(doc):
-                return other.parse_bench_eagle3(doc, path, lines)
+            if specforge.is_bench_eagle3_document(doc):
+                return specforge.parse_bench_eagle3(doc, path, lines)
             try:
                 result = _record(doc, path, doc.line, text.strip())
             except ValueError as exc:
@@ -288,8 +290,8 @@ def _is_json(line: str) -> bool:
 def _parse_console(text: str, path: str) -> Parsed:
     lines = text.splitlines()
     context = server_context(lines)
-    parts = [serving.parse_report(text, path, context), other.parse_specforge_report(text, path),
-             other.parse_specforge_eval(text, path, context), other.parse_specforge_lines(text, path)]
+    parts = [serving.parse_report(text, path, context), specforge.parse_specforge_report(text, path),
+             specforge.parse_specforge_eval(text, path, context), specforge.parse_specforge_lines(text, path)]
     printed = other.parse_one_batch_report(text, path)
     parts.append(printed)
     if not printed.results:  # the table repeats the printed cases
@@ -345,7 +347,7 @@ def launch_config(command: str) -> BenchConfig | None:
         return None
     got: dict[str, object] = {}
     if "ServerArgs(" in command:
-        kv = other.key_values(command[command.find("ServerArgs("):])
+        kv = specforge.key_values(command[command.find("ServerArgs("):])
         for key, field in (("model_path", "target_model"), ("served_model_name", "target_model"),
                            ("speculative_algorithm", "algorithm"), ("speculative_draft_model_path", "draft_model"),
                            ("speculative_num_steps", "num_steps"), ("speculative_eagle_topk", "topk"),
