@@ -19,6 +19,8 @@ from ui.bench.sweep import sweep_panel
 from ui.components import page_header
 from ui.context import require_frame, runtime
 
+LEVEL_COLOUR = {"good": "green", "warn": "orange", "bad": "red", "none": "gray"}
+
 require_frame(__file__)
 rt = runtime()
 
@@ -38,17 +40,26 @@ if invalid:
         + (f" (and {len(invalid) - 3} more)" if len(invalid) > 3 else "")), icon=":material/report:")
 
 # -- key figures -----------------------------------------------------------------------------
-pairs = [p for p in bench_charts.speedups(results) if p.ratio is not None]
+# The workspace's servers and their configured single-stream baselines: the same answer as the Servers page's.
+configured = {name: (rt.fleet.config(name).model_path, rt.fleet.config(name).served_model_name,
+                     rt.fleet.config(name).baseline_tok_s) for name in rt.fleet.names()}
+all_pairs = bench_charts.speedups(results, configured)
+verdicts = bench_charts.verdicts(all_pairs)
+pairs = [p for p in all_pairs if p.ratio is not None]
 best = max(pairs, key=lambda p: p.ratio, default=None)
+best_verdict = verdicts[best.run.id] if best else None
 s = data.summary(results)
 k = st.columns(4)
 k[0].metric("results", fmt.count(s.runs), help="benchmark results stored in this workspace, run here or imported")
 k[1].metric("servers", fmt.count(s.servers), help=", ".join(f"{n}: {c}" for n, c in sorted(s.by_server.items())))
 k[2].metric("best speedup at the same load", f"{best.ratio:.2f}×" if best else fmt.NA,
-            delta=f"#{best.run.id} {data.server_of(best.run)}, concurrency {fmt.count(best.run.load.concurrency)}"
-            if best else None, delta_color="off", delta_arrow="off",
+            delta=f"{data.verdict_text(best_verdict)} · #{best.run.id} {data.server_of(best.run)}, concurrency "
+                  f"{fmt.count(best.run.load.concurrency)}" if best else None,
+            delta_color=LEVEL_COLOUR[best_verdict.level] if best else "off",
+            delta_arrow=("up" if best.ratio >= 1 else "down") if best else "off",
             help="a speculative run's tok/s over the baseline's of the same server at the same concurrency and "
-                 "lengths" + ("" if best else ": no run has a baseline at its load yet"))
+                 f"lengths ({best.baseline_text if best else ''}); {data.VERDICT_HELP}"
+                 if best else "no run has a baseline at its load yet")
 k[3].metric("newest result", fmt.age(time.time() - s.newest) if s.newest else fmt.NA,
             help="when the newest result ran (or, without a start time, was stored)")
 
@@ -76,8 +87,8 @@ def _column_config() -> dict:
     return out
 
 
-WIDE = {"label": "large", "server": "medium", "target": "medium", "draft": "medium", "dataset": "medium",
-        "source": "medium"}
+WIDE = {"verdict": "medium", "configuration": "large", "load": "medium", "label": "large", "server": "medium",
+        "target": "medium", "draft": "medium", "dataset": "medium", "source": "medium"}
 
 
 # -- sections ----------------------------------------------------------------------------------
@@ -86,14 +97,25 @@ def _marked(r):
     return replace(r, label=f"INVALID: {r.invalid}" + (f" · {r.label}" if r.label else ""))
 
 
+def _styled(df):
+    """The verdict and the speedup coloured by the verdict's level (the word is in the cell too)."""
+    def css(col):
+        return [data.LEVEL_CSS[verdicts[i].level] if verdicts.get(i) is not None else "" for i in df["id"]]
+
+    return df.style.apply(css, subset=["verdict", "speedup"])
+
+
 def _runs() -> None:
     rows = shown + [_marked(r) for r in data.apply_filters(invalid, chosen)]
-    df = data.table(rows)
+    df = data.table(rows, verdicts)
+    every = st.toggle(f"All {len(data.COLUMNS)} columns", key="bench-all-columns",
+                      help="latencies, lengths, the draft's settings, source, dates and the rest")
     st.caption(f"{fmt.count(len(rows))} of {fmt.count(len(stored))} results · newest first · N/A: not recorded. "
+               "Verdict and speedup against the baseline of the same server at the same load. "
                "The filters above apply here and to the charts; a baseline has no draft and stays whatever drafts "
                "are chosen, so each draft is seen beside it.")
-    st.dataframe(df, hide_index=True, width="stretch", key="bench-table", placeholder=fmt.NA,
-                 column_config=_column_config())
+    st.dataframe(_styled(df), hide_index=True, width="stretch", key="bench-table", placeholder=fmt.NA,
+                 column_config=_column_config(), column_order=None if every else data.LEAD)
     st.download_button("Download these results (CSV)", df.to_csv(index=False), "benchmarks.csv", mime="text/csv",
                        key="bench-csv")
     bench_import.delete_panel(rt, rows)
@@ -104,8 +126,8 @@ def _charts() -> None:
         st.caption("No result matches the filters.")
         return
     palette = bench_charts.page_palette(results)  # every configuration its colour, whatever the filters
-    bench_charts.tok_s_block(shown, palette)
-    bench_charts.speedup_block(shown)
+    bench_charts.tok_s_block(shown, palette, configured)
+    bench_charts.speedup_block(shown, configured)
     bench_charts.accept_block(shown, palette)  # full width: their legends name whole configurations
     bench_charts.over_time_block(shown, palette)
     bench_charts.latency_block(shown)

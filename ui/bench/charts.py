@@ -16,10 +16,12 @@ from typing import Iterable
 import plotly.graph_objects as go
 import streamlit as st
 
+from backend.bench import baseline
 from backend.bench.breakeven import pair_with_baselines
 from specdeck_types.bench import BenchResult
 from ui import charts, fmt
-from ui.bench.data import config_label, lengths, load_label, series_label, server_of, when
+from ui.bench.data import (Verdict, config_label, lengths, load_label, series_label, server_of, verdict, verdict_text,
+                           when)
 
 BASELINE_COLOUR = "#6b7280"
 MAX_BARS = 30  # speedup bars on screen (the newest runs)
@@ -96,11 +98,48 @@ def page_palette(results: Iterable[BenchResult]) -> dict[str, str]:
     return pal
 
 
-def tok_s_figure(results: list[BenchResult], palette: dict[str, str] | None = None) -> go.Figure:
+def target_key(r: BenchResult) -> str:
+    """The target a result measured, as its baselines are paired: the model's name (no case, a path's last
+    folder), else the server's name."""
+    t = (r.config.target_model or "").strip().rstrip("/")
+    return t.rsplit("/", 1)[-1].lower() if t else f"server {server_of(r)}"
+
+
+def by_target(results: Iterable[BenchResult]) -> dict[str, list[BenchResult]]:
+    """Results grouped by :func:`target_key`, named as the page shows them (the target, else the server)."""
+    out: dict[str, list[BenchResult]] = {}
+    names: dict[str, str] = {}
+    for r in results:
+        k = target_key(r)
+        names.setdefault(k, r.config.target_model.strip().rstrip("/").rsplit("/", 1)[-1]
+                         if r.config.target_model and r.config.target_model.strip() else server_of(r))
+        out.setdefault(k, []).append(r)
+    return {names[k]: v for k, v in sorted(out.items())}
+
+
+def configured_levels(results: list[BenchResult], configured: Configured | None) -> dict[str, float]:
+    """Server -> its configured single-stream baseline, for the servers among ``results`` with a speculative
+    run at concurrency 1 and no stored baseline of their target (where the Servers page uses it too)."""
+    out: dict[str, float] = {}
+    for r in results:
+        if not configured or r.server not in configured or r.is_baseline or r.load.concurrency != 1:
+            continue
+        model_path, served, tok = configured[r.server]
+        choice = baseline.server_baseline(results, server=r.server, model_path=model_path,
+                                          served_model_name=served, configured_tok_s=tok, running=1)
+        if choice.configured_applies:
+            out[r.server] = choice.configured_tok_s
+    return out
+
+
+def tok_s_figure(results: list[BenchResult], palette: dict[str, str] | None = None, title: str | None = None,
+                 configured: Configured | None = None) -> go.Figure:
     """Output tok/s against concurrency, a line per configuration; each baseline a dashed bar at each
-    concurrency it was measured at, labelled with its value."""
-    fig = charts.figure("Output tok/s against concurrency", y_title="output tok/s", height=380,
-                        range_buttons=False)
+    concurrency it was measured at, labelled with its value.  Give it the results of ONE target
+    (:func:`by_target`): a baseline is drawn only beside the runs it is compared with.  A configured
+    single-stream baseline (no stored one) is a dashed bar at concurrency 1, named as configured."""
+    fig = charts.figure("Output tok/s against concurrency" + (f": {title}" if title else ""),
+                        y_title="output tok/s", height=380, range_buttons=False)
     fig.update_layout(hovermode="closest")
     concs: list[int] = []
     lines = _points(results)
@@ -147,9 +186,20 @@ def tok_s_figure(results: list[BenchResult], palette: dict[str, str] | None = No
                 customdata=[[r.id, load_label(r), fmt.accept_len(r.accept_len)] for r in runs],
                 hovertemplate=name + "<br>%{y:,.1f} tok/s<br>run #%{customdata[0]}, "
                               "%{customdata[1]}<br>accept_len %{customdata[2]}<extra></extra>"))
+    levels = configured_levels(results, configured)
+    for server, tok in sorted(levels.items()):
+        who = "" if len(levels) == 1 else f"{server} "
+        fig.add_trace(go.Scatter(
+            x=[1 / 1.25, 1 * 1.25, None, 1], y=[tok, tok, None, tok], mode="lines+text",
+            name=wrap(f"{server} · configured single-stream baseline_tok_s (none measured)"),
+            line=dict(color=BASELINE_COLOUR, dash="dot", width=2),
+            text=["", "", "", f"{who}configured baseline {tok:,.1f}"], textposition="bottom center",
+            textfont=dict(color=BASELINE_COLOUR, size=11), hoverinfo="skip"))
+        concs.append(1)
     if concs:
         _log_axis(fig, concs)
-    top = max((r.results.output_tok_s for pts in lines.values() for r in pts.values()), default=0.0)
+    top = max([r.results.output_tok_s for pts in lines.values() for r in pts.values()] + list(levels.values()),
+              default=0.0)
     fig.update_yaxes(range=[0, top * 1.2 or 1])
     charts.legend_below(fig)
     return fig
@@ -157,27 +207,79 @@ def tok_s_figure(results: list[BenchResult], palette: dict[str, str] | None = No
 
 @dataclass(frozen=True)
 class Speedup:
-    """A speculative run against the baseline of the same server at the same load (or why there is none)."""
+    """A speculative run against the baseline of the same server at the same load (or why there is none).
+
+    ``baseline`` is the stored run without speculation; where none of the target is stored, the server's
+    configured single-stream ``baseline_tok_s`` stands in at concurrency 1 (``baseline`` None,
+    ``baseline_tok_s`` set), the same answer as the Servers page's."""
 
     run: BenchResult
     baseline: BenchResult | None
     ratio: float | None
     why: str = ""
+    baseline_tok_s: float | None = None
+
+    @property
+    def has_baseline(self) -> bool:
+        return self.baseline_tok_s is not None
+
+    @property
+    def baseline_text(self) -> str:
+        """``#1: 90.0 tok/s``, ``configured 90.0 tok/s (single stream)``, or N/A."""
+        if self.baseline is not None:
+            return f"#{self.baseline.id}: {fmt.tok_s(self.baseline_tok_s)}"
+        if self.baseline_tok_s is not None:
+            return f"configured {fmt.tok_s(self.baseline_tok_s)} (single stream)"
+        return fmt.NA
 
 
-def speedups(results: Iterable[BenchResult]) -> list[Speedup]:
+# server name -> (model_path, served_model_name, configured baseline_tok_s): what the workspace file says
+Configured = dict[str, tuple[str | None, str | None, float | None]]
+
+
+def _configured(p, results: list[BenchResult], configured: Configured | None) -> Speedup | None:
+    """The configured single-stream baseline for a run with no stored one at its load, where the Servers
+    page would use it too (no baseline of the target stored) and the run is single-stream (concurrency 1)."""
+    run = p.run
+    if not configured or run.server not in configured:
+        return None
+    model_path, served, tok = configured[run.server]
+    choice = baseline.server_baseline(results, server=run.server, model_path=model_path, served_model_name=served,
+                                      configured_tok_s=tok, running=run.load.concurrency)
+    if not choice.configured_applies:
+        return None
+    if run.load.concurrency != 1:
+        return Speedup(run, None, None, f"{p.reason}; the configured baseline_tok_s "
+                                        f"{fmt.tok_s(choice.configured_tok_s)} is single-stream (concurrency 1)")
+    tok_s = run.results.output_tok_s
+    if tok_s is None:
+        return Speedup(run, None, None, "tok/s of this run was not recorded", choice.configured_tok_s)
+    return Speedup(run, None, tok_s / choice.configured_tok_s, baseline_tok_s=choice.configured_tok_s)
+
+
+def speedups(results: Iterable[BenchResult], configured: Configured | None = None) -> list[Speedup]:
     """Every speculative run, paired by :func:`pair_with_baselines` (same server or target, same
-    concurrency and lengths, newest baseline); the ratio needs both tok/s, not the accept_len."""
+    concurrency and lengths, newest baseline); the ratio needs both tok/s, not the accept_len.  Without a
+    stored baseline of its target, a single-stream run of a configured server is compared with the
+    server's configured ``baseline_tok_s`` (:func:`backend.bench.baseline.server_baseline`)."""
+    results = list(results)
     out = []
     for p in pair_with_baselines(results):
         tok = p.run.results.output_tok_s
         if p.baseline is None:
-            out.append(Speedup(p.run, None, None, p.reason))
+            out.append(_configured(p, results, configured) or Speedup(p.run, None, None, p.reason))
         elif tok is None:
-            out.append(Speedup(p.run, p.baseline, None, "tok/s of this run was not recorded"))
+            out.append(Speedup(p.run, p.baseline, None, "tok/s of this run was not recorded",
+                               p.baseline.results.output_tok_s))
         else:
-            out.append(Speedup(p.run, p.baseline, tok / p.baseline.results.output_tok_s))
+            base = p.baseline.results.output_tok_s
+            out.append(Speedup(p.run, p.baseline, tok / base, baseline_tok_s=base))
     return out
+
+
+def verdicts(pairs: Iterable[Speedup]) -> dict[int, Verdict | None]:
+    """Each speculative run's verdict (by result id), for the Runs table and the key figures."""
+    return {p.run.id: verdict(p.run, p.ratio, p.has_baseline) for p in pairs}
 
 
 def _ratio_colour(ratio: float) -> str:
@@ -209,10 +311,9 @@ def speedup_figure(pairs: list[Speedup]) -> go.Figure | None:
         y=[run_tag(p.run) for p in shown], x=[p.ratio for p in shown], orientation="h",
         marker_color=[_ratio_colour(p.ratio) for p in shown],
         text=[f"{p.ratio:.2f}×" for p in shown], textposition="auto",
-        customdata=[[p.run.results.output_tok_s, p.baseline.results.output_tok_s, p.baseline.id, run_name(p.run)]
-                    for p in shown],
-        hovertemplate="%{customdata[3]}<br>%{x:.2f}×: %{customdata[0]:,.1f} against %{customdata[1]:,.1f} tok/s "
-                      "(baseline run #%{customdata[2]})<extra></extra>", showlegend=False))
+        customdata=[[p.run.results.output_tok_s, p.baseline_text, run_name(p.run)] for p in shown],
+        hovertemplate="%{customdata[2]}<br>%{x:.2f}×: %{customdata[0]:,.1f} tok/s against baseline "
+                      "%{customdata[1]}<extra></extra>", showlegend=False))
     fig.add_vline(x=1.0, line_dash="dash", line_color=BASELINE_COLOUR,
                   annotation_text="baseline 1.00×", annotation_position="top")
     fig.update_layout(hovermode="closest", yaxis=dict(autorange="reversed", automargin=True),
@@ -223,12 +324,12 @@ def speedup_figure(pairs: list[Speedup]) -> go.Figure | None:
 def speedup_rows(pairs: list[Speedup]) -> list[dict]:
     rows = []
     for p in pairs:
-        b = p.baseline
         rows.append({
             "run": f"#{p.run.id}", "server": server_of(p.run), "configuration": config_label(p.run),
             "load": load_label(p.run), "tok/s": fmt.tok_s(p.run.results.output_tok_s),
-            "baseline": f"#{b.id}: {fmt.tok_s(b.results.output_tok_s)}" if b is not None else fmt.NA,
+            "baseline": p.baseline_text,
             "speedup": f"{p.ratio:.2f}×" if p.ratio is not None else f"{fmt.NA}: {p.why}",
+            "verdict": verdict_text(verdict(p.run, p.ratio, p.has_baseline)),
         })
     return rows
 
@@ -239,6 +340,7 @@ def accept_figure(results: list[BenchResult], palette: dict[str, str] | None = N
     fig = charts.figure("tok/s against accept_len", y_title="output tok/s", height=380, range_buttons=False)
     fig.update_layout(hovermode="closest")
     groups: dict[str, list[tuple[float, BenchResult, bool]]] = {}
+    no_tok: list[tuple[float, BenchResult, bool]] = []  # accept_len without tok/s: on the x axis, named
     missing = 0
     for r in results:
         tok = r.results.output_tok_s
@@ -247,6 +349,9 @@ def accept_figure(results: list[BenchResult], palette: dict[str, str] | None = N
             acc, lifetime = r.results.accept_len_lifetime, True
         if r.is_baseline:
             acc = 1.0
+        if tok is None and acc is not None and not r.is_baseline:
+            no_tok.append((acc, r, lifetime))
+            continue
         if tok is None or acc is None:
             missing += 1
             continue
@@ -263,8 +368,22 @@ def accept_figure(results: list[BenchResult], palette: dict[str, str] | None = N
             customdata=[[r.id, load_label(r), "server lifetime" if lt else "this run"] for _, r, lt in pts],
             hovertemplate="accept_len %{x:.2f} (%{customdata[2]}), %{y:,.1f} tok/s<br>run #%{customdata[0]}, "
                           "%{customdata[1]}<extra></extra>"))
+    if no_tok:
+        fig.add_trace(go.Scatter(
+            x=[a for a, _, _ in no_tok], y=[0.0] * len(no_tok), mode="markers+text", cliponaxis=False,
+            name="accept_len recorded, tok/s not (on the axis, not 0 tok/s)",
+            marker=dict(color=SLOWER, size=14, symbol="triangle-up-open", line=dict(width=2)),
+            text=[f"#{r.id} {server_of(r)}: accept_len {a:.2f}, tok/s N/A" for a, r, _ in no_tok],
+            textposition="top right", textfont=dict(color=SLOWER, size=11),
+            customdata=[[r.id, load_label(r), config_label(r), "server lifetime" if lt else "this run"]
+                        for _, r, lt in no_tok],
+            hovertemplate="accept_len %{x:.2f} (%{customdata[3]}), tok/s not recorded<br>run #%{customdata[0]}, "
+                          "%{customdata[2]}, %{customdata[1]}<extra></extra>"))
     fig.update_xaxes(title="accept_len")
     _headroom(fig)
+    if no_tok:
+        xs = [t for tr in fig.data for t in (tr.x or ()) if isinstance(t, (int, float))]
+        fig.update_xaxes(range=[min(0.9, min(xs) - 0.1), max(xs) + 0.4])
     charts.legend_below(fig)
     return fig, missing
 
@@ -335,21 +454,25 @@ def over_time_figure(results: list[BenchResult], palette: dict[str, str] | None 
 
 # -- drawing ------------------------------------------------------------------------------
 
-def tok_s_block(results: list[BenchResult], palette: dict[str, str]) -> None:
+def tok_s_block(results: list[BenchResult], palette: dict[str, str], configured: Configured | None = None) -> None:
     drawn = [r for r in results if r.load.concurrency is not None and r.results.output_tok_s is not None]
     if not drawn:
         st.caption("tok/s against concurrency: no run with both a concurrency and a tok/s yet.")
         return
-    st.plotly_chart(tok_s_figure(results, palette), width="stretch", key="bench-tok-chart")
+    groups = by_target(drawn)
+    for i, (name, group) in enumerate(groups.items()):
+        st.plotly_chart(tok_s_figure(group, palette, name if len(groups) > 1 else None, configured),
+                        width="stretch", key=f"bench-tok-chart-{i}")
     left_out = len(results) - len(drawn)
-    st.caption("Each line is one server's configuration at one pair of input/output lengths, the newest run "
-               "at each concurrency; the dashes are the runs without speculation at the concurrency they were "
-               "measured at." + (f" {left_out} run(s) without a concurrency or a tok/s are not drawn."
-                                       if left_out else ""))
+    st.caption("One chart per target model: a baseline is drawn only beside the runs of its own target. Each line "
+               "is one server's configuration at one pair of input/output lengths, the newest run at each "
+               "concurrency; the dashes are the runs without speculation at the concurrency they were measured at "
+               "(dotted: the server's configured single-stream baseline_tok_s, where none is stored)."
+               + (f" {left_out} run(s) without a concurrency or a tok/s are not drawn." if left_out else ""))
 
 
-def speedup_block(results: list[BenchResult]) -> None:
-    pairs = speedups(results)
+def speedup_block(results: list[BenchResult], configured: Configured | None = None) -> None:
+    pairs = speedups(results, configured)
     if not pairs:
         st.caption("Speedup: no speculative run among these results.")
         return
@@ -367,7 +490,7 @@ def speedup_block(results: list[BenchResult]) -> None:
         st.table(rows, hide_index=True)  # wraps the reasons instead of cutting them
     else:
         st.dataframe(rows, hide_index=True, width="stretch", key="bench-speedup-table")
-    lacking = sorted({(server_of(p.run), p.run.load.concurrency) for p in pairs if p.baseline is None},
+    lacking = sorted({(server_of(p.run), p.run.load.concurrency) for p in pairs if not p.has_baseline},
                      key=lambda x: (x[0], x[1] or 0))
     if lacking:
         st.info("No baseline for " + "; ".join(f"**{s}** at concurrency {fmt.count(c)}" for s, c in lacking)
@@ -381,7 +504,9 @@ def accept_block(results: list[BenchResult], palette: dict[str, str]) -> None:
         st.caption("accept_len against tok/s: no run with both figures yet.")
         return
     st.plotly_chart(fig, width="stretch", key="bench-accept-chart")
-    st.caption("Filled dots: the run's own accept_len; open dots: only the server's lifetime average was recorded."
+    st.caption("Filled dots: the run's own accept_len; open dots: only the server's lifetime average was recorded; "
+               "red triangles on the axis: an accept_len without a recorded tok/s (at 1.00 the draft is never "
+               "accepted, so speculation cannot pay)."
                + (f" {missing} run(s) lack accept_len or tok/s and are not drawn." if missing else ""))
 
 

@@ -13,6 +13,8 @@ from typing import Iterable
 
 import pandas as pd
 
+from backend.sglang.alerts import ACCEPT_FLOOR
+from backend.sglang.livefigures import THRESHOLDS_TEXT, ratio_level
 from specdeck_types.bench import BenchResult
 
 NA = "N/A"
@@ -129,9 +131,58 @@ def _date(ts: float | None):
     return pd.Timestamp(datetime.fromtimestamp(ts)) if ts is not None else pd.NaT
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """Does speculation pay in this run: a word, and the level that colours it (the Servers page's mapping)."""
+
+    word: str
+    level: str  # good / warn / bad / none
+    ratio: float | None = None
+
+
+PAYS, DOES_NOT_PAY, NO_BASELINE = "pays", "does not pay", "no baseline at this load"
+LEVEL_CSS = {"good": "color: #15803d; font-weight: 600", "warn": "color: #b45309; font-weight: 600",
+             "bad": "color: #b91c1c; font-weight: 600", "none": "color: #6b7280"}
+LEVEL_MARK = {"good": "✓", "warn": "✗", "bad": "✗", "none": "–"}
+
+
+def verdict(r: BenchResult, ratio: float | None, has_baseline: bool) -> Verdict | None:
+    """The verdict of a speculative run against its baseline at the same load (None for a baseline):
+    pays at ≥ 1.00×, does not pay below (amber 0.90-1.00×, red under); without a ratio, an accept_len at or
+    below the floor does not pay whatever the tok/s (the draft is never accepted: a round gives one token
+    and costs more than a plain step); otherwise no baseline at this load, or N/A when tok/s is missing."""
+    if r.is_baseline:
+        return None
+    if ratio is not None:
+        level = ratio_level(ratio)
+        return Verdict(PAYS if level == "good" else DOES_NOT_PAY, level, ratio)
+    acc = r.accept_len
+    if acc is not None and acc <= ACCEPT_FLOOR:
+        return Verdict(DOES_NOT_PAY, "bad")
+    if has_baseline:
+        return Verdict(f"{NA}: tok/s not recorded", "none")
+    return Verdict(NO_BASELINE, "none")
+
+
+def verdict_text(v: Verdict | None) -> str | None:
+    return None if v is None else f"{LEVEL_MARK[v.level]} {v.word}"
+
+
+VERDICT_HELP = (f"against the baseline of the same server at the same concurrency and lengths: pays at ≥ 1.00×; "
+                f"colours {THRESHOLDS_TEXT}; an accept_len at or below {ACCEPT_FLOOR:.2f} does not pay whatever "
+                "the tok/s (the draft is never accepted). Blank on a baseline.")
+
+# The columns that answer "does speculation pay?", shown first; the rest behind the table's toggle.
+LEAD = ("id", "verdict", "speedup", "server", "configuration", "load", "output tok/s", "accept_len")
+
 # Column name -> (dataframe dtype, printf-style display format); order is the table's order.
 COLUMNS: dict[str, tuple[str, str | None]] = {
     "id": ("Int64", "%d"),
+    "verdict": ("object", None),
+    "speedup": ("float64", "%.2f×"),
+    "configuration": ("object", None),
+    "load": ("object", None),
+    "accept_len": ("float64", "%.2f"),
     "server": ("object", None),
     "target": ("object", None),
     "draft": ("object", None),
@@ -161,7 +212,14 @@ COLUMNS: dict[str, tuple[str, str | None]] = {
     "date": ("datetime64[ns]", "YYYY-MM-DD HH:mm"),
     "stored": ("datetime64[ns]", "YYYY-MM-DD HH:mm"),
 }
+COLUMNS = {**{k: COLUMNS[k] for k in LEAD}, **{k: v for k, v in COLUMNS.items() if k not in LEAD}}
 HELP = {
+    "verdict": VERDICT_HELP,
+    "speedup": "output tok/s ÷ the baseline's at the same load (a stored run without speculation, else the "
+               "server's configured single-stream baseline_tok_s at concurrency 1); N/A: no baseline at this load",
+    "configuration": "the speculative configuration: algorithm · draft · steps · topk · draft tokens · CUDA graph",
+    "load": "concurrency and input/output lengths",
+    "accept_len": "the run's accept length, else the server's lifetime average",
     "accept_len (run)": "accept length measured during this run only",
     "accept_len (lifetime)": "the server's average since it started (bench_serving's accept_length)",
     "date": "when the run started (N/A: not recorded, e.g. hand-entered numbers)",
@@ -176,13 +234,17 @@ def _yes_no(v: bool | None) -> str | None:
     return None if v is None else ("on" if v else "off")
 
 
-def table(results: Iterable[BenchResult]) -> pd.DataFrame:
-    """One row per result, newest first, in :data:`COLUMNS`; missing figures are missing (NA), not 0."""
+def table(results: Iterable[BenchResult], verdicts: dict[int, Verdict | None] | None = None) -> pd.DataFrame:
+    """One row per result, newest first, in :data:`COLUMNS`; missing figures are missing (NA), not 0.
+    ``verdicts`` (by result id) fill the verdict and speedup columns."""
     rows = []
+    verdicts = verdicts or {}
     for r in results:
         c, ld, f = r.config, r.load, r.results
+        v = verdicts.get(r.id)
         rows.append({
-            "id": r.id, "server": server_of(r), "target": _short(c.target_model) if c.target_model else None,
+            "id": r.id, "verdict": verdict_text(v), "speedup": v.ratio if v is not None else None,
+            "configuration": config_label(r), "load": load_label(r), "accept_len": r.accept_len, "server": server_of(r), "target": _short(c.target_model) if c.target_model else None,
             "draft": None if r.is_baseline or not c.draft_model else _short(c.draft_model),
             "algorithm": c.algorithm, "steps": c.num_steps, "topk": c.topk, "draft tokens": c.num_draft_tokens,
             "CUDA graph": _yes_no(c.cuda_graph), "TP": c.tp, "dataset": ld.dataset, "concurrency": ld.concurrency,

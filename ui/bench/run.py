@@ -21,7 +21,11 @@ from backend.bench.client import BACKENDS, Load
 from backend.flows.bench_job import (DONE, FAILED, RUNNING, STOPPED, Progress, bench_process_spec, command_line, job_dir,
                                load_dict, preview, progress_path, read_progress)
 from backend.diskspace import low_space
+from specdeck_types.bench import BenchResult
+from state.bench import BenchStore
 from ui import fmt
+from ui.bench import charts as bench_charts
+from ui.bench import data
 from ui.auth import control_lock, data_lock, live_fragment, show_data_lock
 from ui.components import freshness, path_text, stop_control
 from ui.context import actor
@@ -261,7 +265,7 @@ def live_progress(rt) -> None:
     k[2].metric("elapsed", fmt.duration(end - prog.started_at))
     k[3].metric("results stored", fmt.count(len(prog.results)))
     if prog.results:
-        st.caption("Stored: " + ", ".join(f"#{i}" for i in prog.results) + " (in the Runs tab)")
+        stored_results(rt, prog.results)
     for bad in prog.invalid:
         st.warning(fmt.data_markdown(f"**Result #{bad.get('id')} is invalid**: {bad.get('why')}. It is kept in "
                                      "the Runs tab, marked, and left out of the comparisons."),
@@ -277,6 +281,55 @@ def live_progress(rt) -> None:
         freshness(prog.updated_at, REFRESH_S, "progress written")
     _stop(rt, view)
     show_new_results(prog.results)
+
+
+def result_rows(results: list[BenchResult], ids, configured) -> list[dict]:
+    """The key figures of the results ``ids`` among ``results`` (the workspace's stored ones): tok/s,
+    accept_len, the speedup against the baseline at the same load and the verdict (as the Runs table)."""
+    valid = [r for r in results if not r.invalid]
+    pairs = {p.run.id: p for p in bench_charts.speedups(valid, configured)}
+    by_id = {r.id: r for r in results}
+    rows = []
+    for i in ids:
+        r = by_id.get(int(i))
+        if r is None:
+            continue
+        p = pairs.get(r.id)
+        v = data.verdict(r, p.ratio, p.has_baseline) if p is not None and not r.invalid else None
+        if r.invalid:
+            word = f"invalid: {r.invalid}"
+        elif r.is_baseline:
+            word = "baseline (no speculation)"
+        else:
+            word = data.verdict_text(v)
+        rows.append({
+            "result": f"#{r.id}", "load": data.load_label(r), "tok/s": fmt.tok_s(r.results.output_tok_s),
+            "accept_len": fmt.accept_len(r.accept_len),
+            "speedup": f"{p.ratio:.2f}×" if p is not None and p.ratio is not None else fmt.NA,
+            "baseline": p.baseline_text if p is not None else fmt.NA, "verdict": word,
+            "_level": v.level if v is not None else "none",
+        })
+    return rows
+
+
+LEVEL_COLOUR = {"good": "green", "warn": "orange", "bad": "red", "none": "gray"}
+
+
+def stored_results(rt, ids) -> None:
+    """What the job stored, where it was started: each result's key figures and verdict."""
+    fleet = rt.fleet
+    configured = {n: (fleet.config(n).model_path, fleet.config(n).served_model_name, fleet.config(n).baseline_tok_s)
+                  for n in fleet.names()}
+    rows = result_rows(BenchStore(rt.store).list(), ids, configured)
+    if not rows:
+        return
+    st.markdown("**Stored results**")
+    for row in rows:
+        colour = LEVEL_COLOUR[row["_level"]]
+        st.markdown(fmt.data_markdown(
+            f"#{row['result'][1:]} · {row['load']}: **{row['tok/s']}**, accept_len **{row['accept_len']}**, "
+            f"speedup **{row['speedup']}** against baseline {row['baseline']} · :{colour}[**{row['verdict']}**]"))
+    st.caption("Also in the Runs tab, with every column.")
 
 
 def _stop(rt, view) -> None:
