@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from backend.regen.catalog import check_catalog
-from backend.workspace import WorkspaceConfig, dotted, locate
+from backend.tomllines import dotted, locate
+from backend.workspace import WorkspaceConfig
 
 
 def check_catalog_table(cfg: WorkspaceConfig, text: str, path: Path | str) -> list[str]:

@@ -9,7 +9,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from backend.sglang.config import ServerConfig
-from backend.workspace import WorkspaceConfig, describe_error, locate
+from backend.tomllines import describe_error, locate
+from backend.workspace import WorkspaceConfig
 
 
 def check_server_table(cfg: WorkspaceConfig, text: str, path: Path | str) -> list[str]:

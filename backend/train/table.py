@@ -11,7 +11,8 @@ from pydantic import ValidationError
 
 from backend.train.command import config_problems
 from backend.train.config import TrainRunConfig
-from backend.workspace import WorkspaceConfig, describe_error, dotted, locate
+from backend.tomllines import describe_error, dotted, locate
+from backend.workspace import WorkspaceConfig
 
 
 def check_train_table(cfg: WorkspaceConfig, text: str, path: Path | str) -> list[str]:
