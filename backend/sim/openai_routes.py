@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import queue
 import time
-from typing import TYPE_CHECKING, Any
+from http.server import BaseHTTPRequestHandler
+from typing import Any
 
 from backend.sim.logprobs import chat_logprobs, completion_logprobs
 from backend.sim.request import Request
 from backend.sim.sampling import (ApiError, Sampling, chat_sampling, check_request, completion_sampling,
                                   schema_error)
 
-if TYPE_CHECKING:
-    from backend.sim.routes import Handler
+# The request handler of backend.sim.routes (which calls these routes): its sim and reply helpers.
+Handler = BaseHTTPRequestHandler
 
 
 def _finish(r: Request) -> str:
@@ -37,7 +38,7 @@ def _usage(reqs: list[Request]) -> dict[str, Any]:
             "prompt_tokens_details": None, "reasoning_tokens": 0}
 
 
-def _submit(h: "Handler", prompt: str, ptoks: int, sp: Sampling, top: int | None) -> list[Request]:
+def _submit(h: Handler, prompt: str, ptoks: int, sp: Sampling, top: int | None) -> list[Request]:
     eng = h.sim.engine
     assert eng is not None
     q: "queue.Queue[tuple[str, Any]]" = queue.Queue()
@@ -46,7 +47,7 @@ def _submit(h: "Handler", prompt: str, ptoks: int, sp: Sampling, top: int | None
             for i in range(sp.n)]
 
 
-def chat(h: "Handler", body: dict[str, Any]) -> None:
+def chat(h: Handler, body: dict[str, Any]) -> None:
     if h.not_ready():
         return
     sim = h.sim
@@ -67,7 +68,7 @@ def chat(h: "Handler", body: dict[str, Any]) -> None:
     _respond(h, body, reqs, chat=True)
 
 
-def completions(h: "Handler", body: dict[str, Any]) -> None:
+def completions(h: Handler, body: dict[str, Any]) -> None:
     if h.not_ready():
         return
     sim = h.sim
@@ -91,7 +92,7 @@ def completions(h: "Handler", body: dict[str, Any]) -> None:
     _respond(h, body, reqs, chat=False)
 
 
-def _respond(h: "Handler", body: dict[str, Any], reqs: list[Request], *, chat: bool) -> None:
+def _respond(h: Handler, body: dict[str, Any], reqs: list[Request], *, chat: bool) -> None:
     sim = h.sim
     model = body.get("model") or sim.served_name
     created = int(time.time())
@@ -116,7 +117,7 @@ def _respond(h: "Handler", body: dict[str, Any], reqs: list[Request], *, chat: b
                       "choices": choices, "usage": _usage(reqs)})
 
 
-def _stream(h: "Handler", body: dict[str, Any], reqs: list[Request], *, chat: bool, model: str,
+def _stream(h: Handler, body: dict[str, Any], reqs: list[Request], *, chat: bool, model: str,
             created: int, rid: str) -> None:
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
     obj = "chat.completion.chunk" if chat else "text_completion"

@@ -11,7 +11,7 @@ import json
 import queue
 import time
 from http.server import BaseHTTPRequestHandler
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Iterator
 from urllib.parse import unquote
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -21,9 +21,6 @@ from backend.sim.logprobs import NativeLogprobs, native_logprobs
 from backend.sim.request import Request
 from backend.sim.sampling import ApiError, check_request, native_sampling, schema_error
 
-if TYPE_CHECKING:
-    from backend.sim.server import Sim
-
 AUTH_EXEMPT = ("/health", "/health_generate", "/metrics", "/ready")
 
 
@@ -31,7 +28,7 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "uvicorn"
     sys_version = ""
-    sim: "Sim"  # set on the subclass
+    sim: Any  # the running backend.sim.server.Sim, set on the subclass (which imports this module)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - silence default log
         return

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import random
 import time
-from typing import TYPE_CHECKING
+from typing import Any
 
 from backend.sim.request import Request
 
-if TYPE_CHECKING:
-    from backend.sim.server import Sim
 
 
-def traffic_loop(sim: "Sim", setting: str) -> None:
+def traffic_loop(sim: Any, setting: str) -> None:
+    """Requests in phases of concurrency through ``sim`` (the running backend.sim.server.Sim, which
+    starts this loop) until it stops."""
     rng = random.Random(sim.seed + 7)
     try:
         fixed = int(setting)
