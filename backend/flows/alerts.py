@@ -76,9 +76,13 @@ def _servers(rt: Any, now: float, th: Thresholds) -> tuple[ServerState, ...]:
                 if spec_on and speed:
                     cfg = fleet.config(v.name)
                     for c in {c for t, _, c in speed if t >= now - th.steady_window_s}:
-                        choice = baselines.choose(v.name, cfg.model_path, cfg.served_model_name, c)
+                        choice = baselines.choose(v.name, cfg.model_path, cfg.served_model_name, c,
+                                                  cfg.baseline_tok_s)
                         if choice.exact and choice.tok_s:
                             base[c] = choice.tok_s
+                        elif c == 1 and choice.configured_applies:
+                            # none stored: the configured single-stream figure, at the single-stream load only
+                            base[c] = float(choice.configured_tok_s)  # type: ignore[arg-type]
                 fields = dict(spec_on=spec_on, ready_at=snap.ready_ts, accept=tuple(acc[-2000:]),
                               speed=tuple(speed[-2000:]), baseline=base)
             except Exception:  # one server's monitor must not hide the others

@@ -185,3 +185,34 @@ def test_gather_reads_gpus_from_telemetry(tmp_path):
     assert asked == [(0, "util_gpu")]
     fired = {a.key for a in evaluate(gather(rt, now), thresholds_of(ws.config.alerts))}
     assert {"gpu-memory:0", "gpu-idle:0", "gpu-throttle:1"} <= fired and "gpu-idle:1" not in fired
+
+
+def test_the_configured_single_stream_baseline_counts_only_at_concurrency_1(tmp_path, monkeypatch):
+    """No baseline stored: the server's baseline_tok_s (90) stands in at one running request, never at four."""
+    from backend.sglang.runs import RunInfo
+    from tests.helpers import close_runtime
+    from tests.simws import make_models, page_workspace
+
+    target, draft = make_models(tmp_path / "m", draft="draft")
+    rt, log = page_workspace(tmp_path, monkeypatch, "alertsim1", target, draft)
+    try:
+        now = time.time()
+        t0 = float(int(now) - 400)
+        monkeypatch.setattr(rt.fleet, "_run", lambda name: RunInfo("r1", t0 + 0.2, True))
+        stamp = lambda t: time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))  # noqa: E731
+        lines = [f"===== specdeck: sim run r1 starting at {stamp(t0)}: python -m backend.sim.server\n",
+                 f"[{stamp(t0 + 10)}] The server is fired up and ready to roll!\n"]
+        for i in range(36):
+            running = 1 if i < 18 else 4
+            lines.append(f"[{stamp(t0 + 20 + 10 * i)} TP0] Decode batch. #running-req: {running}, #token: 4000, "
+                         f"token usage: 0.25, accept len: 2.00, cuda graph: True, gen throughput (token/s): "
+                         f"60.00, #queue-req: 0, \n")
+        log.write_text("".join(lines))
+        deadline = time.time() + 20
+        while len(rt.fleet.snapshot("sim").decode["ts"]) < 36 and time.time() < deadline:
+            rt.fleet.monitor("sim").refresh(http=False)
+            time.sleep(0.05)
+        sim = next(s for s in gather(rt, now).servers if s.name == "sim")
+        assert sim.baseline == {1: 90.0}
+    finally:
+        close_runtime(tmp_path)
