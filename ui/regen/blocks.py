@@ -156,7 +156,7 @@ def server_series(snap: dict[str, Any], fleet) -> dict[str, tuple[list, list]]:
 
 
 def _series(fig: go.Figure, name: str, ts, ys, *, fmt: str, breaks=(), dash: str | None = None,
-            yaxis: str = "y") -> None:
+            row: int = 1, colour: str | None = None) -> None:
     """``charts.add_series`` with the points handed to plotly as numpy arrays: the same breaks,
     min/max downsampling and local time, without plotly checking 2,000 Python objects one by one
     (4 times faster for a 2,000-point trace, measured in perf/bench_regen_page.py's setting)."""
@@ -165,34 +165,57 @@ def _series(fig: go.Figure, name: str, ts, ys, *, fmt: str, breaks=(), dash: str
     offset = time.localtime().tm_gmtoff  # local wall-clock time, as charts.to_local gives
     x = ((np.asarray(xs, dtype=float) + offset) * 1000).astype("datetime64[ms]")
     y = np.asarray([np.nan if v is None else v for v in vals], dtype=float)
-    fig.add_trace(go.Scatter(x=x, y=y, name=name, mode="lines", connectgaps=False, yaxis=yaxis,
-                             line=dict(color=charts.colour_for(name), dash=dash),
-                             hovertemplate=f"%{{y:{fmt}}}<extra>{name}</extra>"))
+    fig.add_trace(go.Scatter(x=x, y=y, name=name, mode="lines", connectgaps=False,
+                             line=dict(color=colour or charts.colour_for(name), dash=dash),
+                             hovertemplate=f"%{{y:{fmt}}}<extra>{name}</extra>"), row=row, col=1)
+
+
+ROWS_COLOUR, TOK_COLOUR = charts.PALETTE[0], charts.PALETTE[2]  # this job's two series: blue and orange
 
 
 def speed_chart(history: History, servers: dict[str, tuple[list, list]], *, key: str) -> None:
-    """rows/s (left axis) and tok/s (right axis), each server's own gen throughput beside ours.
+    """rows/s above, tok/s below (this job's answer tokens and each server's own gen throughput):
+    one panel and one y axis per unit, on a shared time axis.
 
-    One figure with two axes rather than two figures: every plotly figure costs the page a fixed
+    One figure with two panels rather than two figures: every plotly figure costs the page a fixed
     ~50 ms to build and validate, and this chart is redrawn every 2 s."""
     if len(history) < 2:
         st.caption("The speed chart starts with the second progress snapshot.")
         return
     starts = history.run_starts()
-    fig = charts.figure("Speed", y_title="rows/s", height=300)
-    _series(fig, "rows/s (completed)", history.t, history.values["req_s"], fmt=",.2f", breaks=starts)
-    _series(fig, "answer tok/s (this job)", history.t, history.values["tok_s"], fmt=",.1f", breaks=starts,
-            yaxis="y2")
+    # SpecForge's files give no token counts: its chart is rows/s alone
+    panels = 2 if servers or any(v is not None for v in history.values["tok_s"]) else 1
+    fig = charts.figure("Speed", height=380 if panels == 2 else 300)
+    fig.set_subplots(rows=panels, cols=1, shared_xaxes=True, vertical_spacing=0.1)
+    _series(fig, "rows/s (completed)", history.t, history.values["req_s"], fmt=",.2f", breaks=starts,
+            colour=ROWS_COLOUR)
+    if panels == 1:
+        servers = {}
+    else:
+        _series(fig, "answer tok/s (this job)", history.t, history.values["tok_s"], fmt=",.1f", breaks=starts,
+                row=2, colour=TOK_COLOUR)
     lo = history.t[0]
-    for name, (ts, ys) in servers.items():
+    free = [c for c in charts.PALETTE if c not in (ROWS_COLOUR, TOK_COLOUR)]
+    for i, (name, (ts, ys)) in enumerate(servers.items()):
         pts = [(t, y) for t, y in zip(ts, ys) if t is not None and t >= lo]
         if pts:
-            _series(fig, f"{name} gen throughput (server log)", [p[0] for p in pts], [p[1] for p in pts],
-                    fmt=",.1f", dash="dot", yaxis="y2")
-    fig.update_layout(yaxis2=dict(title="tok/s", overlaying="y", side="right", showgrid=False, rangemode="tozero"),
-                      yaxis=dict(rangemode="tozero"))
+            label = f"{name} gen throughput (server log)"
+            colour = charts.colour_for(label)
+            if colour in (ROWS_COLOUR, TOK_COLOUR):  # never the colour of this job's own series
+                colour = free[i % len(free)]
+            _series(fig, label, [p[0] for p in pts], [p[1] for p in pts], fmt=",.1f", dash="dot", row=2,
+                    colour=colour)
+    # each axis its own unit, titled in full, with a few round ticks from zero
+    fig.update_yaxes(title_text="rows/s", rangemode="tozero", nticks=4, tickformat="~s", row=1, col=1)
+    if panels == 2:
+        fig.update_yaxes(title_text="tok/s", rangemode="tozero", nticks=4, tickformat="~s", row=2, col=1)
+    fig.update_layout(margin=dict(l=60))
+    fig.update_xaxes(type="date")
+    fig.update_xaxes(rangeselector=dict(buttons=charts.RANGE_BUTTONS, x=0, xanchor="left", y=1.02,
+                                        yanchor="bottom"), row=1, col=1)
     charts.mark_restarts(fig, starts, label="resume")
     charts.legend_below(fig)
+    fig.update_layout(legend=dict(y=-0.25), margin=dict(b=70))
     st.plotly_chart(fig, width="stretch", key=f"{key}-speed")
 
 

@@ -111,19 +111,22 @@ def sample_viewer(out: str, inputs: list[dict] | None, key: str, *, rt=None) -> 
 
 @live_fragment(run_every=SAMPLE_REFRESH_S)
 def _samples(out: str, inputs: list[dict] | None, key: str, rt=None) -> None:
-    """One output row at a time, read at its byte offset, beside its original input record.
+    """One output row at a time, beside its original input record.
 
-    It stays on the row shown until a button moves it; until the first row is written it looks
-    again every few seconds."""
+    While "Follow newest" is on it shows the newest row written, every few seconds; Previous, Next,
+    Random and Find turn it off, so the view stays on the row they chose until Newest or the toggle
+    turns it on again."""
     if data_lock(rt):  # the session changed since the page was drawn
         st.rerun(scope="app")
     bar = st.container(horizontal=True, vertical_alignment="center")
     c = [bar] * 5
-    pos_key = f"{key}-pos"
+    pos_key, follow_key = f"{key}-pos", f"{key}-follow"
     cur = st.session_state.get(pos_key)
     row = None
+    moved = True  # a button or Find chose the row: stay on it
     if c[0].button("Newest", key=f"{key}-newest", icon=":material/last_page:"):
-        row = last_row(out)
+        row, moved = last_row(out), False
+        st.session_state[follow_key] = True
     elif c[1].button("Previous", key=f"{key}-prev", icon=":material/chevron_left:"):
         ref = cur or _pos(last_row(out))
         row = (row_before(out, ref[0]) or row_at(out, ref[0])) if ref else None
@@ -134,16 +137,23 @@ def _samples(out: str, inputs: list[dict] | None, key: str, rt=None) -> None:
         size = Path(out).stat().st_size if Path(out).exists() else 0
         row = row_at(out, random.randrange(size)) if size else None
         row = row or last_row(out)
+    else:
+        moved = False
     find = c[4].text_input("Find id", key=f"{key}-find", placeholder="find a row id", label_visibility="collapsed",
                            width=220)
-    raw = bar.toggle("Raw text", key=f"{key}-raw", help="show the texts as they are, instead of as Markdown")
     if find and st.session_state.get(f"{key}-found") != find:
         st.session_state[f"{key}-found"] = find
-        row = find_row(out, find.strip())
+        row, moved = find_row(out, find.strip()), True
         if row is None:
             st.warning(fmt.data_markdown(f"No row with id {code_span(find)} in {code_span(out)} (yet)."))
+    if moved:
+        st.session_state[follow_key] = False
+    st.session_state.setdefault(follow_key, True)
+    follow = bar.toggle("Follow newest", key=follow_key,
+                        help="show the newest row as the job writes it; off: stay on the row shown")
+    raw = bar.toggle("Raw text", key=f"{key}-raw", help="show the texts as they are, instead of as Markdown")
     if row is None:
-        row = row_at(out, cur[0]) if cur is not None else last_row(out)
+        row = last_row(out) if follow or cur is None else row_at(out, cur[0])
     if row is None:
         st.caption(fmt.data_markdown(f"No complete row in {code_span(out)} yet."))
         return
@@ -165,7 +175,10 @@ def _samples(out: str, inputs: list[dict] | None, key: str, rt=None) -> None:
     why = "" if original is not None else (
         "The original record was not found in the run's inputs." if known else
         "The run's inputs are not known (no .job.json), so the original answer cannot be shown.")
-    st.caption(fmt.data_markdown(f"byte {fmt.count(row.start)} of {code_span(out)}"))
+    newest = _pos(last_row(out)) == (row.start, row.end) if not follow else True
+    st.caption(fmt.data_markdown(f"row id {code_span(rid) if rid else fmt.NA}"
+                                 + (" · the newest row written" if newest else "")
+                                 + (" · following the newest" if follow else " · staying on this row")))
     blocks.sample_columns(row.record, original, original_why=why, raw=raw)
 
 
