@@ -52,10 +52,10 @@ def configure(engine: AlertEngine, workspace: Workspace) -> None:
 
 # -- gathering ---------------------------------------------------------------------------------
 
-def _servers(rt: Any, now: float, th: Thresholds) -> tuple[ServerState, ...]:
+def _servers(rt: Any, now: float, th: Thresholds, baselines: Any = None) -> tuple[ServerState, ...]:
     from backend.bench.baseline import StoredBaselines
 
-    baselines = StoredBaselines(rt.store)
+    baselines = baselines if baselines is not None else StoredBaselines(rt.store)
     fleet = rt.fleet
     names = set(fleet.names()) if fleet is not None else set()
     out = []
@@ -150,13 +150,15 @@ def _disks(rt: Any) -> tuple[DiskState, ...]:
     return (DiskState(str(sp.path), int(sp.free), int(sp.total)),)
 
 
-def gather(rt: Any, now: float | None = None) -> Snapshot:
+def gather(rt: Any, now: float | None = None, *, baselines: Any = None) -> Snapshot:
+    """The snapshot the rules read; ``baselines`` (a ``StoredBaselines`` of ``rt.store``, kept
+    between calls) reads the stored baselines again only when the benchmark results change."""
     now = time.time() if now is None else now
     cfg = rt.workspace.config.alerts
     th = thresholds_of(cfg)
     deadlines = {k: v.timestamp() for k, v in cfg.deadlines.items()}
     parts: dict[str, tuple] = {}
-    for name, read in (("servers", lambda: _servers(rt, now, th)), ("regens", lambda: _regens(rt, now, deadlines)),
+    for name, read in (("servers", lambda: _servers(rt, now, th, baselines)), ("regens", lambda: _regens(rt, now, deadlines)),
                        ("gpus", lambda: _gpus(rt, now, th)), ("disks", lambda: _disks(rt))):
         try:
             parts[name] = read()
@@ -176,10 +178,15 @@ class AlertLoop:
         self.last_error: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._baselines: Any = None
 
     def run_once(self):
+        from backend.bench.baseline import StoredBaselines
+
         configure(self.engine, self.rt.workspace)
-        result = self.engine.evaluate(gather(self.rt, self.clock()))
+        if self._baselines is None:
+            self._baselines = StoredBaselines(self.rt.store)
+        result = self.engine.evaluate(gather(self.rt, self.clock(), baselines=self._baselines))
         self.last_run = self.clock()
         return result
 
