@@ -1,4 +1,5 @@
-"""``supervise``: the reconcile loop in the foreground."""
+"""``supervise``: the reconcile loop in the foreground, and the alerts' rules evaluated every
+``[alerts] interval_s`` with their notifications (a 24-55 h run is watched without a dashboard)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,21 @@ import time
 from typing import TextIO
 
 from backend.cli.session import Session
+
+
+class _Headless:
+    """What the alerts read from a running dashboard, from this command line's session: the workspace,
+    its store, the supervisor, the servers and the jobs started from a page (no GPU sampler here)."""
+
+    telemetry = None
+
+    def __init__(self, s: Session):
+        self.workspace, self.store, self.supervisor, self.fleet = s.ws, s.store, s.sup, s.fleet
+
+    def jobs(self) -> list:
+        from backend.supervisor.adhoc import load_jobs
+
+        return load_jobs(self.workspace.run_dir)
 
 
 def cmd_supervise(s: Session, args: argparse.Namespace, out: TextIO) -> int:
@@ -21,6 +37,11 @@ def cmd_supervise(s: Session, args: argparse.Namespace, out: TextIO) -> int:
     out.write(f"supervising {s.ws.root} every {args.interval:g} s (Ctrl-C to stop; processes keep running)\n")
     out.flush()
     seen: dict[str, tuple[str, int | None]] = {}
+    alerts = None
+    if not args.no_alerts:
+        from backend.flows.alerts import AlertLoop, engine_for
+
+        alerts = AlertLoop(_Headless(s), engine_for(s.ws, s.store)).start()
     try:
         while not stop:
             s.sup.poll()
@@ -38,6 +59,8 @@ def cmd_supervise(s: Session, args: argparse.Namespace, out: TextIO) -> int:
         pass
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if alerts is not None:
+            alerts.stop()
     out.write("supervise: stopped\n")
     return 0
 
@@ -45,4 +68,5 @@ def cmd_supervise(s: Session, args: argparse.Namespace, out: TextIO) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     a = sub.add_parser("supervise", help="run the reconcile loop in the foreground until Ctrl-C")
     a.add_argument("--interval", type=float, default=1.0, metavar="S", help="seconds between polls (default 1)")
+    a.add_argument("--no-alerts", action="store_true", help="do not evaluate the alerts' rules nor notify")
     a.set_defaults(func=cmd_supervise)
