@@ -3,6 +3,10 @@ benchmarks measured, its checkpoints, and the runs of the workspace."""
 
 from __future__ import annotations
 
+from ui.context import require_frame  # first: a page run without the frame goes to it before the imports below
+
+require_frame(__file__)
+
 import streamlit as st
 
 from ui.train import runs as train_runs
@@ -16,9 +20,8 @@ from ui.train import control as train_control
 from ui.train import ckpt as train_ckpt
 from ui.components import page_header
 from ui.train.deploy import deploy_panel
-from ui.context import require_frame, runtime
+from ui.context import runtime
 
-require_frame(__file__)
 rt = runtime()
 
 page_header("Training", "SpecForge draft training: live loss, acc_i and acceptance_rate_i per TTT position, the "
@@ -51,7 +54,7 @@ if run.source == "workspace":
 SECTIONS = {
     "Curves": lambda: train_curves.live_curves(rt, [run] + [runs[n] for n in overlay], train_curves.controls()),
     "Checkpoints": lambda: train_ckpt.checkpoints_tab(rt, run),
-    "Deploy": lambda: deploy_panel(rt, run.name, train_ckpt.chosen(run)),
+    "Deploy": lambda: deploy_panel(rt, run.name, train_ckpt.deploy_target(run)),
     "Run": lambda: train_runs.run_tab(rt, run),
 }
 for tab, render in zip(st.tabs(list(SECTIONS)), SECTIONS.values()):

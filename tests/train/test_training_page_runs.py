@@ -57,10 +57,16 @@ def test_start_stop_and_resume_with_the_020_warning(train_ws):
 
 @pytest.mark.timeout(180)
 def test_resume_cancelled_starts_nothing(train_ws):
+    from tests.train.ckpt_files import write_checkpoint
+
     at = page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60))
+    resume = at.button(key="train-resume")
+    assert resume.disabled and "nothing to resume from" in resume.help  # a run never started has no checkpoint
+    write_checkpoint(train_ws / "outputs" / "train" / "sf" / "epoch_0_step_2")
+    at.run()
     at.button(key="train-resume").click().run()
     warning = next(w.value for w in at.warning if w.value.startswith("**Resume sf?**"))
-    assert "There is no checkpoint in" in warning  # and 0.2.0's: both said before the choice
+    assert "SpecForge 0.2.0's --resume silently starts over" in warning  # said before the choice
     at.button(key="train-confirm-resume-no").click().run()
     assert not any(w.value.startswith("**Resume sf?**") for w in at.warning)
     assert run_state(train_ws) == "NEVER"
@@ -161,6 +167,9 @@ def test_a_failed_run_says_why_and_shows_its_log(tmp_path, monkeypatch):
         assert f"`{ws / 'logs' / 'bad.log'}`" in err
         tail = "\n".join(c.value for c in at.code)
         assert "Training Epoch 0:   0%|  | 0/10 [00:00<?, ?it/s]" in tail and "training data file not found" in tail
+        # a training log holds none of the dashboard's /health requests: no toggle about them
+        assert not [t for t in at.toggle if "/health" in t.label]
+        assert any("newest line written" in c.value for c in at.caption)
     finally:
         runtime_mod.close_all()
 

@@ -34,6 +34,31 @@ def chosen(ref: RunRef) -> str | None:
     return st.session_state.get(_key(ref))
 
 
+def _fragment_rerun() -> bool:
+    """Whether this run draws live parts only (the rest of the page stays as the last full run drew it)."""
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    return bool(ctx is not None and ctx.fragment_ids_this_run)
+
+
+def newest(ref: RunRef) -> str | None:
+    """The run's newest checkpoint folder, as the Checkpoints tab inspects it by default (None: none yet)."""
+    if ref.output_dir is None or not ref.output_dir.exists():
+        return None
+    run = list_checkpoints(ref.output_dir, ref.run_id)
+    return str(run.latest.path) if run.latest else None
+
+
+def deploy_target(ref: RunRef) -> str | None:
+    """The checkpoint the Deploy tab offers: the one picked in the Checkpoints tab, else the newest.  Noted,
+    so that the Checkpoints tab's live part draws the page again when the run saves a newer one (or another
+    is picked) and the Deploy tab would offer another."""
+    path = chosen(ref) or newest(ref)
+    st.session_state[f"{_key(ref)}-deploying"] = path
+    return path
+
+
 def _table(run: RunCheckpoints, meas: dict[str, float]) -> pd.DataFrame:
     rows = []
     for c in reversed(run.checkpoints):  # newest first
@@ -109,10 +134,10 @@ def checkpoints_tab(rt, ref: RunRef) -> None:
         st.session_state[pick_key] = run.latest.name if run.latest else names[0]
     pick = row.selectbox("Inspect", names, key=pick_key, disabled=newest)
     path = str(by_name[pick].path)
-    changed = st.session_state.get(key) not in (None, path)
     st.session_state[key] = path
-    if changed and not newest:
-        st.rerun()  # picked by hand: the page's other sections (the deploy flow) act on the chosen checkpoint
+    if _fragment_rerun() and st.session_state.get(f"{key}-deploying", path) != path:
+        # a newer checkpoint saved, or another picked: the Deploy tab, drawn with the page, offers this one
+        st.rerun(scope="app")
     _inspect(rt, ref, by_name[pick].path, hidden)
 
 

@@ -15,7 +15,7 @@ from ui import fmt
 from ui.auth import control_lock, data_lock, live_fragment, show_data_lock
 from backend.logview import newest_line_age
 from backend.supervisor.logtail import last_lines
-from ui.components import code_span, confirm_box, log_block, path_text
+from ui.components import code_span, confirm_box, path_text
 from ui.context import actor
 
 REFRESH_S = 2
@@ -92,17 +92,20 @@ def run_controls(rt, name: str) -> None:
     lock = control_lock(rt)
     out = train.output_dir(name)
     bar = st.container(horizontal=True)
+    has_checkpoint = bool(list_checkpoints(out).checkpoints)
     if bar.button("Start", key="train-start", icon=":material/play_arrow:", type="primary",
                   disabled=live or bool(lock), help=lock or "start the run from step 0"):
-        if list_checkpoints(out).checkpoints:
+        if has_checkpoint:
             st.session_state["train-confirm-start"] = True
         else:
             _do("start", lambda: train.start(name, actor=actor(), source="dashboard"))
     if bar.button("Stop", key="train-stop", icon=":material/stop:", disabled=not live or bool(lock),
                   help=lock or f"SIGTERM to the run's processes; SIGKILL after {train.config(name).stop_grace_s:.0f} s"):
         st.session_state["train-confirm-stop"] = True
-    if bar.button("Resume", key="train-resume", icon=":material/replay:", disabled=live or bool(lock),
-                  help=lock or "start again from the latest checkpoint (--resume; Gen-3: training.resume_from)"):
+    no_resume = "" if has_checkpoint else "nothing to resume from: the run has saved no checkpoint yet (Start runs it)"
+    if bar.button("Resume", key="train-resume", icon=":material/replay:", disabled=live or bool(lock or no_resume),
+                  help=lock or no_resume or "start again from the latest checkpoint (--resume; Gen-3: "
+                                            "training.resume_from)"):
         warning = train.resume_warning(name)
         if warning:
             st.session_state["train-confirm-resume"] = warning
@@ -156,4 +159,16 @@ def log_tail(rt, path, *, followed: bool = False) -> None:
         recheck_followed(rt)
     if show_data_lock(rt):
         return
-    log_block(display_lines(path, 215), newest_age_s=newest_line_age(path), toggle_key="train-log-probes")
+    training_log(display_lines(path, 215), newest_age_s=newest_line_age(path))
+
+
+def training_log(lines: list[str], *, newest_age_s: float | None, latest: int = 15, earlier: int = 200) -> None:
+    """A training log's tail, the newest lines where the eye lands.  Unlike a server's log it holds no
+    requests of the dashboard's, so there is nothing to hide and no toggle for it."""
+    age = "no line yet" if newest_age_s is None else f"newest line written {fmt.age(newest_age_s)}"
+    st.caption(f"Latest {min(latest, len(lines))} of {fmt.count(len(lines))} lines · {age}")
+    st.code("\n".join(lines[-latest:]) or "(log is empty)", language=None, wrap_lines=True)
+    before = lines[:-latest][-earlier:]
+    if before:
+        with st.expander(f"Earlier lines ({fmt.count(len(before))})"):
+            st.code("\n".join(before), language=None, height=320)

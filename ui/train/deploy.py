@@ -38,8 +38,8 @@ def deploy_panel(rt, run_name: str | None, checkpoint_path: str | None) -> None:
     if job is not None:
         _live(rt, job.name, job.meta["state"])
     if not checkpoint_path:
-        st.info("No checkpoint chosen: pick one of the run's checkpoints above to deploy it.",
-                icon=":material/info:")
+        st.info("No checkpoint chosen: the run has saved none yet. The newest is chosen here as soon as the "
+                "run saves one; pick another in the Checkpoints tab.", icon=":material/info:")
         return
     servers = rt.fleet.names()
     if not servers:
@@ -70,8 +70,14 @@ def _form(rt, run_name: str | None, checkpoint_path: str, servers: list[str]) ->
     ckpt = str(Path(checkpoint_path).expanduser().resolve())
     with st.container(border=True):
         a, b, c, d = st.columns([2, 1, 1, 1])
+        errors_on = _preflight_errors(rt, ckpt, servers)
+        if st.session_state.get(f"{_KEY}-server") not in servers:  # default: the first the checkpoint passes on
+            st.session_state[f"{_KEY}-server"] = next((s for s in servers if not errors_on[s]), servers[0])
         server = a.selectbox("Server", servers, key=f"{_KEY}-server",
-                             help="the workspace server whose draft the checkpoint replaces")
+                             format_func=lambda s: s + (f" ({errors_on[s]} preflight error(s))" if errors_on[s]
+                                                        else ""),
+                             help="the workspace server whose draft the checkpoint replaces; the first where the "
+                                  "checkpoint passes preflight is chosen")
         cfg = rt.fleet.config(server)
         steps0, topk0, ndt0 = speculative_values(cfg, DeployRequest(ckpt, server))
         steps = b.number_input("Steps", 1, 64, steps0, key=f"{_KEY}-steps-{server}",
@@ -95,7 +101,13 @@ def _form(rt, run_name: str | None, checkpoint_path: str, servers: list[str]) ->
         except Exception as exc:  # the store unreadable: say so, the form still works with a given load
             st.warning(f"The stored benchmarks could not be read: {exc}")
             baselines = []
-        req, ready = _load_inputs(server, ckpt, baselines)
+        try:
+            results = stored_results(rt.store, rt.fleet, server)
+        except Exception:  # said above with the baselines
+            results = []
+        req, ready = _load_inputs(server, ckpt, baselines, demo=bool(getattr(rt.workspace, "is_demo", False)))
+        if ready:
+            _estimate_line(req, baselines, results, cfg.baseline_tok_s)
         e, f, g = st.columns([2, 2, 1])
         after = e.radio("Afterwards", [KEEP, RESTORE], horizontal=True, key=f"{_KEY}-after",
                         format_func=lambda x: "keep the checkpoint on the server" if x == KEEP else
@@ -132,7 +144,85 @@ def _form(rt, run_name: str | None, checkpoint_path: str, servers: list[str]) ->
             st.rerun()
 
 
-def _load_inputs(server: str, ckpt: str, baselines) -> tuple[DeployRequest, bool]:
+def _preflight_errors(rt, ckpt: str, servers: list[str]) -> dict[str, int]:
+    """Per server, the checkpoint's preflight errors against its target with its own speculative values."""
+    from backend.flows.checkpoint_check import preflight_checkpoint
+
+    out = {}
+    for name in servers:
+        cfg = rt.fleet.config(name)
+        steps, topk, ndt = speculative_values(cfg, DeployRequest(ckpt, name))
+        try:
+            findings = preflight_checkpoint(ckpt, cfg.model_path, server=cfg, num_steps=steps, eagle_topk=topk,
+                                            num_draft_tokens=ndt)
+        except Exception:  # an unreadable target: the form's own preflight says why
+            out[name] = 1
+            continue
+        out[name] = sum(1 for f in findings if f.severity == "error")
+    return out
+
+
+# the load a deploy offers on the demo workspace (its tiny simulated server), where 200 prompts of 1024/512
+# tokens with the baseline measured first take about 20 minutes
+DEMO_LOAD = {"conc": "2", "n": 16, "in": 128, "out": 64}
+LOAD = {"conc": "1", "n": 200, "in": 1024, "out": 512}
+
+
+def load_estimate(req: DeployRequest, baselines, results, baseline_tok_s: float | None):
+    """(low s, point s, high s, basis) of the benchmarking time of ``req``: its output tokens at each load
+    (the baseline's run too, where one is measured first) over the output tok/s known for that load: a stored
+    baseline at the same load (a point), else the newest stored result of the server (scaled by concurrency
+    between none and full), else the configured single-stream ``baseline_tok_s`` (the same).  None when no
+    speed of the server is known."""
+    try:
+        loads, _ = plan_loads(req, baselines)
+    except DeployError:
+        return None
+    lo = point = hi = 0.0
+    bases = set()
+    for load in loads:
+        tokens = load.num_prompts * load.output_len
+        runs = 2 if (req.measure_baseline and load.baseline_id is None) else 1
+        same = next((b for b in baselines if b.load.key() == load.key() and b.results.output_tok_s), None)
+        if same is not None:
+            t = runs * tokens / same.results.output_tok_s
+            lo, point, hi = lo + t, point + t, hi + t
+            bases.add(f"baseline #{same.id}'s {fmt.tok_s(same.results.output_tok_s)} at this load")
+            continue
+        near = next((r for r in results if r.results.output_tok_s and r.load.concurrency), None)
+        if near is not None:
+            per_stream = near.results.output_tok_s / max(1, near.load.concurrency)
+            bases.add(f"result #{near.id}'s {fmt.tok_s(per_stream)} per request")
+        elif baseline_tok_s:
+            per_stream = float(baseline_tok_s)
+            bases.add(f"the configured single-stream {fmt.tok_s(per_stream)}")
+        else:
+            return None
+        c = max(1, min(load.concurrency, load.num_prompts))
+        slow, fast = runs * tokens / per_stream, runs * tokens / (per_stream * c)
+        lo, hi, point = lo + fast, hi + slow, point + (fast * slow) ** 0.5
+    return lo, point, hi, "; ".join(sorted(bases))
+
+
+def _estimate_line(req: DeployRequest, baselines, results, baseline_tok_s: float | None) -> None:
+    try:
+        loads, _ = plan_loads(req, baselines)
+    except DeployError:
+        return
+    tokens = sum(ld.num_prompts * ld.output_len * (2 if req.measure_baseline and ld.baseline_id is None else 1)
+                 for ld in loads)
+    est = load_estimate(req, baselines, results, baseline_tok_s)
+    what = f"{fmt.count(tokens)} output tokens to generate"
+    if est is None:
+        st.caption(f"**Benchmark time: {fmt.NA}**: no speed of this server is known yet (no stored benchmark and "
+                   f"no baseline_tok_s) · {what}, plus the relaunch.")
+        return
+    lo, point, hi, basis = est
+    band = fmt.duration(point) if hi - lo < 1 else f"{fmt.duration(lo)}-{fmt.duration(hi)} (about {fmt.duration(point)})"
+    st.caption(f"**Benchmark time: {band}** · {what} at {basis}, plus the relaunch.")
+
+
+def _load_inputs(server: str, ckpt: str, baselines, demo: bool = False) -> tuple[DeployRequest, bool]:
     """The load part of the request, and whether it is complete."""
     options = ["baseline", "given"] if baselines else ["given"]
     if baselines:
@@ -157,12 +247,13 @@ def _load_inputs(server: str, ckpt: str, baselines) -> tuple[DeployRequest, bool
             return req, False
         st.caption(f"Measures at {where}.")
         return req, True
+    dflt = DEMO_LOAD if demo else LOAD
     c = st.columns(4)
-    conc = c[0].text_input("Concurrency", "1", key=f"{_KEY}-conc", help="several values, separated by spaces, "
-                           "run one after the other: `1 4 16`")
-    n = c[1].number_input("Prompts", 1, 100_000, 200, key=f"{_KEY}-n")
-    i = c[2].number_input("Input tokens", 1, 1_000_000, 1024, key=f"{_KEY}-in")
-    o = c[3].number_input("Output tokens", 1, 1_000_000, 512, key=f"{_KEY}-out")
+    conc = c[0].text_input("Concurrency", dflt["conc"], key=f"{_KEY}-conc", help="several values, separated by "
+                           "spaces, run one after the other: `1 4 16`")
+    n = c[1].number_input("Prompts", 1, 100_000, dflt["n"], key=f"{_KEY}-n")
+    i = c[2].number_input("Input tokens", 1, 1_000_000, dflt["in"], key=f"{_KEY}-in")
+    o = c[3].number_input("Output tokens", 1, 1_000_000, dflt["out"], key=f"{_KEY}-out")
     measure = st.checkbox("Measure missing baselines", value=not baselines, key=f"{_KEY}-measure",
                           help="where no baseline is stored at this load, measure one first: the server runs "
                                 "without speculation for it")
@@ -266,7 +357,7 @@ def _result(state) -> None:
         m = st.columns(4)
         m[0].metric("Output tok/s", fmt.tok_s(r.tok_s),
                     delta=None if r.baseline_tok_s is None or r.tok_s is None else
-                    f"{r.tok_s - r.baseline_tok_s:+.1f} vs baseline")
+                    f"{r.tok_s - r.baseline_tok_s:+.1f} tok/s vs baseline")
         m[1].metric("Speedup vs baseline", fmt.NA if r.speedup is None else f"{r.speedup:.2f}×",
                     help=r.reason or "output tok/s over the baseline's at the same concurrency and lengths")
         m[2].metric("accept_len", fmt.accept_len(r.accept_len), help="this run's, from the server's metrics or log")
