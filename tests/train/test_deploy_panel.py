@@ -119,6 +119,8 @@ def test_start_runs_the_job_and_shows_the_result_row_beside_the_baseline(ws):
     speed = next(m for m in at.metric if m.label == "Speedup vs baseline")
     tok = float(df["tok/s"][2].split()[0].replace(",", ""))
     assert speed.value == f"{tok / BASELINE_TOK_S:.2f}×"  # at the same load as the baseline
+    out = next(m for m in at.metric if m.label == "Output tok/s")
+    assert out.proto.delta == f"{tok - BASELINE_TOK_S:+.1f} tok/s vs baseline"  # the delta carries its unit
     assert any("Break-even is accept_len" in m.value for m in at.markdown)
 
 

@@ -22,6 +22,7 @@ def test_curves_from_a_gen2_log(workspace):
     assert metric(at, "step").value == "20"
     assert metric(at, "ETA").value == "20 s"  # 20 steps left at 1.00 s/it
     assert metric(at, "loss").value == "3.000"  # 5.00 - 20 × 0.10
+    assert metric(at, "loss").proto.delta == "-0.100 vs previous log"  # a delta says what it is against
     assert metric(at, "predicted accept length").value == "2.30"
     assert metric(at, "measured accept_len").value == "N/A"
     stated = next(c.value for c in at.caption if c.value.startswith("**Predicted accept length**"))
@@ -195,7 +196,7 @@ def test_measured_accept_len_of_a_checkpoint(workspace):
     at.slider(key="train-smooth").set_value(0.0).run()
     assert metric(at, "measured accept_len").value == "2.41"
     # against the prediction at that checkpoint's step (1.798 at step 10), not the latest one (2.30 at 20)
-    assert metric(at, "measured accept_len").proto.delta == "+0.61 vs predicted at step 10"
+    assert metric(at, "measured accept_len").proto.delta == "+0.61 tokens vs predicted at step 10"
     table = ckpt_table(at)
     assert list(table["measured accept_len"]) == ["N/A", "2.41"]
     star = trace(figure(at, "Accept length: predicted and measured"), "measured (benchmark)")
@@ -262,7 +263,7 @@ def test_a_restart_blanks_the_previous_runs_figures(workspace):
         f.write(gen2_log(steps=3))
     at.run()
     assert metric(at, "step").value == "3"
-    assert metric(at, "loss").value == "4.700" and metric(at, "loss").proto.delta == "-0.100"
+    assert metric(at, "loss").value == "4.700" and metric(at, "loss").proto.delta == "-0.100 vs previous log"
     assert metric(at, "predicted accept length").value == "N/A"  # run 1's 2.30 is not this run's
     loss = trace(figure(at, "Loss"), "loss")  # the chart keeps run 1, its line broken at the restart
     assert None in loss["y"]

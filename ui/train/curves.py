@@ -119,19 +119,19 @@ def _key_figures(snap: Snapshot, c: Curves, view: AcceptView, meas: list[Measure
     loss = c.train.get("loss")
     last, prev = (loss.last(), loss.before_last()) if loss else (None, None)
     cols[2].metric("loss", f"{last:.3f}" if last is not None else fmt.NA,
-                   delta=f"{last - prev:+.3f}" if last is not None and prev is not None else None,
+                   delta=f"{last - prev:+.3f} vs previous log" if last is not None and prev is not None else None,
                    delta_color="inverse", help="the latest logged loss; the change since the one before"
                    if loss else "N/A: the log has no loss value yet")
     lat, pre = view.latest, view.previous
     cols[3].metric("predicted accept length", fmt.accept_len(lat.accept_length if lat else None),
-                   delta=f"{lat.accept_length - pre.accept_length:+.2f}" if lat and pre else None,
+                   delta=f"{lat.accept_length - pre.accept_length:+.2f} tokens vs previous log" if lat and pre else None,
                    help=f"{FORMULA} with a_i = {view.metric}_i of the latest logged step: a prediction from "
                         "training metrics, not a measurement" if lat else
                         f"N/A: the log has no {view.metric}_0 yet")
     m = meas[-1] if meas else None
     there = _predicted_at(view).get(m.step) if m is not None and m.step is not None else None
     cols[4].metric("measured accept_len", fmt.accept_len(m.accept_len if m else None),
-                   delta=(f"{m.accept_len - there:+.2f} vs predicted at step {m.step:,.0f}"
+                   delta=(f"{m.accept_len - there:+.2f} tokens vs predicted at step {m.step:,.0f}"
                           if m is not None and there is not None else None),
                    delta_color="off", delta_arrow="off",
                    help=(f"benchmark #{m.result_id} of {m.checkpoint} on {m.server or 'a server'}" if m else
