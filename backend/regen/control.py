@@ -34,7 +34,9 @@ from typing import Any
 
 from backend.filemodes import open_private
 from backend.regen import output
-from backend.regen.config import REASONING, Sampling  # REASONING: the start form's choices too
+from backend.regen.catalog import mixes, resolve_mix
+from backend.regen.config import REASONING, InputEntry, InputMix, Sampling, dataset_name  # REASONING: the start form's choices too
+from backend.regen.datasets import RowCounts, count_mix
 from backend.regen.output import RunFiles
 from backend.regen.progress import RunLocked
 from specdeck_types.process import Kind, ProcessSpec, RestartPolicy
@@ -59,6 +61,10 @@ class RunForm(Sampling):
     mix: str | None = None
     inputs: tuple[str, ...] = ()
     stall_after_min: float = 10.0
+    stream: bool = False  # --stream: a stalled server is noticed between chunks
+    first_byte_timeout: float | None = None  # None: regen run's default
+    chunk_timeout: float | None = None
+    startup_timeout: float | None = None
     extra: dict[str, str] = field(default_factory=dict)
 
     def check(self, root: Path) -> Path:
@@ -83,6 +89,10 @@ class RunForm(Sampling):
             raise FormError(str(exc)) from None
         if self.stall_after_min <= 0:
             raise FormError("stall alert: give a number of minutes above 0")
+        for label, value in (("first-byte timeout", self.first_byte_timeout), ("chunk timeout", self.chunk_timeout),
+                             ("startup timeout", self.startup_timeout)):
+            if value is not None and not value > 0:
+                raise FormError(f"{label}: give a number of seconds above 0")
         return out
 
 
@@ -107,7 +117,46 @@ def run_argv(form: RunForm, root: Path, python: str = sys.executable) -> list[st
         argv += ["--top-p", f"{form.top_p:g}"]
     if form.system_prompt:
         argv += ["--system-prompt", form.system_prompt]
+    if form.stream:
+        argv += ["--stream"]
+    for flag, value in (("--first-byte-timeout", form.first_byte_timeout), ("--chunk-timeout", form.chunk_timeout),
+                        ("--startup-timeout", form.startup_timeout)):
+        if value is not None:
+            argv += [flag, f"{value:g}"]
     return argv
+
+
+def count_form_rows(form: RunForm, root: Path, datasets=(), mix_entries=()) -> RowCounts:
+    """The rows ``form`` would ask and skip, counted by streaming its inputs (the mix resolved against
+    the workspace's catalog); :class:`FormError` naming the input that cannot be read."""
+    try:
+        if form.mix:
+            found = mixes(datasets, mix_entries).get(form.mix)
+            if found is None:
+                raise FormError(f"mix: {form.mix!r} is not a [[mix]] of the workspace file")
+            counts = count_mix(resolve_mix(found, datasets), root).values()
+        else:  # the files as regen run reads them: one mix, an id asked once across them
+            seen: set[str] = set()
+            entries = []
+            for p in form.inputs:
+                name = dataset_name(Path(p), seen)
+                seen.add(name)
+                entries.append(InputEntry(dataset=name, file=str(Path(p).expanduser().resolve())))
+            counts = count_mix(InputMix(entries=tuple(entries)), root).values()
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, FormError):
+            raise
+        raise FormError(f"datasets: {exc}") from None
+    return RowCounts(rows=sum(c.rows for c in counts), skipped=sum(c.skipped for c in counts))
+
+
+def duration_estimate(rows: int, rates: list[tuple[str, float]]) -> tuple[float | None, str]:
+    """Seconds to ask ``rows`` at the newest measured rate of a regeneration of this workspace
+    (``rates``: (run, rows/s), newest last), and the basis; None when no run has a rate yet."""
+    for name, rate in reversed(rates):
+        if rate > 0:
+            return rows / rate, f"at {rate:,.2f} rows/s, the last rate of {name}"
+    return None, "no regeneration of this workspace has a measured rate yet"
 
 
 def job_spec(form: RunForm, root: Path, log_dir: Path, python: str = sys.executable) -> tuple[ProcessSpec, dict]:

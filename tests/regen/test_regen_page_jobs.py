@@ -126,7 +126,7 @@ def test_start_form_previews_the_command_then_starts_the_job(ws_root):
     at.run()
     at.switch_page("pages/regeneration.py")
     at.run()
-    at.radio(key="regen-f-source").set_value("input files")
+    at.radio(key="regen-f-source").set_value("input files").run()  # the form then shows the files field
     at.text_area(key="regen-f-files").input(str(ws_root / "prompts.jsonl"))
     at.text_input(key="regen-f-urls").input("http://127.0.0.1:30011")
     at.text_input(key="regen-f-out").input("outputs/regen/mine.jsonl")

@@ -70,7 +70,7 @@ def test_start_from_the_form_runs_to_done_and_the_page_shows_it(setup):
     assert next(m for m in at.metric if m.label == "remaining").value == "0"
     assert next(m for m in at.metric if m.label == "ETA").value == "done"
     assert any(":gray[○ done]" in m.value for m in at.markdown)
-    assert any("FINISHED (exit 0)" in m.value and "regen-happy" in m.value for m in at.markdown)
+    assert any("FINISHED (exit 0)" in m.value and "regen-happy" in m.value for m in at.caption)
     # the newest row beside its original answer, found through the run's .job.json
     texts = [m.value for m in at.markdown]
     assert "an old answer" in texts or "old tests" in texts

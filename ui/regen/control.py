@@ -8,11 +8,13 @@ import streamlit as st
 
 from backend.regen import control
 from backend.regen.catalog import mixes
+from backend.regen.follow import progress_follower
 from backend.regen.output import RunFiles
 from ui import fmt
 from ui.auth import control_lock, show_data_lock, typed_path
 from ui.components import confirm_box
 from ui.context import actor
+from ui.regen.live import known_runs
 
 
 def _do(what: str, fn) -> None:
@@ -58,6 +60,16 @@ def job_controls(rt, out: str, snap: dict) -> None:
                    "Ctrl-C / SIGTERM to its process, which flushes and exits).")
 
 
+def _rates(rt) -> list[tuple[str, float]]:
+    """(run, its last rows/s) of this workspace's regenerations, in the page's order (newest last)."""
+    out = []
+    for path, name in known_runs(rt).items():
+        rate = (progress_follower(path).poll().latest or {}).get("req_s")
+        if isinstance(rate, (int, float)) and rate > 0:
+            out.append((name, float(rate)))
+    return out
+
+
 def start_form(rt) -> None:
     if show_data_lock(rt):  # its fields hold the workspace's paths
         return
@@ -65,34 +77,52 @@ def start_form(rt) -> None:
     all_mixes = mixes(ws.config.dataset, ws.config.mix)
     catalog = {d.name: d for d in ws.config.dataset}
     servers = rt.fleet.names()
+    # outside the form, so that the form shows the fields of the source chosen, and only those
+    source = st.radio("Rows from", ["a mix", "catalog datasets", "input files"], horizontal=True,
+                      key="regen-f-source")
+    mix, picked, files = None, [], ""
     with st.form("regen-start"):
         st.markdown("**Start a regeneration**")
         a, b = st.columns(2)
-        source = a.radio("Rows from", ["a mix", "catalog datasets", "input files"], horizontal=True,
-                         key="regen-f-source")
-        mix = a.selectbox("Mix", list(all_mixes), key="regen-f-mix",
-                          help="a [[mix]] of the workspace file" if all_mixes else "no [[mix]] in the workspace file")
-        picked = a.multiselect("Catalog datasets", list(catalog), key="regen-f-datasets")
-        files = a.text_area("Input files (one path a line; JSONL or Parquet)", key="regen-f-files", height=80)
+        if source == "a mix":
+            mix = a.selectbox("Mix", list(all_mixes), key="regen-f-mix",
+                              help="a [[mix]] of the workspace file" if all_mixes else "no [[mix]] in the workspace file")
+        elif source == "catalog datasets":
+            picked = a.multiselect("Catalog datasets", list(catalog), key="regen-f-datasets")
+        else:
+            files = a.text_area("Input files (one path a line; JSONL or Parquet)", key="regen-f-files", height=80)
         chosen = b.multiselect("Servers", servers, default=servers[:1], key="regen-f-servers",
                                help="servers of the workspace; their requests go to the host and port they listen on")
         urls = b.text_input("More servers (URLs, e.g. an sglang-router)", key="regen-f-urls",
                             placeholder="http://10.0.0.5:30000 http://10.0.0.6:30000")
         default_out = str(ws.outputs_dir / "regen" / f"{mix or 'regen'}.jsonl")
-        out = b.text_input("Output (.jsonl)", value=default_out, key="regen-f-out",
+        out = a.text_input("Output (.jsonl)", value=default_out, key="regen-f-out",
                            help="an existing output is resumed: rows already written are not asked again")
-        c = st.columns(6)
+        c = st.columns(3) + st.columns(3)  # two rows: each label whole at 1024 px
         conc = c[0].number_input("Concurrency per server", 1, 4096, 64, key="regen-f-conc")
         max_tokens = c[1].number_input("Max tokens", 1, 1_000_000, 4096, key="regen-f-maxtok")
         temp = c[2].number_input("Temperature", 0.0, 2.0, 0.7, step=0.1, key="regen-f-temp")
         top_p = c[3].number_input("top_p (0: server default)", 0.0, 1.0, 0.0, step=0.05, key="regen-f-topp")
         reasoning = c[4].selectbox("Reasoning", control.REASONING, key="regen-f-reason",
                                    help="none; save: keep reasoning_content; disable: enable_thinking=false")
-        stall = c[5].number_input("Stall alert after (min)", 1.0, 1440.0, 10.0, key="regen-f-stall")
+        stall = c[5].number_input("Stall alert after (min)", 1, 1440, 10, step=1, key="regen-f-stall")
+        t = st.columns([2, 1, 1, 1], vertical_alignment="bottom")
+        stream = t[0].checkbox("Stream answers (--stream)", key="regen-f-stream",
+                               help="a stalled server is noticed within the chunk timeout; costs the client about "
+                                    "three times the CPU")
+        first_byte = t[1].number_input("First-byte timeout (s)", 0, 86_400, 0, key="regen-f-firstbyte",
+                                       help="seconds to the first byte of an answer before it is asked again; "
+                                            "0: regen run's default (600 streamed; not streamed, 600 + max tokens "
+                                            "at the slowest decode rate)")
+        chunk = t[2].number_input("Chunk timeout (s)", 0, 86_400, 0, key="regen-f-chunk",
+                                  help="seconds between two chunks of a streamed answer; 0: the default (120)")
+        startup = t[3].number_input("Startup timeout (s)", 0, 86_400, 0, key="regen-f-startup",
+                                    help="give up when no server has answered at all this long after start; "
+                                         "0: the default (300)")
         system = st.text_input("System prompt (for rows without one; optional)", key="regen-f-system")
         lock = control_lock(rt)
         review = st.form_submit_button("Review", icon=":material/preview:", disabled=bool(lock),
-                                       help=lock or "check the form and show the command it runs")
+                                       help=lock or "check the form, count the rows and show the command it runs")
     if review:
         inputs: tuple[str, ...] = ()
         if source == "catalog datasets":
@@ -115,24 +145,39 @@ def start_form(rt) -> None:
             out=out, servers=tuple(chosen) + tuple(u for u in urls.replace(",", " ").split() if u),
             mix=mix if source == "a mix" else None, inputs=inputs, concurrency=int(conc),
             max_tokens=int(max_tokens), temperature=float(temp), top_p=float(top_p) or None,
-            reasoning=reasoning, system_prompt=system or None, stall_after_min=float(stall))
+            reasoning=reasoning, system_prompt=system or None, stall_after_min=float(stall),
+            stream=bool(stream), first_byte_timeout=float(first_byte) or None,
+            chunk_timeout=float(chunk) or None, startup_timeout=float(startup) or None)
         try:
             spec, meta = control.job_spec(form, ws.root, ws.logs_dir)
+            with st.spinner("Counting the rows of the inputs…"):
+                counts = control.count_form_rows(form, ws.root, ws.config.dataset, ws.config.mix)
         except control.FormError as exc:
             st.error(f"Not started: {exc}")
             st.session_state.pop("regen-pending", None)
         else:
-            st.session_state["regen-pending"] = (spec, meta)
+            seconds, basis = control.duration_estimate(counts.rows, _rates(rt))
+            st.session_state["regen-pending"] = (spec, meta, counts, seconds, basis)
     pending = st.session_state.get("regen-pending")
     if pending is None:
         return
-    spec, meta = pending
+    spec, meta, counts, seconds, basis = pending
     with st.container(border=True):
         resumes = RunFiles.of(meta["out"]).out.exists()
         st.markdown(f"**{spec.name}** will run as a supervised process"
                     + (" and **resume** the existing output (rows already written are not asked again)"
                        if resumes else "") + ":")
-        st.code(shlex.join(spec.argv), language="bash")
+        r = st.columns(2)
+        r[0].metric("rows to ask", fmt.count(counts.rows),
+                    help=f"{fmt.count(counts.total)} rows in the inputs, {fmt.count(counts.skipped)} skipped "
+                         "(bad input, repeated ids, filters)" + ("; those already in the output are not asked "
+                                                                  "again" if resumes else ""))
+        r[1].metric("duration estimate", fmt.duration(seconds) if seconds is not None else fmt.NA,
+                    help=basis if seconds is not None else f"N/A: {basis}; the ETA appears once the run has a rate")
+        if seconds is not None:
+            st.caption(f"{fmt.count(counts.rows)} rows {basis}" + (" (rows already written are not asked, so "
+                                                                    "it takes less)" if resumes else ""))
+        st.code(shlex.join(spec.argv), language="bash", wrap_lines=True)
         lock = control_lock(rt)
         x, y, _ = st.columns([1, 1, 4])
         if x.button("Start", key="regen-start-go", type="primary", disabled=bool(lock), help=lock or None,

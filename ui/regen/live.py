@@ -56,9 +56,15 @@ def live_job(rt, out: str, controls=None) -> None:
     state_line = None
     if view is not None:
         badge = fmt.view_badge(view)  # a job the user stopped reads STOPPED, not its exit code
-        if not view.live:  # one state: the process's end, not a snapshot written before it
-            state_line = badge.markdown()
-        st.caption(fmt.data_markdown(f"**{view.name}**" + (f" · pid {view.pid}" if view.pid and view.live else "")
+        end = ""
+        if not view.live:
+            if snap is None or snap.get("state") in control.LIVE_STATES:
+                # one state: the process's end, not a snapshot written before it (still "stopping")
+                state_line = badge.markdown()
+            else:  # the snapshot's own end (done, paused, failed) is the state; the exit code beside the name
+                end = f" · {badge.markdown()}"
+        st.caption(fmt.data_markdown(f"**{view.name}**" + end
+                                     + (f" · pid {view.pid}" if view.pid and view.live else "")
                                      + f" · log {path_text(view.log_path, hidden)}"))
     draw_controls = (lambda: controls(rt, out, snap or {})) if controls is not None else None
     if snap is None:
