@@ -73,11 +73,9 @@ VERDICT_TEXT = (f"within ±{PAR_TOLERANCE * 100:.0f} % on par, above faster (gre
 
 
 def _verdict_line(v) -> str:
-    """The verdict's sentence, coloured by it, with its rule."""
+    """The verdict's sentence, coloured by it (the rule is in the metric's help)."""
     text = f"**Verdict** {v.sentence}"
-    if v.level in ("good", "warn", "bad"):
-        text = f":{LEVEL_COLOUR[v.level]}[{text}]"
-    return f"{text} ({VERDICT_TEXT})"
+    return f":{LEVEL_COLOUR[v.level]}[{text}]" if v.level in ("good", "warn", "bad") else text
 
 
 @st.cache_resource(show_spinner=False)

@@ -393,10 +393,15 @@ class SteadyVerdict:
     reason: str  # why there is no verdict ("" when there is one)
     seen: str = ""  # the load seen over the window, e.g. "2-4 requests in flight"
     short: str = ""  # the reason in a few words, for the badge
+    span_s: float | None = None  # the seconds the window's lines cover (at least three quarters of window_s)
+
+    @property
+    def seconds(self) -> float:
+        return self.window_s if self.span_s is None else min(self.span_s, self.window_s)
 
     @property
     def basis(self) -> str:
-        return f"{self.window_s:.0f} s at {_in_flight(self.load)}"
+        return f"{self.seconds:.0f} s at {_in_flight(self.load)}"
 
     @property
     def badge(self) -> str:
@@ -411,7 +416,7 @@ class SteadyVerdict:
     def sentence(self) -> str:
         if self.verdict == "none":
             return f"no verdict: {self.reason}"
-        head = (f"{self.verdict} over the last {self.window_s:.0f} s at {_in_flight(self.load)} (the baseline's "
+        head = (f"{self.verdict} over the last {self.seconds:.0f} s at {_in_flight(self.load)} (the baseline's "
                 f"load): {self.tok_s:,.1f} vs {self.baseline_tok_s:,.1f} tok/s, {self.ratio:.2f}×")
         if self.verdict == "on par":
             head += f", within ±{PAR_TOLERANCE * 100:.0f} %"
@@ -464,4 +469,4 @@ def steady_verdict(ts: list, gen_throughput: list, running_req: list, baseline_t
         verdict, level = "on par", "par"
     else:
         verdict, level = "slower", "warn" if ratio >= SLOW_RATIO else "bad"
-    return SteadyVerdict(verdict, level, window_s, load, mean, baseline_tok_s, ratio, "", _loads(loads))
+    return SteadyVerdict(verdict, level, window_s, load, mean, baseline_tok_s, ratio, "", _loads(loads), "", span)

@@ -51,6 +51,12 @@ def test_a_measured_baseline_at_concurrency_16_needs_16_in_flight():
     assert v.verdict == "none" and "the last 20 s: 12 requests in flight" in v.reason
 
 
+def test_the_badge_states_the_seconds_its_lines_cover():
+    v = steady_verdict(*_steady(95.0, seconds=16), 90.0, 1, now=NOW)
+    assert v.verdict == "faster" and v.badge == "faster 1.06× · 16 s at 1 request in flight"
+    assert v.sentence.startswith("faster over the last 16 s at 1 request in flight")
+
+
 def test_too_short_idle_or_no_baseline_give_no_verdict():
     short = steady_verdict(*_steady(95.0, seconds=8), 90.0, 1, now=NOW)
     assert short.verdict == "none" and short.badge == "no verdict: steady 8 of 20 s"
