@@ -83,11 +83,20 @@ def _column_config() -> dict:
             out[name] = cc.NumberColumn(format=f, help=h)
         else:
             out[name] = cc.TextColumn(help=h, width=WIDE.get(name))
-    out["id"] = cc.NumberColumn(format="%d", pinned=True)
+    out["id"] = cc.NumberColumn(format="%d", pinned=True, width=36)
+    for name, label in LABELS.items():
+        out[name]["label"] = label
+    for name, width in LEAD_WIDTH.items():  # the answer's columns fit 1024 px beside the sidebar
+        out[name]["width"] = width
     return out
 
 
-WIDE = {"verdict": "medium", "configuration": "large", "load": "medium", "label": "large", "server": "medium",
+LABELS = {"output tok/s": "tok/s"}
+LEAD_WIDTH = {"configuration": 150, "load": 105, "output tok/s": 60, "accept_len": 78, "speedup": 66,
+              "verdict": 165}
+
+
+WIDE = {"label": "large", "server": "medium",
         "target": "medium", "draft": "medium", "dataset": "medium", "source": "medium"}
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 
-import pandas as pd
 import pytest
 
 from backend.bench import baseline
@@ -84,10 +83,10 @@ def test_table_leads_with_the_answer_and_keeps_every_other_column():
     assert len(df.columns) == len(data.COLUMNS) and {"TTFT p99 ms", "label", "stored"} <= set(df.columns)
     row = df.set_index("id").loc[2]
     assert row["verdict"] == "✗ does not pay" and math.isclose(row["speedup"], 82.3 / 90.0)
-    assert row["configuration"] == "EAGLE3 · d" and row["load"] == "concurrency 1, 128/256 tok"
+    assert row["configuration"] == "glm5 · EAGLE3 · d" and row["load"] == "c1 · 128/256 tok"
     assert row["accept_len"] == 2.1
     base = df.set_index("id").loc[1]
-    assert pd.isna(base["verdict"]) and math.isnan(base["speedup"])
+    assert base["verdict"] == "baseline" and math.isnan(base["speedup"])
 
 
 def test_a_finished_benchmark_shows_its_figures_and_verdict():

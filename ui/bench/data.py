@@ -110,6 +110,11 @@ def load_label(r: BenchResult) -> str:
     return f"concurrency {option(c)}, {lengths(r)}"
 
 
+def load_short(r: BenchResult) -> str:
+    """The load in a table cell: ``c1 · 128/256 tok``."""
+    return f"c{option(r.load.concurrency)} · {lengths(r)}"
+
+
 def series_label(r: BenchResult) -> str:
     """One chart series: a server's configuration at one pair of lengths."""
     return f"{server_of(r)} · {config_label(r)}"
@@ -173,7 +178,7 @@ VERDICT_HELP = (f"against the baseline of the same server at the same concurrenc
                 "the tok/s (the draft is never accepted). Blank on a baseline.")
 
 # The columns that answer "does speculation pay?", shown first; the rest behind the table's toggle.
-LEAD = ("id", "verdict", "speedup", "server", "configuration", "load", "output tok/s", "accept_len")
+LEAD = ("id", "configuration", "load", "output tok/s", "accept_len", "speedup", "verdict")
 
 # Column name -> (dataframe dtype, printf-style display format); order is the table's order.
 COLUMNS: dict[str, tuple[str, str | None]] = {
@@ -217,8 +222,9 @@ HELP = {
     "verdict": VERDICT_HELP,
     "speedup": "output tok/s ÷ the baseline's at the same load (a stored run without speculation, else the "
                "server's configured single-stream baseline_tok_s at concurrency 1); N/A: no baseline at this load",
-    "configuration": "the speculative configuration: algorithm · draft · steps · topk · draft tokens · CUDA graph",
-    "load": "concurrency and input/output lengths",
+    "configuration": "the server and its speculative configuration: algorithm · draft · steps · topk · draft "
+                     "tokens · CUDA graph",
+    "load": "c: concurrency · input/output lengths in tokens",
     "accept_len": "the run's accept length, else the server's lifetime average",
     "accept_len (run)": "accept length measured during this run only",
     "accept_len (lifetime)": "the server's average since it started (bench_serving's accept_length)",
@@ -243,8 +249,8 @@ def table(results: Iterable[BenchResult], verdicts: dict[int, Verdict | None] | 
         c, ld, f = r.config, r.load, r.results
         v = verdicts.get(r.id)
         rows.append({
-            "id": r.id, "verdict": verdict_text(v), "speedup": v.ratio if v is not None else None,
-            "configuration": config_label(r), "load": load_label(r), "accept_len": r.accept_len, "server": server_of(r), "target": _short(c.target_model) if c.target_model else None,
+            "id": r.id, "verdict": "baseline" if r.is_baseline and not r.invalid else verdict_text(v), "speedup": v.ratio if v is not None else None,
+            "configuration": series_label(r), "load": load_short(r), "accept_len": r.accept_len, "server": server_of(r), "target": _short(c.target_model) if c.target_model else None,
             "draft": None if r.is_baseline or not c.draft_model else _short(c.draft_model),
             "algorithm": c.algorithm, "steps": c.num_steps, "topk": c.topk, "draft tokens": c.num_draft_tokens,
             "CUDA graph": _yes_no(c.cuda_graph), "TP": c.tp, "dataset": ld.dataset, "concurrency": ld.concurrency,
