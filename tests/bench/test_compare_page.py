@@ -241,6 +241,13 @@ def test_a_benchmark_started_from_the_form_is_stored_and_shown(workspace):
     assert next(m for m in at.metric if m.label == "state").value == "DONE"
     assert next(m for m in at.metric if m.label == "results stored").value == "2"
     assert any(f"{job.name}" in m.value and "FINISHED (exit 0)" in m.value for m in at.markdown)
+    # where it was started: each stored result's figures and verdict (no baseline of spec's target is stored)
+    ids = sorted(int(i) for i in new["id"])
+    figures = [m.value for m in at.markdown if m.value.startswith("#") and " · concurrency " in m.value]
+    for i, (_, row) in zip(ids, new.sort_values("id").iterrows()):
+        line = next(v for v in figures if v.startswith(f"#{i} · concurrency {row['concurrency']}, 16/32 tok"))
+        assert f"**{row['output tok/s']:,.1f} tok/s**" in line and f"accept_len **{row['accept_len (run)']:.2f}**" in line
+        assert "speedup **N/A**" in line and "no baseline at this load" in line
     starts = [e for e in audit.recent(rt.store, target=job.name) if e.action == "start"]
     assert starts and starts[0].source == "dashboard" and starts[0].outcome == "ok"
 
