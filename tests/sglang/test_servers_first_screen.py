@@ -78,7 +78,7 @@ def test_89_7_against_90_over_a_steady_single_stream_window_is_on_par_and_anothe
     assert not at.exception, at.exception
     per = {m.label: m for m in at.metric}["per-request tok/s"]
     assert per.value == "89.7"
-    assert per.delta == "on par · 20 s at 1 request in flight" and _colour(per) == "gray"  # not "↓ 1.00×" amber
+    assert per.delta == "on par · 20 s at 1 req" and _colour(per) == "gray"  # not "↓ 1.00×" amber
     text = _captions(at)
     assert ("**Verdict** on par over the last 20 s at 1 request in flight (the baseline's load): 89.7 vs 90.0 "
             "tok/s, 1.00×, within ±3 %") in text
@@ -102,7 +102,7 @@ def test_a_steady_slower_window_says_slower_in_red(logged):
     at = AppTest.from_file(PAGE, default_timeout=30).run()
     assert not at.exception, at.exception
     per = {m.label: m for m in at.metric}["per-request tok/s"]
-    assert per.delta == "slower 0.74× · 20 s at 1 request in flight" and _colour(per) == "red"
+    assert per.delta == "slower 0.74× · 20 s at 1 req" and _colour(per) == "red"
 
 
 def _sim_workspace(root: Path) -> None:

@@ -20,14 +20,14 @@ def _steady(tok_s: float, running: int = 1, seconds: int = 20):
 def test_89_7_against_90_is_on_par_not_a_slower_verdict():
     v = steady_verdict(*_steady(89.7), 90.0, 1, now=NOW)
     assert v.verdict == "on par" and v.level == "par"
-    assert v.badge == "on par · 20 s at 1 request in flight"
+    assert v.badge == "on par · 20 s at 1 req"
     assert "on par over the last 20 s at 1 request in flight (the baseline's load): 89.7 vs 90.0 tok/s, 1.00×, " \
            "within ±3 %" == v.sentence
 
 
 def test_faster_and_slower_outside_the_band_are_coloured_by_the_ratio():
     fast = steady_verdict(*_steady(103.5), 90.0, 1, now=NOW)
-    assert (fast.verdict, fast.level, fast.badge) == ("faster", "good", "faster 1.15× · 20 s at 1 request in flight")
+    assert (fast.verdict, fast.level, fast.badge) == ("faster", "good", "faster 1.15× · 20 s at 1 req")
     amber = steady_verdict(*_steady(84.0), 90.0, 1, now=NOW)
     assert (amber.verdict, amber.level) == ("slower", "warn") and f"{amber.ratio:.2f}" == "0.93"
     red = steady_verdict(*_steady(66.4), 90.0, 1, now=NOW)
@@ -46,14 +46,14 @@ def test_another_load_in_the_window_gives_no_verdict_and_says_which():
 
 def test_a_measured_baseline_at_concurrency_16_needs_16_in_flight():
     v = steady_verdict(*_steady(744.0, running=16), 620.0, 16, now=NOW)
-    assert v.verdict == "faster" and v.badge == "faster 1.20× · 20 s at 16 requests in flight"
+    assert v.verdict == "faster" and v.badge == "faster 1.20× · 20 s at 16 req"
     v = steady_verdict(*_steady(744.0, running=12), 620.0, 16, now=NOW)
     assert v.verdict == "none" and "the last 20 s: 12 requests in flight" in v.reason
 
 
 def test_the_badge_states_the_seconds_its_lines_cover():
     v = steady_verdict(*_steady(95.0, seconds=16), 90.0, 1, now=NOW)
-    assert v.verdict == "faster" and v.badge == "faster 1.06× · 16 s at 1 request in flight"
+    assert v.verdict == "faster" and v.badge == "faster 1.06× · 16 s at 1 req"
     assert v.sentence.startswith("faster over the last 16 s at 1 request in flight")
 
 
