@@ -106,17 +106,17 @@ def start_form(rt) -> None:
         reasoning = c[4].selectbox("Reasoning", control.REASONING, key="regen-f-reason",
                                    help="none; save: keep reasoning_content; disable: enable_thinking=false")
         stall = c[5].number_input("Stall alert after (min)", 1, 1440, 10, step=1, key="regen-f-stall")
-        t = st.columns([2, 1, 1, 1], vertical_alignment="bottom")
-        stream = t[0].checkbox("Stream answers (--stream)", key="regen-f-stream",
+        stream = st.checkbox("Stream answers (--stream)", key="regen-f-stream",
                                help="a stalled server is noticed within the chunk timeout; costs the client about "
                                     "three times the CPU")
-        first_byte = t[1].number_input("First-byte timeout (s)", 0, 86_400, 0, key="regen-f-firstbyte",
+        t = st.columns(3)
+        first_byte = t[0].number_input("First-byte timeout (s)", 0, 86_400, 0, key="regen-f-firstbyte",
                                        help="seconds to the first byte of an answer before it is asked again; "
                                             "0: regen run's default (600 streamed; not streamed, 600 + max tokens "
                                             "at the slowest decode rate)")
-        chunk = t[2].number_input("Chunk timeout (s)", 0, 86_400, 0, key="regen-f-chunk",
+        chunk = t[1].number_input("Chunk timeout (s)", 0, 86_400, 0, key="regen-f-chunk",
                                   help="seconds between two chunks of a streamed answer; 0: the default (120)")
-        startup = t[3].number_input("Startup timeout (s)", 0, 86_400, 0, key="regen-f-startup",
+        startup = t[2].number_input("Startup timeout (s)", 0, 86_400, 0, key="regen-f-startup",
                                     help="give up when no server has answered at all this long after start; "
                                          "0: the default (300)")
         system = st.text_input("System prompt (for rows without one; optional)", key="regen-f-system")
@@ -179,7 +179,7 @@ def start_form(rt) -> None:
                                                                     "it takes less)" if resumes else ""))
         st.code(shlex.join(spec.argv), language="bash", wrap_lines=True)
         lock = control_lock(rt)
-        x, y, _ = st.columns([1, 1, 4])
+        x = y = st.container(horizontal=True)
         if x.button("Start", key="regen-start-go", type="primary", disabled=bool(lock), help=lock or None,
                     icon=":material/play_arrow:"):
             st.session_state.pop("regen-pending", None)
