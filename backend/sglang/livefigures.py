@@ -156,7 +156,7 @@ def measured_figures(gen_throughput: float | None, running_req: int | None,
 
 @dataclass(frozen=True)
 class AcceptDelta:
-    text: str | None  # "+0.12 vs lifetime"; None when either side is missing
+    text: str | None  # "+0.12 tokens vs lifetime"; None when either side is missing
     level: Level
 
 
@@ -174,7 +174,7 @@ def accept_vs_lifetime(current: float | None, lifetime: float | None, *,
     delta = current - lifetime
     if current <= floor:  # short: it must fit a metric's delta at 1024 px
         return AcceptDelta(f"{delta:+.2f} · no gain", "bad")
-    text = f"{delta:+.2f} vs lifetime"
+    text = f"{delta:+.2f} tokens vs lifetime"
     if abs(delta) < SAME_DELTA:
         return AcceptDelta(text, "none")
     return AcceptDelta(text, ratio_level(current / lifetime if lifetime > 0 else None))

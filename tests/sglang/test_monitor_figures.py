@@ -55,12 +55,12 @@ def test_ratio_levels():
 
 # (current, lifetime) -> (delta text, level)
 ACCEPT_TABLE = [
-    (1.00, 1.00, "+0.00 · no gain", "bad"),  # was "+0.00 vs lifetime" in green
+    (1.00, 1.00, "+0.00 · no gain", "bad"),  # was "+0.00 tokens vs lifetime" in green
     (1.05, 1.00, "+0.05 · no gain", "bad"),
-    (2.21, 2.21, "+0.00 vs lifetime", "none"),
-    (2.40, 2.20, "+0.20 vs lifetime", "good"),
-    (2.10, 2.20, "-0.10 vs lifetime", "warn"),  # 0.95 of the lifetime
-    (1.80, 2.20, "-0.40 vs lifetime", "bad"),  # 0.82
+    (2.21, 2.21, "+0.00 tokens vs lifetime", "none"),
+    (2.40, 2.20, "+0.20 tokens vs lifetime", "good"),
+    (2.10, 2.20, "-0.10 tokens vs lifetime", "warn"),  # 0.95 of the lifetime
+    (1.80, 2.20, "-0.40 tokens vs lifetime", "bad"),  # 0.82
     (1.00, None, "≤ 1.05: no gain", "bad"),
     (2.00, None, None, "none"),
     (None, 2.0, None, "none"),
