@@ -206,9 +206,9 @@ def speed_chart(history: History, servers: dict[str, tuple[list, list]], *, key:
             _series(fig, label, [p[0] for p in pts], [p[1] for p in pts], fmt=",.1f", dash="dot", row=2,
                     colour=colour)
     # each axis its own unit, titled in full, with a few round ticks from zero
-    fig.update_yaxes(title_text="rows/s", rangemode="tozero", nticks=4, tickformat="~s", row=1, col=1)
+    fig.update_yaxes(title_text="rows/s", rangemode="tozero", nticks=4, row=1, col=1)
     if panels == 2:
-        fig.update_yaxes(title_text="tok/s", rangemode="tozero", nticks=4, tickformat="~s", row=2, col=1)
+        fig.update_yaxes(title_text="tok/s", rangemode="tozero", nticks=4, row=2, col=1)
     fig.update_layout(margin=dict(l=60))
     fig.update_xaxes(type="date")
     fig.update_xaxes(rangeselector=dict(buttons=charts.RANGE_BUTTONS, x=0, xanchor="left", y=1.02,
