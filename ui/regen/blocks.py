@@ -208,7 +208,7 @@ def speed_chart(history: History, servers: dict[str, tuple[list, list]], *, key:
     # each axis its own unit, titled in full, with a few round ticks from zero
     fig.update_yaxes(title_text="rows/s", rangemode="tozero", nticks=4, row=1, col=1)
     if panels == 2:
-        fig.update_yaxes(title_text="tok/s", rangemode="tozero", nticks=4, row=2, col=1)
+        fig.update_yaxes(title_text="tok/s", rangemode="tozero", nticks=6, row=2, col=1)
     fig.update_layout(margin=dict(l=60))
     fig.update_xaxes(type="date")
     fig.update_xaxes(rangeselector=dict(buttons=charts.RANGE_BUTTONS, x=0, xanchor="left", y=1.02,
