@@ -68,9 +68,10 @@ def test_per_request_speed_against_the_baseline_and_a_new_run_starting_empty(pag
     at = AppTest.from_file(PAGE, default_timeout=30).run()
     assert not at.exception, at.exception
     m = {x.label: x for x in at.metric}
-    # 136.5 tok/s at 4 running requests is 34.1 per request: 0.38 of the single-stream 90.0, red
+    # 136.5 tok/s at 4 running requests is 34.1 per request: 0.38 of the single-stream 90.0, but its
+    # lines are not a steady window at the baseline's load (and minutes old), so no verdict
     assert m["per-request tok/s"].value == "34.1"
-    assert m["per-request tok/s"].delta == "0.38× baseline" and colour(m["per-request tok/s"]) == "red"
+    assert m["per-request tok/s"].delta.startswith("no verdict") and colour(m["per-request tok/s"]) == "gray"
     assert m["aggregate tok/s"].value == "136.5" and not m["aggregate tok/s"].delta  # no baseline comparison
     # accept_len 1.00 is red whatever its delta (no lifetime reading here: no server answers)
     assert m["accept_len"].value == "1.00" and colour(m["accept_len"]) == "red"
@@ -78,8 +79,8 @@ def test_per_request_speed_against_the_baseline_and_a_new_run_starting_empty(pag
     text = _captions(at)
     assert ("per-request decode (4 running requests) 34.1 tok/s (= aggregate 136.5 ÷ 4) vs single-stream "
             "baseline 90.0 tok/s (0.38×)") in text
-    assert "aggregate 136.5 tok/s at 4 running requests, not compared with the single-stream baseline" in text
-    assert "green ≥ 1.00×, amber 0.90-1.00×, red < 0.90×" in text
+    assert "aggregate 136.5 tok/s at 4 running requests" in text
+    assert "within ±3 % on par" in m["per-request tok/s"].help  # the rule, in the figure's help
 
     # a relaunch: the supervisor has started run r2; its process is loading weights
     t2 = time.time()
@@ -103,7 +104,8 @@ def test_per_request_speed_against_the_baseline_and_a_new_run_starting_empty(pag
     assert not at.exception, at.exception
     m = {x.label: x for x in at.metric}
     assert m["accept_len"].value == "2.52" and m["per-request tok/s"].value == "90.0"
-    assert colour(m["per-request tok/s"]) == "green" and m["running · queued"].value == "2 · 2"
+    # two requests in flight: no verdict against the single-stream baseline, however close the figure
+    assert colour(m["per-request tok/s"]) == "gray" and m["running · queued"].value == "2 · 2"
     fig = at.get("plotly_chart")[0].proto.spec
     assert '"y":[1.0,1.0,null,2.52]' in fig.replace(" ", "")
 
@@ -120,16 +122,19 @@ def test_per_request_speed_against_the_baseline_and_a_new_run_starting_empty(pag
 @pytest.mark.timeout(120)
 def test_a_single_request_at_the_baseline_is_green(page):
     rt, log, runs = page
-    t0 = time.time() - 120
+    t0 = time.time() - 60
+    now = time.time()
+    # a steady window: single-stream decode lines over the last 20 s, the newest a second old
     log.write_text(f"===== specdeck: sim run r1 starting at {_stamp(t0)}: python -m backend.sim.server\n"
                    f"[{_stamp(t0 + 10)}] The server is fired up and ready to roll!\n"
-                   + _decode(t0 + 20, 2.31, 192.0, 1))
+                   + "".join(_decode(now - s, 2.31, 192.0, 1) for s in (19, 14, 9, 5, 1)))
     runs["sim"] = RunInfo("r1", t0 + 0.2, True)
-    _wait_decode(rt, 1)
+    _wait_decode(rt, 5)
     at = AppTest.from_file(PAGE, default_timeout=30).run()
     assert not at.exception, at.exception
     m = {x.label: x for x in at.metric}
-    assert m["per-request tok/s"].value == "192.0" and colour(m["per-request tok/s"]) == "green"
-    assert m["per-request tok/s"].delta == "2.13× baseline"
+    assert m["per-request tok/s"].value == "192.0", m["per-request tok/s"].delta
+    assert colour(m["per-request tok/s"]) == "green", m["per-request tok/s"].delta
+    assert m["per-request tok/s"].delta.startswith("faster")
     assert ("single-stream decode (1 running request) 192.0 tok/s vs single-stream baseline 90.0 tok/s (2.13×)"
             in _captions(at))
