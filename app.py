@@ -6,6 +6,7 @@ up navigation and the sidebar; each page lives in ``pages/``.
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import streamlit as st
@@ -115,4 +116,8 @@ store_banner(rt, show_paths=access.can_see_data)  # above every page while the s
 pages = _pages()
 pages += frame_gate(rt, pages)  # the login gate: banner, account box, sign-in page
 nav = st.navigation([_home(pages), *pages])
-nav.run()
+try:
+    nav.run()
+except sqlite3.DatabaseError as exc:  # a page that met a damaged or unwritable store says so, never a traceback
+    st.error(f"This page could not read the state store: {exc}" if access.can_see_data else
+             "This page could not read the state store; an operator can see why above.", icon=":material/error:")

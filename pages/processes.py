@@ -17,7 +17,7 @@ from backend.runtime import PreflightBlocked
 from state import audit
 from ui import fmt
 from ui.auth import control_lock, data_lock, live_fragment, show_data_lock
-from ui.components import code_span, confirm_box, freshness, log_block, page_header, path_text
+from ui.components import alerts_panel, code_span, confirm_box, freshness, log_block, page_header, path_text
 from ui.context import actor, runtime
 
 REFRESH_S = 2
@@ -64,6 +64,11 @@ def overview() -> None:
 
 
 overview()
+
+st.subheader("Alerts", anchor="alerts")
+st.caption("What the alert rules see now across the pipeline (the sidebar lists them on every page): "
+           "acknowledge one, mute its rule, or send the notification channels a test.")
+alerts_panel(rt)
 
 views = sup.views()
 names = [v.name for v in views]

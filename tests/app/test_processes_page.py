@@ -227,3 +227,19 @@ def test_sidebar_counts_say_what_they_count(workspace):
     assert "**Managed processes** (3, servers included)" in side
     captions = [c.value for c in at.sidebar.caption]
     assert "1 finished (exit 0) · 1 not started · 1 running" in captions
+
+
+@pytest.mark.timeout(90)
+def test_the_alerts_section_lists_what_fires_with_its_actions(tmp_path, monkeypatch):
+    (tmp_path / "specdeck.toml").write_text('[workspace]\nname = "alerted"\n\n[telemetry]\nsource = "fake"\n\n'
+                                            '[alerts]\ndisk_min_free_gb = 1000000\n')
+    monkeypatch.setenv("SPECDECK_WORKSPACE", str(tmp_path))
+    try:
+        rt = runtime_mod.get_runtime()
+        rt.alert_loop.run_once()  # any disk is nearly full by this measure
+        at = _processes_page(AppTest.from_file(str(REPO / "app.py"), default_timeout=30))
+        assert any(h.value == "Alerts" for h in at.subheader)
+        assert any("disk" in str(m.value).lower() for m in [*at.markdown, *at.warning, *at.error])
+        assert any("Acknowledge" in b.label for b in at.button)
+    finally:
+        close_runtime(tmp_path)

@@ -66,3 +66,20 @@ def test_frame_banner_when_the_store_is_found_damaged(workspace):
     rt.store._mark(StoreCorrupt, "SQLite reports it damaged: database disk image is malformed")
     shown = _banners(_frame())
     assert shown and "damaged" in shown[0] and "move the damaged file aside" in shown[0]
+
+
+@pytest.mark.timeout(120)
+def test_a_page_that_meets_the_damaged_store_says_so_instead_of_an_exception(workspace, monkeypatch):
+    rt = runtime_mod.get_runtime()
+    from state.store import StoreCorrupt
+
+    def damaged(*_a, **_k):
+        raise StoreCorrupt(workspace / "state.db", "SQLite's quick_check finds it damaged: database disk image "
+                           "is malformed", "Restore the newest backup")
+
+    monkeypatch.setattr(rt.fleet, "names", damaged)
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60)
+    at.run()
+    assert not at.exception, [e.stack_trace for e in at.exception]
+    said = [e.value for e in at.error if e.value.startswith("This page could not read the state store")]
+    assert said and "database disk image is malformed" in said[0]
