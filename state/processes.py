@@ -81,6 +81,20 @@ _serials: "weakref.WeakKeyDictionary[Store, int]" = weakref.WeakKeyDictionary()
 _serials_lock = threading.Lock()
 
 
+def _as_expected(current: "ProcessRecord", expect_run_id: Any, expect_fields: dict[str, Any] | None) -> bool:
+    """The compare of a compare-and-set update: the row still belongs to ``expect_run_id`` (when given)
+    and each field of ``expect_fields`` still holds its value; an unknown field name is a TypeError."""
+    if expect_run_id is not _UNSET and current.run_id != expect_run_id:
+        return False
+    if expect_fields:
+        unknown = set(expect_fields) - _FIELD_NAMES
+        if unknown:
+            raise TypeError(f"unknown process record fields: {sorted(unknown)}")
+        if any(getattr(current, k) != v for k, v in expect_fields.items()):
+            return False
+    return True
+
+
 class ProcessRepo:
     """Read and write process records and their history.
 
@@ -159,14 +173,8 @@ class ProcessRepo:
             if row is None:
                 return None
             current = self._from_row(row)
-            if expect_run_id is not _UNSET and current.run_id != expect_run_id:
+            if not _as_expected(current, expect_run_id, expect_fields):
                 return None
-            if expect_fields:
-                unknown = set(expect_fields) - _FIELD_NAMES
-                if unknown:
-                    raise TypeError(f"unknown process record fields: {sorted(unknown)}")
-                if any(getattr(current, k) != v for k, v in expect_fields.items()):
-                    return None
             new = self._apply(current, changes)
             self._write(conn, new)
         self._bump()
@@ -397,16 +405,8 @@ class HeldRepo(ProcessRepo):
             except StoreError as exc:
                 self._hold(exc)
         current = self.get(name)
-        if current is None:
+        if current is None or not _as_expected(current, expect_run_id, expect_fields):
             return None
-        if expect_run_id is not _UNSET and current.run_id != expect_run_id:
-            return None
-        if expect_fields:
-            unknown = set(expect_fields) - _FIELD_NAMES
-            if unknown:
-                raise TypeError(f"unknown process record fields: {sorted(unknown)}")
-            if any(getattr(current, k) != v for k, v in expect_fields.items()):
-                return None
         new = self._apply(current, changes)
         self._keep(name, new, current)
         return new

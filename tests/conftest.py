@@ -22,7 +22,8 @@ if _WORKER.startswith("gw") and _WORKER[2:].isdigit():
 
 # The browser tests run in two groups (two Chromiums and dashboards at most at a time): these modules
 # in the second, every other browser module in the first.
-_SECOND_BROWSER_GROUP = ("tests/e2e/test_widths.py", "tests/e2e/test_browser_smoke.py")
+_SECOND_BROWSER_GROUP = ("tests/e2e/test_widths.py", "tests/e2e/test_browser_smoke.py", "tests/e2e/test_page_paths.py",
+                         "tests/e2e/test_servers_first_screen.py")
 
 
 def _shares_a_module_fixture(item) -> bool:
