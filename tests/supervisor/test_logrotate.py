@@ -203,8 +203,11 @@ def test_tailer_follows_a_writer_that_keeps_writing_to_the_moved_file(tmp_path):
 # -- the real wrapper --------------------------------------------------------------------------------
 
 CHILD = """
-import sys, time
+import os, sys, time
 n, pause = int(sys.argv[1]), float(sys.argv[2])
+deadline = time.monotonic() + 60
+while not os.path.exists("go") and time.monotonic() < deadline:  # the test's tailer is in place
+    time.sleep(0.01)
 for i in range(n):
     sys.stdout.write(f"n {i} {'x' * (i % 37)}\\n")
     sys.stdout.flush()
@@ -213,7 +216,12 @@ for i in range(n):
 """
 
 
-def start_wrapper(tmp_path: Path, count: int, pause: float, **settings) -> tuple[subprocess.Popen, Path, Path]:
+def start_wrapper(tmp_path: Path, count: int, pause: float, *, hold: bool = False,
+                  **settings) -> tuple[subprocess.Popen, Path, Path]:
+    """The wrapper running CHILD in ``tmp_path``; with ``hold`` the child writes its lines only once
+    :func:`follow_until_exit` has its tailer on the log (a loaded machine may start the tailer late)."""
+    if not hold:
+        (tmp_path / "go").touch()
     run = tmp_path / "run" / "p"
     run.mkdir(parents=True)
     log = tmp_path / "logs" / "p.log"
@@ -250,6 +258,8 @@ def follow_until_exit(proc: subprocess.Popen, run: Path, log: Path, during=None)
     t = LogTailer(log)
     seen = []
     wait_for(lambda: log.exists(), timeout_s=10)
+    seen.append(drain(t))  # the tailer is on the first file: the child may write now
+    (run.parent.parent / "go").touch()
     while True:
         done = (run / "exit.json").exists()
         if during is not None:
@@ -263,7 +273,7 @@ def follow_until_exit(proc: subprocess.Popen, run: Path, log: Path, during=None)
 
 def test_wrapper_rotates_its_log_and_the_tailer_reads_every_line_once(tmp_path, wrappers):
     count = 20000  # about 470 kB of numbered lines
-    proc, run, log = start_wrapper(tmp_path, count, 0.002, log_max_bytes=16 * 1024, log_keep=100)
+    proc, run, log = start_wrapper(tmp_path, count, 0.002, hold=True, log_max_bytes=16 * 1024, log_keep=100)
     wrappers.append((proc, run))
     seen = follow_until_exit(proc, run, log)
     assert proc.wait(timeout=10) == 0, proc.stderr.read().decode()
@@ -289,7 +299,7 @@ def test_create_style_rotation_from_outside_loses_and_repeats_nothing(tmp_path, 
     """Fault 3: logrotate (create) moves the log aside while the process writes.  The wrapper goes on
     in the new file, and the tailer reads every line exactly once across the moves."""
     count = 30000
-    proc, run, log = start_wrapper(tmp_path, count, 0.003, log_max_bytes=0)
+    proc, run, log = start_wrapper(tmp_path, count, 0.003, hold=True, log_max_bytes=0)
     wrappers.append((proc, run))
     moves = {"n": 0, "next": time.monotonic() + 0.2}
 
