@@ -128,3 +128,22 @@ def browser(width: int = 1600, height: int = 1200):
             yield browser.new_page(viewport={"width": width, "height": height})
         finally:
             browser.close()
+
+
+def open_page(page, title: str) -> None:
+    """Open a page from the sidebar.  A click that lands while the sidebar's own timed refresh
+    redraws it can be lost (the page stays where it was, with no error): click once more then."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+    from playwright.sync_api import expect
+
+    heading = page.get_by_role("heading", name=title).first
+    for attempt in range(2):
+        page.locator("[data-testid='stSidebarNav'] a").filter(has_text=title).first.click()
+        page.wait_for_selector("[data-testid='stApp'][data-test-connection-state='CONNECTED']", timeout=30_000)
+        try:
+            heading.wait_for(state="visible", timeout=20_000 if attempt == 0 else 30_000)
+            break
+        except PlaywrightTimeout:
+            if attempt:
+                raise
+    expect(heading).to_be_visible()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e._dashboard import browser, serve
+from tests.e2e._dashboard import browser, open_page, serve
 
 pytestmark = pytest.mark.browser
 
@@ -17,8 +17,7 @@ def test_stop_shows_in_history_and_audit_without_a_reload(tmp_path):
     with serve(tmp_path) as url, browser(width=1440, height=1400) as page:
         page.goto(url.page(), wait_until="domcontentloaded")
         expect(page.get_by_text("Workspace:").first).to_be_visible(timeout=120_000)
-        page.locator("[data-testid='stSidebarNav'] a").filter(has_text="Processes").first.click()
-        expect(page.get_by_role("heading", name="Processes").first).to_be_visible(timeout=30_000)
+        open_page(page, "Processes")
         page.locator("[data-testid='stSelectbox']").filter(has_text="Process").first.click()
         page.get_by_role("option", name="demo-ticker").click()
         stop = page.locator("[data-testid='stMain']").get_by_role("button", name="Stop", exact=True)

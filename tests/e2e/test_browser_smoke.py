@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e._dashboard import browser as _browser
+from tests.e2e._dashboard import open_page
 from tests.e2e._dashboard import serve as _serve
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,10 +41,7 @@ def test_every_page_loads_without_exception(dashboard):
         page.wait_for_selector("[data-testid='stAppViewContainer']", timeout=30_000)
         expect(page.get_by_text("Workspace:").first).to_be_visible(timeout=30_000)
         for slug, title in present:
-            page.locator("[data-testid='stSidebarNav'] a").filter(has_text=title).first.click()
-            page.wait_for_selector("[data-testid='stApp'][data-test-connection-state='CONNECTED']",
-                                   timeout=30_000)
-            expect(page.get_by_role("heading", name=title).first).to_be_visible(timeout=30_000)
+            open_page(page, title)
             page.wait_for_timeout(2500)  # let the first live fragments draw
             page.screenshot(path=str(SHOTS / f"{slug}.png"), full_page=True)
             expect(page.get_by_text("Workspace:").first).to_be_visible()

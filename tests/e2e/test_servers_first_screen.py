@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e._dashboard import browser, serve
+from tests.e2e._dashboard import browser, open_page, serve
 
 pytestmark = pytest.mark.browser
 
@@ -21,21 +21,6 @@ SCROLL_DOWN_JS = """() => { for (const el of [document.scrollingElement, ...docu
     el.scrollTop = el.scrollHeight; document.scrollingElement.scrollTop = document.scrollingElement.scrollHeight; }"""
 SCROLL_TOP_JS = """() => { for (const el of [document.scrollingElement, ...document.querySelectorAll('*')])
   if (el && el.scrollTop) el.scrollTop = 0; }"""
-
-
-def _open_servers(page) -> None:
-    """Open Servers from the sidebar; a click that lands while the sidebar redraws can be lost, so once more."""
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-
-    heading = page.get_by_role("heading", name="Servers").first
-    for attempt in range(2):
-        page.locator("[data-testid='stSidebarNav'] a").filter(has_text="Servers").first.click()
-        try:
-            heading.wait_for(state="visible", timeout=20_000 if attempt == 0 else 30_000)
-            return
-        except PlaywrightTimeout:
-            if attempt:
-                raise
 
 
 def _control_buttons(page):
@@ -59,7 +44,7 @@ def test_controls_and_status_are_in_the_first_screen_and_the_view_follows_a_rela
     with browser(width=WIDTH, height=HEIGHT) as page:
         page.goto(dashboard.page(), wait_until="domcontentloaded")
         expect(page.get_by_text("Workspace:").first).to_be_visible(timeout=120_000)
-        _open_servers(page)
+        open_page(page, "Servers")
         page.wait_for_selector(".st-key-srv-status", timeout=120_000)
         launch, stop = _control_buttons(page)
         launch.wait_for(state="visible", timeout=60_000)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e._dashboard import browser, serve
+from tests.e2e._dashboard import browser, open_page, serve
 
 pytestmark = pytest.mark.browser
 
@@ -69,25 +69,6 @@ CUT_JS = """(selectors) => {
 }"""
 
 
-def _open(page, title: str) -> None:
-    """Open a page from the sidebar.  A click that lands while the sidebar's own timed refresh
-    redraws it can be lost (the page stays where it was, with no error): click once more then."""
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-    from playwright.sync_api import expect
-
-    heading = page.get_by_role("heading", name=title).first
-    for attempt in range(2):
-        page.locator("[data-testid='stSidebarNav'] a").filter(has_text=title).first.click()
-        page.wait_for_selector("[data-testid='stApp'][data-test-connection-state='CONNECTED']", timeout=30_000)
-        try:
-            heading.wait_for(state="visible", timeout=20_000 if attempt == 0 else 30_000)
-            break
-        except PlaywrightTimeout:
-            if attempt:
-                raise
-    expect(heading).to_be_visible()
-
-
 def _settle(page) -> None:
     """Wait until the page has drawn its live blocks (metrics or tables) and stopped running."""
     page.wait_for_selector("[data-testid='stMetric'], [data-testid='stTable']", timeout=120_000)
@@ -112,7 +93,7 @@ def test_nothing_a_user_needs_is_cut_off(dashboard, width):
         page.goto(dashboard.page(), wait_until="domcontentloaded")
         expect(page.get_by_text("Workspace:").first).to_be_visible(timeout=120_000)
         for title in ("Servers", "Processes", "GPUs"):
-            _open(page, title)
+            open_page(page, title)
             # the demo server runs: its live metrics and charts are drawn
             if title == "Servers":
                 page.wait_for_selector("[data-testid='stMetricValue']", timeout=120_000)
