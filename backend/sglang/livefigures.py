@@ -24,12 +24,22 @@ the target is stored.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
 from backend.sglang.alerts import ACCEPT_FLOOR
 
-if TYPE_CHECKING:
-    from backend.bench.baseline import BaselineChoice
+
+class BaselineChoice(Protocol):
+    """What these figures read of the baseline chosen for a server (the benchmark domain's
+    ``backend.bench.baseline.BaselineChoice``, passed in by the page: this domain does not import it)."""
+
+    concurrency: int | None
+    exact: bool
+    label: str
+    measured: tuple[int, ...]
+    other_lengths: tuple[str, ...]
+
+    def ratio(self, aggregate_tok_s: float | None) -> float | None: ...
 
 GOOD_RATIO = 1.0  # at or above: green
 WARN_RATIO = 0.9  # at or above (and below GOOD_RATIO): amber; below: red
@@ -111,7 +121,7 @@ class MeasuredFigures:
 
     aggregate: float | None  # gen throughput of the latest decode line
     running: int | None  # #running-req of that line
-    choice: "BaselineChoice"
+    choice: BaselineChoice
     ratio: float | None  # aggregate / the baseline's output tok/s
     level: Level  # by the ratio at the same concurrency; "none" at another one
 
@@ -148,7 +158,7 @@ class MeasuredFigures:
 
 
 def measured_figures(gen_throughput: float | None, running_req: int | None,
-                     choice: "BaselineChoice") -> MeasuredFigures:
+                     choice: BaselineChoice) -> MeasuredFigures:
     ratio = choice.ratio(gen_throughput) if running_req else None
     level = ratio_level(ratio) if choice.exact else "none"
     return MeasuredFigures(gen_throughput, running_req, choice, ratio, level)
