@@ -113,10 +113,26 @@ class ProcessConfig(_Model):
         return v
 
 
+class PrometheusConfig(_Model):
+    """``[telemetry.prometheus]``: a Prometheus server to read every node's GPUs and every server's
+    SGLang metrics from (``url``, with an optional bearer token in ``token_file``), the ``file_sd``
+    targets file Specdeck writes for the servers it starts (``targets_file``, relative to the
+    workspace), and the address its own sampler exports on in the exporters' names (``export``,
+    "HOST:PORT"; unset: no export)."""
+
+    url: str | None = None
+    token_file: str | None = None
+    targets_file: str = "run/prometheus-targets.json"
+    export: str | None = None
+    query_timeout_s: float = Field(5.0, gt=0, le=120)
+    max_age_s: float = Field(30.0, gt=0, le=3600)
+
+
 class TelemetryConfig(_Model):
     source: Literal["auto", "nvml", "fake"] = "auto"
     interval_s: float = Field(1.0, ge=0.1, le=60)
     volumes: list[str] = Field(default_factory=list)
+    prometheus: PrometheusConfig = Field(default_factory=PrometheusConfig)
 
 
 class AlertsConfig(_Model):
@@ -209,10 +225,11 @@ class WorkspaceConfig(_Model):
     access: AccessConfig = Field(default_factory=AccessConfig)
     alerts: AlertsConfig = Field(default_factory=AlertsConfig)
     process: list[ProcessConfig] = Field(default_factory=list)
-    # The domains' tables, each parsed by its domain: [[server]] by backend.sglang.config, [[dataset]]
-    # and [[mix]] by backend.regen.catalog, [[train]] by backend.train.config.  Here they are only
-    # lists of tables; backend.flows.workspace composes the whole check.
+    # The domains' tables, each parsed by its domain: [[server]] and [[router]] by backend.sglang,
+    # [[dataset]] and [[mix]] by backend.regen.catalog, [[train]] by backend.train.config.  Here they
+    # are only lists of tables; backend.flows.workspace composes the whole check.
     server: list[dict[str, Any]] = Field(default_factory=list)
+    router: list[dict[str, Any]] = Field(default_factory=list)
     dataset: list[dict[str, Any]] = Field(default_factory=list)
     mix: list[dict[str, Any]] = Field(default_factory=list)
     train: list[dict[str, Any]] = Field(default_factory=list)

@@ -3,6 +3,7 @@
 #   ensure_venv requirements.txt [requirements-dev.txt]   .venv, the dashboard's and the tests'
 #   ensure_serve_env                                      .venv-serve, from requirements-serve.txt
 #   ensure_specforge_env                                  .venv-specforge, from requirements-specforge.txt
+#   ensure_cluster_env                                    .venv-cluster, from requirements-cluster.txt
 
 _specdeck_python() {
   local py="${SPECDECK_PYTHON:-}"
@@ -113,6 +114,32 @@ ensure_specforge_env() {
   rm -rf "$dir"
   "$py" -m venv "$dir"
   # the setuptools some Pythons put in a new venv is not a pin of the lock file
+  "$dir/bin/python" -m pip uninstall --quiet --disable-pip-version-check -y setuptools >/dev/null 2>&1 || true
+  "$dir/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -r "$lock"
+  if ! serve_env_matches "$dir" "$lock"; then
+    echo "specdeck: $dir does not hold exactly the pins of $lock after the install" >&2
+    return 1
+  fi
+  echo "$want" > "$stamp"
+}
+
+# .venv-cluster: Ray and sglang-router, from the fully pinned requirements-cluster.txt installed with
+# --no-deps.  Specdeck runs their programs (`ray start`, the Ray job entrypoints' driver,
+# `python -m sglang_router.launch_router`) from here; it never imports them.  Reused while it holds
+# exactly those pins; otherwise built anew.
+ensure_cluster_env() {
+  local dir=.venv-cluster lock=requirements-cluster.txt
+  local stamp="$dir/.specdeck-requirements"
+  local want py
+  want=$( (cat "$lock"; echo "--no-deps") | sha256sum | cut -d' ' -f1)
+  if serve_env_matches "$dir" "$lock"; then
+    [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] || echo "$want" > "$stamp"
+    return 0
+  fi
+  py=$(_specdeck_python) || return 1
+  echo "specdeck: building $dir from $lock (Ray and sglang-router, about 130 MB to download)" >&2
+  rm -rf "$dir"
+  "$py" -m venv "$dir"
   "$dir/bin/python" -m pip uninstall --quiet --disable-pip-version-check -y setuptools >/dev/null 2>&1 || true
   "$dir/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -r "$lock"
   if ! serve_env_matches "$dir" "$lock"; then
