@@ -3,6 +3,10 @@ running a benchmark of a managed server."""
 
 from __future__ import annotations
 
+from ui.context import require_frame  # first: a page run without the frame goes to it before the imports below
+
+require_frame(__file__)
+
 import time
 from dataclasses import replace
 
@@ -17,11 +21,10 @@ from ui.bench import breakeven as bench_breakeven
 from ui.bench import data as data
 from ui.bench.sweep import sweep_panel
 from ui.components import page_header
-from ui.context import require_frame, runtime
+from ui.context import runtime
 
 LEVEL_COLOUR = {"good": "green", "warn": "orange", "bad": "red", "none": "gray"}
 
-require_frame(__file__)
 rt = runtime()
 
 page_header("Benchmarks", "Does speculation pay on this server? Every benchmark run here or imported, each compared "

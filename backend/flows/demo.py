@@ -127,6 +127,8 @@ DEMO_TRAIN_DATA = "outputs/regen/demo-train.jsonl"
 DEMO_TINY_SERVER = "demo-tiny-eagle3"
 DEMO_TINY_GPU = 7
 DEMO_TINY_MEM_FRACTION = 0.2
+# its single-stream decode speed without speculation: the simulator's (SPECDECK_SIM_BASELINE_TOK_S, default 90)
+DEMO_TINY_BASELINE_TOK_S = 90.0
 
 
 def _demo_tiny_server_text(root: Path, port: int) -> str:
@@ -153,6 +155,7 @@ mem_fraction_static = {DEMO_TINY_MEM_FRACTION}
 simulate = true
 autostart = false
 sglang_version = "0.5.23"
+baseline_tok_s = {DEMO_TINY_BASELINE_TOK_S}   # the simulator's single-stream speed without a draft: a deploy's first estimate
 decode_log_interval = 40
 env = {{ SPECDECK_SIM_SPEED = "4" }}   # a 60 KB model: a few seconds to load, not twenty
 """
