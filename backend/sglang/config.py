@@ -90,6 +90,7 @@ class ServerConfig(_Model):
     baseline_tok_s: float | None = Field(None, gt=0)
     simulate: bool = False  # launch backend.sim.server with the same flags
     autostart: bool = False  # started (through preflight) when the workspace first opens (never-started only)
+    where: Literal["local", "ray"] = "local"  # "ray": a job on the workspace's [cluster]
     # the log is rotated at this size (0: never), keeping log_keep older files NAME.log.1 … NAME.log.<keep>
     log_max_mb: float = Field(LOG_MAX_BYTES / 2**20, ge=0, le=2**20)
     log_keep: int = Field(LOG_KEEP, ge=1, le=1000)

@@ -118,6 +118,7 @@ class TrainRunConfig(_Model):
     env: dict[str, str] = Field(default_factory=dict)
     cwd: str | None = None
     stop_grace_s: float = Field(30.0, ge=0, le=3600)
+    where: Literal["local", "ray"] = "local"  # "ray": a job on the workspace's [cluster]
 
     @field_validator("name")
     @classmethod
