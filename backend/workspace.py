@@ -99,11 +99,21 @@ class ProcessConfig(_Model):
     # the log is rotated at this size (0: never), keeping log_keep older files NAME.1 … NAME.<keep>
     log_max_mb: float = Field(LOG_MAX_BYTES / 2**20, ge=0, le=2**20)
     log_keep: int = Field(LOG_KEEP, ge=1, le=1000)
+    # "ray": a job on the workspace's [cluster], placed by num_gpus, num_cpus and resources
+    where: Literal["local", "ray"] = "local"
+    num_gpus: float = Field(0.0, ge=0, le=1024)
+    num_cpus: float = Field(0.0, ge=0, le=4096)
+    resources: dict[str, float] = Field(default_factory=dict)
 
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
         return check_name(v)
+
+    @field_validator("resources")
+    @classmethod
+    def _resources(cls, v: dict[str, float]) -> dict[str, float]:
+        return _check_resources(v)
 
     @field_validator("argv")
     @classmethod
@@ -111,6 +121,62 @@ class ProcessConfig(_Model):
         if any(not a for a in v[:1]):
             raise ValueError("the program (argv[0]) is empty")
         return v
+
+
+def _check_resources(v: dict[str, float]) -> dict[str, float]:
+    for k, n in v.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.:-]{0,99}", k):
+            raise ValueError(f"resource name {k!r}: letters, digits and _ . : - only, starting with a letter or _")
+        if not (0 <= n <= 1e9):
+            raise ValueError(f"resource {k}: {n} is not between 0 and 1e9")
+    return v
+
+
+class ClusterConfig(_Model):
+    """``[cluster]``: the Ray cluster that processes with ``where = "ray"`` run on.
+
+    ``address = "local"``: a head started and owned by Specdeck (``python -m backend.cli cluster up``),
+    with its own temp dir under the workspace's run/ and free ports on 127.0.0.1, ``num_cpus``,
+    ``num_gpus`` (may exceed the real GPUs: Ray only counts them) and custom ``resources``.
+    ``address = "http://HOST:8265"``: a running cluster's dashboard; ``token_file`` (required) holds the
+    token it checks (``Authorization: Bearer``).  ``python``: the interpreter on the cluster's nodes that
+    runs the small entrypoint wrapper; ``cluster_python``: the environment whose ``ray`` starts the
+    local head (default: $SPECDECK_CLUSTER_PYTHON, else the checkout's .venv-cluster)."""
+
+    kind: Literal["ray"] = "ray"
+    address: str = "local"
+    token_file: str | None = None
+    num_cpus: int = Field(2, ge=1, le=4096)
+    num_gpus: int = Field(0, ge=0, le=1024)
+    resources: dict[str, float] = Field(default_factory=dict)
+    python: str = "python3"
+    cluster_python: str | None = None
+    request_timeout_s: float = Field(10.0, gt=0, le=300)
+    log_tail_lines: int = Field(1000, ge=1, le=100_000)
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, v: str) -> str:
+        v = v.strip()
+        if v != "local" and not re.fullmatch(r"https?://[^\s/]+/?", v):
+            raise ValueError(f"address is \"local\" or the dashboard's URL such as \"http://HOST:8265\" (got {v!r})")
+        return v.rstrip("/")
+
+    @field_validator("resources")
+    @classmethod
+    def _resources(cls, v: dict[str, float]) -> dict[str, float]:
+        return _check_resources(v)
+
+    @model_validator(mode="after")
+    def _token(self) -> "ClusterConfig":
+        if self.address != "local" and not self.token_file:
+            raise ValueError("a remote cluster needs token_file = '<file holding its auth token>' "
+                             "(start it with RAY_AUTH_MODE=token)")
+        return self
+
+    @property
+    def is_local(self) -> bool:
+        return self.address == "local"
 
 
 class PrometheusConfig(_Model):
@@ -224,6 +290,7 @@ class WorkspaceConfig(_Model):
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     access: AccessConfig = Field(default_factory=AccessConfig)
     alerts: AlertsConfig = Field(default_factory=AlertsConfig)
+    cluster: ClusterConfig | None = None
     process: list[ProcessConfig] = Field(default_factory=list)
     # The domains' tables, each parsed by its domain: [[server]] and [[router]] by backend.sglang,
     # [[dataset]] and [[mix]] by backend.regen.catalog, [[train]] by backend.train.config.  Here they
@@ -342,6 +409,10 @@ class Workspace:
                     restart=RestartPolicy(**p.restart.model_dump()),
                     log_max_bytes=int(p.log_max_mb * 2**20),
                     log_keep=p.log_keep,
+                    where=p.where,
+                    num_gpus=p.num_gpus,
+                    num_cpus=p.num_cpus,
+                    resources=dict(p.resources),
                 )
             )
         return specs
@@ -452,7 +523,7 @@ def parse_config(text: str, path: Path | str = CONFIG_NAME, *, model: type[Works
         cfg = model.model_validate(data)
     except ValidationError as exc:
         raise ConfigError([describe_error(err, text, path) for err in exc.errors()]) from None
-    problems = _unique_process_names(cfg, text, path)
+    problems = _unique_process_names(cfg, text, path) + _where_needs_cluster(cfg, text, path)
     for check in checks:
         problems += check(cfg, text, path)
     if problems:
@@ -470,6 +541,20 @@ def _unique_process_names(cfg: WorkspaceConfig, text: str, path: Path | str) -> 
                             f"twice (first by process[{j}] at line {locate(text, ('process', j, 'name'))})")
         else:
             first[p.name] = i
+    return problems
+
+
+def _where_needs_cluster(cfg: WorkspaceConfig, text: str, path: Path | str) -> list[str]:
+    """``where = "ray"`` on any entry of a workspace without ``[cluster]``: one problem per entry."""
+    if cfg.cluster is not None:
+        return []
+    problems: list[str] = []
+    for table in ("process", "server", "router", "train"):
+        for i, entry in enumerate(getattr(cfg, table)):
+            where = entry.where if isinstance(entry, ProcessConfig) else entry.get("where")
+            if where == "ray":
+                problems.append(f"{path}:{locate(text, (table, i, 'where'))}: {table}[{i}].where: \"ray\" needs a "
+                                "[cluster] section (kind = \"ray\", address = \"local\" or \"http://HOST:8265\")")
     return problems
 
 

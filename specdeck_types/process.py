@@ -101,14 +101,29 @@ class ProcessSpec:
     restart: RestartPolicy = field(default_factory=RestartPolicy)
     log_max_bytes: int = LOG_MAX_BYTES  # 0: never rotate
     log_keep: int = LOG_KEEP
+    # Where it runs: "local" (a child of this machine's supervisor) or "ray" (a job on the
+    # workspace's [cluster]); the placement fields below only apply to "ray".
+    where: Literal["local", "ray"] = "local"
+    num_gpus: float = 0.0  # Ray's entrypoint_num_gpus
+    num_cpus: float = 0.0  # Ray's entrypoint_num_cpus
+    resources: dict[str, float] = field(default_factory=dict)  # Ray's entrypoint_resources (node pinning)
 
     def __post_init__(self) -> None:
         if not self.name or any(c in self.name for c in "/\\\0"):
             raise ValueError(f"process name {self.name!r}: must be non-empty without slashes")
         if not self.argv:
             raise ValueError(f"process {self.name}: argv is empty")
+        if self.where not in ("local", "ray"):
+            raise ValueError(f"process {self.name}: where is 'local' or 'ray' (got {self.where!r})")
+        if self.num_gpus < 0 or self.num_cpus < 0 or any(v < 0 for v in self.resources.values()):
+            raise ValueError(f"process {self.name}: num_gpus, num_cpus and resources are never negative")
+        object.__setattr__(self, "resources", {str(k): float(v) for k, v in self.resources.items()})
         object.__setattr__(self, "argv", tuple(str(a) for a in self.argv))
         object.__setattr__(self, "kind", Kind(self.kind))
+
+    @property
+    def on_ray(self) -> bool:
+        return self.where == "ray"
 
     def __hash__(self) -> int:  # env is a dict
         return hash((self.name, self.kind, self.argv, self.log_path))
