@@ -15,7 +15,9 @@
 - No modules of the project import each other in a circle.
 
 Every import counts, at the top of a module or inside a function (an import inside a function
-still ties the two modules), except those under ``if TYPE_CHECKING:``, which never run.  An
+still ties the two modules).  An import under ``if TYPE_CHECKING:`` never runs, so it makes no
+circle, but it names another module's type all the same: the layer rules above count it too (a
+domain that names another domain's class for its type hints depends on that domain).  An
 import names one module: ``from a.b import c`` names ``a.b.c`` where that is a module, else
 ``a.b``; ``import a.b.c`` names the longest of ``a.b.c``, ``a.b``, ``a`` that is a module (the
 packages it passes through are not counted, so a package's ``__init__`` that hands names on makes
@@ -123,20 +125,22 @@ def _is_type_checking(test: ast.expr) -> bool:
         (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _nodes(tree: ast.AST):
-    """Every node of ``tree`` but those under ``if TYPE_CHECKING:``."""
+def _nodes(tree: ast.AST, *, type_checking: bool = False):
+    """Every node of ``tree`` but those under ``if TYPE_CHECKING:`` (with ``type_checking``, every node)."""
     stack = [tree]
     while stack:
         node = stack.pop()
         yield node
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
+        if not type_checking and isinstance(node, ast.If) and _is_type_checking(node.test):
             stack.extend(node.orelse)
             continue
         stack.extend(ast.iter_child_nodes(node))
 
 
-def imports_of(source: str, module: str, modules: set[str], *, package: bool = False) -> set[str]:
-    """The project modules that ``source`` (the module named ``module``) imports."""
+def imports_of(source: str, module: str, modules: set[str], *, package: bool = False,
+               type_checking: bool = False) -> set[str]:
+    """The project modules that ``source`` (the module named ``module``) imports; with ``type_checking``,
+    those it imports under ``if TYPE_CHECKING:`` too."""
 
     def longest(name: str) -> str | None:
         parts = name.split(".")
@@ -147,7 +151,7 @@ def imports_of(source: str, module: str, modules: set[str], *, package: bool = F
 
     here = module.split(".") if package else module.split(".")[:-1]
     found: set[str] = set()
-    for node in _nodes(ast.parse(source)):
+    for node in _nodes(ast.parse(source), type_checking=type_checking):
         if isinstance(node, ast.Import):
             found.update(filter(None, (longest(a.name) for a in node.names)))
         elif isinstance(node, ast.ImportFrom):
@@ -173,10 +177,12 @@ def imports_of(source: str, module: str, modules: set[str], *, package: bool = F
     return found
 
 
-def import_graph(root: Path = REPO) -> dict[str, set[str]]:
+def import_graph(root: Path = REPO, *, type_checking: bool = False) -> dict[str, set[str]]:
+    """Each project module's imports; with ``type_checking``, those under ``if TYPE_CHECKING:`` too."""
     mods = project_modules(root)
     names = set(mods)
-    return {m: imports_of(p.read_text(encoding="utf-8"), m, names, package=p.name == "__init__.py")
+    return {m: imports_of(p.read_text(encoding="utf-8"), m, names, package=p.name == "__init__.py",
+                          type_checking=type_checking)
             for m, p in mods.items()}
 
 
@@ -276,8 +282,19 @@ def test_the_graph_is_read(graph):
     assert "backend.flows.bench_job" in graph["backend.cli.bench"]
 
 
+@pytest.fixture(scope="module")
+def typed_graph() -> dict[str, set[str]]:
+    return import_graph(type_checking=True)
+
+
 def test_layers(graph):
     assert layer_violations(graph) == []
+
+
+def test_layers_with_the_imports_for_type_hints(typed_graph, graph):
+    """An import under ``if TYPE_CHECKING:`` crosses no layer either (it names the other side's type)."""
+    assert all(graph[m] <= typed_graph[m] for m in graph)
+    assert layer_violations(typed_graph) == []
 
 
 def test_every_domain_and_the_foundation_are_there(graph):
@@ -368,3 +385,27 @@ def test_layer_rules_catch_planted_imports(graph, expected):
 )
 def test_circle_rule_catches_planted_circles(graph, expected):
     assert unexpected_circles(graph) == expected
+
+
+@pytest.mark.parametrize(
+    "module, source, expected",
+    [
+        # a domain that names another domain's class for its type hints
+        ("backend.sglang.livefigures",
+         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from backend.bench.baseline import Baseline\n",
+         ["backend.sglang.livefigures -> backend.bench.baseline: a domain never imports another"]),
+        ("backend.regen.job", "import typing\nif typing.TYPE_CHECKING:\n    import backend.flows.relaunch\n",
+         ["backend.regen.job -> backend.flows.relaunch: a domain never imports a flow"]),
+        ("state.store", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from backend.sglang.config import S\n",
+         ["state.store -> backend.sglang.config: state/ imports nothing from backend/, ui/ or pages/"]),
+        # inside the domain, or on the foundation, a type-only import is allowed as any other
+        ("backend.regen.job", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from backend.regen.catalog import M\n"
+         "    from backend.workspace import Workspace\n", []),
+    ],
+)
+def test_layer_rules_count_planted_imports_for_type_hints(module, source, expected):
+    mods = {"backend.sglang.livefigures", "backend.bench.baseline", "backend.regen.job", "backend.regen.catalog",
+            "backend.flows.relaunch", "backend.workspace", "backend.sglang.config", "state.store"}
+    assert layer_violations({module: imports_of(source, module, mods)}) == []  # unseen without type_checking
+    typed = {module: imports_of(source, module, mods, type_checking=True)}
+    assert [v.split(" (")[0] for v in layer_violations(typed)] == expected
