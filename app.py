@@ -39,13 +39,11 @@ def _pages() -> list:
             for file, title, icon, path in PAGES if (HERE / file).exists()]
 
 
-def _home(pages: list):
-    """The page at /: it opens the first page at its own path, keeping the query (Streamlit answers the
-    default page only at /, so a page that is the default could not be opened at its own path)."""
-    def home() -> None:
-        st.switch_page(pages[0], query_params=dict(st.query_params))
-
-    return st.Page(home, title="Home", url_path="home", default=True, visibility="hidden")
+def _overview():
+    """The Overview at /: the three answers users come for, each tile linking to its page.  Streamlit answers
+    the default page only at /, so it is kept out of :data:`PAGES` (every page there has its own path)."""
+    return st.Page("pages/overview.py", title="Overview", icon=":material/dashboard:", url_path="overview",
+                   default=True)
 
 
 def _early_frame() -> tuple:
@@ -55,10 +53,11 @@ def _early_frame() -> tuple:
     mechanism, which sends the session here) is opened again at its own path."""
     pages = _pages()
     hidden = [st.Page("pages/login.py", title="Sign in", url_path="login", visibility="hidden")]
-    st.navigation([_home(pages), *pages, *hidden])  # the names at once; the navigation below replaces it
+    overview = _overview()
+    st.navigation([overview, *pages, *hidden])  # the names at once; the navigation below replaces it
     wanted = st.session_state.pop(WANTED_PAGE, None)
     if wanted is not None:
-        for page in pages:
+        for page in [overview, *pages]:
             if page.url_path == Path(wanted).stem:
                 st.switch_page(page)
     head = st.sidebar.empty()
@@ -73,7 +72,7 @@ rt = runtime(gate=False)
 _opening.empty()
 _head.empty()  # a session that is not signed in sees nothing of the frame
 # a session that may not view gets the sign-in page and nothing else: the run ends there
-access = gate(rt, [page.url_path for page in _pages()])
+access = gate(rt, ["overview", *(page.url_path for page in _pages())])
 rt = runtime(show_config_error=True)
 
 
@@ -113,9 +112,9 @@ with st.sidebar:
 
 mark_frame()
 store_banner(rt, show_paths=access.can_see_data)  # above every page while the state store is damaged or cannot be written
-pages = _pages()
+pages = [_overview(), *_pages()]
 pages += frame_gate(rt, pages)  # the login gate: banner, account box, sign-in page
-nav = st.navigation([_home(pages), *pages])
+nav = st.navigation(pages)
 try:
     nav.run()
 except sqlite3.DatabaseError as exc:  # a page that met a damaged or unwritable store says so, never a traceback

@@ -1,0 +1,276 @@
+"""The Overview page's data: what each tile shows, read from the same snapshots and computed by the same
+functions as the page it links to (no Streamlit here).
+
+- Regeneration: each running job's progress follower (``backend.regen.follow``), rows done of those to ask,
+  rate and ETA band, and its state as the Regeneration page words it.
+- Servers: each server's latest decode line, the baseline chosen as the Servers page chooses it
+  (``backend.bench.baseline.StoredBaselines.choose``), ``backend.sglang.livefigures`` for the figures
+  and ``backend.sglang.monitor.steady_verdict`` for the verdict over a steady window at the baseline's load.
+- Cost: ``backend.flows.cost`` over the jobs' process records, their GPUs and the power readings.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from backend.flows import cost as job_cost
+from backend.regen import control as regen_control
+from backend.regen.follow import progress_follower
+from backend.sglang import livefigures
+from backend.sglang.monitor import steady_verdict
+from specdeck_types.eta import Eta
+from ui import fmt
+
+# -- regeneration ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RegenTile:
+    name: str
+    out: str
+    state: str  # the snapshot's state word (running, paused, ...), or the process's when it ended first
+    ended: bool
+    asked: int | None  # done + failed: skipped rows are never asked, so they are not progress
+    to_ask: int | None  # total - skipped
+    done: int | None
+    failed: int | None
+    rate: float | None  # rows/s
+    tok_s: float | None
+    eta: Eta | None  # None once ended
+    snapshot_t: float | None
+    cost: job_cost.Cost
+
+    @property
+    def fraction(self) -> float | None:
+        if not self.to_ask or self.asked is None:
+            return None
+        return min(1.0, self.asked / self.to_ask)
+
+
+def _num(v: Any) -> int | None:
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def power_reader(rt) -> job_cost.PowerReader | None:
+    tele = getattr(rt, "telemetry", None)
+    if tele is None:
+        return None
+    return lambda gpu, since, until: tele.history(gpu, "power_w", since, until)
+
+
+def attribution(rt) -> Any:
+    snap = rt.telemetry.latest() if getattr(rt, "telemetry", None) is not None else None
+    return getattr(snap, "attribution", None)
+
+
+def regen_jobs(rt) -> list[tuple[Any, Any]]:
+    """(job, process view) of every regeneration job started from this workspace, oldest first."""
+    out = []
+    for job in rt.jobs():
+        if job.meta.get("kind") == "regen" and job.meta.get("out"):
+            out.append((job, rt.supervisor.view(job.name)))
+    return out
+
+
+def regen_tile(rt, job, view, *, now: float | None = None, power=None, attr=None) -> RegenTile:
+    out = job.meta["out"]
+    f = progress_follower(out).poll()
+    snap = f.latest or {}
+    ended = (view is not None and not view.live) or (bool(snap) and snap.get("state") not in regen_control.LIVE_STATES)
+    state = str(snap.get("state") or "")
+    if view is not None and not view.live and (not state or state in regen_control.LIVE_STATES):
+        state = fmt.view_badge(view).label.lower()  # the process ended before its last snapshot said so
+    total, skipped = _num(snap.get("total")), _num(snap.get("skipped"))
+    done, failed = _num(snap.get("done")), _num(snap.get("failed"))
+    asked = None if done is None and failed is None else (done or 0) + (failed or 0)
+    to_ask = None if total is None else max(0, total - (skipped or 0))
+    rate = snap.get("req_s") if isinstance(snap.get("req_s"), (int, float)) else None
+    tok = snap.get("tok_s") if isinstance(snap.get("tok_s"), (int, float)) else None
+    c = job_cost.regen_cost(view, snap, rt.fleet, attribution=attr, power=power, now=now)
+    return RegenTile(job.name, out, state or "starting", ended, asked, to_ask, done, failed,
+                     None if ended else rate, None if ended else tok, None if ended else f.eta(),
+                     snap.get("t"), c)
+
+
+def regen_tiles(rt, *, now: float | None = None) -> tuple[list[RegenTile], RegenTile | None]:
+    """(the running jobs' tiles, the newest ended job's tile when none runs)."""
+    power, attr = power_reader(rt), attribution(rt)
+    jobs = regen_jobs(rt)
+    running = [(j, v) for j, v in jobs if v is not None and v.live]
+    tiles = [regen_tile(rt, j, v, now=now, power=power, attr=attr) for j, v in running]
+    last = None
+    if not tiles and jobs:
+        j, v = jobs[-1]
+        last = regen_tile(rt, j, v, now=now, power=power, attr=attr)
+    return tiles, last
+
+
+def eta_text(eta: Eta | None) -> str:
+    """``ETA 1 h 50 m-2 h 20 m (point 2 h 05 m)``: the band with its point inside."""
+    if eta is None:
+        return "no ETA (ended)"
+    if eta.point_s == 0:
+        return "ETA done"
+    band = eta.range_text()
+    if not eta.known or not band:
+        return "ETA N/A"
+    return f"ETA {band} (point {fmt.duration(eta.point_s)})"
+
+
+# -- servers -----------------------------------------------------------------------------------------------
+
+
+def _latest(series: list, default=None):
+    for v in reversed(series):
+        if v is not None:
+            return v
+    return default
+
+
+@dataclass(frozen=True)
+class ServerTile:
+    name: str
+    badge: fmt.Badge
+    live: bool  # a process runs (relaunch, not start)
+    algorithm: str | None
+    accept_len: float | None
+    lifetime: float | None
+    accept_level: str  # the accept_len's level against its lifetime (livefigures.accept_vs_lifetime)
+    tok_s: float | None  # the figure the verdict is about
+    tok_s_label: str  # "per-request tok/s" or "aggregate tok/s"
+    baseline_tok_s: float | None
+    baseline_text: str
+    verdict: Any  # backend.sglang.monitor.SteadyVerdict
+    refreshed_at: float | None
+    running_req: int | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def server_tile(rt, name: str, stored, *, now: float | None = None) -> ServerTile:
+    """The Servers page's key figures of server ``name``: the same baseline choice and the same verdict.
+
+    ``stored``: a ``backend.bench.baseline.StoredBaselines`` of the workspace's store."""
+    now = time.time() if now is None else now
+    fleet = rt.fleet
+    snap = fleet.snapshot(name)
+    view = rt.supervisor.view(name)
+    cfg = fleet.config(name)
+    dec = snap.run_decode if snap.run_decode is not None else snap.decode
+    acc = _latest(dec["accept_len"])
+    life = snap.lifetime_accept_len
+    last = len(dec["ts"]) - 1
+    tput = dec["gen_throughput"][last] if last >= 0 else None
+    running = dec["running_req"][last] if last >= 0 else None
+    choice = stored.choose(name, cfg.model_path, cfg.served_model_name, running, cfg.baseline_tok_s)
+    measured = livefigures.measured_figures(tput, running, choice) if choice.stored else None
+    speed = livefigures.speed_figures(tput, running, None if measured else snap.baseline_tok_s)
+    if measured is not None:  # a baseline measured at a concurrency: the aggregate at that load
+        verdict = steady_verdict(dec["ts"], dec["gen_throughput"], dec["running_req"], choice.tok_s,
+                                 choice.concurrency, now=now)
+        tok, label = tput, "aggregate tok/s"
+        base, base_text = choice.tok_s, choice.label
+    else:  # the configured single-stream baseline: one request in flight
+        verdict = steady_verdict(dec["ts"], dec["gen_throughput"], dec["running_req"], snap.baseline_tok_s, 1,
+                                 now=now)
+        tok, label = speed.per_request, "per-request tok/s"
+        base = snap.baseline_tok_s
+        base_text = (f"configured single-stream baseline {fmt.tok_s(base)}" if base
+                     else "no baseline: set baseline_tok_s or measure one")
+    badge = fmt.server_badge(view, snap.status, health_at=snap.health.at if snap.health is not None else None)
+    delta = livefigures.accept_vs_lifetime(acc, life)
+    notes = []
+    if snap.alert is not None:
+        notes.append(snap.alert.title)
+    return ServerTile(name, badge, view is not None and view.live, cfg.speculative.algorithm, acc, life,
+                      delta.level, tok, label, base, base_text, verdict, snap.refreshed_at, running, tuple(notes))
+
+
+# -- GPUs --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuCell:
+    index: int
+    util: float | None  # percent
+    mem_used: int | None
+    mem_total: int | None
+    power_w: float | None
+    jobs: str  # who holds it
+    lost: bool = False
+
+    @property
+    def mem_pct(self) -> float | None:
+        if self.mem_used is None or not self.mem_total:
+            return None
+        return 100.0 * self.mem_used / self.mem_total
+
+
+def gpu_cells(rt) -> tuple[list[GpuCell], str | None, float | None]:
+    """(one cell per GPU, why there are none, when sampled)."""
+    tele = getattr(rt, "telemetry", None)
+    snap = tele.latest() if tele is not None else None
+    if snap is None:
+        return [], "no GPU sample yet", None
+    if not snap.gpus:
+        return [], (snap.state.message or str(snap.state.status.value)), snap.t
+    attr = snap.attribution
+    cells = [GpuCell(g.index, g.util_gpu, g.mem_used, g.mem_total, g.power_w,
+                     attr.who(g.index) if attr is not None else "not attributed", g.lost) for g in snap.gpus]
+    return cells, None, snap.t
+
+
+# -- cost --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CostLine:
+    what: str  # Regeneration / Training / Benchmarks
+    gpu_hours: float | None
+    energy_kwh: float | None
+    counted: int  # jobs whose GPU-hours are known
+    jobs: int  # jobs in all
+    why: str  # why some (or all) are unknown
+
+
+def cost_line(what: str, costs: list[job_cost.Cost]) -> CostLine:
+    hours, kwh, counted = job_cost.total(costs)
+    whys = sorted({c.gpu_hours_why for c in costs if c.gpu_hours is None and c.gpu_hours_why})
+    ewhys = sorted({c.energy_why for c in costs if c.energy_kwh is None and c.gpu_hours is not None and c.energy_why})
+    why = "; ".join(whys[:3] + ewhys[:2])
+    return CostLine(what, hours, kwh, counted, len(costs), why)
+
+
+def regen_costs(rt, *, now: float | None = None) -> list[job_cost.Cost]:
+    power, attr = power_reader(rt), attribution(rt)
+    out = []
+    for job, view in regen_jobs(rt):
+        snap = progress_follower(job.meta["out"]).poll().latest
+        out.append(job_cost.regen_cost(view, snap, rt.fleet, attribution=attr, power=power, now=now))
+    return out
+
+
+def train_costs(rt, *, now: float | None = None) -> dict[str, job_cost.Cost]:
+    power, attr = power_reader(rt), attribution(rt)
+    return {name: job_cost.process_cost(rt.supervisor.view(name), attribution=attr, power=power, now=now)
+            for name in rt.train.names()}
+
+
+def bench_costs(rt, results) -> dict[int, job_cost.Cost]:
+    power = power_reader(rt)
+    return {r.id: job_cost.bench_cost(r, rt.fleet, power=power) for r in results}
+
+
+def cost_text(c: job_cost.Cost) -> tuple[str, str]:
+    """(``1.25 GPU-h · 0.42 kWh``, the hover text: where the GPUs came from and why a figure is N/A)."""
+    hours = fmt.NA if c.gpu_hours is None else f"{c.gpu_hours:,.2f} GPU-h"
+    kwh = fmt.NA if c.energy_kwh is None else f"{c.energy_kwh:,.2f} kWh"
+    if c.gpu_hours is None:
+        return f"{hours} GPU-h", c.gpu_hours_why
+    gpus = ", ".join(map(str, c.gpus)) if c.gpus else "?"
+    helps = [f"GPUs {gpus} ({c.gpus_from})" if c.gpus is not None else c.gpus_from]
+    if c.seconds is not None:
+        helps.append(f"{fmt.duration(c.seconds)}{' so far' if c.running else ''}")
+    helps.append(("energy N/A: " if c.energy_kwh is None else "energy from ") + (c.energy_why or "no reading"))
+    return f"{hours} · {kwh if c.energy_kwh is not None else 'energy N/A'}", "; ".join(helps)
