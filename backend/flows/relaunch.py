@@ -11,6 +11,9 @@ does its work, and then brings the server back as it was:
   last lines of the server's log.
 * :func:`remember` records what is to be restored: the config, the workspace file's text
   and whether the server was running.
+* A server behind a ``[[router]]`` is drained before it is stopped (out of the router, its requests
+  in flight finished or the router's ``drain_timeout_s`` passed; :func:`backend.flows.router_sync.drain`)
+  and joins again once the new run is ready.
 * :func:`restore` writes the server's ``[[server]]`` entry back exactly as it was (every
   line and comment of that entry; the rest of the file keeps any edit made meanwhile),
   then relaunches the original config and waits for ready, or stops the server if it was
@@ -151,6 +154,23 @@ def wait_ready(session, name: str, *, run_id: str | None, timeout_s: float, star
             time.sleep(POLL_S)
 
 
+def _drain(session, name: str, on_phase: PhaseHook | None):
+    """Take a RUNNING server out of the routers in front of it and let its requests in flight finish
+    (bounded by the routers' ``drain_timeout_s``) before it is stopped; the new run joins them again once
+    it is ready (backend.flows.router_sync)."""
+    from backend.flows.router_sync import drain
+
+    if not getattr(session.fleet, "router_names", list)():
+        return None
+    session.sup.poll(sync_probes=True)
+    res = drain(session.fleet, session.sup, session.ws.run_dir, name, on_phase=on_phase)
+    if res is not None:
+        left = "" if not res.in_flight else f", {res.in_flight} request(s) still in flight"
+        _phase(on_phase, "drained", f"{name} out of {', '.join(res.routers) or 'no router'} after "
+                                    f"{res.waited_s:.1f} s{left}")
+    return res
+
+
 def relaunch_and_wait(session, name: str, cfg: ServerConfig, *, actor: str, source: str, timeout_s: float,
                       on_phase: PhaseHook | None = None, stop: threading.Event | None = None) -> LaunchResult:
     """Preflight ``cfg``, relaunch server ``name`` with it and wait until the new run is ready
@@ -165,6 +185,7 @@ def relaunch_and_wait(session, name: str, cfg: ServerConfig, *, actor: str, sour
     findings = session.fleet.preflight(name, cfg)
     if any(f.severity == "error" for f in findings):
         raise PreflightFailed(name, findings)
+    _drain(session, name, on_phase)
     _phase(on_phase, "relaunching", f"stopping {name} and starting it with the new configuration")
     t0 = time.monotonic()
     try:
@@ -226,9 +247,10 @@ def restore(session, name: str, original: Original, *, actor: str, source: str, 
     if v is not None and v.state == ProcState.RUNNING and not v.spec_pending \
             and tuple(v.spec.argv) == tuple(want.argv) and v.spec.env == want.env:
         return LaunchResult(name, tuple(v.spec.argv), (), v.run_id, v.pid, 0.0)  # runs as it was
-    _phase(on_phase, "restoring", f"relaunching {name} with its original configuration")
     findings = session.fleet.preflight(name, cfg)
     forced = any(f.severity == "error" for f in findings)
+    _drain(session, name, on_phase)
+    _phase(on_phase, "restoring", f"relaunching {name} with its original configuration")
     t0 = time.monotonic()
     try:
         res = session.fleet.launch(name, cfg, actor=actor, source=source, findings=findings,

@@ -1,6 +1,6 @@
 """The whole workspace: the file reader (:mod:`backend.workspace`) with every domain's part.  The regeneration
 domain's models type the [[dataset]] and [[mix]] tables; each domain checks its own tables
-(``table.py`` in ``backend/sglang``, ``regen``, ``train``); the demo workspace is written when none is
+(``table.py`` in ``backend/sglang``, ``regen``, ``train``; ``routertable.py`` for [[router]]); the demo workspace is written when none is
 chosen.  The dashboard, the command line and the flows open the workspace here."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from backend import workspace as reader
 from backend.flows.demo import write_demo_workspace
 from backend.regen.catalog import DatasetConfig, MixEntry
 from backend.regen.table import check_catalog_table
+from backend.sglang.routertable import check_router_table
 from backend.sglang.table import check_server_table
 from backend.train.table import check_train_table
 from backend.workspace import CONFIG_NAME, Workspace, WorkspaceConfig
@@ -25,7 +26,7 @@ class SpecdeckConfig(WorkspaceConfig):
     mix: list[MixEntry] = Field(default_factory=list)
 
 
-CHECKS = (check_server_table, check_catalog_table, check_train_table)
+CHECKS = (check_server_table, check_router_table, check_catalog_table, check_train_table)
 
 
 def parse_config(text: str, path: Path | str = CONFIG_NAME) -> SpecdeckConfig:

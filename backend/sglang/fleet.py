@@ -30,6 +30,8 @@ from backend.sglang.config import ServerConfig
 from backend.sglang.launch import build_argv, to_process_spec
 from backend.sglang.monitor import ServerMonitor, ServerSnapshot
 from backend.sglang.preflight import Finding, has_errors, run_preflight
+from backend.sglang.router import RouterConfig
+from backend.sglang.router import to_process_spec as router_spec
 from backend.sglang.runs import RunInfo
 from backend.sglang.version import Capabilities, resolve_capabilities
 from specdeck_types.process import ProcessSpec
@@ -67,6 +69,7 @@ class ServerFleet:
         self._monitors: dict[str, ServerMonitor] = {}
         self._background = background
         self._monitor_kwargs = monitor_kwargs or {}
+        self._routers: dict[str, RouterConfig] = {c.name: c for c in self._router_configs(workspace)}
         for cfg in self._workspace_configs(workspace):
             self._add(cfg)
 
@@ -74,6 +77,10 @@ class ServerFleet:
     def _workspace_configs(workspace) -> list[ServerConfig]:
         # the workspace validated every entry already
         return [ServerConfig.model_validate(e) for e in getattr(workspace.config, "server", []) or []]
+
+    @staticmethod
+    def _router_configs(workspace) -> list[RouterConfig]:
+        return [RouterConfig.model_validate(e) for e in getattr(workspace.config, "router", []) or []]
 
     def _add(self, cfg: ServerConfig, caps: Capabilities | None = None) -> None:
         self._configs[cfg.name] = cfg
@@ -94,8 +101,10 @@ class ServerFleet:
         # version detection may run the serving interpreter: never under the lock
         caps = {n: resolve_capabilities(c) for n, c in wanted.items() if current.get(n) != c}
         removed = []
+        routers = {c.name: c for c in self._router_configs(workspace)}
         with self._lock:
             self.workspace = workspace
+            self._routers = routers
             for name in [n for n in self._configs if n not in wanted]:
                 removed.append(self._monitors.pop(name))
                 del self._configs[name], self._caps[name]
@@ -138,10 +147,27 @@ class ServerFleet:
         return Path(self.workspace.log_path(name))
 
     def specs(self) -> list[ProcessSpec]:
-        """Supervisor specs of every server (the runtime adds them to the process specs)."""
+        """Supervisor specs of every server and every router (the runtime adds them to the process specs)."""
         with self._lock:
             items = [(cfg, self._caps[n]) for n, cfg in self._configs.items()]
-        return [to_process_spec(cfg, self.workspace.logs_dir, caps) for cfg, caps in items]
+            routers = list(self._routers.values())
+        return [to_process_spec(cfg, self.workspace.logs_dir, caps) for cfg, caps in items] + \
+            [router_spec(r, self.workspace.logs_dir, self.workspace.root) for r in routers]
+
+    # -- routers -----------------------------------------------------------------
+
+    def router_names(self) -> list[str]:
+        with self._lock:
+            return list(self._routers)
+
+    def router_config(self, name: str) -> RouterConfig:
+        with self._lock:
+            return self._routers[name]
+
+    def router_members(self, name: str) -> list[str]:
+        """The servers behind router ``name``."""
+        with self._lock:
+            return self._routers[name].members(list(self._configs))
 
     def argv(self, cfg: ServerConfig) -> list[str]:
         return build_argv(cfg, resolve_capabilities(cfg))

@@ -132,6 +132,11 @@ class Handler(BaseHTTPRequestHandler):
                 eng = sim.engine
                 return self.send_json(200, {"clock_s": eng.clock_s if eng else 0.0,
                                             "finished": eng.finished_requests() if eng else []})
+            if path == "/get_load" and method == "GET":  # SGLang's live load per data-parallel rank
+                running, waiting = sim.engine.counts() if sim.engine else (0, 0)
+                return self.send_json(200, [{"dp_rank": 0, "num_reqs": running + waiting,
+                                             "num_waiting_reqs": waiting,
+                                             "num_tokens": sim.engine.used_tokens() if sim.engine else 0}])
             if path == "/ready" and fl.has_ready_endpoint:
                 return self.send_body(200 if sim.ready else 503, b"")
             if path in ("/get_server_info", "/server_info") and method == "GET":

@@ -1,0 +1,148 @@
+"""The [[router]] reconciler against a real sglang-router (the cluster environment's) in front of three
+simulated servers, all supervised processes on 127.0.0.1: servers join when RUNNING and leave when
+stopped, a pending add that a delete did not cancel is removed when it shows up, a restarted router is
+given every ready server again, and a relaunch drains the server first."""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from backend.flows.router_sync import RouterSync, drain, is_draining
+from backend.sglang.routerclient import RouterClient
+from tests.helpers import free_port, wait_for
+from tests.regen.jobkit import SimServer
+from tests.simws import make_models, running_fleet
+
+pytestmark = pytest.mark.timeout(300)
+
+CLUSTER_PY = os.environ.get("SPECDECK_CLUSTER_PYTHON") or str(
+    Path(__file__).resolve().parents[2] / ".venv-cluster" / "bin" / "python")
+FAST = '{ SPECDECK_SIM_SPEED = "200", SPECDECK_SIM_BASELINE_TOK_S = "4000", SPECDECK_SIM_PEAK_TOK_S = "400000" }'
+
+
+def fleet_toml(target: Path, ports: list[int], router_port: int, *, key_file: str | None = None) -> str:
+    text = '[workspace]\nname = "routers"\n\n[telemetry]\nsource = "fake"\n'
+    for name, port in zip("abc", ports):
+        text += (f'\n[[server]]\nname = "{name}"\nmodel_path = "{target}"\nport = {port}\nsimulate = true\n'
+                 f'env = {FAST}\n')
+    text += (f'\n[[router]]\nname = "fleet"\nport = {router_port}\nmetrics_port = {free_port()}\n'
+             f'policy = "round_robin"\nhealth_check_interval_s = 1\nhealth_failure_threshold = 1\n'
+             f'drain_timeout_s = 20\npython = "{CLUSTER_PY}"\n')
+    if key_file:
+        text += f'control_plane_key_file = "{key_file}"\n'
+    return text
+
+
+def _running(sup, name: str) -> bool:
+    v = sup.view(name)
+    return v is not None and v.state.value == "RUNNING"
+
+
+def _listed(sync: RouterSync) -> dict[str, bool]:
+    """url -> healthy of the router's workers after one tick."""
+    (view,) = sync.tick()
+    assert view.error is None, view.error
+    return {w.url: bool(w.healthy) for w in view.workers if w.listed}
+
+
+def _urls(ports) -> set[str]:
+    return {f"http://127.0.0.1:{p}" for p in ports}
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    target, _ = make_models(tmp_path / "models")
+    ports, rport = [free_port() for _ in range(3)], free_port()
+    with running_fleet(tmp_path / "ws", fleet_toml(target, ports, rport)) as f:
+        for n in ("a", "b", "c", "fleet"):
+            f.sup.start(n, actor="test", source="test")
+        for n in ("a", "b", "c", "fleet"):
+            wait_for(lambda n=n: _running(f.sup, n), 60, f"{n} RUNNING")
+        yield f, ports, rport
+
+
+def test_servers_join_when_running_leave_when_stopped_and_a_restarted_router_gets_them_again(fleet):
+    f, ports, rport = fleet
+    sync = RouterSync(f.fleet, f.sup, f.ws.run_dir)
+    wait_for(lambda: _listed(sync) == {u: True for u in _urls(ports)}, 60, "three healthy workers")
+    again = sync.tick()[0]
+    assert again.added == () and again.removed == ()  # idempotent: nothing left to change
+
+    # a request through the router is answered by a simulated server
+    req = urllib.request.Request(f"http://127.0.0.1:{rport}/v1/chat/completions", method="POST",
+                                 data=json.dumps({"model": "m", "max_tokens": 4,
+                                                  "messages": [{"role": "user", "content": "hi"}]}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        assert json.loads(r.read())["choices"][0]["message"]["content"]
+
+    f.sup.stop("b", actor="test", source="test", wait=True)
+    wait_for(lambda: set(_listed(sync)) == _urls([ports[0], ports[2]]), 30, "b removed")
+    view = sync.tick()[0]
+    b = next(w for w in view.workers if w.server == "b")
+    assert not b.listed and b.server_state in ("EXITED", "STOPPING")
+
+    f.sup.start("b", actor="test", source="test")
+    wait_for(lambda: _running(f.sup, "b"), 60, "b RUNNING again")
+    wait_for(lambda: _listed(sync) == {u: True for u in _urls(ports)}, 60, "b back")
+
+    # the router restarts (a new run): it knows no worker; the reconciler adds all three again
+    f.sup.restart("fleet", actor="test", source="test", wait=True)
+    wait_for(lambda: _running(f.sup, "fleet"), 60, "the router RUNNING again")
+    assert RouterClient(f"http://127.0.0.1:{rport}").workers() == []
+    wait_for(lambda: _listed(sync) == {u: True for u in _urls(ports)}, 60, "all three re-added")
+
+
+def test_a_pending_add_that_a_delete_did_not_cancel_is_removed_when_it_shows_up(fleet, tmp_path):
+    f, ports, rport = fleet
+    sync = RouterSync(f.fleet, f.sup, f.ws.run_dir)
+    wait_for(lambda: len(_listed(sync)) == 3, 60, "three workers")
+    client = RouterClient(f"http://127.0.0.1:{rport}")
+    stray_port = free_port()
+    stray = SimServer(tmp_path, port=stray_port)
+    try:
+        wid = client.add(f"http://127.0.0.1:{stray_port}")  # nothing listens yet: the add stays pending
+        client.remove(wid)  # does not cancel it
+        stray.start()
+        # the router registers it once it answers /health, delete or not
+        wait_for(lambda: f"http://127.0.0.1:{stray_port}" in {w.url for w in client.workers()}, 60,
+                 "the stray worker registered despite the delete")
+        view = sync.tick()[0]
+        assert f"http://127.0.0.1:{stray_port}" in view.removed
+        wait_for(lambda: {w.url for w in client.workers()} == _urls(ports), 30, "only the fleet's servers")
+    finally:
+        stray.stop()
+
+
+def test_a_relaunch_drains_the_server_first_and_the_new_run_joins_again(fleet):
+    from backend.flows.relaunch import relaunch_and_wait
+
+    f, ports, rport = fleet
+    sync = RouterSync(f.fleet, f.sup, f.ws.run_dir)
+    wait_for(lambda: len(_listed(sync)) == 3, 60, "three workers")
+    old_pid = f.sup.view("a").pid
+
+    # drain alone: out of the router, and the reconciler leaves that run out while the marker holds
+    res = drain(f.fleet, f.sup, f.ws.run_dir, "a")
+    assert res is not None and res.routers == ("fleet",) and res.in_flight in (0, None)
+    assert is_draining(f.ws.run_dir, "a", old_pid, __import__("time").time())
+    wait_for(lambda: set(_listed(sync)) == _urls(ports[1:]), 30, "a out of the router")
+    assert set(_listed(sync)) == _urls(ports[1:])  # a tick does not add a draining run back
+
+    class S:  # what relaunch_and_wait needs of a session
+        ws, sup, fleet = f.ws, f.sup, f.fleet
+
+    phases = []
+    cfg = f.fleet.config("a").model_copy(update={"decode_log_interval": 7})
+    out = relaunch_and_wait(S, "a", cfg, actor="test", source="test", timeout_s=90,
+                            on_phase=lambda p, d: phases.append((p, d)))
+    names = [p for p, _ in phases]
+    assert names.index("drained") < names.index("relaunching"), phases
+    assert out.pid != old_pid
+    assert "--decode-log-interval" in f.sup.view("a").spec.argv
+    wait_for(lambda: _listed(sync) == {u: True for u in _urls(ports)}, 60, "the new run of a joined")
