@@ -84,6 +84,12 @@ class Runtime:
 
             self.alerts = engine_for(workspace, self.store)
             self.alert_loop = AlertLoop(self, self.alerts)
+            from backend.flows.router_sync import RouterSync
+
+            # [[router]] workers follow the servers' states; the thread ends with the runtime (self._stop)
+            self.router_sync = RouterSync(self.fleet, self.supervisor, workspace.run_dir)
+            if background:
+                self.router_sync.run_in_background(self._stop)
             self._autostart()
             if background:
                 # the command line's `servers preflight` borrows this dashboard's warm SGLang parsers
