@@ -42,9 +42,14 @@ def cmd_supervise(s: Session, args: argparse.Namespace, out: TextIO) -> int:
         from backend.flows.alerts import AlertLoop, engine_for
 
         alerts = AlertLoop(_Headless(s), engine_for(s.ws, s.store)).start()
+    from backend.flows.router_sync import RouterSync
+
+    routers = RouterSync(s.fleet, s.sup, s.ws.run_dir)  # [[router]] workers follow the servers' states
     try:
         while not stop:
             s.sup.poll()
+            if s.fleet.router_names():
+                routers.tick()
             for v in s.sup.views():
                 key = (v.state.value, v.pid)
                 if seen.get(v.name) != key:
