@@ -262,3 +262,92 @@ class TelemetrySnapshot:
 
     def age_s(self, now: float) -> float:
         return max(0.0, now - self.t)
+
+
+# -- other nodes, read through Prometheus (promsource.py) ---------------------
+
+
+@dataclass(frozen=True)
+class RemoteHolder:
+    """Who holds one GPU of another node, as far as its exporters and Specdeck's records say.
+
+    ``pid``/``user`` come from an exporter that lists processes (nvitop-exporter, Specdeck's own);
+    ``workload`` from DCGM exporter's pod/namespace/container or hpc_job labels; ``job``/``kind``
+    from Specdeck's records (the exporter of a Specdeck on that node, or a job known to run on that
+    node and GPU)."""
+
+    gpu_index: int
+    pid: int | None = None
+    user: str | None = None
+    used_memory: int | None = None  # bytes
+    job: str | None = None
+    kind: str | None = None
+    workload: str | None = None
+    how: str = ""  # how the job was found: "pid", "exporter", "placement"
+
+    @property
+    def label(self) -> str:
+        if self.job:
+            return self.job
+        if self.workload:
+            return self.workload
+        if self.pid is not None:
+            return f"pid {self.pid} ({self.user or '?'})"
+        return "?"
+
+
+@dataclass(frozen=True)
+class ServerMetrics:
+    """One SGLang server's gauges as Prometheus last scraped them."""
+
+    name: str  # the target's ``server`` label, else its instance
+    node: str
+    instance: str
+    model_name: str | None = None
+    gen_throughput: float | None = None  # tok/s
+    num_running_reqs: float | None = None
+    num_queue_reqs: float | None = None
+    spec_accept_length: float | None = None
+    spec_accept_rate: float | None = None
+    token_usage: float | None = None
+    cache_hit_rate: float | None = None
+    age_s: float | None = None  # since the target's last scrape
+    health: str = "unknown"
+    na: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NodeSnapshot:
+    """One node's GPUs as read through Prometheus, in the local sampler's records."""
+
+    node: str
+    t: float  # when Specdeck read it
+    gpus: tuple[GpuSample, ...]
+    sources: tuple[str, ...] = ()  # "dcgm", "nvitop", "specdeck"
+    age_s: float | None = None  # since the newest successful scrape of its targets; None: unknown
+    health: str = "unknown"  # "up" | "down" | "stale" | "gone" | "unknown"
+    problem: str | None = None  # why its readings are missing or old, for the page
+    holders: tuple[RemoteHolder, ...] = ()
+    servers: tuple[ServerMetrics, ...] = ()
+    targets: tuple[str, ...] = ()  # scrape URLs behind it
+    is_local: bool = False  # this machine, also seen through Prometheus
+
+    def who(self, gpu: int) -> str:
+        found = [h.label for h in self.holders if h.gpu_index == gpu]
+        return ", ".join(dict.fromkeys(found)) if found else "no processes reported"
+
+
+@dataclass(frozen=True)
+class PromSnapshot:
+    """One read of every node through Prometheus."""
+
+    t: float
+    url: str
+    nodes: tuple[NodeSnapshot, ...] = ()
+    error: str | None = None  # the read failed as a whole (nodes are then the last known, aged)
+    query_ms: float | None = None  # wall time of the read (HTTP and parsing)
+    local_node: str = ""
+
+    @property
+    def remote(self) -> tuple[NodeSnapshot, ...]:
+        return tuple(n for n in self.nodes if not n.is_local)

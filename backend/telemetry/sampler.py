@@ -103,6 +103,10 @@ class Sampler:
         self._attr_interval_s = attribution_interval_s
         self._idle_samples = idle_samples
         self._clock = clock
+        # other nodes through Prometheus, and this sampler served as an exporter (make_workspace_sampler)
+        self.prom: Any = None  # promsource.PromSource
+        self.exporter: Any = None  # promexport.Exporter
+        self.prom_problems: list[str] = []  # [telemetry.prometheus] problems, as path:line: key: why
 
         self._rings: dict[int, Ring] = {}
         self._ring_lock = threading.Lock()
@@ -152,6 +156,15 @@ class Sampler:
         ]
         for t in self._threads:
             t.start()
+        if self.prom is not None:
+            self.prom.start()
+        if self.exporter is not None:
+            try:
+                self.exporter.start()
+            except OSError as e:  # the address is taken or not ours: say so, keep sampling
+                msg = f"exporter on {self.exporter.address} did not start: {e}"
+                log.warning(msg)
+                self.prom_problems.append(msg)
         return self
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -162,6 +175,10 @@ class Sampler:
         for t in self._threads:
             t.join(timeout)
         self._threads = []
+        if self.prom is not None:
+            self.prom.stop(timeout)
+        if self.exporter is not None:
+            self.exporter.stop()
         with self._sample_lock:
             self._flush_buckets()
 
@@ -521,7 +538,7 @@ def make_workspace_sampler(workspace: Any, store: Any, *, managed: Callable[[], 
         s = str(Path(p).expanduser())
         if s not in paths:
             paths.append(s)
-    return make_sampler(
+    sampler = make_sampler(
         gpu_source=source,
         demo=bool(getattr(workspace, "is_demo", False)),
         store=store,
@@ -529,3 +546,41 @@ def make_workspace_sampler(workspace: Any, store: Any, *, managed: Callable[[], 
         managed=managed,
         interval_s=interval,
     )
+    pcfg = getattr(tcfg, "prometheus", None)
+    if pcfg is not None:
+        attach_prometheus(sampler, pcfg, root=Path(workspace.root), config_path=workspace.config_path,
+                          managed=managed, source=source)
+    return sampler
+
+
+def attach_prometheus(sampler: Sampler, pcfg: Any, *, root: Path, config_path: Any,
+                      managed: Callable[[], Iterable[Any]] | None = None, source: str = "auto") -> None:
+    """Give ``sampler`` what ``[telemetry.prometheus]`` asks for: a :class:`PromSource` reading
+    every node from ``url`` and an :class:`Exporter` serving its snapshots on ``export``.  A
+    problem (a bad URL or address, an unreadable token file) is kept in ``sampler.prom_problems``
+    as ``path:line: key: why`` and that part is left off; the local sampler runs regardless."""
+    from backend.telemetry.promexport import Exporter, SnapshotCollector, check_prometheus  # noqa: PLC0415
+    from backend.telemetry.promnames import node_name  # noqa: PLC0415
+    from backend.telemetry.promql import PromClient  # noqa: PLC0415
+    from backend.telemetry.promsource import PromSource  # noqa: PLC0415
+
+    problems = check_prometheus(pcfg, config_path)
+    sampler.prom_problems = list(problems)
+    bad = {p.split(": telemetry.prometheus.", 1)[1].split(":", 1)[0] for p in problems if ": telemetry.prometheus." in p}
+    if pcfg.url and not bad & {"url", "token_file"}:
+        token = None
+        if pcfg.token_file:
+            tpath = Path(pcfg.token_file).expanduser()
+            tpath = tpath if tpath.is_absolute() else root / tpath
+            try:
+                token = tpath.read_text(encoding="utf-8").strip() or None
+            except OSError as e:
+                sampler.prom_problems.append(f"{config_path}: telemetry.prometheus.token_file: {tpath}: {e.strerror or e}")
+        if token is not None or not pcfg.token_file:
+            client = PromClient(pcfg.url, token=token, timeout_s=float(pcfg.query_timeout_s))
+            sampler.prom = PromSource(client, max_age_s=float(pcfg.max_age_s),
+                                      interval_s=max(2.0, sampler.interval_s), managed=managed)
+    if pcfg.export and "export" not in bad:
+        collector = SnapshotCollector(sampler.latest, hostname=node_name(), source=source,
+                                      stale_after_s=max(10.0, 3 * sampler.interval_s))
+        sampler.exporter = Exporter(pcfg.export, collector)
