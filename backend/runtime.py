@@ -98,6 +98,9 @@ class Runtime:
                 argshare.serve(workspace.run_dir)
                 self.loop.start()
                 self.alert_loop.start()
+                from backend.flows.prom_targets import start_for_runtime  # the file_sd file Prometheus reads
+
+                self.prom_targets = start_for_runtime(self)
                 self._watcher = threading.Thread(target=self._watch_config, name="specdeck-config",
                                                  daemon=True)
                 self._watcher.start()
