@@ -45,9 +45,13 @@ def cmd_supervise(s: Session, args: argparse.Namespace, out: TextIO) -> int:
     from backend.flows.router_sync import RouterSync
 
     routers = RouterSync(s.fleet, s.sup, s.ws.run_dir)  # [[router]] workers follow the servers' states
+    from backend.flows.prom_targets import writer_for  # the file_sd file Prometheus reads
+
+    targets = writer_for(s.ws, s.fleet, s.sup)
     try:
         while not stop:
             s.sup.poll()
+            targets.sync()
             if s.fleet.router_names():
                 routers.tick()
             for v in s.sup.views():
