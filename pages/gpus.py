@@ -15,7 +15,7 @@ import time
 import pandas as pd
 import streamlit as st
 
-from ui import charts, fmt
+from ui import charts, fmt, gpus_nodes
 from ui.auth import control_lock, data_lock, live_fragment
 from ui.components import freshness, page_header
 from ui.context import actor, runtime
@@ -63,6 +63,7 @@ THROTTLE_LABELS = {
 
 rt = runtime()
 sampler = getattr(rt, "telemetry", None)
+prom = getattr(sampler, "prom", None)  # other nodes through Prometheus, when configured
 
 page_header("GPUs", "Live GPU and host telemetry, which job holds each GPU, history and alerts; "
             "read from the dashboard's background sampler, never on page render.")
@@ -185,7 +186,7 @@ def _line(parts: list[tuple[str, object, str, str]]) -> None:
     st.markdown(" · ".join(shown), help=("N/A — " + "; ".join(why)) if why else None)
 
 
-def _tile(snap, g) -> None:
+def _tile(g, who: str) -> None:
     with st.container(border=True):
         name = (g.name or "GPU").replace("NVIDIA ", "")
         head = f"**GPU {g.index}** · {name}"
@@ -194,7 +195,7 @@ def _tile(snap, g) -> None:
             st.caption(g.na.get("util_gpu", "GPU is lost"))
             return
         st.markdown(head, help=f"{g.uuid or 'uuid N/A'} · bus {g.bus_id or 'N/A'}")
-        st.caption(f"Job: {_who(snap, g.index)}")
+        st.caption(f"Job: {who}")
         if g.util_gpu is None:
             _line([("Utilisation", g, "util_gpu", "")])
         else:
@@ -226,7 +227,7 @@ def _tiles(snap) -> None:
         cols = st.columns(PER_ROW)
         for col, g in zip(cols, gpus[start:start + PER_ROW]):
             with col:
-                _tile(snap, g)
+                _tile(g, _who(snap, g.index))
 
 
 def _processes(snap) -> None:
@@ -292,9 +293,51 @@ def _host(snap) -> None:
         } for d in h.disks]).set_index("volume"))
 
 
+def _prometheus(local_snap) -> None:
+    """The other nodes, read through Prometheus (``[telemetry.prometheus] url``), after this one."""
+    problems = getattr(sampler, "prom_problems", None) or []
+    for p in problems:
+        st.error(f"Prometheus settings: {p}", icon=":material/error:")
+    if prom is None:
+        return
+    psnap = prom.latest()
+    st.subheader("Other nodes (through Prometheus)")
+    if psnap is None:
+        st.info(f"Waiting for the first read of {prom.url} (every {prom.interval_s:g} s).",
+                icon=":material/hourglass_top:")
+        return
+    if psnap.error:
+        st.warning(f"**Prometheus did not answer**: {psnap.error}. The nodes below are the last known, "
+                   "their readings N/A with their age. Check that Prometheus runs at the workspace's "
+                   "`[telemetry.prometheus] url`.", icon=":material/warning:")
+    remote = psnap.remote
+    cost = f" · read in {psnap.query_ms:,.0f} ms" if psnap.query_ms is not None else ""
+    freshness(psnap.t, max(REFRESH_S, prom.interval_s), f"Prometheus {prom.url} read{cost}")
+    if not remote:
+        st.caption("Prometheus reports no other node's GPUs or servers. Add each node's DCGM exporter, "
+                   "nvitop-exporter or Specdeck exporter (`[telemetry.prometheus] export`) to its scrape "
+                   "targets.")
+    for node in remote:
+        gpus_nodes.draw_node(node, _tile, PER_ROW)
+    holders = gpus_nodes.holder_rows(remote)
+    if holders:
+        st.markdown("**Who holds the other nodes' GPUs**",
+                    help="From each node's exporter (pids and users from nvitop-exporter or Specdeck's "
+                         "exporter, pods from DCGM exporter) and from the jobs known to run on a node's GPUs")
+        st.dataframe(pd.DataFrame(holders), hide_index=True, width="stretch", key="gpu-remote-holders")
+    servers = gpus_nodes.server_rows(psnap.nodes)
+    if servers:
+        st.markdown("**SGLang servers through Prometheus**",
+                    help="Each server's sglang: gauges as Prometheus last scraped them (rank 0 of a "
+                         "tensor-parallel server; data-parallel ranks summed)")
+        st.dataframe(pd.DataFrame(servers), hide_index=True, width="stretch", key="gpu-remote-servers")
+
+
 @live_fragment(run_every=REFRESH_S)
 def live() -> None:
     snap = sampler.latest()
+    if prom is not None:
+        st.subheader(f"This node · {prom.local_node}")
     if snap is None:
         st.info("Waiting for the first telemetry sample (the sampler reads every "
                 f"{getattr(sampler, 'interval_s', 1):.0f} s).", icon=":material/hourglass_top:")
@@ -307,6 +350,7 @@ def live() -> None:
     _tiles(snap)
     _processes(snap)
     _host(snap)
+    _prometheus(snap)
 
 
 live()

@@ -554,16 +554,19 @@ def make_workspace_sampler(workspace: Any, store: Any, *, managed: Callable[[], 
 
 
 def attach_prometheus(sampler: Sampler, pcfg: Any, *, root: Path, config_path: Any,
-                      managed: Callable[[], Iterable[Any]] | None = None, source: str = "auto") -> None:
+                      managed: Callable[[], Iterable[Any]] | None = None, source: str = "auto",
+                      node: str | None = None) -> None:
     """Give ``sampler`` what ``[telemetry.prometheus]`` asks for: a :class:`PromSource` reading
     every node from ``url`` and an :class:`Exporter` serving its snapshots on ``export``.  A
     problem (a bad URL or address, an unreadable token file) is kept in ``sampler.prom_problems``
-    as ``path:line: key: why`` and that part is left off; the local sampler runs regardless."""
+    as ``path:line: key: why`` and that part is left off; the local sampler runs regardless.
+    ``node``: this machine's node name (default ``promnames.node_name()``)."""
     from backend.telemetry.promexport import Exporter, SnapshotCollector, check_prometheus  # noqa: PLC0415
     from backend.telemetry.promnames import node_name  # noqa: PLC0415
     from backend.telemetry.promql import PromClient  # noqa: PLC0415
     from backend.telemetry.promsource import PromSource  # noqa: PLC0415
 
+    node = node or node_name()
     problems = check_prometheus(pcfg, config_path)
     sampler.prom_problems = list(problems)
     bad = {p.split(": telemetry.prometheus.", 1)[1].split(":", 1)[0] for p in problems if ": telemetry.prometheus." in p}
@@ -579,8 +582,8 @@ def attach_prometheus(sampler: Sampler, pcfg: Any, *, root: Path, config_path: A
         if token is not None or not pcfg.token_file:
             client = PromClient(pcfg.url, token=token, timeout_s=float(pcfg.query_timeout_s))
             sampler.prom = PromSource(client, max_age_s=float(pcfg.max_age_s),
-                                      interval_s=max(2.0, sampler.interval_s), managed=managed)
+                                      interval_s=max(2.0, sampler.interval_s), managed=managed, local_node=node)
     if pcfg.export and "export" not in bad:
-        collector = SnapshotCollector(sampler.latest, hostname=node_name(), source=source,
+        collector = SnapshotCollector(sampler.latest, hostname=node, source=source,
                                       stale_after_s=max(10.0, 3 * sampler.interval_s))
         sampler.exporter = Exporter(pcfg.export, collector)
