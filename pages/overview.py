@@ -38,9 +38,9 @@ COMPACT_CSS = """<style>
 .st-key-ov-main [data-testid="stMarkdownContainer"] p { margin-bottom: 0.1rem; }
 .st-key-ov-main [data-testid="stPageLink"] p { font-weight: 600; font-size: 1.05rem; }
 .ov-gpus { display: flex; flex-wrap: wrap; gap: 4px; }
-.ov-gpu { width: 58px; border-radius: 4px; padding: 2px 4px; font-size: 0.72rem; line-height: 1.15;
+.ov-gpu { width: 46px; border-radius: 4px; padding: 1px 3px; font-size: 0.68rem; line-height: 1.1;
           border: 1px solid rgba(128,128,128,0.35); }
-.ov-gpu b { font-size: 0.9rem; }
+.ov-gpu b { font-size: 0.82rem; }
 .ov-bar { height: 4px; background: rgba(128,128,128,0.25); border-radius: 2px; margin-top: 2px; }
 .ov-bar span { display: block; height: 4px; border-radius: 2px; background: #2563eb; }
 </style>"""
@@ -49,8 +49,7 @@ rt = runtime()
 
 main = st.container(key="ov-main")
 with main:
-    page_header("Overview", "How far each regeneration is, whether speculation pays on each server, what needs "
-                "you, and what the jobs cost. Each tile opens its page.")
+    page_header("Overview", "Progress, speculation on each server, alerts, GPUs and cost: each tile opens its page.")
     st.html(COMPACT_CSS)
 
 
@@ -68,7 +67,11 @@ def _help(text: str) -> str:
 
 
 def _regen_line(t: data.RegenTile) -> None:
-    state = STATE_TEXT.get(t.state, t.state.upper() if t.ended else t.state)
+    if t.state == "no news":
+        age = fmt.duration(time.time() - t.snapshot_t) if t.snapshot_t else fmt.NA
+        state = f":orange[◐ no new snapshot for {age}] (a run followed by its files)"
+    else:
+        state = STATE_TEXT.get(t.state, t.state.upper() if t.ended else t.state)
     st.markdown(fmt.data_markdown(f"**{t.name}** · ") + state)
     if t.fraction is not None:
         text = (f"{fmt.count(t.asked)} / {fmt.count(t.to_ask)} rows ({fmt.pct(t.fraction * 100)})"
@@ -112,7 +115,7 @@ def _relaunch(name: str) -> None:
 
 def _server_line(t: data.ServerTile, lock: str) -> None:
     spec = t.algorithm or "no speculation"
-    head, button = st.columns([5, 2], vertical_alignment="center")
+    head, button = st.columns([3, 2], vertical_alignment="center")
     head.markdown(fmt.data_markdown(f"**{t.name}** · ") + t.badge.markdown() + fmt.data_markdown(f" · {spec}"))
     if button.button("Relaunch…" if t.live else "Start…", key=f"ov-relaunch-{t.name}", disabled=bool(lock),
                      help=lock or f"the Servers page on {t.name} with its relaunch panel open (edit, preflight, "
@@ -192,13 +195,13 @@ def _gpu_html(cells: list[data.GpuCell]) -> str:
 @live_fragment(run_every=SLOW_REFRESH_S)
 def gpus_tile() -> None:
     st.page_link(GPUS_PAGE, label="GPUs", icon=":material/memory:",
-                 help="the GPUs page: utilisation, memory, power, who holds each GPU")
+                 help="the GPUs page: utilisation, memory, power, who holds each GPU. Here: each GPU's utilisation, "
+                      "its bar the memory used (red from 95 %); hover a GPU for who holds it")
     cells, why, _t = data.gpu_cells(rt)
     if not cells:
         st.caption(f"No GPU reading: {why}")
         return
     st.html(_gpu_html(cells))
-    st.caption("utilisation; the bar is memory used (hover a GPU for who holds it)")
 
 
 def _bench_line() -> None:
@@ -255,20 +258,20 @@ def _cost_lines() -> None:
         cached = (key, data.cost_line("Benchmarks", list(data.bench_costs(rt, results).values())))
         st.session_state["ov-bench-cost"] = cached
     lines.append(cached[1])
-    rows = []
+    parts = []
     for ln in lines:
         if not ln.jobs:
-            rows.append(f"{ln.what}: no job")
+            parts.append(f"{ln.what} no job")
             continue
-        hours = fmt.NA if ln.gpu_hours is None else f"{ln.gpu_hours:,.2f} GPU-h"
-        kwh = "energy N/A" if ln.energy_kwh is None else f"{ln.energy_kwh:,.2f} kWh"
-        part = "" if ln.counted == ln.jobs else f" ({ln.counted} of {ln.jobs} known)"
-        rows.append(f"{ln.what}: **{hours}** · {kwh}{part}")
+        hours = fmt.NA if ln.gpu_hours is None else f"**{ln.gpu_hours:,.2f}** GPU-h"
+        kwh = "" if ln.energy_kwh is None else f" / {ln.energy_kwh:,.2f} kWh"
+        part = "" if ln.counted == ln.jobs or not ln.counted else f" ({ln.counted} of {ln.jobs})"
+        parts.append(f"{ln.what} {hours}{kwh}{part}")
     why = "; ".join(f"{ln.what}: {ln.why}" for ln in lines if ln.why)
-    st.markdown("**Cost** · " + " · ".join(rows[:1]) + "  \n" + "  \n".join(rows[1:]),
+    st.markdown("**Cost** · " + " · ".join(parts),
                 help=_help("GPU-hours = the job's GPUs × its hours (a regeneration job: its servers' GPUs; a "
-                           "benchmark: its server's); energy from the GPUs' power readings over that time. "
-                           + (f"Unknown: {why}" if why else "")))
+                           "benchmark: its server's); energy (kWh) from the GPUs' power readings over that time, "
+                           "where they cover it. N/A: not known. " + (f"Why: {why}" if why else "")))
 
 
 @live_fragment(run_every=SLOW_REFRESH_S)

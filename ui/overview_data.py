@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 from backend.flows import cost as job_cost
@@ -65,23 +66,40 @@ def attribution(rt) -> Any:
     return getattr(snap, "attribution", None)
 
 
+FOLLOWED_STALE_S = 600.0  # a run without a process here counts as running while its log moved this recently
+
+
 def regen_jobs(rt) -> list[tuple[Any, Any]]:
-    """(job, process view) of every regeneration job started from this workspace, oldest first."""
+    """(job, process view) of every regeneration the Regeneration page lists, oldest first: the jobs started
+    from this workspace, then runs known only by their progress logs under its outputs (a run started from
+    a terminal), each as a job-like ``(name, meta)`` with no process view."""
+    from ui.regen.live import known_runs  # the Regeneration page's own list
+
+    jobs = {job.meta["out"]: job for job in rt.jobs() if job.meta.get("kind") == "regen" and job.meta.get("out")}
     out = []
-    for job in rt.jobs():
-        if job.meta.get("kind") == "regen" and job.meta.get("out"):
+    for path, name in known_runs(rt).items():
+        job = jobs.get(path)
+        if job is not None:
             out.append((job, rt.supervisor.view(job.name)))
+        else:
+            out.append((SimpleNamespace(name=name, meta={"kind": "regen", "out": path}), None))
     return out
 
 
 def regen_tile(rt, job, view, *, now: float | None = None, power=None, attr=None) -> RegenTile:
+    now = time.time() if now is None else now
     out = job.meta["out"]
     f = progress_follower(out).poll()
     snap = f.latest or {}
-    ended = (view is not None and not view.live) or (bool(snap) and snap.get("state") not in regen_control.LIVE_STATES)
     state = str(snap.get("state") or "")
-    if view is not None and not view.live and (not state or state in regen_control.LIVE_STATES):
-        state = fmt.view_badge(view).label.lower()  # the process ended before its last snapshot said so
+    if view is None:  # followed by its files: running while its log says so and moves
+        ended = not snap or state not in regen_control.LIVE_STATES or now - float(snap.get("t") or 0) > FOLLOWED_STALE_S
+        if snap and ended and state in regen_control.LIVE_STATES:
+            state = "no news"
+    else:
+        ended = not view.live or (bool(snap) and state not in regen_control.LIVE_STATES)
+        if not view.live and (not state or state in regen_control.LIVE_STATES):
+            state = fmt.view_badge(view).label.lower()  # the process ended before its last snapshot said so
     total, skipped = _num(snap.get("total")), _num(snap.get("skipped"))
     done, failed = _num(snap.get("done")), _num(snap.get("failed"))
     asked = None if done is None and failed is None else (done or 0) + (failed or 0)
@@ -95,16 +113,13 @@ def regen_tile(rt, job, view, *, now: float | None = None, power=None, attr=None
 
 
 def regen_tiles(rt, *, now: float | None = None) -> tuple[list[RegenTile], RegenTile | None]:
-    """(the running jobs' tiles, the newest ended job's tile when none runs)."""
+    """(the running runs' tiles, the newest ended run's tile when none runs)."""
     power, attr = power_reader(rt), attribution(rt)
-    jobs = regen_jobs(rt)
-    running = [(j, v) for j, v in jobs if v is not None and v.live]
-    tiles = [regen_tile(rt, j, v, now=now, power=power, attr=attr) for j, v in running]
-    last = None
-    if not tiles and jobs:
-        j, v = jobs[-1]
-        last = regen_tile(rt, j, v, now=now, power=power, attr=attr)
-    return tiles, last
+    tiles = [regen_tile(rt, j, v, now=now, power=power, attr=attr) for j, v in regen_jobs(rt)]
+    running = [t for t in tiles if not t.ended]
+    if running or not tiles:
+        return running, None
+    return [], max(tiles, key=lambda t: t.snapshot_t or 0.0)
 
 
 def eta_text(eta: Eta | None) -> str:
@@ -243,9 +258,12 @@ def cost_line(what: str, costs: list[job_cost.Cost]) -> CostLine:
 
 
 def regen_costs(rt, *, now: float | None = None) -> list[job_cost.Cost]:
+    """The regeneration jobs started from this workspace (a run followed by its files has no process record)."""
     power, attr = power_reader(rt), attribution(rt)
     out = []
     for job, view in regen_jobs(rt):
+        if view is None:
+            continue
         snap = progress_follower(job.meta["out"]).poll().latest
         out.append(job_cost.regen_cost(view, snap, rt.fleet, attribution=attr, power=power, now=now))
     return out

@@ -147,3 +147,20 @@ def test_an_ended_job_shows_no_eta_or_rate(overview, monkeypatch):
     assert "rows/s" not in text and "ETA" not in text
     assert "stopped" in text.lower()
 
+
+
+@pytest.mark.timeout(120)
+def test_a_run_known_by_its_progress_log_shows_while_the_log_moves(overview, monkeypatch):
+    """A run started from a terminal (no process here): listed as the Regeneration page lists it; running while
+    its log moves, with no cost (no process record); once its log is old, not running."""
+    rt, log, runs, now = overview
+    monkeypatch.undo()  # the real list: the progress log written under the workspace's outputs
+    monkeypatch.setattr(rt.fleet, "_run", lambda name: runs.get(name))
+    tiles, last = overview_data.regen_tiles(rt, now=now)
+    assert [t.name for t in tiles] == ["regen-regen-a"] and last is None  # the name the Regeneration page gives it
+    assert tiles[0].asked == 400 and tiles[0].to_ask == 1000 and tiles[0].rate == pytest.approx(50 / 60)
+    assert tiles[0].eta is not None and tiles[0].eta.known
+    assert overview_data.regen_costs(rt, now=now) == []
+    tiles, last = overview_data.regen_tiles(rt, now=now + 3600)
+    assert tiles == [] and last is not None and last.ended and last.state == "no news"
+    assert last.rate is None and last.eta is None

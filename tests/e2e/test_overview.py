@@ -1,0 +1,107 @@
+"""The Overview's three answers at first sight, in Chromium: at 1024x768 (and 1440x900) the page at / shows a
+running regeneration's rows and ETA band, the demo server's accept_len and tok/s against its baseline with
+the verdict, and its Relaunch button, all within the first screen without scrolling; Relaunch opens the
+Servers page on that server.  With SPECDECK_SHOTS=DIR the screens are saved there as overview-WxH.png."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e._dashboard import browser, serve
+from tests.regen.regen_fixtures import append, snap
+
+pytestmark = pytest.mark.browser
+
+SERVER = "demo-llama70b-eagle3"
+SCROLL_TOP_JS = """() => { for (const el of [document.scrollingElement, ...document.querySelectorAll('*')])
+  if (el && el.scrollTop) el.scrollTop = 0; }"""
+SCROLLED_JS = """() => Math.max(document.scrollingElement.scrollTop,
+  ...[...document.querySelectorAll('*')].map(el => el.scrollTop || 0))"""
+
+
+def _demo_with_a_running_regeneration(home: Path) -> None:
+    """The demo workspace, written now, with a run of 83,288 rows 30 min in, followed by its progress log."""
+    from backend.flows.workspace import load_workspace
+
+    ws = load_workspace(home / "demo", create_demo=True)
+    reg = ws.outputs_dir / "regen"
+    reg.mkdir(parents=True, exist_ok=True)
+    now, done, pts = time.time(), 0, []
+    for k in range(60):
+        done += 40 + (k % 3) * 20
+        pts.append(snap(now - 1800 + 30 * k, done, total=83_288, failed=12, skipped=31, in_flight=64,
+                        started_at=now - 1800, req_s=1.5 + (k % 3) * 0.3, tok_s=700.0 + (k % 5) * 60,
+                        servers={"http://127.0.0.1:1": {"name": SERVER, "state": "up"}},
+                        completion_tokens_hist={"edges": [0, 64, 128, 256], "counts": [50, 300, 400]}))
+    pts[-1]["t"] = now + 600  # the log keeps moving while the test runs
+    append(reg / "mix.progress.jsonl", *pts)
+
+
+@pytest.fixture(scope="module")
+def dashboard(tmp_path_factory):
+    home = tmp_path_factory.mktemp("overview-home")
+    _demo_with_a_running_regeneration(home)
+    with serve(home) as url:
+        yield url
+
+
+def _bottom(locator) -> float:
+    box = locator.bounding_box()
+    assert box is not None
+    return box["y"] + box["height"]
+
+
+@pytest.mark.timeout(420)
+@pytest.mark.parametrize("width,height", [(1024, 768), (1440, 900)])
+def test_the_three_answers_are_in_the_first_screen(dashboard, width, height):
+    from playwright.sync_api import expect
+
+    with browser(width=width, height=height) as page:
+        page.goto(dashboard.page(), wait_until="domcontentloaded")
+        main = page.locator("[data-testid='stMain']")
+        expect(main.get_by_role("heading", name="Overview").first).to_be_visible(timeout=120_000)
+        # 1. regeneration: the rows asked of those to ask and the ETA band with its point
+        rows = main.get_by_text(re.compile(r"[\d,]+ / 83,257 rows")).first
+        eta = main.get_by_text(re.compile(r"ETA .*\(point ")).first
+        expect(rows).to_be_visible(timeout=60_000)
+        expect(eta).to_be_visible(timeout=30_000)
+        # 2. the server's accept_len and tok/s against the baseline, once its first decode lines are read
+        figures = main.get_by_text(re.compile(r"accept_len \d\.\d\d .* vs baseline")).first
+        expect(figures).to_be_visible(timeout=180_000)
+        # 3. relaunch
+        relaunch = main.get_by_role("button", name=re.compile("Relaunch…|Start…")).first
+        expect(relaunch).to_be_visible(timeout=30_000)
+        alerts = main.get_by_role("link", name=re.compile(r"Alerts \(\d+\)")).first
+        gpus = main.locator(".ov-gpus").first
+        expect(gpus).to_be_visible(timeout=30_000)
+        page.evaluate(SCROLL_TOP_JS)
+        page.wait_for_timeout(500)
+        shots = os.environ.get("SPECDECK_SHOTS")
+        if shots:
+            Path(shots).mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(Path(shots) / f"overview-{width}x{height}.png"))
+        for name, loc in (("rows", rows), ("ETA", eta), ("accept_len and tok/s", figures), ("Relaunch", relaunch),
+                          ("alerts", alerts), ("GPUs", gpus)):
+            assert _bottom(loc) <= height, f"{name} ends below the first {height} px at {width} px wide"
+        assert page.evaluate(SCROLLED_JS) == 0
+
+
+@pytest.mark.timeout(300)
+def test_relaunch_opens_the_servers_page_on_the_server(dashboard):
+    from playwright.sync_api import expect
+
+    with browser(width=1024, height=768) as page:
+        page.goto(dashboard.page(), wait_until="domcontentloaded")
+        main = page.locator("[data-testid='stMain']")
+        relaunch = main.get_by_role("button", name=re.compile("Relaunch…|Start…")).first
+        expect(relaunch).to_be_visible(timeout=180_000)
+        relaunch.click()
+        expect(main.get_by_role("heading", name="Servers").first).to_be_visible(timeout=60_000)
+        page.wait_for_timeout(1000)
+        assert re.search(rf"/servers\?(.*&)?server={SERVER}", page.url), page.url
+        expect(main.get_by_role("button", name="Cancel").first).to_be_visible(timeout=30_000)  # the panel is open
