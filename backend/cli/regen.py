@@ -15,8 +15,9 @@ replace those; other inputs than the run was made from are refused).  Exit statu
 is left (failed rows included) or after a pause, 130 after SIGINT/SIGTERM once everything written
 is flushed (also while it starts), 1 when the run failed (no server answered within
 ``--startup-timeout``, a full disk), 2 for bad arguments or input.  A server is a URL
-(``http://host:port``, also the URL of an ``sglang-router``) or the name of a ``[[server]]`` of
-the workspace.
+(``http://host:port``, also the URL of an ``sglang-router``) or the name of a ``[[server]]`` or a
+``[[router]]`` of the workspace (a router by name: the progress log also records each worker behind
+it, from the router's exporter).
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--input", action="append", default=[], metavar="FILE", help="JSONL or Parquet prompts (repeat)")
     a.add_argument("--mix", metavar="NAME", help="a [[mix]] of the workspace instead of --input")
     a.add_argument("--server", action="append", default=[], metavar="URL_OR_NAME",
-                   help="http://host:port, a router URL, or a workspace server name (repeat)")
+                   help="http://host:port, a router URL, or a workspace server or router name (repeat)")
     a.add_argument("--out", required=True, metavar="PATH", help="output .jsonl (SpecForge's format)")
     a.add_argument("--concurrency", type=int, metavar="N", help="requests in flight per server (default 64)")
     a.add_argument("--max-tokens", type=int, metavar="N", help="per answer (default 4096)")
@@ -144,8 +145,18 @@ def _server(value: str, args: argparse.Namespace, cache: dict[str, Any]) -> Serv
             if host in ("0.0.0.0", "::", ""):
                 host = "127.0.0.1"
             return ServerSpec(normalize_url(f"http://{host}:{int(entry.get('port') or 30000)}"), name=v)
+    routers = getattr(ws.config, "router", None) or []
+    for entry in routers:
+        if entry.get("name") == v:  # an sglang-router: the job also records the workers behind it
+            from backend.sglang.router import RouterConfig, reach_host
+
+            rc = RouterConfig.model_validate(entry)
+            return ServerSpec(normalize_url(rc.url), name=v,
+                              metrics=f"http://{reach_host(rc.host)}:{rc.metrics}")
     known = ", ".join(str(e.get("name")) for e in ws.config.server) or "none"
-    raise UsageError(f"--server {value!r}: not a URL and not a [[server]] of {ws.config_path} (known: {known})")
+    rnames = ", ".join(str(e.get("name")) for e in routers)
+    raise UsageError(f"--server {value!r}: not a URL and not a [[server]] of {ws.config_path} (known: {known}"
+                     + (f"; routers: {rnames})" if rnames else ")"))
 
 
 def _mix(name: str, args: argparse.Namespace, cache: dict[str, Any]) -> tuple[dict[str, Any], str]:

@@ -20,7 +20,26 @@ from backend.cli.session import CommandError, Session, print_findings
 
 
 def cmd_servers_list(s: Session, args: argparse.Namespace, out: TextIO) -> int:
+    """Every [[server]] and [[router]] with its state; a router with its workers as it lists them now
+    (read only: nothing is added or removed)."""
+    from backend.flows.router_sync import RouterSync
+    from backend.sglang.router import server_url
+
     names = s.fleet.names()
+    routers = RouterSync(s.fleet, s.sup, s.ws.run_dir).tick(act=False) if s.fleet.router_names() else []
+    if getattr(args, "json", False):
+        rows = []
+        for name in names:
+            cfg = s.fleet.config(name)
+            v = s.sup.view(name)
+            rows.append({"name": name, "kind": "server", "state": v.state.value if v else "NEVER",
+                         "url": server_url(cfg.host, cfg.port), "host": cfg.host, "port": cfg.port,
+                         "speculation": cfg.speculative.algorithm, "simulated": cfg.simulate,
+                         "routers": [r.name for r in routers if name in r.members]})
+        rows += [r.to_dict() for r in routers]
+        json.dump(rows, out, indent=2)
+        out.write("\n")
+        return 0
     if not names:
         out.write(f"no [[server]] entries in {s.ws.config_path}\n")
     for name in names:
@@ -29,6 +48,15 @@ def cmd_servers_list(s: Session, args: argparse.Namespace, out: TextIO) -> int:
         spec = cfg.speculative.algorithm or "off"
         out.write(f"{name}: {v.state.value if v else 'NEVER'} · {cfg.host}:{cfg.port} · speculation {spec}"
                   f"{' · simulated' if cfg.simulate else ''}\n")
+    for r in routers:
+        listed = [w for w in r.workers if w.listed]
+        out.write(f"{r.name}: router {r.state} · {r.url} · {r.policy} · {r.healthy_workers}/{len(listed)} "
+                  f"workers healthy" + (f" · {r.error}" if r.error else "") + "\n")
+        for w in r.workers:
+            health = "pending" if w.pending else ("healthy" if w.healthy else "unhealthy") if w.listed else "not joined"
+            load = f" · load {w.load}" if w.load is not None else ""
+            out.write(f"  {w.server or '(not a server of the workspace)'} {w.url}: {health}{load}"
+                      f"{' · draining' if w.draining else ''}\n")
     return 0
 
 
@@ -118,7 +146,8 @@ def cmd_servers_parselog(args: argparse.Namespace, out: TextIO) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     servers = sub.add_parser("servers", help="SGLang servers: list, preflight, parselog")
     ss = servers.add_subparsers(dest="action", required=True, metavar="ACTION")
-    a = ss.add_parser("list", help="every [[server]] entry and its state")
+    a = ss.add_parser("list", help="every [[server]] and [[router]] entry, its state, a router's workers")
+    a.add_argument("--json", action="store_true", help="machine-readable: servers, then routers with their workers")
     a.set_defaults(func=cmd_servers_list, acts=False)
     a = ss.add_parser("preflight", help="check a server's launch config (exit 1 on errors)")
     a.add_argument("name")

@@ -102,14 +102,32 @@ def _api_key(extra_args: list[str]) -> str | None:
 def target_of(session, name: str) -> Target:
     """The workspace server ``name`` as a benchmark target; ``session`` is anything with ``ws`` and
     ``fleet``, such as :class:`backend.cli.session.Session`."""
+    routers = getattr(session.fleet, "router_names", list)()
+    if name in routers:
+        return _router_target(session, name)
     if name not in session.fleet.names():
-        raise UnknownServer(f"no server named {name!r} in {session.ws.config_path}")
+        more = f" (routers: {', '.join(routers)})" if routers else ""
+        raise UnknownServer(f"no server named {name!r} in {session.ws.config_path}{more}")
     cfg = session.fleet.config(name)
     caps = session.fleet.capabilities(name)
     return Target(base_url=endpoints(cfg, caps).base_url, name=name,
                   python=sys.executable if cfg.simulate else cfg.python,
                   log_path=session.fleet.log_path(name), model_path=cfg.model_path,
                   api_key=_api_key(list(cfg.extra_args)), server_run=run_probe(session, name))
+
+
+def _router_target(session, name: str) -> Target:
+    """A ``[[router]]`` as a benchmark target: requests go through it to the servers behind it, the
+    tokenizer and the benchmark's interpreter are its first server's; the run that must not change while
+    measuring is the router's own."""
+    members = session.fleet.router_members(name)
+    if not members:
+        raise UnknownServer(f"router {name!r} of {session.ws.config_path} has no server behind it")
+    first = session.fleet.config(members[0])
+    return Target(base_url=session.fleet.router_config(name).url, name=name,
+                  python=sys.executable if first.simulate else first.python, log_path=None,
+                  model_path=first.model_path, api_key=_api_key(list(first.extra_args)),
+                  server_run=run_probe(session, name))
 
 
 def run_probe(session, name: str) -> Callable[[], ServerRun | None]:

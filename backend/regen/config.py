@@ -114,6 +114,9 @@ class Sampling:
 class ServerSpec:
     url: str
     name: str | None = None
+    # an sglang-router's Prometheus exporter (http://host:port), when the server is a [[router]]: the job
+    # records the workers behind it from there (backend/regen/behind.py)
+    metrics: str | None = None
 
 
 @dataclass

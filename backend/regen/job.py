@@ -56,6 +56,7 @@ from backend.regen.datasets import Skipped, read_mix
 from backend.regen.output import (OutputWriter, RunFiles, error_record, scan, skipped_key, skipped_record,
                                   success_record)
 from backend.regen.config import JobConfig, ServerSpec, write_job_json
+from backend.regen.behind import Behind, read_router_metrics
 from backend.regen.progress import SNAPSHOT_SECONDS, ProgressLog, Stats, last_snapshot
 from backend.regen.records import Row
 
@@ -207,6 +208,9 @@ class Job:
                 self.say(n)
             self.writer = OutputWriter(self.files)
             self.servers = [_Server(s, self.cfg, self.stats) for s in self.cfg.servers]
+            for spec, srv in zip(self.cfg.servers, self.servers):
+                if spec.metrics:  # a router: its workers' counts from its exporter, at each progress line
+                    self.stats.behind[srv.url] = Behind(spec.metrics)
             mix = self.cfg.mix_config()
             await self._count(mix, existing)
             if self.mode == "stop":
@@ -237,6 +241,7 @@ class Job:
                 self._state("paused", f"paused: {self._remaining()} rows left; resume with the same command")
                 return EXIT_DONE
             replaced = self.replaced_before + self.writer.replaced
+            await self._read_behind_now()  # the last line's counts of the workers behind a router
             self._state("done", f"done: {self.stats.done} regenerated, {self.stats.failed} failed, "
                                 f"{self.stats.skipped} skipped" + (
                                     f"; {replaced} character(s) that are not valid Unicode written as U+FFFD "
@@ -565,8 +570,32 @@ class Job:
                 self.say(self._summary())
             if now - last_snap >= SNAPSHOT_SECONDS:
                 last_snap = now
+                self._read_behind()
                 self._update_state(snap=False)
                 self._snapshot()
+
+    def _read_behind(self) -> None:
+        """Read each router's exporter off the loop (one read at a time per router); the next progress
+        line carries what it found."""
+        for b in self.stats.behind.values():
+            task = getattr(b, "task", None)
+            if task is not None and not task.done():
+                continue
+
+            async def read(b=b) -> None:
+                try:
+                    b.update(await asyncio.to_thread(read_router_metrics, b.metrics_url))
+                except (OSError, ValueError) as exc:
+                    b.failed_read(f"{type(exc).__name__}: {exc}")
+
+            b.task = asyncio.get_running_loop().create_task(read())
+
+    async def _read_behind_now(self) -> None:
+        for b in self.stats.behind.values():
+            try:
+                b.update(await asyncio.wait_for(asyncio.to_thread(read_router_metrics, b.metrics_url), 5))
+            except (OSError, ValueError, asyncio.TimeoutError) as exc:
+                b.failed_read(f"{type(exc).__name__}: {exc}")
 
     def _summary(self) -> str:
         st = self.stats

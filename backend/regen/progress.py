@@ -77,6 +77,7 @@ class Stats:
         self.errors: dict[str, dict[str, Any]] = {}
         self.rate = _Rate()
         self.replaced_chars = 0  # characters written as U+FFFD: text that is not valid Unicode
+        self.behind: dict[str, Any] = {}  # router URL -> backend.regen.behind.Behind (its workers)
 
     def dataset(self, name: str) -> dict[str, int]:
         d = self.datasets.get(name)
@@ -149,6 +150,7 @@ class Stats:
             "completion_tokens_hist": {"edges": list(HIST_EDGES), "counts": list(self.hist)},
             "errors": {k: dict(v) for k, v in self.errors.items()},
             "replaced_chars": self.replaced_chars,
+            "behind": {url: b.snapshot() for url, b in self.behind.items()},
             "message": self.message,
         }
 

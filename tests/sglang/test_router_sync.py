@@ -146,3 +146,31 @@ def test_a_relaunch_drains_the_server_first_and_the_new_run_joins_again(fleet):
     assert out.pid != old_pid
     assert "--decode-log-interval" in f.sup.view("a").spec.argv
     wait_for(lambda: _listed(sync) == {u: True for u in _urls(ports)}, 60, "the new run of a joined")
+
+
+def test_servers_list_json_shows_the_router_with_its_workers(fleet):
+    from tests.regen.jobkit import run_cli_top
+
+    f, ports, rport = fleet
+    sync = RouterSync(f.fleet, f.sup, f.ws.run_dir)
+    wait_for(lambda: _listed(sync) == {u: True for u in _urls(ports)}, 60, "three healthy workers")
+    r = run_cli_top("--workspace", str(f.ws.root), "servers", "list", "--json")
+    assert r.returncode == 0, r.stderr
+    rows = {row["name"]: row for row in json.loads(r.stdout)}
+    assert [rows[n]["kind"] for n in ("a", "b", "c", "fleet")] == ["server"] * 3 + ["router"]
+    assert rows["a"]["routers"] == ["fleet"] and rows["a"]["state"] == "RUNNING"
+    router = rows["fleet"]
+    assert router["state"] == "RUNNING" and router["policy"] == "round_robin"
+    assert router["url"] == f"http://127.0.0.1:{rport}" and router["servers"] == ["a", "b", "c"]
+    assert router["healthy_workers"] == 3
+    workers = {w["server"]: w for w in router["workers"]}
+    assert {w["url"] for w in workers.values()} == _urls(ports)
+    assert all(w["listed"] and w["healthy"] and w["load"] == 0 for w in workers.values())
+
+    # a reading command changes nothing: a stopped server stays listed until a reconciler removes it
+    f.sup.stop("c", actor="test", source="test", wait=True)
+    r = run_cli_top("--workspace", str(f.ws.root), "servers", "list", "--json")
+    c = next(w for w in json.loads(r.stdout)[-1]["workers"] if w["server"] == "c")
+    assert c["server_state"] == "EXITED" and c["listed"]
+    text = run_cli_top("--workspace", str(f.ws.root), "servers", "list").stdout
+    assert f"fleet: router RUNNING · http://127.0.0.1:{rport} · round_robin" in text

@@ -1,0 +1,97 @@
+"""A regeneration through a real sglang-router (the workspace's [[router]], asked by name) in front of
+three simulated servers, with one server stopped (it leaves the router) and started again (it joins)
+while the job runs: every row is written exactly once, and the progress log records the workers
+behind the router."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from backend.flows.router_sync import RouterSync
+from tests.helpers import free_port, wait_for
+from tests.regen.jobkit import end_process, progress_lines, read_jsonl, start_cli, write_rows
+from tests.simws import make_models, running_fleet
+
+pytestmark = pytest.mark.timeout(300)
+
+CLUSTER_PY = os.environ.get("SPECDECK_CLUSTER_PYTHON") or str(
+    Path(__file__).resolve().parents[2] / ".venv-cluster" / "bin" / "python")
+SIM = '{ SPECDECK_SIM_SPEED = "200", SPECDECK_SIM_BASELINE_TOK_S = "300", SPECDECK_SIM_PEAK_TOK_S = "100000" }'
+ROWS = 900
+
+
+def _toml(target: Path, ports: list[int], rport: int) -> str:
+    text = '[workspace]\nname = "regen-router"\n\n[telemetry]\nsource = "fake"\n'
+    for name, port in zip("abc", ports):
+        text += f'\n[[server]]\nname = "{name}"\nmodel_path = "{target}"\nport = {port}\nsimulate = true\nenv = {SIM}\n'
+    return text + (f'\n[[router]]\nname = "fleet"\nport = {rport}\nmetrics_port = {free_port()}\npolicy = "round_robin"\n'
+                   f'health_check_interval_s = 1\nhealth_failure_threshold = 1\npython = "{CLUSTER_PY}"\n')
+
+
+def _running(sup, name: str) -> bool:
+    v = sup.view(name)
+    return v is not None and v.state.value == "RUNNING"
+
+
+def _done(out: Path) -> int:
+    lines = progress_lines(out)
+    return lines[-1]["done"] if lines else 0
+
+
+def test_a_regeneration_through_the_router_writes_every_row_once_while_a_server_leaves_and_joins(tmp_path):
+    target, _ = make_models(tmp_path / "models")
+    ports, rport = [free_port() for _ in range(3)], free_port()
+    stop = threading.Event()
+    proc = None
+    with running_fleet(tmp_path / "ws", _toml(target, ports, rport)) as f:
+        try:
+            for n in ("a", "b", "c", "fleet"):
+                f.sup.start(n, actor="test", source="test")
+            for n in ("a", "b", "c", "fleet"):
+                wait_for(lambda n=n: _running(f.sup, n), 60, f"{n} RUNNING")
+            sync = RouterSync(f.fleet, f.sup, f.ws.run_dir)
+            sync.run_in_background(stop, interval_s=0.3)
+            urls = {f"http://127.0.0.1:{p}" for p in ports}
+
+            def listed() -> set[str]:
+                v = sync.view("fleet")
+                return {w.url for w in v.workers if w.listed and w.healthy} if v else set()
+
+            wait_for(lambda: listed() == urls, 60, "three healthy workers behind the router")
+
+            inp = tmp_path / "rows.jsonl"
+            ids = write_rows(inp, ROWS)
+            out = tmp_path / "out" / "regen.jsonl"
+            proc = start_cli("run", "--input", str(inp), "--server", "fleet", "--workspace", str(f.ws.root),
+                             "--out", str(out), "--max-tokens", "24", "--concurrency", "12", "--temperature", "0",
+                             log=tmp_path / "cli.log")
+            wait_for(lambda: _done(out) >= 100, 120, "100 rows done")
+            f.sup.stop("b", actor="test", source="test", wait=True)
+            b_url = f"http://127.0.0.1:{ports[1]}"
+            wait_for(lambda: b_url not in {w.url for w in sync.view("fleet").workers if w.listed}, 30,
+                     "b out of the router")
+            at_leave = _done(out)
+            wait_for(lambda: _done(out) >= at_leave + 100, 120, "100 more rows with two servers")
+            f.sup.start("b", actor="test", source="test")
+            wait_for(lambda: listed() == urls, 60, "b back behind the router")
+            assert proc.wait(240) == 0, (tmp_path / "cli.log").read_text()[-3000:]
+        finally:
+            stop.set()
+            end_process(proc)
+    rows = read_jsonl(out)
+    got = [r["id"] for r in rows]
+    assert len(got) == len(set(got)) == ROWS  # every row exactly once
+    assert set(got) == set(ids)
+    assert all(r["status"] == "success" for r in rows)
+    last = progress_lines(out)[-1]
+    assert last["state"] == "done" and last["done"] == ROWS
+    behind = last["behind"][f"http://127.0.0.1:{rport}"]
+    assert behind["error"] is None
+    assert set(behind["workers"]) == urls
+    assert sum(w["done"] for w in behind["workers"].values()) >= ROWS
+    # b served rows before it left and after it joined again: more than the rows it had when it left
+    assert all(w["done"] > 0 for w in behind["workers"].values())
