@@ -23,6 +23,7 @@ from backend.logview import newest_line_age
 from ui.auth import control_lock, data_lock, live_fragment, show_data_lock
 from ui.components import code_span, confirm_box, findings_list, freshness, log_block, page_header, path_text
 from ui.context import actor, require_frame, runtime
+from ui.routers import routers_section
 
 REFRESH_S = 2
 FOLLOW = "srv-follow"
@@ -44,6 +45,14 @@ if not names:
             "(the demo workspace has a simulated one).", icon=":material/info:")
     st.stop()
 
+@live_fragment(run_every=REFRESH_S)
+def routers() -> None:
+    """Each [[router]] and the servers behind it, side by side (nothing without a router)."""
+    routers_section(rt)
+
+
+if fleet.router_names():
+    routers()
 default = st.session_state.get("srv-selected")
 name = st.selectbox("Server", names, index=names.index(default) if default in names else 0, key="srv-selected")
 

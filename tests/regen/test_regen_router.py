@@ -95,3 +95,28 @@ def test_a_regeneration_through_the_router_writes_every_row_once_while_a_server_
     assert sum(w["done"] for w in behind["workers"].values()) >= ROWS
     # b served rows before it left and after it joined again: more than the rows it had when it left
     assert all(w["done"] > 0 for w in behind["workers"].values())
+
+
+def test_the_regeneration_page_lists_each_server_behind_the_router_with_its_rate():
+    from streamlit.testing.v1 import AppTest
+
+    def page():
+        from ui.regen import blocks
+
+        snap = {"servers": {"http://127.0.0.1:31000": {"name": "fleet", "state": "up", "in_flight": 12, "done": 500,
+                                                       "failed": 0, "retries": 2, "req_s": 40.0, "tok_s": 900.0}},
+                "behind": {"http://127.0.0.1:31000": {
+                    "metrics": "http://127.0.0.1:31001", "read_at": None, "error": None,
+                    "workers": {"http://127.0.0.1:18001": {"done": 260, "failed": 1, "healthy": True, "req_s": 21.5},
+                                "http://127.0.0.1:18002": {"done": 240, "failed": 0, "healthy": False,
+                                                           "req_s": None}}}}}
+        blocks.server_lines(snap)
+
+    at = AppTest.from_function(page).run()
+    assert not at.exception
+    text = [m.value for m in at.markdown]
+    assert any("**fleet**" in t and "40.00 rows/s" in t for t in text)
+    a = next(t for t in text if "18001" in t)
+    b = next(t for t in text if "18002" in t)
+    assert "healthy" in a and "260 done" in a and "1 failed" in a and "21.50 req/s" in a
+    assert "unhealthy" in b and "240 done" in b and "req/s N/A" in b

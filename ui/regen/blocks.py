@@ -130,21 +130,31 @@ def _host_port(url: str) -> tuple[str, int | None]:
     return host, u.port
 
 
+def _server_named(url: str, fleet, names: list[str]) -> str | None:
+    want = _host_port(url)
+    for n in names:
+        cfg = fleet.config(n)
+        if _host_port(f"http://{cfg.host}:{cfg.port}") == want:
+            return n
+    return None
+
+
 def server_series(snap: dict[str, Any], fleet) -> dict[str, tuple[list, list]]:
-    """The servers' own gen throughput (their decode log lines), for the servers of the run."""
+    """The servers' own gen throughput (their decode log lines), for the servers of the run; for a
+    router, for each server behind it."""
     out: dict[str, tuple[list, list]] = {}
     if fleet is None:
         return out
     names = fleet.names()
+    behind = snap.get("behind") or {}
+    urls: list[tuple[str, str | None]] = []
     for url, s in (snap.get("servers") or {}).items():
-        match = s.get("name") if s.get("name") in names else None
-        if match is None:
-            want = _host_port(url)
-            for n in names:
-                cfg = fleet.config(n)
-                if _host_port(f"http://{cfg.host}:{cfg.port}") == want:
-                    match = n
-                    break
+        if url in behind:
+            urls += [(w, None) for w in (behind[url].get("workers") or {})]
+        else:
+            urls.append((url, s.get("name")))
+    for url, name in urls:
+        match = name if name in names else _server_named(url, fleet, names)
         if match is None or match in out:
             continue
         try:
@@ -256,7 +266,7 @@ def error_table(errors: dict[str, Any] | None, *, examples: bool = True) -> None
 SERVER_STATE = {"up": ":green[● up]", "waiting": ":orange[◐ waiting]", "down": ":red[✕ down]"}
 
 
-def server_lines(snap: dict[str, Any], *, ended: bool = False) -> None:
+def server_lines(snap: dict[str, Any], *, ended: bool = False, fleet=None) -> None:
     """One line per server of the run (lines wrap, so nothing is cut at 1024 px); for a run that has
     ended, its counts without a state, requests in flight or rates."""
     servers = snap.get("servers") or {}
@@ -278,6 +288,32 @@ def server_lines(snap: dict[str, Any], *, ended: bool = False) -> None:
         st.markdown(fmt.data_markdown(" · ".join(bits)))
         if s.get("last_error"):
             st.caption(fmt.data_markdown(f"last error: {s['last_error']}"))
+        behind = (snap.get("behind") or {}).get(url)
+        if behind:
+            behind_lines(behind, ended=ended, fleet=fleet)
+
+
+def behind_lines(behind: dict[str, Any], *, ended: bool = False, fleet=None) -> None:
+    """Each server behind a router as the router counts it: completed and failed requests, its rate over
+    the last 30 s and its health (``behind`` of the progress log, from the router's exporter)."""
+    workers = behind.get("workers") or {}
+    names = fleet.names() if fleet is not None else []
+    for wurl, w in sorted(workers.items()):
+        name = _server_named(wurl, fleet, names) if names else None
+        label = f"**{name}** · {wurl}" if name else wurl
+        health = {True: ":green[● healthy]", False: ":red[✕ unhealthy]"}.get(w.get("healthy"), "health N/A")
+        rate = w.get("req_s")
+        bits = [f"↳ {label}", *([] if ended else [health]), f"{fmt.count(_num(w.get('done')))} done",
+                f"{fmt.count(_num(w.get('failed')))} failed"]
+        if not ended:
+            bits.append(f"{rate:,.2f} req/s" if isinstance(rate, (int, float)) else "req/s N/A")
+        st.markdown(fmt.data_markdown(" · ".join(bits)))
+    if behind.get("error"):
+        st.caption(fmt.data_markdown(f"the router's counts could not be read: {behind['error']}"))
+    elif workers:
+        read = behind.get("read_at")
+        st.caption("behind the router, as its exporter counts them (all requests it routed, this job's and "
+                   "others')" + (f" · read {fmt.age(time.time() - read)}" if read else ""))
 
 
 def _answer(record: dict[str, Any] | None) -> tuple[str | None, str | None]:

@@ -92,7 +92,7 @@ def live_job(rt, out: str, controls=None) -> None:
         blocks.speed_chart(f.history, blocks.server_series(snap, rt.fleet), key="regen")
     with right:
         blocks.length_histogram(snap.get("completion_tokens_hist"), unit="tokens", key="regen")
-    blocks.server_lines(snap, ended=ended)
+    blocks.server_lines(snap, ended=ended, fleet=rt.fleet)
     blocks.error_table(snap.get("errors"), examples=not hidden)
     if not ended:
         freshness(snap.get("t"), REFRESH_S, "progress logged")
