@@ -19,11 +19,15 @@ from ui.bench import imports as bench_import
 from ui.bench import charts as bench_charts
 from ui.bench import breakeven as bench_breakeven
 from ui.bench import data as data
+from ui.bench import cost as bench_cost
+from ui.bench import datasets as bench_datasets
 from ui.bench.sweep import sweep_panel
 from ui.components import page_header
+from ui.overview_query import QueryState
 from ui.context import runtime
 
 LEVEL_COLOUR = {"good": "green", "warn": "orange", "bad": "red", "none": "gray"}
+TAB_KEY = "bench-tab"
 
 rt = runtime()
 
@@ -67,11 +71,16 @@ k[3].metric("newest result", fmt.age(time.time() - s.newest) if s.newest else fm
             help="when the newest result ran (or, without a start time, was stored)")
 
 
-# -- filters (the table and the charts) ------------------------------------------------------
+# -- filters (the table and the charts), in the URL's query with the tab: ?dataset=sharegpt&tab=Charts ------------
+query = QueryState("benchmarks")
 opts = data.filter_options(results)
+for label, key in data.FILTERS:
+    query.take(key, f"bench-flt-{key}", opts[key], multi=True, what=f"{label.lower()} of these results")
 cols = st.columns(len(data.FILTERS))
 chosen = {key: col.multiselect(label, opts[key], key=f"bench-flt-{key}", placeholder="all")
           for col, (label, key) in zip(cols, data.FILTERS)}
+for _label, key in data.FILTERS:
+    query.put(key, chosen[key])
 shown = data.apply_filters(results, chosen)
 
 
@@ -119,7 +128,7 @@ def _styled(df):
 
 def _runs() -> None:
     rows = shown + [_marked(r) for r in data.apply_filters(invalid, chosen)]
-    df = data.table(rows, verdicts)
+    df = data.table(rows, verdicts, bench_cost.result_costs(rt, rows))
     every = st.toggle(f"All {len(data.COLUMNS)} columns", key="bench-all-columns",
                       help="latencies, lengths, the draft's settings, source, dates and the rest")
     st.caption(f"{fmt.count(len(rows))} of {fmt.count(len(stored))} results · newest first · N/A: not recorded. "
@@ -145,6 +154,10 @@ def _charts() -> None:
     bench_charts.latency_block(shown)
 
 
+def _per_dataset() -> None:
+    bench_datasets.panel(results, query)
+
+
 def _breakeven() -> None:
     bench_breakeven.panel(results)
 
@@ -167,6 +180,7 @@ def _import() -> None:
 SECTIONS = [
     ("Runs", _runs),
     ("Charts", _charts),
+    ("Per dataset", _per_dataset),
     ("Break-even", _breakeven),
     ("Run a benchmark", _run),
     ("Sweep", _sweep),
@@ -178,7 +192,12 @@ if not stored:
             "`python -m backend.cli bench import FILE...` (bench_serving's JSONL or console report, "
             "bench_one_batch_server, bench_speculative, SpecForge's output, or a CSV of hand-entered numbers).",
             icon=":material/info:")
-tabs = st.tabs([label for label, _ in SECTIONS])
+labels = [label for label, _ in SECTIONS]
+# the tab shown is in the URL too (switching tabs runs the page again to write it)
+opened = query.default("tab", labels)
+query.show_notes()  # a link's values that were ignored, above the tabs
+tabs = st.tabs(labels, default=opened, key=TAB_KEY, on_change="rerun")
 for tab, (_, draw) in zip(tabs, SECTIONS):
     with tab:
         draw()
+query.put("tab", st.session_state.get(TAB_KEY), default=labels[0])

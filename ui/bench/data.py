@@ -211,6 +211,8 @@ COLUMNS: dict[str, tuple[str, str | None]] = {
     "ITL p99 ms": ("float64", "%.2f"),
     "accept_len (run)": ("float64", "%.2f"),
     "accept_len (lifetime)": ("float64", "%.2f"),
+    "GPU-hours": ("float64", "%.2f"),
+    "energy kWh": ("float64", "%.3f"),
     "source": ("object", None),
     "tool": ("object", None),
     "label": ("object", None),
@@ -231,6 +233,10 @@ HELP = {
     "date": "when the run started (N/A: not recorded, e.g. hand-entered numbers)",
     "stored": "when Specdeck stored the result",
     "CUDA graph": "on / off; N/A: not recorded",
+    "GPU-hours": "the server's GPUs × the run's duration (its tensor parallelism where the server is not in this "
+                 "workspace); N/A: no start and end time recorded, or no GPU known",
+    "energy kWh": "the server's GPUs' power readings over the run (the whole GPUs' draw); N/A: the GPUs are not "
+                  "known or the readings cover less than 90 % of the run (telemetry kept while the dashboard ran)",
     "tool": "the program that wrote an imported result (SGLang bench_serving, vLLM bench serve, SpecForge ...); "
             "N/A: the file did not show which",
 }
@@ -240,14 +246,18 @@ def _yes_no(v: bool | None) -> str | None:
     return None if v is None else ("on" if v else "off")
 
 
-def table(results: Iterable[BenchResult], verdicts: dict[int, Verdict | None] | None = None) -> pd.DataFrame:
+def table(results: Iterable[BenchResult], verdicts: dict[int, Verdict | None] | None = None,
+          costs: dict | None = None) -> pd.DataFrame:
     """One row per result, newest first, in :data:`COLUMNS`; missing figures are missing (NA), not 0.
-    ``verdicts`` (by result id) fill the verdict and speedup columns."""
+    ``verdicts`` (by result id) fill the verdict and speedup columns, ``costs`` (by result id, a
+    ``backend.flows.cost.Cost``) the GPU-hours and energy."""
     rows = []
     verdicts = verdicts or {}
+    costs = costs or {}
     for r in results:
         c, ld, f = r.config, r.load, r.results
         v = verdicts.get(r.id)
+        cost = costs.get(r.id)
         rows.append({
             "id": r.id, "verdict": "baseline" if r.is_baseline and not r.invalid else verdict_text(v), "speedup": v.ratio if v is not None else None,
             "configuration": series_label(r), "load": load_short(r), "accept_len": r.accept_len, "server": server_of(r), "target": _short(c.target_model) if c.target_model else None,
@@ -258,7 +268,10 @@ def table(results: Iterable[BenchResult], verdicts: dict[int, Verdict | None] | 
             "req/s": f.request_s, "TTFT p50 ms": f.ttft_ms.median, "TTFT p99 ms": f.ttft_ms.p99,
             "TPOT p50 ms": f.tpot_ms.median, "TPOT p99 ms": f.tpot_ms.p99, "ITL p50 ms": f.itl_ms.median,
             "ITL p99 ms": f.itl_ms.p99, "accept_len (run)": f.accept_len,
-            "accept_len (lifetime)": f.accept_len_lifetime, "source": source_label(r), "tool": r.tool_name,
+            "accept_len (lifetime)": f.accept_len_lifetime,
+            "GPU-hours": cost.gpu_hours if cost is not None else None,
+            "energy kWh": cost.energy_kwh if cost is not None else None,
+            "source": source_label(r), "tool": r.tool_name,
             "label": r.label,
             "date": _date(r.started_at), "stored": _date(r.created_at),
             "_when": when(r) or 0.0,
