@@ -186,7 +186,8 @@ def _line(parts: list[tuple[str, object, str, str]]) -> None:
     st.markdown(" · ".join(shown), help=("N/A — " + "; ".join(why)) if why else None)
 
 
-def _tile(g, who: str) -> None:
+def _tile(g, who: str, remote: bool = False) -> None:
+    """One GPU's tile; ``remote``: a GPU of another node (its clock limits are not read there)."""
     with st.container(border=True):
         name = (g.name or "GPU").replace("NVIDIA ", "")
         head = f"**GPU {g.index}** · {name}"
@@ -211,7 +212,8 @@ def _tile(g, who: str) -> None:
                ("SM", g, "sm_clock_mhz", _num(g.sm_clock_mhz, " MHz")),
                ("Mem", g, "mem_clock_mhz", _num(g.mem_clock_mhz, " MHz"))])
         if g.throttle is None:
-            st.caption(f"Clock limits: {NA}", help=_why(g, "throttle"))
+            if not remote:
+                st.caption(f"Clock limits: {NA}", help=_why(g, "throttle"))
         else:
             active = [THROTTLE_LABELS.get(t, t) for t in g.throttle if t != "idle"]
             if active:
@@ -311,14 +313,14 @@ def _prometheus(local_snap) -> None:
                    "their readings N/A with their age. Check that Prometheus runs at the workspace's "
                    "`[telemetry.prometheus] url`.", icon=":material/warning:")
     remote = psnap.remote
-    cost = f" · read in {psnap.query_ms:,.0f} ms" if psnap.query_ms is not None else ""
-    freshness(psnap.t, max(REFRESH_S, prom.interval_s), f"Prometheus {prom.url} read{cost}")
+    cost = f" in {psnap.query_ms:,.0f} ms," if psnap.query_ms is not None else ""
+    freshness(psnap.t, max(REFRESH_S, prom.interval_s), f"read from Prometheus at {prom.url}{cost}")
     if not remote:
         st.caption("Prometheus reports no other node's GPUs or servers. Add each node's DCGM exporter, "
                    "nvitop-exporter or Specdeck exporter (`[telemetry.prometheus] export`) to its scrape "
                    "targets.")
     for node in remote:
-        gpus_nodes.draw_node(node, _tile, PER_ROW)
+        gpus_nodes.draw_node(node, lambda g, who: _tile(g, who, remote=True), PER_ROW)
     holders = gpus_nodes.holder_rows(remote)
     if holders:
         st.markdown("**Who holds the other nodes' GPUs**",

@@ -15,11 +15,11 @@ from ui import fmt
 
 NA = fmt.NA
 HEALTH = {
-    "up": ("🟢", "up", "green"),
-    "stale": ("🟠", "stale", "orange"),
-    "down": ("🔴", "down", "red"),
-    "gone": ("⚪", "gone", "gray"),
-    "unknown": ("🟣", "age unknown", "violet"),
+    "up": (":material/check_circle:", "up", "green"),
+    "stale": (":material/schedule:", "stale", "orange"),
+    "down": (":material/error:", "down", "red"),
+    "gone": (":material/cancel:", "gone", "gray"),
+    "unknown": (":material/help:", "age unknown", "violet"),
 }
 SOURCE_NAMES = {"dcgm": "DCGM exporter", "nvitop": "nvitop-exporter", "specdeck": "Specdeck exporter"}
 

@@ -4,7 +4,8 @@ A node without DCGM or nvitop-exporter still shows on every other Specdeck's GPU
 sampler's latest snapshot is written at each scrape as ``gpu_utilization_Percentage``,
 ``gpu_memory_used_MiB`` ... with ``hostname``/``index``/``devicename``/``uuid`` labels, the GPU
 processes as ``process_gpu_memory_MiB`` (``pid``, ``username``), and which managed job holds each
-pid as ``specdeck_gpu_job_info``.  A reading that is N/A is left out (the reader then shows it
+pid as ``specdeck_gpu_job_info`` (labels ``managed_job`` and ``managed_kind``: a ``job`` label would
+be renamed ``exported_job`` by Prometheus, whose own ``job`` is the scrape job).  A reading that is N/A is left out (the reader then shows it
 N/A, never 0), and so is every GPU series of a snapshot older than ``stale_after_s``.  With
 ``[telemetry] source = "fake"`` this is the fake GPU exporter the tests scrape.
 
@@ -77,7 +78,7 @@ class SnapshotCollector:
         fams = {f: GaugeMetricFamily(name, HELP.get(f, name), labels=GPU_LABELS) for f, (name, _s) in NVITOP.items()}
         procs = GaugeMetricFamily(NVITOP_PROC_MEM, "Process GPU memory (MiB).", labels=PROC_LABELS)
         jobs = GaugeMetricFamily(SPECDECK_JOB, "The Specdeck job a GPU process belongs to.",
-                                 labels=GPU_LABELS + ["pid", "job", "kind"])
+                                 labels=GPU_LABELS + ["pid", "managed_job", "managed_kind"])
         attr = snap.attribution
         holders = {(h.gpu_index, h.pid): h for h in (attr.holders if attr is not None else ())}
         for g in snap.gpus:

@@ -182,7 +182,7 @@ def build_nodes(
                 pid = int(labels.get("pid", ""))
             except ValueError:
                 continue
-            jobs[key][pid] = (str(labels.get("job", "")), str(labels.get("kind", "")))
+            jobs[key][pid] = (str(labels.get("managed_job", "")), str(labels.get("managed_kind", "")))
 
     # which GPUs to show: those read now and those remembered
     keys = set(values) | {k for k, v in mem.ident.items() if now - v["t"] < forget_s}
@@ -194,14 +194,19 @@ def build_nodes(
     for node, t in mem.nodes.items():
         if now - t < forget_s:
             nodes_now.setdefault(node, [])
+    # a target Specdeck wrote, or one that is down, stands for its node even before any reading
+    known = {u for urls in node_targets.values() for u in urls} | {u for (_n, u) in mem.urls}
+    for t in targets or ():
+        if t.scrape_url not in known and (t.health != "up" or t.labels.get("specdeck_kind")):
+            nodes_now.setdefault(node_of(t.labels), [])
 
     managed_list = _coerce_managed(managed)
     out: list[NodeSnapshot] = []
     for node in sorted(nodes_now, key=lambda n: (n != local_node, n)):
         for u in node_targets.get(node, ()):
             mem.urls[(node, u)] = now
-        urls = sorted(node_targets.get(node, set()) | {t.scrape_url for t in targets or () if node_of(t.labels) == node}
-                      | {u for (n, u) in mem.urls if n == node})
+        urls = sorted(node_targets.get(node, set()) | {u for (n, u) in mem.urls if n == node}
+                      | {t.scrape_url for t in targets or () if node_of(t.labels) == node and t.scrape_url not in known})
         tg = [t for t in targets or () if t.scrape_url in urls]
         health, age, problem = _node_health(node, tg, targets is not None, mem, now, max_age_s)
         gpus = []

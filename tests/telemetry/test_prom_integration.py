@@ -89,8 +89,11 @@ def test_prometheus_scrapes_the_simulator_and_the_fake_gpu_exporter_and_the_gpus
     (b_root / "run").mkdir(parents=True)
     export_port = free_port()
     b_cfg = PrometheusConfig(export=f"127.0.0.1:{export_port}")
-    b = make_sampler(gpu_source="fake", fake_gpus=8)
+    b = make_sampler(gpu_source="fake", fake_gpus=8,
+                     managed=lambda: [("regen-b", "regeneration", os.getpid(), "RUNNING")])
     b.adapter._lib.fail("power", gpu=5)  # N/A on node B's GPU 5: N/A on the page, never 0
+    b.adapter._lib.set_processes(3, [(os.getpid(), 30 * 1024**3)])  # node B's regeneration holds its GPU 3
+    b.adapter.want_processes()
     attach_prometheus(b, b_cfg, root=b_root, config_path=b_root / "specdeck.toml", source="fake", node="node-b")
     b.start()
     try:
@@ -157,6 +160,8 @@ num_draft_tokens = 4
                     return None
                 if any(g.util_gpu is None for g in nb.gpus) or na.servers[0].spec_accept_length is None:
                     return None
+                if not any(h.job for h in nb.holders):
+                    return None
                 return snap
 
             snap = wait_for(both, 90, "node-b's GPUs and the simulator's gauges through Prometheus", every=0.5)
@@ -170,6 +175,11 @@ num_draft_tokens = 4
             assert [g.uuid for g in nb.gpus] == [g.uuid for g in local_b.gpus]
             assert nb.gpus[5].power_w is None and "not exported" in nb.gpus[5].na["power_w"]
             assert all(g.power_w is not None for g in nb.gpus if g.index != 5)
+            # node B's Specdeck says which job holds its GPU 3: read through Prometheus, not by pid here
+            (held,) = [h for h in nb.holders if h.job]
+            assert (held.gpu_index, held.pid, held.job, held.kind, held.how) == \
+                (3, os.getpid(), "regen-b", "regeneration", "exporter")
+            assert held.used_memory == 30 * 1024**3 and nb.who(3) == "regen-b"
             (srv,) = na.servers
             assert srv.name == "sim" and srv.health == "up" and srv.gen_throughput is not None
             assert srv.num_running_reqs is not None and srv.spec_accept_rate is not None
@@ -185,6 +195,8 @@ num_draft_tokens = 4
             assert len(heads) == 16  # this node's 8 fake GPUs, then node B's 8
             power = [m for m in at.markdown if m.value.startswith("Power ")]
             assert sum("N/A" in m.value for m in power) == 1
+            holders = [d.value for d in at.dataframe if "found by" in d.value.columns]
+            assert holders and list(holders[0]["job"]) == ["regen-b"] and list(holders[0]["node"]) == ["node-b"]
             servers = [d.value for d in at.dataframe if "server" in d.value.columns]
             assert servers and list(servers[0]["server"]) == ["sim"] and list(servers[0]["node"]) == [here]
 

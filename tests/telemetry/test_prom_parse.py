@@ -412,3 +412,13 @@ def test_writer_follows_live_servers(tmp_path):
     views[0] = _View("a", "EXITED")
     assert w.sync() is True and read_file_sd(w.path) == []
     assert w.sync() is False
+
+
+def test_a_target_that_never_answered_still_shows_its_node_down():
+    tgt = _target("http://10.0.0.9:9464/metrics", {"job": "specdeck", "instance": "10.0.0.9:9464", "node": "gpu-c",
+                                                    "specdeck_kind": "gpu"}, health="down", last=NOW - 1,
+                  error='Get "http://10.0.0.9:9464/metrics": dial tcp 10.0.0.9:9464: connect: connection refused')
+    up_other = _target("http://10.0.0.3:9100/metrics", {"job": "node", "instance": "10.0.0.3:9100"})
+    (node,) = build_nodes([], [tgt, up_other], now=NOW, max_age_s=30)
+    assert node.node == "gpu-c" and node.health == "down" and node.gpus == ()
+    assert "connection refused" in node.problem and node.age_s is None
