@@ -18,9 +18,14 @@ from ui.train import curves as train_curves
 from ui.train import control as train_control
 
 from ui.train import ckpt as train_ckpt
+from ui.train import cost as train_cost
 from ui.components import page_header
 from ui.train.deploy import deploy_panel
 from ui.context import runtime
+from ui.overview_query import QueryState
+
+TAB_KEY = "train-tab"
+SECTION_NAMES = ("Curves", "Checkpoints", "Deploy", "Run")  # the tabs, in order (SECTIONS below)
 
 rt = runtime()
 
@@ -38,18 +43,31 @@ if not runs:
     st.stop()
 
 names = list(runs)
+# the run, the overlaid runs and the tab are in the URL's query (?run=NAME&overlay=A&tab=Checkpoints): a view
+# can be reloaded and shared; a value that is not a run or tab here is ignored with a note
+query = QueryState("training")
+query.take("run", "train-run", names, what="training run")
+query.take("overlay", "train-overlay", names, multi=True, what="training run")
 wanted = st.session_state.pop("train-run-wanted", None)
 if wanted in names:
     st.session_state["train-run"] = wanted
 if st.session_state.get("train-run") not in names:
     st.session_state["train-run"] = names[-1]
+if st.session_state.get("train-overlay"):  # never the chosen run itself
+    st.session_state["train-overlay"] = [n for n in st.session_state["train-overlay"]
+                                         if n in names and n != st.session_state["train-run"]]
+opened = query.default("tab", list(SECTION_NAMES))
+query.show_notes()
 left, right = st.columns([2, 3])
 name = left.selectbox("Run", names, key="train-run")
 overlay = right.multiselect("Overlay runs", [n for n in names if n != name], key="train-overlay",
                             help="their curves drawn with this run's, a colour per run")
+query.put("run", name)
+query.put("overlay", overlay)
 run = runs[name]
 if run.source == "workspace":
     train_control.run_controls(rt, name)
+    train_cost.cost_caption(rt, name)
 
 SECTIONS = {
     "Curves": lambda: train_curves.live_curves(rt, [run] + [runs[n] for n in overlay], train_curves.controls()),
@@ -57,6 +75,8 @@ SECTIONS = {
     "Deploy": lambda: deploy_panel(rt, run.name, train_ckpt.deploy_target(run)),
     "Run": lambda: train_runs.run_tab(rt, run),
 }
-for tab, render in zip(st.tabs(list(SECTIONS)), SECTIONS.values()):
+# switching tabs runs the page again, to write the tab into the URL
+for tab, render in zip(st.tabs(list(SECTIONS), default=opened, key=TAB_KEY, on_change="rerun"), SECTIONS.values()):
     with tab:
         render()
+query.put("tab", st.session_state.get(TAB_KEY), default=SECTION_NAMES[0])
