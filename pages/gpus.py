@@ -327,6 +327,18 @@ def _prometheus(local_snap) -> None:
                     help="From each node's exporter (pids and users from nvitop-exporter or Specdeck's "
                          "exporter, pods from DCGM exporter) and from the jobs known to run on a node's GPUs")
         st.dataframe(pd.DataFrame(holders), hide_index=True, width="stretch", key="gpu-remote-holders")
+    view = getattr(getattr(rt, "prom_targets", None), "latest", None)
+    if view is not None:
+        rows = gpus_nodes.target_rows(view)
+        with st.expander(f"Scrape targets Specdeck writes and reads ({len(rows)})"):
+            st.caption(f"Specdeck's file_sd file: `{view.path}`"
+                       + (f" · Ray's: `{view.ray_path}`" if view.ray_path else " · no local Ray head"))
+            if view.ray_error:
+                st.error(view.ray_error, icon=":material/error:")
+            if rows:
+                st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", key="gpu-prom-targets")
+            else:
+                st.caption("No targets yet: a server that is running, or `[telemetry.prometheus] export`, adds one.")
     servers = gpus_nodes.server_rows(psnap.nodes)
     if servers:
         st.markdown("**SGLang servers through Prometheus**",

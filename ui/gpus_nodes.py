@@ -46,9 +46,12 @@ def node_summary(node) -> dict:
 
 def node_title(node) -> str:
     srcs = ", ".join(SOURCE_NAMES.get(s, s) for s in node.sources) or "no GPU exporter"
-    age = NA if node.age_s is None else fmt.age(node.age_s)
+    if node.age_s is None:
+        scraped = "never scraped well" if node.health == "down" else f"scraped {NA}"
+    else:
+        scraped = f"{'last good scrape' if node.health == 'down' else 'scraped'} {fmt.age(node.age_s)}"
     return f"**Node {node.node}** · {len(node.gpus)} GPU{'s' if len(node.gpus) != 1 else ''} · {srcs} · " \
-           f"{health_badge(node)} · scraped {age}"
+           f"{health_badge(node)} · {scraped}"
 
 
 def holder_rows(nodes) -> list[dict]:
@@ -110,3 +113,10 @@ def draw_node(node, tile: Callable, per_row: int) -> None:
             for col, g in zip(cols, gpus[start:start + per_row]):
                 with col:
                     tile(g, node.who(g.index))
+
+
+def target_rows(view) -> list[dict]:
+    """The file_sd groups of Specdeck's targets file and Ray's, one row per target."""
+    return [{"from": "Specdeck" if g.origin == "specdeck" else "Ray", "target": t,
+             "labels": ", ".join(f"{k}={v}" for k, v in g.labels)}
+            for g in view.groups for t in g.targets]

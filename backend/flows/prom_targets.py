@@ -181,6 +181,8 @@ class TargetsWriter:
         self.exporter_address = exporter_address  # "HOST:PORT", or () -> it (None while not serving)
         self.node = node or _node()
         self.last_error: str | None = None
+        self.latest: TargetsView | None = None  # the last view() the runtime's thread took
+        self.ray_path: Path | None = None  # Ray's file_sd file; None: the workspace's local head's
 
     @property
     def path(self) -> Path | None:
@@ -219,7 +221,7 @@ class TargetsWriter:
                 ours = read_file_sd(path, "specdeck")
             except TargetsFileError as exc:
                 self.last_error = str(exc)
-        ray = ray_sd_path(Path(self.workspace.root))
+        ray = self.ray_path if self.ray_path is not None else ray_sd_path(Path(self.workspace.root))
         ray_groups: list[TargetGroup] = []
         err = None
         if ray is not None and ray.exists():
@@ -257,6 +259,7 @@ def start_for_runtime(rt: Any, interval_s: float = 2.0) -> TargetsWriter:
         while True:
             try:
                 writer.sync()
+                writer.latest = writer.view()  # what the GPUs page lists, read here, never on its render
             except Exception:  # noqa: BLE001
                 log.exception("keeping the Prometheus targets file failed")
             if stop.wait(interval_s):

@@ -317,7 +317,7 @@ def _holders(node, gpus, procs, jobs, workloads, managed) -> tuple[RemoteHolder,
     for g in gpus:
         key = (node, g.index)
         for pid, p in sorted(procs.get(key, {}).items()):
-            job, kind, how = None, None, ""
+            job, kind, how = None, None, "exporter"
             if pid in jobs.get(key, {}):
                 job, kind = jobs[key][pid]
                 how = "exporter"

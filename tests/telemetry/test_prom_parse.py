@@ -422,3 +422,30 @@ def test_a_target_that_never_answered_still_shows_its_node_down():
     (node,) = build_nodes([], [tgt, up_other], now=NOW, max_age_s=30)
     assert node.node == "gpu-c" and node.health == "down" and node.gpus == ()
     assert "connection refused" in node.problem and node.age_s is None
+
+
+def test_the_targets_view_holds_specdecks_file_and_rays(tmp_path):
+    from ui.gpus_nodes import target_rows
+
+    class WS:
+        root = tmp_path
+        name = "w"
+
+        class config:
+            class telemetry:
+                class prometheus:
+                    targets_file = "run/prometheus-targets.json"
+
+    w = TargetsWriter(WS, servers=lambda: [_Srv("a", 30001)], views=lambda: [_View("a", "RUNNING")],
+                      exporter_address=lambda: "127.0.0.1:9464", node="here")
+    w.sync()
+    w.ray_path = tmp_path / "ray" / "prom_metrics_service_discovery.json"
+    w.ray_path.parent.mkdir()
+    w.ray_path.write_text(json.dumps([{"labels": {"job": "ray"}, "targets": ["10.0.0.5:44217"]}]))
+    view = w.view()
+    assert view.ray_error is None
+    assert [(r["from"], r["target"]) for r in target_rows(view)] == [
+        ("Specdeck", "127.0.0.1:30001"), ("Specdeck", "127.0.0.1:9464"), ("Ray", "10.0.0.5:44217")]
+    w.ray_path.write_text("{")
+    view = w.view()
+    assert view.ray_error.startswith(f"{w.ray_path}:1: not JSON") and len(view.groups) == 2
