@@ -1,6 +1,7 @@
 """Specdeck's command line: the dashboard's process operations without a browser.
 
     python -m backend.cli [--workspace DIR] processes list [--json]
+    python -m backend.cli [--workspace DIR] cluster up|down|status [--json]
     python -m backend.cli [--workspace DIR] processes start NAME [--launch-anyway]
     python -m backend.cli [--workspace DIR] processes stop NAME [--no-wait]
     python -m backend.cli [--workspace DIR] processes stop-all
@@ -63,6 +64,7 @@ _STORE_OPTIONAL = frozenset({"supervise"})
 DOMAINS = (
     "backend.cli.alerts",
     "backend.cli.bench",
+    "backend.cli.cluster",
     "backend.cli.processes",
     "backend.cli.regen",
     "backend.cli.servers",
@@ -79,6 +81,7 @@ DOMAINS = (
 COMMANDS = {
     "alerts": "backend.cli.alerts",
     "bench": "backend.cli.bench",
+    "cluster": "backend.cli.cluster",
     "init": "backend.cli.workspace",
     "processes": "backend.cli.processes",
     "regen": "backend.cli.regen",

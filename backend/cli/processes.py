@@ -20,6 +20,7 @@ def cmd_list(s: Session, args: argparse.Namespace, out: TextIO) -> int:
             "name": v.name, "kind": v.kind.value, "state": v.state.value, "pid": v.pid,
             "uptime_s": v.uptime_s, "exit_code": v.exit_code, "ready": v.ready, "readiness": v.readiness,
             "tries": v.tries, "detail": v.detail, "log_path": v.log_path, "state_since": v.state_since,
+            "backend": v.backend, "submission_id": v.submission_id, "pending": v.pending,
         } for v in views]
         json.dump(rows, out, indent=2)
         out.write("\n")
@@ -27,10 +28,11 @@ def cmd_list(s: Session, args: argparse.Namespace, out: TextIO) -> int:
     if not views:
         out.write(f"no managed processes in {s.ws.root}\n")
         return 0
-    table = [("NAME", "KIND", "STATE", "PID", "UPTIME", "EXIT", "READY", "DETAIL")]
+    table = [("NAME", "KIND", "WHERE", "STATE", "PID", "UPTIME", "EXIT", "READY", "DETAIL")]
     for v in views:
         table.append((
-            v.name, v.kind.value, v.state.value, str(v.pid) if v.pid else "-", duration(v.uptime_s),
+            v.name, v.kind.value, v.backend, v.state.value,
+            str(v.pid) if v.pid else (v.submission_id or "-"), duration(v.uptime_s),
             "-" if v.exit_code is None else str(v.exit_code), "yes" if v.ready else "no", v.detail,
         ))
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]) - 1)]

@@ -42,6 +42,8 @@ class RunProgress:
     overdue_noted: bool = False
     stop_targets: list[Ident] | None = None
     kill_sent: bool = False
+    ray_polled_at: float | None = None  # a Ray job: when its state was last read
+    ray_node: str | None = None  # a Ray job: the address of the node its driver runs on
 
 
 class StopMixin:
@@ -54,6 +56,9 @@ class StopMixin:
         unset and ``poll()`` delivers SIGTERM once the identity appears.
         """
         name = rec.name
+        if rec.spec.on_ray:
+            self._ray_begin_stop(rec, actor, source, restart_reason)
+            return
         if rec.pid is None:
             rec = self._note_identity(rec) or rec
         root_alive = rec.pid is not None and self._killer.is_alive(rec.pid, rec.create_time)
@@ -113,6 +118,9 @@ class StopMixin:
         SIGKILL only follows a delivered SIGTERM (``term_at``) by the grace
         period, and only to processes verified the same way.
         """
+        if rec.spec.on_ray:
+            self._ray_reconcile(rec, now)
+            return
         paths = self._paths(rec.name)
         if rec.pid is None:
             rec = self._note_identity(rec) or rec

@@ -32,6 +32,8 @@ from typing import Callable, Iterable
 from backend.filemodes import make_private_dirs
 from backend.supervisor import machine
 from backend.supervisor.logtail import TailChunk, read_last, read_tail
+from backend.supervisor.raybackend import PENDING_PREFIX, RayMixin
+from backend.supervisor.raycluster import Cluster
 from backend.supervisor.osproc import HttpProber, Killer, Launch, OsKiller, Prober, Spawner, WrapperSpawner
 from backend.supervisor.runfiles import RunPaths, read_identity
 from backend.supervisor.stopping import RunProgress, StopMixin, SupervisorError
@@ -76,6 +78,9 @@ class ProcessView:
     run_id: str | None = None
     spec_pending: bool = False  # the config changed; applies at next start
     restart_pending: bool = False  # STOPPING, and starts again once stopped
+    backend: str = "local"  # "local" or "ray" (the spec's where)
+    submission_id: str | None = None  # Ray: the job's submission id (the run id)
+    pending: str | None = None  # Ray: why the job is queued (waiting for resources, setting up)
 
     @property
     def active(self) -> bool:
@@ -87,7 +92,7 @@ class ProcessView:
         return self.state.is_active or self.state == S.BACKOFF
 
 
-class Supervisor(TickMixin, StopMixin):
+class Supervisor(RayMixin, TickMixin, StopMixin):
     """Start, stop, restart and watch the processes of one workspace.
 
     >>> sup = Supervisor(store, workspace.run_dir)
@@ -110,9 +115,12 @@ class Supervisor(TickMixin, StopMixin):
         stop_timeout_s: float = 10.0,
         default_cwd: str | os.PathLike[str] | None = None,
         act: bool = True,
+        cluster: Cluster | None = None,
     ):
         """``default_cwd``: where a spec without ``cwd`` runs (default: the
-        workspace folder, ``run_dir``'s parent).  ``act=False`` makes a
+        workspace folder, ``run_dir``'s parent).  ``cluster``: the Ray cluster for
+        ``where = "ray"`` specs (default: the ``[cluster]`` of the workspace config
+        beside ``run_dir``, read when needed).  ``act=False`` makes a
         supervisor that only observes: its polls record what happened
         (identities, exits, readiness) but start, signal and restart
         nothing, and its control actions are refused; reading commands use it.
@@ -136,6 +144,8 @@ class Supervisor(TickMixin, StopMixin):
         self._runs: dict[str, RunProgress] = {}
         self._sync_probes = False  # set for the duration of a poll(sync_probes=True)
         self._closed = False
+        self._ray_cluster_given = cluster
+        self._ray_cache = None
         self.adopt()
 
     # -- records -----------------------------------------------------------
@@ -251,7 +261,7 @@ class Supervisor(TickMixin, StopMixin):
                 pid = f" (pid {rec.pid})" if rec.pid else ""
                 self._refuse(actor, source, "start", name, f"{name} is already {rec.state.value}{pid}; stop it first")
             self._check_launchable(rec, actor, source, "start")
-            new = self._spawn(rec, tries=0, reason=f"started by {actor} via {source}")
+            new = self._spawn(rec, tries=0, reason=f"started by {actor} via {source}", actor=actor)
             ok = new is not None and new.state == S.STARTING
             self._audit(actor, source, "start", name, new.detail if new else "state changed meanwhile",
                         "ok" if ok else "error")
@@ -348,7 +358,7 @@ class Supervisor(TickMixin, StopMixin):
             raise SupervisorError(f"{name} did not start again (state {rec.state.value}: {rec.detail})")
 
     def _restart_now(self, rec: ProcessRecord, actor: str, source: str, reason: str) -> ProcessView:
-        new = self._spawn(rec, tries=0, reason=reason)
+        new = self._spawn(rec, tries=0, reason=reason, actor=actor)
         ok = new is not None and new.state == S.STARTING
         self._audit(actor, source, "restart", rec.name, new.detail if new else "state changed meanwhile",
                     "ok" if ok else "error")
@@ -357,6 +367,8 @@ class Supervisor(TickMixin, StopMixin):
         return self._view(new, self._clock())
 
     def _launch_problem(self, spec: ProcessSpec) -> str | None:
+        if spec.on_ray:
+            return self._ray_launch_problem(spec)
         return self._spawner.check(spec.argv, spec.cwd or self.default_cwd, dict(spec.env))
 
     def _check_launchable(self, rec: ProcessRecord, actor: str, source: str, action: str) -> None:
@@ -368,7 +380,7 @@ class Supervisor(TickMixin, StopMixin):
 
     # -- spawning and stopping ----------------------------------------------
 
-    def _spawn(self, rec: ProcessRecord, *, tries: int, reason: str) -> ProcessRecord | None:
+    def _spawn(self, rec: ProcessRecord, *, tries: int, reason: str, actor: str = "specdeck") -> ProcessRecord | None:
         spec = rec.effective_spec
         now = self._clock()
         run_id = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + "-" + uuid.uuid4().hex[:8]
@@ -385,6 +397,8 @@ class Supervisor(TickMixin, StopMixin):
         problem = self._launch_problem(spec)
         if problem:  # a restart whose program or folder went away meanwhile
             return self._move(new, S.FATAL, at=self._clock(), detail=f"cannot start: {problem}")
+        if spec.on_ray:
+            return self._ray_spawn(new, spec, run_id, actor)
         paths = self._paths(rec.name)
         launch = Launch(
             name=spec.name, run_id=run_id, argv=spec.argv, cwd=spec.cwd or self.default_cwd,
@@ -435,6 +449,10 @@ class Supervisor(TickMixin, StopMixin):
             run_id=rec.run_id,
             spec_pending=rec.pending_spec is not None,
             restart_pending=rec.pending_restart is not None,
+            backend=rec.spec.where,
+            submission_id=rec.run_id if rec.spec.on_ray else None,
+            pending=(rec.detail[len(PENDING_PREFIX):] if rec.spec.on_ray and rec.state == S.STARTING
+                     and rec.detail.startswith(PENDING_PREFIX) else None),
         )
 
     def views(self) -> list[ProcessView]:
@@ -472,8 +490,17 @@ class Supervisor(TickMixin, StopMixin):
         return read_tail(self._log_path(name), offset, max_bytes, inode=inode)
 
     def tail_last(self, name: str, lines: int = 200) -> tuple[str, int]:
-        """The last ``lines`` lines of the log and the offset to tail from."""
-        chunk = read_last(self._log_path(name), lines)
+        """The last ``lines`` lines of the log and the offset to tail from.  A Ray process whose
+        log has no copy here yet gets them from Ray's state API (offset 0: the copy follows)."""
+        path = self._log_path(name)
+        chunk = read_last(path, lines)
+        if not chunk.text:
+            rec = self._records.get(name)
+            if rec is not None and rec.spec.on_ray and rec.run_id:
+                try:
+                    return self.ray_log_tail(rec, lines), 0
+                except Exception as exc:  # the local (empty) copy is still the answer
+                    log.info("no log tail of %s from Ray: %s", name, exc)
         return chunk.text, chunk.offset
 
     # -- the state store -------------------------------------------------------

@@ -192,6 +192,9 @@ class TickMixin:
                 self._spawn(rec, tries=rec.tries + 1,
                             reason=f"restart {rec.tries + 1} of {rec.effective_spec.restart.max_tries}")
             return
+        if rec.spec.on_ray and (st.is_active or st == S.UNKNOWN):
+            self._ray_reconcile(rec, now)
+            return
         if st == S.UNKNOWN:
             ex = read_exit(self._paths(rec.name), rec.run_id) if rec.run_id else None
             if ex is not None:

@@ -1,0 +1,264 @@
+"""The Ray backend's parts that need no cluster: config, the entrypoint wrapper run under /bin/sh,
+readiness URLs, pending reasons, exit codes, and the REST client against a small fake dashboard."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from backend.supervisor.raybackend import pending_reason, probe_url
+from backend.supervisor.raycluster import Cluster, entrypoint, exit_code_of, load_cluster
+from backend.supervisor.rayjobs import JobInfo, RayApiError, RayJobsClient
+from backend.workspace import ClusterConfig, ConfigError, parse_config
+from specdeck_types.process import Kind, ProcessSpec
+from tests.supervisor.conftest import gone, wait_for
+
+PY = sys.executable
+
+
+# -- config --------------------------------------------------------------------
+
+def test_where_ray_without_cluster_names_the_line():
+    text = '[[process]]\nname = "a"\nargv = ["x"]\n\n[[process]]\nname = "b"\nargv = ["y"]\nwhere = "ray"\n'
+    with pytest.raises(ConfigError) as e:
+        parse_config(text, "ws/specdeck.toml")
+    assert str(e.value).startswith('ws/specdeck.toml:8: process[1].where: "ray" needs a [cluster] section')
+
+
+def test_where_ray_on_server_and_train_tables_needs_cluster_too():
+    text = '[[server]]\nname = "s"\nmodel_path = "m"\nwhere = "ray"\n'
+    with pytest.raises(ConfigError) as e:
+        parse_config(text, "f.toml")
+    assert "f.toml:4: server[0].where" in str(e.value)
+    cfg = parse_config(text + '\n[cluster]\naddress = "local"\n', "f.toml")
+    assert cfg.cluster is not None and cfg.cluster.is_local
+
+
+def test_remote_cluster_requires_token_file_and_a_url():
+    with pytest.raises(ConfigError) as e:
+        parse_config('[cluster]\naddress = "http://10.0.0.1:8265"\n', "f.toml")
+    assert "f.toml:1: cluster" in str(e.value) and "token_file" in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        parse_config('[cluster]\naddress = "10.0.0.1:8265"\n', "f.toml")
+    assert "f.toml:2: cluster.address" in str(e.value)
+    cfg = parse_config('[cluster]\naddress = "http://10.0.0.1:8265/"\ntoken_file = "tok"\n', "f.toml")
+    assert cfg.cluster.address == "http://10.0.0.1:8265"
+
+
+def test_process_placement_fields_reach_the_spec(tmp_path):
+    from backend.workspace import Workspace
+
+    text = ('[cluster]\nnum_gpus = 2\n\n[[process]]\nname = "p"\nargv = ["x"]\nwhere = "ray"\nnum_gpus = 1\n'
+            'resources = { node_a = 1 }\n')
+    cfg = parse_config(text, "f.toml")
+    spec = Workspace(root=tmp_path, config_path=tmp_path / "f.toml", config=cfg).process_specs()[0]
+    assert (spec.where, spec.num_gpus, spec.resources) == ("ray", 1.0, {"node_a": 1.0})
+    with pytest.raises(ConfigError) as e:
+        parse_config(text.replace("node_a", '"bad name"'), "f.toml")
+    assert "resources" in str(e.value)
+
+
+def test_old_spec_json_without_placement_reads_as_local():
+    spec = ProcessSpec(name="a", kind=Kind.OTHER, argv=("x",), log_path="l")
+    d = json.loads(spec.to_json())
+    for k in ("where", "num_gpus", "num_cpus", "resources"):
+        d.pop(k)
+    old = ProcessSpec.from_dict(d)
+    assert old == spec and old.where == "local" and not old.on_ray
+    with pytest.raises(ValueError):
+        ProcessSpec(name="a", kind=Kind.OTHER, argv=("x",), log_path="l", where="mars")  # type: ignore[arg-type]
+
+
+def test_load_cluster_reads_the_section_and_the_token(tmp_path):
+    (tmp_path / "specdeck.toml").write_text('[cluster]\naddress = "http://h:8265"\ntoken_file = "tok"\n')
+    c = load_cluster(tmp_path)
+    assert c is not None and not c.is_local and c.address() == "http://h:8265"
+    with pytest.raises(Exception) as e:
+        c.token()
+    assert "token_file" in str(e.value) and "tok" in str(e.value)
+    (tmp_path / "tok").write_text("s3cret\n")
+    assert c.token() == "s3cret"
+    (tmp_path / "specdeck.toml").write_text('[workspace]\nname = "x"\n')
+    assert load_cluster(tmp_path) is None
+
+
+def test_local_head_spec_uses_free_ports_its_own_temp_dir_home_and_auth_mode(tmp_path):
+    c = Cluster(ClusterConfig(num_cpus=2, num_gpus=2, resources={"box": 1}), tmp_path)
+    spec = c.head_spec()
+    argv = list(spec.argv)
+    assert argv[1:4] == ["start", "--head", "--block"]
+    assert argv[argv.index("--dashboard-host") + 1] == "127.0.0.1"
+    assert argv[argv.index("--num-gpus") + 1] == "2" and json.loads(argv[argv.index("--resources") + 1]) == {"box": 1}
+    ports = {argv[argv.index(f) + 1] for f in ("--port", "--dashboard-port", "--ray-client-server-port",
+                                               "--dashboard-agent-listen-port", "--metrics-export-port")}
+    assert len(ports) == 5
+    assert spec.env["RAY_AUTH_MODE"] == "disabled" and spec.env["HOME"].startswith(str(tmp_path))
+    assert "stop" not in argv
+
+
+# -- the entrypoint wrapper ------------------------------------------------------
+
+def _spec(code: str, grace: float = 1.0) -> ProcessSpec:
+    return ProcessSpec(name="w", kind=Kind.OTHER, argv=(PY, "-c", code), log_path="unused", stop_grace_s=grace)
+
+
+def test_entrypoint_runs_argv_in_cwd_and_passes_the_exit_code(tmp_path):
+    cmd = entrypoint(_spec("import os, sys; print(os.getcwd()); sys.exit(3)"), python=PY, cwd=str(tmp_path))
+    r = subprocess.run(["/bin/sh", "-c", cmd], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 3 and r.stdout.strip() == str(tmp_path)
+
+
+def test_entrypoint_ends_background_children_of_its_group_when_the_argv_exits(tmp_path):
+    pidfile = tmp_path / "bg.pid"
+    code = textwrap.dedent(f"""
+        import subprocess, sys
+        p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        open({str(pidfile)!r}, "w").write(str(p.pid))
+    """)
+    r = subprocess.run(["/bin/sh", "-c", entrypoint(_spec(code), python=PY, cwd=None)], timeout=30)
+    assert r.returncode == 0
+    bg = int(pidfile.read_text())
+    wait_for(lambda: gone(bg), timeout_s=10)
+
+
+def test_entrypoint_passes_sigterm_to_the_group_and_reports_the_signal(tmp_path):
+    ready = tmp_path / "ready"
+    code = f"import time; open({str(ready)!r}, 'w').close(); time.sleep(60)"
+    p = subprocess.Popen(["/bin/sh", "-c", "exec " + entrypoint(_spec(code), python=PY, cwd=None)])
+    try:
+        wait_for(ready.exists, timeout_s=20)
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=20) == 128 + signal.SIGTERM
+        assert exit_code_of(p.returncode) == -signal.SIGTERM
+    finally:
+        if p.poll() is None:
+            p.kill()
+
+
+def test_exit_code_of_maps_128_plus_signal():
+    assert exit_code_of(137) == -9 and exit_code_of(3) == 3 and exit_code_of(None) is None and exit_code_of(255) == 255
+
+
+# -- readiness and pending ---------------------------------------------------------
+
+def test_probe_url_goes_to_the_node_unless_it_is_this_machine():
+    assert probe_url("http://127.0.0.1:8000/health", None) is None
+    assert probe_url("http://127.0.0.1:8000/health", "10.1.2.3", local={"127.0.0.1"}) == "http://10.1.2.3:8000/health"
+    assert probe_url("http://127.0.0.1:8000/health", "10.1.2.3", local={"10.1.2.3"}) == "http://127.0.0.1:8000/health"
+    assert probe_url("http://myhost:8000/", "10.1.2.3", local=set()) == "http://myhost:8000/"
+
+
+def test_pending_reason_tells_resources_from_setting_up():
+    waiting = JobInfo("x", "PENDING", message="Job is waiting for resources; it may be waiting for resources")
+    assert pending_reason(waiting).startswith("waiting for resources")
+    assert pending_reason(JobInfo("x", "PENDING", message="Runtime env is setting up.")).startswith("setting up")
+    info = JobInfo.from_json({"submission_id": "s", "status": "RUNNING", "start_time": 1_700_000_000_000,
+                              "driver_agent_http_address": "http://10.0.0.7:52365", "driver_exit_code": None})
+    assert info.node_host == "10.0.0.7" and info.start_time == 1_700_000_000.0 and not info.terminal
+
+
+# -- the REST client ------------------------------------------------------------
+
+class _FakeDashboard(BaseHTTPRequestHandler):
+    token = "t0k"
+    seen: list = []
+
+    def log_message(self, *a):
+        pass
+
+    def _answer(self, code, body):
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _auth(self):
+        h = self.headers.get("Authorization")
+        if h is None:
+            self._answer(401, {"error": "no token"})
+            return False
+        if h != f"Bearer {self.token}":
+            self._answer(403, {"error": "bad token"})
+            return False
+        return True
+
+    def do_GET(self):
+        if not self._auth():
+            return
+        if self.path == "/api/version":
+            self._answer(200, {"ray_version": "2.60.0"})
+        elif self.path == "/api/jobs/known":
+            self._answer(200, {"submission_id": "known", "status": "FAILED", "driver_exit_code": 137,
+                               "error_type": "JOB_ENTRYPOINT_COMMAND_ERROR"})
+        else:
+            self._answer(404, {"error": "not found"})
+
+    def do_POST(self):
+        if not self._auth():
+            return
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).seen.append(body)
+        if body["submission_id"] == "dup":
+            self._answer(500, {"error": "Job with submission_id dup already exists."})
+        else:
+            self._answer(200, {"submission_id": body["submission_id"], "job_id": None})
+
+
+@pytest.fixture
+def fake_dashboard():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _FakeDashboard)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}"
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_client_sends_bearer_token_and_reports_401_403(fake_dashboard):
+    with pytest.raises(RayApiError) as e:
+        RayJobsClient(fake_dashboard).version()
+    assert e.value.status == 401 and "token_file" in str(e.value)
+    with pytest.raises(RayApiError) as e:
+        RayJobsClient(fake_dashboard, token="wrong").version()
+    assert e.value.status == 403
+    assert RayJobsClient(fake_dashboard, token="t0k").version()["ray_version"] == "2.60.0"
+
+
+def test_client_submit_body_info_404_and_duplicate_id(fake_dashboard):
+    c = RayJobsClient(fake_dashboard, token="t0k")
+    assert c.submit("r1", "echo hi", env_vars={"A": "1"}, metadata={"specdeck_user": "ann"}, num_gpus=1,
+                    resources={"node_a": 1}) == "r1"
+    body = _FakeDashboard.seen[-1]
+    assert body["entrypoint_num_gpus"] == 1 and body["entrypoint_resources"] == {"node_a": 1}
+    assert body["runtime_env"] == {"env_vars": {"A": "1"}} and body["metadata"] == {"specdeck_user": "ann"}
+    assert "entrypoint_num_cpus" not in body
+    with pytest.raises(RayApiError) as e:
+        c.submit("dup", "echo")
+    assert e.value.status == 500 and "already exists" in str(e.value)
+    assert c.info("nope") is None
+    info = c.info("known")
+    assert info.terminal and info.driver_exit_code == 137 and info.error_type == "JOB_ENTRYPOINT_COMMAND_ERROR"
+
+
+def test_client_unreachable_is_one_clear_error():
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    with pytest.raises(RayApiError) as e:
+        RayJobsClient(f"http://127.0.0.1:{port}", timeout_s=2).version()
+    assert e.value.unreachable and "does not answer" in str(e.value)
+
