@@ -276,8 +276,12 @@ def _cost_lines() -> None:
 
 @live_fragment(run_every=SLOW_REFRESH_S)
 def work_tile() -> None:
+    names = rt.train.names()
+    live = [n for n in names if (v := rt.supervisor.view(n)) is not None and v.live]
+    focus = (live or names or [None])[0]  # the page opens on the running run, else the first
     st.page_link(TRAIN_PAGE, label="Training", icon=":material/model_training:",
-                 help="the Training page: curves, checkpoints, deploy")
+                 query_params={"run": focus} if focus else None,
+                 help="the Training page" + (f" on {focus}" if focus else "") + ": curves, checkpoints, deploy")
     _train_lines()
     st.page_link(BENCH_PAGE, label="Benchmarks", icon=":material/speed:",
                  help="the Benchmarks page: every result against its baseline at the same load")

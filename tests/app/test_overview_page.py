@@ -111,7 +111,7 @@ def test_the_three_answers_and_the_tiles(overview):
     links = {p.proto.page for p in at.get("page_link")}
     assert {"regeneration", "servers", "processes", "gpus", "training", "benchmarks"} <= links, links
     # GPUs (the fake source's eight) and cost: the regeneration job's server sets no GPUs, so N/A with why
-    assert "Regeneration: **N/A**" in text  # the server sets no gpus: unknown, never 0
+    assert "**Cost** · Regeneration N/A" in text  # the server sets no gpus: unknown, never 0
     html = "".join(str(h.proto.body) for h in at.get("html"))
     assert html.count('class="ov-gpu"') == 8  # the fake source's eight GPUs
 
@@ -164,3 +164,17 @@ def test_a_run_known_by_its_progress_log_shows_while_the_log_moves(overview, mon
     tiles, last = overview_data.regen_tiles(rt, now=now + 3600)
     assert tiles == [] and last is not None and last.ended and last.state == "no news"
     assert last.rate is None and last.eta is None
+
+
+@pytest.mark.timeout(120)
+def test_the_cost_line_counts_the_servers_gpus_and_leaves_energy_unknown_without_readings(overview, monkeypatch):
+    rt, log, runs, now = overview
+    cfg = rt.fleet.config("sim").model_copy(update={"gpus": [0, 1]})
+    real = rt.fleet.config
+    monkeypatch.setattr(rt.fleet, "config", lambda name: cfg if name == "sim" else real(name))
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    assert not at.exception, at.exception
+    line = next(m for m in at.markdown if str(m.value).startswith("**Cost**"))
+    # the job ran 10 min on its server's two GPUs; the fake GPUs' power readings began with this runtime
+    assert "Regeneration **0.33** GPU-h" in line.value and "kWh" not in line.value.split("·")[1]
+    assert "cover" in (line.proto.help or "")
