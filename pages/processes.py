@@ -51,7 +51,10 @@ def overview() -> None:
         rows.append({
             "name": v.name,
             "kind": v.kind.value,
-            "state": fmt.state_text(v.state.value, v.exit_code, stopped=fmt.stopped_by_user(v.detail)),
+            # where it runs: this machine, or a job on the workspace's Ray cluster (its submission id)
+            "where": f"ray · {v.submission_id}" if v.backend == "ray" and v.submission_id else v.backend,
+            "state": ("PENDING on Ray" if v.pending else
+                      fmt.state_text(v.state.value, v.exit_code, stopped=fmt.stopped_by_user(v.detail))),
             "uptime": fmt.duration(v.uptime_s) if v.uptime_s is not None else NA,
             "pid": NA if v.pid is None else str(v.pid),
             "readiness": v.readiness + (" ✓" if v.ready else "") if v.readiness != "none" else "none",
@@ -117,7 +120,12 @@ def control(proc: str) -> None:
         active = view.live
         st.markdown(fmt.data_markdown(f"{fmt.view_badge(view).markdown()} &nbsp; **{view.name}** · {view.kind.value}"
                                       + (f" · pid {view.pid}" if view.pid else "")
+                                      + (f" · on Ray, job `{view.submission_id}`" if view.submission_id else
+                                         " · on Ray" if view.backend == "ray" else "")
                                       + (f" · {view.detail}" if view.detail else "")))
+        if view.pending:
+            st.info(f"Queued on the Ray cluster: {view.pending}. It becomes RUNNING once Ray places it and its "
+                    "readiness check passes; Stop ends it here at once.", icon=":material/hourglass_top:")
         if not show_data_lock(rt):  # the command line
             st.code(shlex.join(view.spec.argv), language="bash", wrap_lines=True)
         row = st.container(horizontal=True)  # each button as wide as its label: never "St…"

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -196,6 +197,11 @@ class _FakeDashboard(BaseHTTPRequestHandler):
             return
         if self.path == "/api/version":
             self._answer(200, {"ray_version": "2.60.0"})
+        elif self.path == "/api/jobs/queued1":
+            self._answer(200, {"submission_id": "queued1", "status": "PENDING", "driver_exit_code": None,
+                               "message": "Job is waiting for resources to be available (1 GPU)."})
+        elif self.path == "/api/jobs/queued1/logs":
+            self._answer(200, {"logs": ""})
         elif self.path == "/api/jobs/known":
             self._answer(200, {"submission_id": "known", "status": "FAILED", "driver_exit_code": 137,
                                "error_type": "JOB_ENTRYPOINT_COMMAND_ERROR"})
@@ -204,6 +210,10 @@ class _FakeDashboard(BaseHTTPRequestHandler):
 
     def do_POST(self):
         if not self._auth():
+            return
+        if self.path.endswith("/stop"):
+            type(self).seen.append(("stop", self.path))
+            self._answer(200, {"stopped": True})
             return
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         type(self).seen.append(body)
@@ -262,3 +272,51 @@ def test_client_unreachable_is_one_clear_error():
         RayJobsClient(f"http://127.0.0.1:{port}", timeout_s=2).version()
     assert e.value.unreachable and "does not answer" in str(e.value)
 
+
+
+@pytest.mark.timeout(120)
+def test_processes_page_shows_the_backend_submission_id_and_pending_reason(fake_dashboard, tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    from backend import runtime as runtime_mod
+    from specdeck_types.process import ProcState
+    from state.processes import ProcessRecord, ProcessRepo
+    from state.store import Store
+    from tests.helpers import close_runtime
+
+    (tmp_path / "tok").write_text("t0k")
+    (tmp_path / "specdeck.toml").write_text(
+        f'[workspace]\nname = "raypage"\n\n[cluster]\naddress = "{fake_dashboard}"\ntoken_file = "tok"\n\n'
+        f'[[process]]\nname = "queued"\nargv = ["{PY}", "-c", "print(1)"]\nwhere = "ray"\nnum_gpus = 1\n')
+    spec = ProcessSpec(name="queued", kind=Kind.OTHER, argv=(PY, "-c", "print(1)"),
+                       log_path=str(tmp_path / "logs" / "queued.log"), where="ray", num_gpus=1)
+    store = Store(tmp_path / "state.db")
+    ProcessRepo(store).upsert(ProcessRecord(name="queued", kind="other", spec=spec, state=ProcState.STARTING,
+                                            state_since=time.time(), run_id="queued1", started_at=time.time(),
+                                            log_path=spec.log_path, detail="submitted to Ray"))
+    store.close()
+    monkeypatch.setenv("SPECDECK_WORKSPACE", str(tmp_path))
+    try:
+        rt = runtime_mod.get_runtime()
+        wait_for(lambda: rt.supervisor.view("queued").pending, timeout_s=30, poll=rt.supervisor.poll, interval_s=0.2)
+        repo = Path(__file__).resolve().parents[2]
+        at = AppTest.from_file(str(repo / "app.py"), default_timeout=30)
+        at.run()
+        at.switch_page("pages/processes.py")
+        at.run()
+        assert not at.exception, at.exception
+        table = at.table[0].value
+        row = table[table["name"] == "queued"].iloc[0]
+        assert row["where"] == "ray · queued1" and row["state"] == "PENDING on Ray"
+        assert "waiting for resources" in row["detail"]
+        at.selectbox(key="proc-selected").select("queued").run()
+        assert any("Queued on the Ray cluster: waiting for resources" in i.value for i in at.info)
+        assert any("on Ray, job `queued1`" in m.value for m in at.markdown)
+        # Stopped while queued: ended here at once, and Ray is told to stop the job.
+        v = rt.supervisor.stop("queued", actor="dana", source="test")
+        assert v.state == ProcState.EXITED and "while queued on Ray" in v.detail
+        assert ("stop", "/api/jobs/queued1/stop") in _FakeDashboard.seen
+    finally:
+        close_runtime(tmp_path)
