@@ -220,3 +220,44 @@ num_draft_tokens = 4
             close_runtime(a_root)
     finally:
         b.stop()
+
+
+@pytest.mark.timeout(120)
+def test_the_dashboards_runtime_serves_its_exporter_and_lists_it_in_the_targets_file(tmp_path, monkeypatch):
+    import json
+    import urllib.request
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SPECDECK_NODE_NAME", "node-rt")
+    port = free_port()
+    (tmp_path / "specdeck.toml").write_text(f"""[workspace]
+name = "rt"
+
+[telemetry]
+source = "fake"
+
+[telemetry.prometheus]
+export = "127.0.0.1:{port}"
+targets_file = "prom/targets.json"
+""")
+    monkeypatch.setenv("SPECDECK_WORKSPACE", str(tmp_path))
+    try:
+        rt = runtime_mod.get_runtime()  # background: sampler, exporter and the targets thread
+        path = tmp_path / "prom" / "targets.json"
+        wait_for(lambda: path.exists(), 30, "the targets file written by the runtime's thread", every=0.1)
+        assert json.loads(path.read_text()) == [{"labels": {"node": "node-rt", "specdeck_kind": "gpu", "workspace": "rt"},
+                                                 "targets": [f"127.0.0.1:{port}"]}]
+
+        def scraped():
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                text = r.read().decode()
+            return text if "gpu_utilization_Percentage{" in text else None
+
+        text = wait_for(scraped, 30, "the exporter's GPU series", every=0.2)
+        assert 'hostname="node-rt"' in text and 'specdeck_exporter_info{hostname="node-rt",source="fake",state="ok"}' in text
+        assert text.count("gpu_memory_total_MiB{") == 8
+        assert rt.telemetry.prom is None  # no url: nothing read from Prometheus
+    finally:
+        close_runtime(tmp_path)
+    with pytest.raises(OSError):  # the runtime closed: the exporter stopped with the sampler
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)

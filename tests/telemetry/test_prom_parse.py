@@ -154,8 +154,10 @@ def test_nvitop_exposition_gives_processes_and_a_job_known_by_pid_on_that_node()
 
 def test_a_job_placed_on_a_node_and_gpu_is_attributed_without_pids():
     series = series_from_exposition(DCGM_TEXT, NOW, {"job": "dcgm", "instance": "10.0.0.5:9400"})
-    managed = [("draft-train", "training", None, "dgx-a", [0])]
-    (node,) = build_nodes(series, None, now=NOW, max_age_s=30, managed=managed)
+    class View:  # a supervisor view that knows where its job was placed
+        name, kind, pid, node, gpus = "draft-train", "training", None, "dgx-a", [0]
+
+    (node,) = build_nodes(series, None, now=NOW, max_age_s=30, managed=[View()])
     assert node.who(0) == "draft-train"
     assert [h.how for h in node.holders if h.gpu_index == 0] == ["placement"]
     assert node.health == "unknown" and "age is unknown" in node.problem
