@@ -194,10 +194,11 @@ if not stored:
             icon=":material/info:")
 labels = [label for label, _ in SECTIONS]
 # the tab shown is in the URL too (switching tabs runs the page again to write it)
-opened = query.default("tab", labels)
+# the tab a link asks for goes into the tabs' state (a default that changed between runs would make them new ones)
+query.take("tab", TAB_KEY, labels, what="tab")
 query.show_notes()  # a link's values that were ignored, above the tabs
-tabs = st.tabs(labels, default=opened, key=TAB_KEY, on_change="rerun")
+tabs = st.tabs(labels, key=TAB_KEY, on_change="rerun")
+query.put("tab", st.session_state.get(TAB_KEY), default=labels[0])  # before the tabs' content, which may stop the run
 for tab, (_, draw) in zip(tabs, SECTIONS):
     with tab:
         draw()
-query.put("tab", st.session_state.get(TAB_KEY), default=labels[0])

@@ -56,7 +56,7 @@ if st.session_state.get("train-run") not in names:
 if st.session_state.get("train-overlay"):  # never the chosen run itself
     st.session_state["train-overlay"] = [n for n in st.session_state["train-overlay"]
                                          if n in names and n != st.session_state["train-run"]]
-opened = query.default("tab", list(SECTION_NAMES))
+query.take("tab", TAB_KEY, SECTION_NAMES, what="tab")  # into the tabs' state: their default stays the same
 query.show_notes()
 left, right = st.columns([2, 3])
 name = left.selectbox("Run", names, key="train-run")
@@ -76,7 +76,8 @@ SECTIONS = {
     "Run": lambda: train_runs.run_tab(rt, run),
 }
 # switching tabs runs the page again, to write the tab into the URL
-for tab, render in zip(st.tabs(list(SECTIONS), default=opened, key=TAB_KEY, on_change="rerun"), SECTIONS.values()):
+tabs = st.tabs(list(SECTIONS), key=TAB_KEY, on_change="rerun")
+query.put("tab", st.session_state.get(TAB_KEY), default=SECTION_NAMES[0])  # before the tabs' content, which may stop the run
+for tab, render in zip(tabs, SECTIONS.values()):
     with tab:
         render()
-query.put("tab", st.session_state.get(TAB_KEY), default=SECTION_NAMES[0])

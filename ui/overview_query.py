@@ -55,19 +55,6 @@ class QueryState:
             return good[-1]
         return None
 
-    def default(self, param: str, options: Sequence[str], *, what: str = "tab") -> str | None:
-        """The value ``?param=`` asks for among ``options`` when the URL brings a new one (a tab to open),
-        else None; a value not among them is noted."""
-        raw = self._raw(param)
-        seen = self._seen_key(param)
-        if not raw or st.session_state.get(seen) == raw:
-            return None
-        st.session_state[seen] = raw
-        if raw[-1] in options:
-            return raw[-1]
-        self._notes.append(f"`{param}={raw[-1][:60]}` is not a {what} here: ignored")
-        return None
-
     def put(self, param: str, value: Any, *, default: Any = None) -> None:
         """The URL says ``value`` (a list: the parameter repeated); at ``default`` or empty it is left out."""
         empty = value is None or value == default or (isinstance(value, (list, tuple)) and not value)

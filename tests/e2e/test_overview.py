@@ -105,3 +105,20 @@ def test_relaunch_opens_the_servers_page_on_the_server(dashboard):
         page.wait_for_timeout(1000)
         assert re.search(rf"/servers\?(.*&)?server={SERVER}", page.url), page.url
         expect(main.get_by_role("button", name="Cancel").first).to_be_visible(timeout=30_000)  # the panel is open
+
+
+@pytest.mark.timeout(300)
+def test_a_pages_tab_is_in_its_url_and_a_link_opens_it(dashboard):
+    """The Benchmarks page's tab: a link with ?tab= opens it, and choosing another writes it into the URL."""
+    from playwright.sync_api import expect
+
+    with browser(width=1440, height=900) as page:
+        page.goto(dashboard.page("/benchmarks") + "&tab=Break-even", wait_until="domcontentloaded")
+        main = page.locator("[data-testid='stMain']")
+        expect(main.get_by_role("heading", name="Benchmarks").first).to_be_visible(timeout=120_000)
+        selected = main.locator("[role='tab'][aria-selected='true']").first
+        expect(selected).to_have_text(re.compile("Break-even"), timeout=30_000)
+        main.get_by_role("tab", name="Charts").first.click()
+        expect(page).to_have_url(re.compile(r"/benchmarks\?(.*&)?tab=Charts"), timeout=30_000)
+        page.goto(dashboard.page("/benchmarks") + "&tab=Nowhere", wait_until="domcontentloaded")
+        expect(main.get_by_text(re.compile(r"tab=Nowhere.*ignored")).first).to_be_visible(timeout=60_000)
