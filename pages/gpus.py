@@ -19,6 +19,7 @@ from ui import charts, fmt, gpus_nodes
 from ui.auth import control_lock, data_lock, live_fragment
 from ui.components import freshness, page_header
 from ui.context import actor, runtime
+from ui.overview_query import QueryState
 
 REFRESH_S = 2
 HISTORY_REFRESH_S = 5
@@ -464,13 +465,57 @@ slow_readings()
 # -- history -----------------------------------------------------------------
 
 st.subheader("History")
+THIS_NODE = "This node"
+hist_node = THIS_NODE
+if prom is not None:  # which node's history: this one, or one Prometheus reads (kept in the URL)
+    psnap0 = prom.latest()
+    node_options = [THIS_NODE] + [n.node for n in (psnap0.remote if psnap0 is not None else ()) if n.gpus]
+    query = QueryState("gpus")
+    query.take("node", "gpu-hist-node", node_options, what="node")
+    hist_node = st.columns([2, 3])[0].selectbox(
+        "Node", node_options, key="gpu-hist-node",
+        help="Other nodes' history is what this dashboard read from Prometheus since it started, every "
+             f"{prom.interval_s:g} s")
+    query.put("node", hist_node, default=THIS_NODE)
+    query.show_notes()
 hc = st.columns([3, 2])  # room for all five range buttons at 1024 px
 rng = hc[0].segmented_control("Time range", list(RANGES), default="15 m", key="gpu-hist-range")
 field_label = hc[1].selectbox("GPU metric", list(FIELDS), key="gpu-hist-field")
 
 
+def _remote_history(node_name: str, range_label: str, label: str) -> None:
+    """One other node's GPU history, as this dashboard read it from Prometheus."""
+    seconds = RANGES.get(range_label or "15 m", 900)
+    field, fmt_spec, scale = FIELDS[label]
+    since = time.time() - seconds
+    psnap = prom.latest()
+    node = next((n for n in (psnap.nodes if psnap is not None else ()) if n.node == node_name), None)
+    if node is None or not node.gpus:
+        st.caption(f"No GPU readings of node {node_name} in this dashboard's reads.")
+        freshness(None, HISTORY_REFRESH_S, "history updated")
+        return
+    fig = charts.figure(f"{label} · node {node_name}", height=360, range_buttons=False)
+    fig.update_layout(**LEGEND_BELOW)
+    newest: list[float] = []
+    for g in node.gpus:
+        s = prom.history(node_name, g.index, field, since)
+        if s.t:
+            newest.append(s.t[-1])
+        ys = [None if v is None else v * scale for v in s.value]
+        charts.add_series(fig, f"GPU {g.index}", s.t, ys, fmt=fmt_spec, colour=gpu_colour(g.index, len(node.gpus)))
+    if newest:
+        st.plotly_chart(fig, width="stretch", key="gpu-remote-hist-chart")
+    else:
+        st.caption(f"No history of node {node_name} in the last {range_label or '15 m'} yet.")
+    st.caption("Host figures of other nodes are not read through Prometheus.")
+    freshness(max(newest) if newest else None, max(HISTORY_REFRESH_S, prom.interval_s), "history updated")
+
+
 @live_fragment(run_every=HISTORY_REFRESH_S)
-def history(range_label: str, label: str) -> None:
+def history(range_label: str, label: str, node_name: str = THIS_NODE) -> None:
+    if node_name != THIS_NODE and prom is not None:
+        _remote_history(node_name, range_label, label)
+        return
     seconds = RANGES.get(range_label or "15 m", 900)
     field, fmt_spec, scale = FIELDS[label]
     since = time.time() - seconds
@@ -515,4 +560,4 @@ def history(range_label: str, label: str) -> None:
     freshness(max(newest) if newest else None, stale_after, "history updated")
 
 
-history(rng, field_label)
+history(rng, field_label, hist_node)

@@ -26,7 +26,16 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from backend.telemetry.model import GpuProcess, NodeSnapshot, PromSnapshot, RemoteHolder, ServerMetrics, gpu_sample
+from backend.telemetry.model import (
+    GPU_SERIES,
+    GpuProcess,
+    NodeSnapshot,
+    PromSnapshot,
+    RemoteHolder,
+    Series,
+    ServerMetrics,
+    gpu_sample,
+)
 from backend.telemetry.promnames import (
     BY_METRIC,
     GPU_FIELDS,
@@ -44,6 +53,7 @@ from backend.telemetry.promnames import (
     node_of,
 )
 from backend.telemetry.promql import PromClient, PromError, PromSeries, Target
+from backend.telemetry.ring import Ring
 
 log = logging.getLogger(__name__)
 
@@ -381,7 +391,7 @@ class PromSource:
 
     def __init__(self, client: PromClient, *, max_age_s: float = 30.0, interval_s: float = 2.0,
                  managed: Callable[[], Iterable[Any]] | None = None, local_node: str | None = None,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, ring_s: float = 3600.0):
         self.client = client
         self.max_age_s = max_age_s
         self.interval_s = interval_s
@@ -393,6 +403,10 @@ class PromSource:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        # every remote GPU's readings as this source read them: the GPUs page's history of other nodes
+        self._capacity = max(2, int(ring_s / interval_s) + 1)
+        self._rings: dict[tuple[str, int], Ring] = {}
+        self._ring_lock = threading.Lock()
 
     @property
     def url(self) -> str:
@@ -428,8 +442,26 @@ class PromSource:
                                 managed=managed, local_node=self.local_node)
             snap = PromSnapshot(t=now, url=self.client.url, nodes=tuple(nodes), error=None,
                                 query_ms=(time.perf_counter() - t0) * 1000.0, local_node=self.local_node)
+            self._record(snap)
             self._latest = snap
             return snap
+
+    def _record(self, snap: PromSnapshot) -> None:
+        with self._ring_lock:
+            for n in snap.nodes:
+                for g in n.gpus:
+                    ring = self._rings.get((n.node, g.index))
+                    if ring is None:
+                        ring = self._rings[(n.node, g.index)] = Ring(self._capacity, GPU_SERIES)
+                    ring.append(snap.t, {f: getattr(g, f) for f in GPU_SERIES})
+
+    def history(self, node: str, gpu: int, field: str, since: float, until: float | None = None) -> Series:
+        """One remote GPU's trace as this source read it (every ``interval_s``, the last ``ring_s``);
+        an N/A reading is a gap."""
+        with self._ring_lock:
+            ring = self._rings.get((node, gpu))
+            ts, vs = ring.read(field, since, until) if ring is not None and field in ring.cols else ([], [])
+        return Series(field, gpu, tuple(ts), tuple(vs), tuple(vs), tuple(vs), self.interval_s)
 
     def _failed(self, now: float, error: str, t0: float) -> PromSnapshot:
         nodes = build_nodes([], None, now=now, max_age_s=self.max_age_s, memory=self._memory,

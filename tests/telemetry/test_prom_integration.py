@@ -8,6 +8,7 @@ port in nvitop-exporter's names, its own targets file.  Prometheus reads both ta
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -199,6 +200,18 @@ num_draft_tokens = 4
             assert holders and list(holders[0]["job"]) == ["regen-b"] and list(holders[0]["node"]) == ["node-b"]
             servers = [d.value for d in at.dataframe if "server" in d.value.columns]
             assert servers and list(servers[0]["server"]) == ["sim"] and list(servers[0]["node"]) == [here]
+
+            # -- node B's history, as this dashboard read it, on the page chosen by the URL
+            at = AppTest.from_file(PAGE, default_timeout=60)
+            at.query_params["node"] = "node-b"
+            at.run()
+            assert not at.exception, at.exception
+            assert at.selectbox(key="gpu-hist-node").value == "node-b"
+            charts = [c for c in at.get("plotly_chart") if "node node-b" in c.proto.spec]
+            assert len(charts) == 1
+            traces = json.loads(charts[0].proto.spec)["data"]
+            assert [t["name"] for t in traces] == [f"GPU {i}" for i in range(8)]
+            assert all(len([y for y in t["y"] if y is not None]) >= 1 for t in traces)
 
             # -- node B's exporter stops: its target goes down, its readings turn N/A with their age
             b.exporter.stop()
