@@ -36,6 +36,7 @@ from typing import Any
 import psutil
 
 from backend.filemodes import make_private_dirs, open_private
+from backend.supervisor.logrotate import RotatingLog
 from backend.supervisor.raycluster import Cluster, ClusterError, entrypoint, exit_code_of, load_cluster
 from backend.supervisor.rayjobs import JobInfo, RayApiError, RayJobsClient
 from backend.supervisor.runfiles import ExitRecord, read_json, write_json_atomic
@@ -46,7 +47,8 @@ from state.processes import ProcessRecord
 log = logging.getLogger("backend.supervisor.supervisor")
 
 S = ProcState
-RAY_POLL_S = 1.0  # the least time between two looks at one job
+RAY_POLL_S = 1.0  # the least time between two looks at a running job (and between two log copies)
+RAY_POLL_FAST_S = 0.25  # the same while it starts or stops
 _POLL_TIMEOUT_S = 3.0  # a look that takes longer is left for the next poll
 PENDING_PREFIX = "pending: "
 _LOOPBACK = {"127.0.0.1", "localhost", "0.0.0.0", "::1", "[::1]"}
@@ -160,7 +162,8 @@ class RayMixin:
         """One look at the job of an active (or UNKNOWN) Ray run."""
         run = self._run(rec)
         last = run.ray_polled_at
-        if last is not None and now - last < RAY_POLL_S:
+        every = RAY_POLL_S if rec.state == S.RUNNING else RAY_POLL_FAST_S
+        if last is not None and now - last < every:
             if rec.state == S.STARTING and run.ray_node:
                 self._ray_check_ready(rec, run, now)
             return
@@ -176,7 +179,9 @@ class RayMixin:
         if info is None:
             self._ray_lost(rec, now, client.address)
             return
-        self._ray_copy_logs(rec, client, info)
+        if info.terminal or run.ray_log_at is None or now - run.ray_log_at >= RAY_POLL_S:
+            run.ray_log_at = now
+            self._ray_copy_logs(rec, client, info)
         if info.terminal:
             self._ray_finish(rec, info, now)
             return
@@ -345,8 +350,12 @@ class RayMixin:
                 new = f"===== specdeck: {len(lines) - keep} earlier lines of Ray's log of {rec.run_id} skipped\n" + new
         else:
             new = text[copied:]
-        with open_private(Path(rec.log_path), "ab") as f:
-            f.write(new.encode("utf-8", "replace"))
+        make_private_dirs(Path(rec.log_path).parent)
+        out = RotatingLog(rec.log_path, rec.spec.log_max_bytes, rec.spec.log_keep)  # rotated as a local run's
+        try:
+            out.write(new.encode("utf-8", "replace"))
+        finally:
+            out.close()
         self._ray_save_copy(rec.name, rec.run_id or "", len(text))
 
     def ray_log_tail(self, rec: ProcessRecord, lines: int) -> str:

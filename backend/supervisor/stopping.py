@@ -44,6 +44,7 @@ class RunProgress:
     kill_sent: bool = False
     ray_polled_at: float | None = None  # a Ray job: when its state was last read
     ray_node: str | None = None  # a Ray job: the address of the node its driver runs on
+    ray_log_at: float | None = None  # a Ray job: when its driver log was last copied
 
 
 class StopMixin:

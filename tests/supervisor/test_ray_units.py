@@ -170,6 +170,8 @@ def test_pending_reason_tells_resources_from_setting_up():
 class _FakeDashboard(BaseHTTPRequestHandler):
     token = "t0k"
     seen: list = []
+    jobs: dict = {}  # submission id -> the job's JSON
+    logs: dict = {}  # submission id -> its driver log so far
 
     def log_message(self, *a):
         pass
@@ -194,6 +196,13 @@ class _FakeDashboard(BaseHTTPRequestHandler):
 
     def do_GET(self):
         if not self._auth():
+            return
+        sid = self.path.split("/")[3] if self.path.startswith("/api/jobs/") else None
+        if sid in self.jobs:
+            if self.path.endswith("/logs"):
+                self._answer(200, {"logs": self.logs.get(sid, "")})
+            else:
+                self._answer(200, dict(self.jobs[sid], submission_id=sid))
             return
         if self.path == "/api/version":
             self._answer(200, {"ray_version": "2.60.0"})
@@ -320,3 +329,49 @@ def test_processes_page_shows_the_backend_submission_id_and_pending_reason(fake_
         assert ("stop", "/api/jobs/queued1/stop") in _FakeDashboard.seen
     finally:
         close_runtime(tmp_path)
+
+
+def test_driver_log_is_copied_by_offset_once_across_supervisors_and_the_exit_recorded(fake_dashboard, tmp_path):
+    from backend.supervisor.supervisor import Supervisor
+    from specdeck_types.process import ProcState
+    from state.processes import ProcessRecord, ProcessRepo
+    from state.store import Store
+
+    (tmp_path / "tok").write_text("t0k")
+    cluster = Cluster(ClusterConfig(address=fake_dashboard, token_file="tok"), tmp_path)
+    _FakeDashboard.jobs["logjob"] = {"status": "RUNNING", "driver_agent_http_address": "http://127.0.0.1:9"}
+    _FakeDashboard.logs["logjob"] = "one\ntwo\n"
+    log_path = tmp_path / "logs" / "lj.log"
+    spec = ProcessSpec(name="lj", kind=Kind.OTHER, argv=("x",), log_path=str(log_path), where="ray")
+    store = Store(tmp_path / "state.db")
+    now = [time.time()]
+    sups = []
+    try:
+        ProcessRepo(store).upsert(ProcessRecord(name="lj", kind="other", spec=spec, state=ProcState.STARTING,
+                                                state_since=now[0], run_id="logjob", started_at=now[0],
+                                                log_path=str(log_path)))
+        sup = Supervisor(store, tmp_path / "run", clock=lambda: now[0], cluster=cluster)
+        sups.append(sup)
+        assert sup.view("lj").state == ProcState.RUNNING  # Ray runs it and it has no readiness probe
+        assert log_path.read_text() == "one\ntwo\n"
+        _FakeDashboard.logs["logjob"] += "three\n"
+        now[0] += 5
+        sup.poll()
+        again = Supervisor(store, tmp_path / "run", clock=lambda: now[0], cluster=cluster)  # a restarted dashboard
+        sups.append(again)
+        now[0] += 5
+        again.poll()
+        assert log_path.read_text() == "one\ntwo\nthree\n"
+        _FakeDashboard.logs["logjob"] += "bye\n"
+        _FakeDashboard.jobs["logjob"] = {"status": "FAILED", "driver_exit_code": 3,
+                                         "error_type": "JOB_ENTRYPOINT_COMMAND_ERROR"}
+        now[0] += 5
+        again.poll()
+        v = again.view("lj")
+        assert v.state == ProcState.EXITED and v.exit_code == 3
+        assert "JOB_ENTRYPOINT_COMMAND_ERROR" in v.detail and "exit code 3" in v.detail
+        assert log_path.read_text() == "one\ntwo\nthree\nbye\n"
+    finally:
+        for x in sups:
+            x.close()
+        store.close()
