@@ -391,7 +391,8 @@ class PromSource:
 
     def __init__(self, client: PromClient, *, max_age_s: float = 30.0, interval_s: float = 2.0,
                  managed: Callable[[], Iterable[Any]] | None = None, local_node: str | None = None,
-                 clock: Callable[[], float] = time.time, ring_s: float = 3600.0):
+                 clock: Callable[[], float] = time.time, ring_s: float = 3600.0,
+                 backfill_s: float = 900.0, backfill_step_s: float = 15.0):
         self.client = client
         self.max_age_s = max_age_s
         self.interval_s = interval_s
@@ -407,6 +408,9 @@ class PromSource:
         self._capacity = max(2, int(ring_s / interval_s) + 1)
         self._rings: dict[tuple[str, int], Ring] = {}
         self._ring_lock = threading.Lock()
+        self.backfill_s = backfill_s  # history read once with query_range at the first read (0: none)
+        self.backfill_step_s = backfill_step_s
+        self._backfilled = backfill_s <= 0
 
     @property
     def url(self) -> str:
@@ -442,9 +446,46 @@ class PromSource:
                                 managed=managed, local_node=self.local_node)
             snap = PromSnapshot(t=now, url=self.client.url, nodes=tuple(nodes), error=None,
                                 query_ms=(time.perf_counter() - t0) * 1000.0, local_node=self.local_node)
+            if not self._backfilled:
+                self._backfilled = True
+                self._backfill(now)
             self._record(snap)
             self._latest = snap
             return snap
+
+    def _backfill(self, now: float) -> None:
+        """The last ``backfill_s`` of every GPU field, one ``query_range`` at ``backfill_step_s``, into
+        the history rings before the first live reading: a dashboard started late still has history."""
+        names = "|".join(BY_METRIC)
+        expr = f'last_over_time({{__name__=~"{names}"}}[{self.max_age_s:g}s])'
+        step = max(self.backfill_step_s, self.interval_s)
+        try:
+            series = self.client.query_range(expr, now - self.backfill_s, now - step, step)
+        except PromError as exc:
+            log.warning("reading the last %g s of history from Prometheus failed: %s", self.backfill_s, exc)
+            return
+        # (node, gpu) -> t -> family -> field -> value
+        rows: dict[tuple[str, int], dict[float, dict[str, dict[str, float]]]] = defaultdict(
+            lambda: defaultdict(lambda: defaultdict(dict)))
+        for ser in series:
+            gpu = gpu_index_of(ser.labels)
+            if gpu is None or ser.name not in BY_METRIC:
+                continue
+            fam, fld, scale = BY_METRIC[ser.name]
+            key = (node_of(ser.labels), gpu)
+            for t, v in ser.points:
+                row = rows[key][t]  # a time with no value stays in the ring as a gap
+                if v is not None:
+                    row[fam][fld] = v * scale
+        with self._ring_lock:
+            for key, by_t in rows.items():
+                ring = self._rings.get(key)
+                if ring is None:
+                    ring = self._rings[key] = Ring(self._capacity, GPU_SERIES)
+                for t in sorted(by_t):
+                    fams = {f: {k: (v, t, None) for k, v in d.items()} for f, d in by_t[t].items()}
+                    order = [f for f in ("dcgm", "nvitop") if f in fams]
+                    ring.append(t, {f: _field(fams, order, f)[0] for f in GPU_SERIES})
 
     def _record(self, snap: PromSnapshot) -> None:
         with self._ring_lock:

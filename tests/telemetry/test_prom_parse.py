@@ -451,3 +451,66 @@ def test_the_targets_view_holds_specdecks_file_and_rays(tmp_path):
     w.ray_path.write_text("{")
     view = w.view()
     assert view.ray_error.startswith(f"{w.ray_path}:1: not JSON") and len(view.groups) == 2
+
+
+class _Routes(BaseHTTPRequestHandler):
+    """A Prometheus stand-in: a query_range matrix, an instant vector and no targets; it keeps the queries."""
+
+    asked: list = []
+
+    def log_message(self, *a):
+        pass
+
+    def do_GET(self):
+        from urllib.parse import parse_qs, urlsplit
+
+        u = urlsplit(self.path)
+        q = parse_qs(u.query)
+        type(self).asked.append((u.path, q))
+        labels = {"__name__": "DCGM_FI_DEV_GPU_UTIL", "gpu": "0", "Hostname": "n1", "job": "dcgm", "instance": "n1:9400"}
+        if u.path == "/api/v1/query_range":
+            start, end, step = float(q["start"][0]), float(q["end"][0]), float(q["step"][0])
+            pts = []
+            t = start
+            while t <= end + 1e-6:
+                pts.append([t, "NaN" if int(t) % 60 == 0 else str(int(t) % 100)])
+                t += step
+            doc = {"status": "success", "data": {"resultType": "matrix", "result": [{"metric": labels, "values": pts}]}}
+        elif u.path == "/api/v1/query":
+            doc = {"status": "success", "data": {"resultType": "vector", "result": [{"metric": labels, "value": [NOW, "42"]}]}}
+        else:
+            doc = {"status": "success", "data": {"activeTargets": []}}
+        body = json.dumps(doc).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_the_first_read_backfills_history_with_query_range_then_records_each_read():
+    from backend.telemetry.promsource import PromSource
+
+    _Routes.asked = []
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Routes)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        src = PromSource(PromClient(f"http://127.0.0.1:{srv.server_address[1]}"), max_age_s=30, interval_s=2,
+                         local_node="here", clock=lambda: NOW, backfill_s=300, backfill_step_s=15)
+        snap = src.read_once()
+        assert snap.error is None and snap.nodes[0].gpus[0].util_gpu == 42
+        src.read_once()
+        paths = [p for p, _ in _Routes.asked]
+        assert paths.count("/api/v1/query_range") == 1  # once, at the first read
+        rq = next(q for p, q in _Routes.asked if p == "/api/v1/query_range")
+        assert rq["step"] == ["15"] and "last_over_time" in rq["query"][0] and "[30s]" in rq["query"][0]
+        h = src.history("n1", 0, "util_gpu", NOW - 1000)
+        assert len(h.t) == 20 + 2 and h.t == tuple(sorted(h.t))  # 300 s at 15 s, then the two reads
+        assert h.value[-2:] == (42.0, 42.0)
+        nan_at = [i for i, t in enumerate(h.t[:-2]) if int(t) % 60 == 0]
+        assert nan_at and all(h.value[i] is None for i in nan_at)  # NaN in the past: a gap, never 0
+        assert src.history("n1", 1, "util_gpu", NOW - 1000).t == ()
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        t.join(5)
