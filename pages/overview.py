@@ -261,13 +261,14 @@ def _cost_lines() -> None:
     parts = []
     for ln in lines:
         if not ln.jobs:
-            parts.append(f"{ln.what} no job")
+            parts.append(f"{ln.what} {fmt.NA}")
             continue
         hours = fmt.NA if ln.gpu_hours is None else f"**{ln.gpu_hours:,.2f}** GPU-h"
         kwh = "" if ln.energy_kwh is None else f" / {ln.energy_kwh:,.2f} kWh"
         part = "" if ln.counted == ln.jobs or not ln.counted else f" ({ln.counted} of {ln.jobs})"
         parts.append(f"{ln.what} {hours}{kwh}{part}")
-    why = "; ".join(f"{ln.what}: {ln.why}" for ln in lines if ln.why)
+    why = "; ".join([f"{ln.what}: {ln.why}" for ln in lines if ln.why]
+                    + [f"{ln.what}: no job started from this workspace" for ln in lines if not ln.jobs])
     st.markdown("**Cost** · " + " · ".join(parts),
                 help=_help("GPU-hours = the job's GPUs × its hours (a regeneration job: its servers' GPUs; a "
                            "benchmark: its server's); energy (kWh) from the GPUs' power readings over that time, "
