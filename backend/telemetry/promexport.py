@@ -145,18 +145,23 @@ class Exporter:
         self._server = self._thread = None
 
 
-def check_prometheus(pcfg: Any, config_path: Path | str) -> list[str]:
-    """The problems of ``[telemetry.prometheus]`` as ``path:line: key: why`` (empty when fine)."""
+def config_problem(config_path: Path | str, key: str, why: str) -> str:
+    """``path:line: telemetry.prometheus.KEY: why`` (the line where the file has the key)."""
     from backend.tomllines import locate  # noqa: PLC0415
 
     try:
         text = Path(config_path).read_text(encoding="utf-8")
     except OSError:
         text = ""
+    line = locate(text, ("telemetry.prometheus", key)) if text else None
+    return f"{config_path}{f':{line}' if line else ''}: telemetry.prometheus.{key}: {why}"
+
+
+def check_prometheus(pcfg: Any, config_path: Path | str) -> list[str]:
+    """The problems of ``[telemetry.prometheus]`` as ``path:line: key: why`` (empty when fine)."""
 
     def problem(key: str, why: str) -> str:
-        line = locate(text, ("telemetry.prometheus", key)) if text else None
-        return f"{config_path}{f':{line}' if line else ''}: telemetry.prometheus.{key}: {why}"
+        return config_problem(config_path, key, why)
 
     out = []
     url = getattr(pcfg, "url", None)

@@ -561,7 +561,7 @@ def attach_prometheus(sampler: Sampler, pcfg: Any, *, root: Path, config_path: A
     problem (a bad URL or address, an unreadable token file) is kept in ``sampler.prom_problems``
     as ``path:line: key: why`` and that part is left off; the local sampler runs regardless.
     ``node``: this machine's node name (default ``promnames.node_name()``)."""
-    from backend.telemetry.promexport import Exporter, SnapshotCollector, check_prometheus  # noqa: PLC0415
+    from backend.telemetry.promexport import Exporter, SnapshotCollector, check_prometheus, config_problem  # noqa: PLC0415
     from backend.telemetry.promnames import node_name  # noqa: PLC0415
     from backend.telemetry.promql import PromClient  # noqa: PLC0415
     from backend.telemetry.promsource import PromSource  # noqa: PLC0415
@@ -578,7 +578,7 @@ def attach_prometheus(sampler: Sampler, pcfg: Any, *, root: Path, config_path: A
             try:
                 token = tpath.read_text(encoding="utf-8").strip() or None
             except OSError as e:
-                sampler.prom_problems.append(f"{config_path}: telemetry.prometheus.token_file: {tpath}: {e.strerror or e}")
+                sampler.prom_problems.append(config_problem(config_path, "token_file", f"{tpath}: {e.strerror or e}"))
         if token is not None or not pcfg.token_file:
             client = PromClient(pcfg.url, token=token, timeout_s=float(pcfg.query_timeout_s))
             sampler.prom = PromSource(client, max_age_s=float(pcfg.max_age_s),

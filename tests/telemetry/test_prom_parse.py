@@ -514,3 +514,53 @@ def test_the_first_read_backfills_history_with_query_range_then_records_each_rea
         srv.shutdown()
         srv.server_close()
         t.join(5)
+
+
+class _Auth(BaseHTTPRequestHandler):
+    seen: list = []
+
+    def log_message(self, *a):
+        pass
+
+    def do_GET(self):
+        type(self).seen.append(self.headers.get("Authorization"))
+        ok = self.headers.get("Authorization") == "Bearer s3cret"
+        body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}} if ok else
+                          {"status": "error", "errorType": "unauthorized", "error": "missing or wrong token"})
+        self.send_response(200 if ok else 401)
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+
+def test_token_file_relative_to_the_workspace_is_sent_as_bearer_and_a_missing_one_is_named(tmp_path):
+    from backend.workspace import PrometheusConfig
+
+    _Auth.seen = []
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Auth)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        url = f"http://127.0.0.1:{srv.server_address[1]}"
+        (tmp_path / "prom.token").write_text("s3cret\n")
+        (tmp_path / "specdeck.toml").write_text(f'[workspace]\nname = "w"\n\n[telemetry.prometheus]\nurl = "{url}"\n'
+                                                'token_file = "missing.token"\n')
+        s = make_sampler(gpu_source="fake", fake_gpus=1)
+        from backend.telemetry.sampler import attach_prometheus
+
+        attach_prometheus(s, PrometheusConfig(url=url, token_file="prom.token"), root=tmp_path,
+                          config_path=tmp_path / "specdeck.toml", node="here")
+        assert s.prom is not None and s.prom_problems == []
+        assert s.prom.client.query("up") == [] and _Auth.seen[-1] == "Bearer s3cret"
+        with pytest.raises(PromError) as e:
+            PromClient(url).query("up")
+        assert e.value.status == 401 and e.value.kind == "unauthorized"
+        s2 = make_sampler(gpu_source="fake", fake_gpus=1)
+        attach_prometheus(s2, PrometheusConfig(url=url, token_file="missing.token"), root=tmp_path,
+                          config_path=tmp_path / "specdeck.toml", node="here")
+        assert s2.prom is None
+        assert s2.prom_problems == [f"{tmp_path / 'specdeck.toml'}:6: telemetry.prometheus.token_file: "
+                                    f"{tmp_path / 'missing.token'}: No such file or directory"]
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        t.join(5)
