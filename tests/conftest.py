@@ -57,6 +57,29 @@ def pytest_collection_modifyitems(config, items):
                                  item.path not in slow))
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With SPECDECK_TEST_CPU_LOG=FILE: each test's CPU seconds (this process's and those of the child
+    processes it reaped while the test ran: CLIs, simulators, supervisor wrappers), appended to FILE as
+    ``cpu_s<TAB>wall_s<TAB>nodeid`` lines.  On a machine with few cores the suite's time is its CPU
+    time: this shows which tests use it (``sort -rn FILE | head``)."""
+    path = os.environ.get("SPECDECK_TEST_CPU_LOG")
+    if not path:
+        yield
+        return
+    import resource
+    import time
+
+    def cpu() -> float:
+        own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+    c0, t0 = cpu(), time.monotonic()
+    yield
+    with open(path, "a") as f:
+        f.write(f"{cpu() - c0:.2f}\t{time.monotonic() - t0:.2f}\t{item.nodeid}\n")
+
+
 @pytest.fixture(autouse=True)
 def _isolated_home(tmp_path_factory, monkeypatch):
     home = tmp_path_factory.mktemp("specdeck-home")

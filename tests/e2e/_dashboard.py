@@ -19,6 +19,10 @@ from tests.helpers import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
+# The demo dashboard's environment for the browser tests: its simulated servers load in under a second
+# (SPECDECK_SIM_SPEED only scales the startup sequence's pauses; the lines, the HTTP API and the decode
+# speeds stay as they are), so a page shows the 70B demo server running rather than loading for 20 s.
+DEMO_ENV = {"SPECDECK_SIM_SPEED": "50"}
 
 
 class DashboardURL(str):
@@ -147,3 +151,10 @@ def open_page(page, title: str) -> None:
             if attempt:
                 raise
     expect(heading).to_be_visible()
+
+
+def settle(page, timeout_ms: float = 60_000) -> None:
+    """Wait until the page's script run is over (the app's ``data-test-script-state`` is ``notRunning``):
+    what the run draws, its live fragments' first runs included, is on the page."""
+    page.wait_for_function("() => document.querySelector(\"[data-testid='stApp']\")"
+                           "?.getAttribute('data-test-script-state') === 'notRunning'", timeout=timeout_ms)

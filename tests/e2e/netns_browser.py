@@ -31,7 +31,9 @@ def _open(page, title: str) -> None:
 
 def _nothing_but_sign_in(page) -> dict:
     expect(page.get_by_role("heading", name="Sign in").first).to_be_visible(timeout=120_000)
-    page.wait_for_timeout(1500)  # anything else would have drawn by now
+    # the run is over, so anything else it drew is on the page by now
+    page.wait_for_function("() => document.querySelector(\"[data-testid='stApp']\")"
+                           "?.getAttribute('data-test-script-state') === 'notRunning'", timeout=60_000)
     return {"nav": page.locator("[data-testid='stSidebarNav']").count(),
             # a sidebar drawn earlier in the tab may stay as an empty frame with its collapse control
             "sidebar": " ".join(page.locator("[data-testid='stSidebarUserContent']").all_inner_texts()).strip(),
@@ -66,7 +68,7 @@ def main(argv: list[str]) -> int:
             seen["wrong_password"] = err.inner_text()
             page.get_by_label("Password", exact=True).fill(password)
             page.get_by_role("button", name="Sign in").click()
-            expect(page.get_by_role("heading", name="Servers").first).to_be_visible(timeout=30_000)
+            expect(page.get_by_role("heading", name="Overview").first).to_be_visible(timeout=30_000)  # the page at /
             signed = page.get_by_text(f"Signed in as {user}")
             expect(signed).to_be_visible(timeout=30_000)
             seen["signed_in"] = signed.inner_text()

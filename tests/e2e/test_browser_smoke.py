@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e._dashboard import browser as _browser
-from tests.e2e._dashboard import open_page
+from tests.e2e._dashboard import open_page, settle
 from tests.e2e._dashboard import serve as _serve
 
 REPO = Path(__file__).resolve().parents[2]
@@ -20,18 +20,11 @@ PAGES = [("servers", "Servers"), ("regeneration", "Regeneration"), ("training", 
 pytestmark = pytest.mark.browser
 
 
-@pytest.fixture(scope="module")
-def dashboard(tmp_path_factory):
-    home = tmp_path_factory.mktemp("e2e-home")
-    with _serve(home) as url:
-        yield url, home
-
-
 @pytest.mark.timeout(240)
-def test_every_page_loads_without_exception(dashboard):
+def test_every_page_loads_without_exception(demo_dashboard):
     from playwright.sync_api import expect
 
-    url, _home = dashboard
+    url = demo_dashboard
     SHOTS.mkdir(parents=True, exist_ok=True)
     present = [(slug, title) for slug, title in PAGES if (REPO / "pages" / f"{slug}.py").exists()]
     assert present, "no pages found"
@@ -42,7 +35,7 @@ def test_every_page_loads_without_exception(dashboard):
         expect(page.get_by_text("Workspace:").first).to_be_visible(timeout=30_000)
         for slug, title in present:
             open_page(page, title)
-            page.wait_for_timeout(2500)  # let the first live fragments draw
+            settle(page)  # the page's run and its first live fragments have drawn
             page.screenshot(path=str(SHOTS / f"{slug}.png"), full_page=True)
             expect(page.get_by_text("Workspace:").first).to_be_visible()
             exc = page.locator("[data-testid='stException']")

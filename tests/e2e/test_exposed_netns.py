@@ -9,6 +9,7 @@ Needs root and ``ip netns`` (CI runs as root); elsewhere it skips and says why.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import queue
@@ -20,11 +21,13 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from state import Store, audit
 from tests.e2e._dashboard import serve
+from tests.helpers import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 SHOTS = REPO / "artifacts" / "screenshots"
@@ -32,9 +35,8 @@ PASSWORD = "alice-password-1"
 VIEWER_PASSWORD = "bob-password-1"
 BANNER = "Sign in to start, stop or relaunch"
 PAGES = ["Benchmarks", "GPUs", "Processes", "Regeneration", "Servers", "Training"]
-# what a session that may view is sent: the pages, and "Home", the hidden entry at "/" that opens the
-# first page at its own path (it draws nothing itself)
-VIEWABLE = sorted(PAGES + ["Home"])
+# what a session that may view is sent: the pages, and the Overview, the page at "/"
+VIEWABLE = sorted(PAGES + ["Overview"])
 # what an anonymous session must never be sent: the workspace's name, its folder, a process name
 # and its command line, a file's content
 SECRETS = ("exposed", "ticker", "backend.demo", "root:x:0:0")
@@ -86,9 +88,18 @@ def netns():
     assert ns not in _ip("netns", "list").stdout
 
 
-def _cli(ws: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "backend.cli", "--workspace", str(ws), *args], cwd=REPO,
-                          input=stdin, capture_output=True, text=True, timeout=120)
+def _cli(ws: Path, *args: str, stdin: str | None = None) -> SimpleNamespace:
+    """``python -m backend.cli --workspace WS ARGS`` as ``main(argv)`` in this process (the dashboard
+    under test is the other process); its exit status and output as ``subprocess.run`` gives them."""
+    from backend.cli import main
+
+    out, err, saved = io.StringIO(), io.StringIO(), sys.stdin
+    sys.stdin = io.StringIO(stdin or "")
+    try:
+        code = main(["--workspace", str(ws), *args], out=out, err=err)
+    finally:
+        sys.stdin = saved
+    return SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
 
 
 def _ticker_state(ws: Path) -> str:
@@ -309,8 +320,8 @@ def test_browser_from_another_address_signs_in_stops_and_is_audited(netns, tmp_p
 def test_anonymous_view_shows_figures_but_no_logs_argv_or_paths(netns, tmp_path):
     ns, host_ip, _ns_ip = netns
     with _dashboard(tmp_path, host_ip, access="\n[access]\nanonymous_view = true\n") as (ws, port, _url):
-        time.sleep(2)  # the ticker has printed lines by now
-        assert "tick 1" in (ws / "logs" / "ticker.log").read_text()
+        log = ws / "logs" / "ticker.log"
+        wait_for(lambda: log.exists() and "tick 1" in log.read_text(), 30, "the ticker's first lines")
         proc = _ws_client(ns, host_ip, port, "--anonymous")
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err[-3000:]

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.e2e._dashboard import browser, serve
+from tests.e2e._dashboard import browser, serve, settle
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.browser
@@ -67,7 +67,7 @@ def test_a_local_browser_without_the_token_sees_only_the_token_page(tmp_path):
         for target in (url, url + "/processes"):
             page.goto(target, wait_until="domcontentloaded")
             expect(page.get_by_role("heading", name="Open Specdeck")).to_be_visible(timeout=120_000)
-            page.wait_for_timeout(1500)
+            settle(page)  # the run is over: what it drew is all there is
             text = page.locator("[data-testid='stApp']").inner_text()
             assert "Workspace:" not in text and "tokened" not in text and "ticker" not in text
             assert page.locator("[data-testid='stSidebarNav']").count() == 0
@@ -81,7 +81,7 @@ def test_a_local_browser_without_the_token_sees_only_the_token_page(tmp_path):
         page.goto(url.page("/processes"), wait_until="domcontentloaded")
         expect(page.get_by_role("heading", name="Processes").first).to_be_visible(timeout=120_000)
         expect(page.get_by_text("Workspace:").first).to_be_visible(timeout=30_000)
-        page.wait_for_timeout(1000)
+        settle(page)
         assert "token=" not in page.url
         assert page.locator("[data-testid='stException']").count() == 0
     assert hosts == {"127.0.0.1"}, hosts  # the icon, fonts and scripts all come from the dashboard

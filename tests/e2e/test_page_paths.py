@@ -11,6 +11,7 @@ import pytest
 
 from tests.e2e._dashboard import browser as _browser
 from tests.e2e._dashboard import serve as _serve
+from tests.e2e._dashboard import settle
 
 pytestmark = pytest.mark.browser
 
@@ -35,8 +36,8 @@ def test_a_fresh_dashboard_opened_at_a_page_keeps_its_path_and_names(tmp_path):
         seen_names = time.time() - t0
         expect(page.get_by_role("heading", name="GPUs").first).to_be_visible(timeout=120_000)
         expect(page.get_by_text("Workspace:").first).to_be_visible(timeout=30_000)
-        page.wait_for_timeout(1500)
-        assert re.search(r"/gpus(\?|$)", page.url), page.url
+        settle(page)
+        expect(page).to_have_url(re.compile(r"/gpus(\?|$)"))
         names = _nav_texts(page)
         assert names[:len(TITLES)] == TITLES, names
         assert not FILE_NAMES & {n.lower() for n in names if n not in TITLES}, names
@@ -44,22 +45,23 @@ def test_a_fresh_dashboard_opened_at_a_page_keeps_its_path_and_names(tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_every_page_opens_at_its_own_path(tmp_path):
+def test_every_page_opens_at_its_own_path(demo_dashboard):
     from playwright.sync_api import expect
 
-    with _serve(tmp_path) as url, _browser(1440, 900) as page:
+    url = demo_dashboard
+    with _browser(1440, 900) as page:
         for path, title in (("gpus", "GPUs"), ("processes", "Processes"), ("training", "Training"),
                             ("benchmarks", "Benchmarks"), ("regeneration", "Regeneration"), ("servers", "Servers")):
             page.goto(url.page(f"/{path}"), wait_until="domcontentloaded")
             expect(page.get_by_role("heading", name=title).first).to_be_visible(timeout=60_000)
-            page.wait_for_timeout(800)
-            assert re.search(rf"/{path}(\?|$)", page.url), (path, page.url)
+            settle(page)  # a page that is not found says so at the start of the run
+            expect(page).to_have_url(re.compile(rf"/{path}(\?|$)"))
             assert page.get_by_text("Page not found").count() == 0, path
             active = page.locator("[data-testid='stSidebarNav'] a[aria-current='page']")
             if active.count():
                 assert title in active.first.inner_text(), (path, active.first.inner_text())
         page.goto(url.page("") + "&server=demo-tiny-eagle3", wait_until="domcontentloaded")
         expect(page.get_by_role("heading", name="Servers").first).to_be_visible(timeout=60_000)
-        page.wait_for_timeout(800)
+        settle(page)
         # / opens the first page at its path, the view's query kept (the token is taken by the sign-in gate)
-        assert re.search(r"/servers\?(.*&)?server=demo-tiny-eagle3", page.url), page.url
+        expect(page).to_have_url(re.compile(r"/servers\?(.*&)?server=demo-tiny-eagle3"))

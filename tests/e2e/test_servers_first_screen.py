@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e._dashboard import browser, open_page, serve
+from tests.e2e._dashboard import browser, open_page
 
 pytestmark = pytest.mark.browser
 
@@ -30,19 +30,12 @@ def _control_buttons(page):
     return launch, stop
 
 
-@pytest.fixture(scope="module")
-def dashboard(tmp_path_factory):
-    home = tmp_path_factory.mktemp("first-screen-home")
-    with serve(home) as url:
-        yield url
-
-
 @pytest.mark.timeout(420)
-def test_controls_and_status_are_in_the_first_screen_and_the_view_follows_a_relaunch(dashboard):
+def test_controls_and_status_are_in_the_first_screen_and_the_view_follows_a_relaunch(demo_dashboard):
     from playwright.sync_api import expect
 
     with browser(width=WIDTH, height=HEIGHT) as page:
-        page.goto(dashboard.page(), wait_until="domcontentloaded")
+        page.goto(demo_dashboard.page(), wait_until="domcontentloaded")
         expect(page.get_by_text("Workspace:").first).to_be_visible(timeout=120_000)
         open_page(page, "Servers")
         page.wait_for_selector(".st-key-srv-status", timeout=120_000)

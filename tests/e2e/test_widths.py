@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e._dashboard import browser, open_page, serve
+from tests.e2e._dashboard import browser, open_page, settle
 
 pytestmark = pytest.mark.browser
 
@@ -72,25 +72,17 @@ CUT_JS = """(selectors) => {
 def _settle(page) -> None:
     """Wait until the page has drawn its live blocks (metrics or tables) and stopped running."""
     page.wait_for_selector("[data-testid='stMetric'], [data-testid='stTable']", timeout=120_000)
-    page.wait_for_function("() => !document.querySelector(\"[data-testid='stStatusWidget'] "
-                           "[data-testid='stStatusWidgetRunningIcon']\")", timeout=30_000)
-
-
-@pytest.fixture(scope="module")
-def dashboard(tmp_path_factory):
-    home = tmp_path_factory.mktemp("widths-home")
-    with serve(home) as url:
-        yield url
+    settle(page, 30_000)
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("width", WIDTHS)
-def test_nothing_a_user_needs_is_cut_off(dashboard, width):
+def test_nothing_a_user_needs_is_cut_off(demo_dashboard, width):
     from playwright.sync_api import expect
 
     found: dict[str, list[str]] = {}
     with browser(width=width, height=900) as page:
-        page.goto(dashboard.page(), wait_until="domcontentloaded")
+        page.goto(demo_dashboard.page(), wait_until="domcontentloaded")
         expect(page.get_by_text("Workspace:").first).to_be_visible(timeout=120_000)
         for title in ("Servers", "Processes", "GPUs"):
             open_page(page, title)
