@@ -7,7 +7,10 @@ from ui.context import require_frame  # first: a page run without the frame goes
 
 require_frame(__file__)
 
+import functools  # noqa: E402
 import html  # noqa: E402
+import logging  # noqa: E402
+import sqlite3  # noqa: E402
 import time  # noqa: E402
 
 import streamlit as st  # noqa: E402
@@ -16,13 +19,14 @@ from backend.bench import baseline  # noqa: E402
 from state.bench import BenchStore  # noqa: E402
 from ui import fmt  # noqa: E402
 from ui import overview_data as data  # noqa: E402
-from ui.auth import control_lock, live_fragment  # noqa: E402
+from ui.auth import control_lock, data_lock, live_fragment  # noqa: E402
 from ui.bench import charts as bench_charts  # noqa: E402
 from ui.bench import data as bench_data  # noqa: E402
 from ui.components import page_header  # noqa: E402
 from ui.context import runtime  # noqa: E402
 from ui.regen.blocks import STATE_TEXT  # noqa: E402
 
+log = logging.getLogger(__name__)
 REFRESH_S = 2  # progress and servers
 SLOW_REFRESH_S = 5  # alerts, GPUs, training, cost
 LEVEL_COLOUR = {"good": "green", "par": "gray", "warn": "orange", "bad": "red", "none": "gray"}
@@ -58,6 +62,21 @@ def _stored_baselines(key: str, _store) -> baseline.StoredBaselines:
     return baseline.StoredBaselines(_store)
 
 
+def _guarded(fn):
+    """A tile that meets a damaged or unwritable state store says so in red, as the frame does for a page
+    (a tile's refresh runs without the frame around it), never with a traceback."""
+    @functools.wraps(fn)
+    def tile(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except sqlite3.DatabaseError as exc:
+            log.warning("the Overview could not read the state store: %s", exc)
+            st.error(f"This page could not read the state store: {exc}" if not data_lock(rt) else
+                     "This page could not read the state store; an operator can see why above.",
+                     icon=":material/error:")
+    return tile
+
+
 def _help(text: str) -> str:
     """Text for a Markdown hover (a link title): no quotes or line breaks to end it."""
     return text.replace('"', "'").replace("\n", " ")
@@ -87,6 +106,7 @@ def _regen_line(t: data.RegenTile) -> None:
 
 
 @live_fragment(run_every=REFRESH_S)
+@_guarded
 def regen_tile() -> None:
     st.page_link(REGEN_PAGE, label="Regeneration", icon=":material/autorenew:",
                  help="the Regeneration page: the running job's controls, charts, failures and samples")
@@ -139,6 +159,7 @@ def _server_line(t: data.ServerTile, lock: str) -> None:
 
 
 @live_fragment(run_every=REFRESH_S)
+@_guarded
 def servers_tile() -> None:
     st.page_link(SERVERS_PAGE, label="Servers", icon=":material/dns:",
                  help="the Servers page: live accept_len and tok/s, relaunch, preflight and log")
@@ -160,6 +181,7 @@ ALERT_MARK = {"error": ":red[● error]", "warning": ":orange[▲ warning]", "in
 
 
 @live_fragment(run_every=SLOW_REFRESH_S)
+@_guarded
 def alerts_tile() -> None:
     alerts = list(rt.active_alerts())
     st.page_link(PROCESSES_PAGE, label=f"Alerts ({len(alerts)})", icon=":material/notifications:",
@@ -193,6 +215,7 @@ def _gpu_html(cells: list[data.GpuCell]) -> str:
 
 
 @live_fragment(run_every=SLOW_REFRESH_S)
+@_guarded
 def gpus_tile() -> None:
     st.page_link(GPUS_PAGE, label="GPUs", icon=":material/memory:",
                  help="the GPUs page: utilisation, memory, power, who holds each GPU. Here: each GPU's utilisation, "
@@ -276,6 +299,7 @@ def _cost_lines() -> None:
 
 
 @live_fragment(run_every=SLOW_REFRESH_S)
+@_guarded
 def work_tile() -> None:
     names = rt.train.names()
     live = [n for n in names if (v := rt.supervisor.view(n)) is not None and v.live]
