@@ -197,7 +197,7 @@ def test_sign_in_form_unlocks_control_and_the_audit_names_the_user(workspace, li
     assert any("Unknown user name or wrong password" in e.value for e in at.error)
     _sign_in(at, "alice", "alice-password-1")
     assert not at.exception, at.exception
-    assert [t.value for t in at.title] == ["Servers"]  # back to the first page
+    assert [t.value for t in at.title] == ["Overview"]  # back to the first page, the one at /
 
     _goto(at, "pages/processes.py")
     b = _buttons(at)
@@ -256,7 +256,7 @@ def test_a_viewer_sees_the_pages_and_acts_on_nothing(workspace, listen):
     at = _app()
     _only_sign_in(at, workspace)
     _signed_in(at, rt, "bob", "bob-password-1")
-    assert [t.value for t in at.title] == ["Servers"]
+    assert [t.value for t in at.title] == ["Overview"]
     assert any("bob" in c.value and "viewer" in c.value for c in at.sidebar.caption)
     _goto(at, "pages/processes.py")
     b = _buttons(at)
