@@ -14,7 +14,7 @@ from tests.e2e._dashboard import serve as _serve
 
 REPO = Path(__file__).resolve().parents[2]
 SHOTS = REPO / "artifacts" / "screenshots"
-PAGES = [("servers", "Servers"), ("regeneration", "Regeneration"), ("training", "Training"), ("benchmarks", "Benchmarks"), ("processes", "Processes"),
+PAGES = [("overview", "Overview"), ("servers", "Servers"), ("regeneration", "Regeneration"), ("training", "Training"), ("benchmarks", "Benchmarks"), ("processes", "Processes"),
          ("gpus", "GPUs")]
 
 pytestmark = pytest.mark.browser
@@ -53,5 +53,5 @@ def test_a_page_url_opened_first_gets_the_frame(tmp_path):
         expect(page.get_by_text("Workspace:").first).to_be_visible(timeout=30_000)
         nav = page.locator("[data-testid='stSidebarNav'] a")
         titles = [nav.nth(i).inner_text().strip().splitlines()[-1].strip() for i in range(nav.count())]
-        assert titles == ["Servers", "Regeneration", "Training", "Benchmarks", "Processes", "GPUs"], titles  # not the pages/ folder's file names
+        assert titles == ["Overview", "Servers", "Regeneration", "Training", "Benchmarks", "Processes", "GPUs"], titles  # not the pages/ folder's file names
         assert page.locator("[data-testid='stException']").count() == 0

@@ -1,6 +1,6 @@
 """Every page at its own URL in a browser: a fresh dashboard opened straight at a page's path keeps that
 path and shows the page names (not the pages/ folder's file names) while the workspace opens, and every
-page's path opens that page, /servers included, and / opens the first page at its path."""
+page's path opens that page, /servers included, and / opens the Overview, the first page, keeping the query."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from tests.e2e._dashboard import settle
 
 pytestmark = pytest.mark.browser
 
-TITLES = ["Servers", "Regeneration", "Training", "Benchmarks", "Processes", "GPUs"]
-FILE_NAMES = {"app", "login", "servers", "regeneration", "training", "benchmarks", "processes", "gpus"}
+TITLES = ["Overview", "Servers", "Regeneration", "Training", "Benchmarks", "Processes", "GPUs"]
+FILE_NAMES = {"app", "login", "overview", "servers", "regeneration", "training", "benchmarks", "processes", "gpus"}
 
 
 def _nav_texts(page) -> list[str]:
@@ -61,7 +61,8 @@ def test_every_page_opens_at_its_own_path(demo_dashboard):
             if active.count():
                 assert title in active.first.inner_text(), (path, active.first.inner_text())
         page.goto(url.page("") + "&server=demo-tiny-eagle3", wait_until="domcontentloaded")
-        expect(page.get_by_role("heading", name="Servers").first).to_be_visible(timeout=60_000)
+        expect(page.get_by_role("heading", name="Overview").first).to_be_visible(timeout=60_000)
         settle(page)
-        # / opens the first page at its path, the view's query kept (the token is taken by the sign-in gate)
-        expect(page).to_have_url(re.compile(r"/servers\?(.*&)?server=demo-tiny-eagle3"))
+        # / is the Overview, the view's query kept (the token is taken by the sign-in gate)
+        expect(page).to_have_url(re.compile(r"/\?(.*&)?server=demo-tiny-eagle3"))
+        assert page.get_by_text("Page not found").count() == 0
