@@ -10,6 +10,7 @@ require_frame(__file__)
 import functools  # noqa: E402
 import html  # noqa: E402
 import logging  # noqa: E402
+import re  # noqa: E402
 import sqlite3  # noqa: E402
 import time  # noqa: E402
 
@@ -177,6 +178,8 @@ def servers_tile() -> None:
 
 # -- alerts, GPUs, training, benchmarks, cost ---------------------------------------------------------------
 
+ALERT_CHARS = 70
+OPEN_LINK = re.compile(r"\s*\(\[open\]\([^)]*\)\)\s*$")  # the alerts engine's own link: the tile is the link
 ALERT_MARK = {"error": ":red[● error]", "warning": ":orange[▲ warning]", "info": ":blue[○ info]"}
 
 
@@ -193,7 +196,13 @@ def alerts_tile() -> None:
     alerts.sort(key=lambda a: order.get(getattr(a, "severity", "warning"), 1))
     for a in alerts[:3]:
         level = getattr(a, "severity", "warning")
-        st.markdown(f"{ALERT_MARK.get(level, ALERT_MARK['warning'])} {getattr(a, 'title', str(a))}")
+        title = OPEN_LINK.sub("", str(getattr(a, "title", a))).strip()
+        short = title if len(title) <= ALERT_CHARS else title[:ALERT_CHARS - 1].rstrip() + "…"
+        # one or two lines each, so the tile keeps its place in the first screen; the whole text on hover
+        message = getattr(a, "message", None)
+        extra = message if isinstance(message, str) and message and message != title else ""
+        st.markdown(f"{ALERT_MARK.get(level, ALERT_MARK['warning'])} {fmt.data_markdown(short)}",
+                    help=_help(title + (f" — {extra}" if extra else "")) if short != title or extra else None)
     if len(alerts) > 3:
         st.caption(f"and {len(alerts) - 3} more")
 

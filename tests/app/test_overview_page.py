@@ -178,3 +178,23 @@ def test_the_cost_line_counts_the_servers_gpus_and_leaves_energy_unknown_without
     # the job ran 10 min on its server's two GPUs; the fake GPUs' power readings began with this runtime
     assert "Regeneration **0.33** GPU-h" in line.value and "kWh" not in line.value.split("·")[1]
     assert "cover" in (line.proto.help or "")
+
+
+@pytest.mark.timeout(120)
+def test_alerts_errors_first_each_short_with_the_whole_text_on_hover(overview, monkeypatch):
+    rt, log, runs, now = overview
+    long = "GPU 3 memory nearly full: " + "a very long explanation " * 6
+    alerts = [SimpleNamespace(severity="info", title="an info"),
+              SimpleNamespace(severity="warning", title=long, message="free memory or lower mem_fraction_static"),
+              SimpleNamespace(severity="error", title="sim is down ([open](/servers?server=sim))"),
+              SimpleNamespace(severity="warning", title="the fourth")]
+    monkeypatch.setattr(rt, "active_alerts", lambda: alerts)
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    assert not at.exception, at.exception
+    assert any(p.proto.label == "Alerts (4)" for p in at.get("page_link"))
+    lines = [m for m in at.markdown if m.value.startswith((":red[● error]", ":orange[▲ warning]", ":blue[○ info]"))]
+    assert [m.value.split("]")[0] for m in lines] == [":red[● error", ":orange[▲ warning", ":orange[▲ warning"]
+    assert lines[0].value.endswith("sim is down")  # the engine's own link dropped: the tile is the link
+    assert lines[1].value.endswith("…") and len(lines[1].value) < 110
+    assert "free memory" in lines[1].proto.help and "a very long explanation" in lines[1].proto.help
+    assert "and 1 more" in _text(at)
