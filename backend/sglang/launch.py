@@ -81,7 +81,7 @@ def _num(x: float) -> str:
 def build_env(cfg: ServerConfig, version: Capabilities | str | None = None) -> dict[str, str]:
     """Environment additions for the server process (the supervisor merges them into its own)."""
     env: dict[str, str] = {}
-    if cfg.gpus is not None:
+    if cfg.gpus is not None and cfg.where != "ray":  # on Ray, Ray assigns the GPUs it grants the job
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in cfg.gpus)
     if cfg.simulate:
         caps = _caps(version)
@@ -147,4 +147,7 @@ def to_process_spec(cfg: ServerConfig, workspace_logs_dir: str | Path,
         stop_grace_s=stop_grace_s,
         log_max_bytes=int(cfg.log_max_mb * 2**20),
         log_keep=cfg.log_keep,
+        # a job on the workspace's Ray cluster asks for its tp_size GPUs (a simulated server for none)
+        where=cfg.where,
+        num_gpus=float(cfg.tp_size) if cfg.where == "ray" and not cfg.simulate else 0.0,
     )

@@ -174,3 +174,57 @@ def test_servers_list_json_shows_the_router_with_its_workers(fleet):
     assert c["server_state"] == "EXITED" and c["listed"]
     text = run_cli_top("--workspace", str(f.ws.root), "servers", "list").stdout
     assert f"fleet: router RUNNING · http://127.0.0.1:{rport} · round_robin" in text
+
+
+def test_a_drain_waits_for_the_requests_in_flight_on_that_server(fleet):
+    import threading
+    import time
+
+    f, ports, rport = fleet
+    sync = RouterSync(f.fleet, f.sup, f.ws.run_dir)
+    wait_for(lambda: len(_listed(sync)) == 3, 60, "three workers")
+    answers = []
+
+    def ask() -> None:  # a long answer straight to server a: about 2 s at the simulator's 4,000 tok/s
+        req = urllib.request.Request(f"http://127.0.0.1:{ports[0]}/v1/chat/completions", method="POST",
+                                     data=json.dumps({"model": "m", "max_tokens": 8000, "ignore_eos": True,
+                                                      "messages": [{"role": "user", "content": "go"}]}).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as r:
+            answers.append((r.status, time.monotonic()))
+
+    t = threading.Thread(target=ask)
+    t.start()
+    try:
+        from backend.sglang.routerclient import in_flight
+
+        wait_for(lambda: in_flight(f"http://127.0.0.1:{ports[0]}") == 1, 30, "the request in flight on a")
+        res = drain(f.fleet, f.sup, f.ws.run_dir, "a")
+        ended = time.monotonic()
+    finally:
+        t.join(120)
+    assert answers and answers[0][0] == 200
+    assert res is not None and res.in_flight == 0
+    assert answers[0][1] <= ended  # the drain returned only once the answer was complete
+    assert set(_listed(sync)) == _urls(ports[1:])
+
+
+def test_a_router_with_a_control_plane_key_refuses_others_and_the_reconciler_uses_the_key(tmp_path):
+    target, _ = make_models(tmp_path / "models")
+    ports, rport = [free_port() for _ in range(3)], free_port()
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "router.key").write_text("k3y-for-the-test\n")
+    with running_fleet(root, fleet_toml(target, ports, rport, key_file="router.key")) as f:
+        for n in ("a", "fleet"):
+            f.sup.start(n, actor="test", source="test")
+        for n in ("a", "fleet"):
+            wait_for(lambda n=n: _running(f.sup, n), 60, f"{n} RUNNING")
+        spec = f.sup.view("fleet").spec
+        assert "k3y-for-the-test" not in " ".join(spec.argv)  # never on the command line
+        with pytest.raises(Exception, match="HTTP 401: the control-plane key was not given"):
+            RouterClient(f"http://127.0.0.1:{rport}").workers()
+        with pytest.raises(Exception, match="HTTP 401: the control-plane key was refused"):
+            RouterClient(f"http://127.0.0.1:{rport}", key="wrong").workers()
+        sync = RouterSync(f.fleet, f.sup, f.ws.run_dir)
+        wait_for(lambda: _listed(sync) == {f"http://127.0.0.1:{ports[0]}": True}, 60, "a behind the router")
