@@ -327,7 +327,18 @@ def _prometheus(local_snap) -> None:
         st.markdown("**Who holds the other nodes' GPUs**",
                     help="From each node's exporter (pids and users from nvitop-exporter or Specdeck's "
                          "exporter, pods from DCGM exporter) and from the jobs known to run on a node's GPUs")
-        st.dataframe(pd.DataFrame(holders), hide_index=True, width="stretch", key="gpu-remote-holders")
+        st.dataframe(pd.DataFrame(holders), hide_index=True, width="stretch", key="gpu-remote-holders",
+                     column_config={  # every column whole at 1024 px
+                         "node": st.column_config.TextColumn(width="small"),
+                         "GPU": st.column_config.NumberColumn(width="small"),
+                         "pid": st.column_config.TextColumn(width="small"),
+                         "job": st.column_config.TextColumn(width="medium"),
+                         "user": st.column_config.TextColumn(width="small"),
+                         "GPU memory": st.column_config.TextColumn(width="small"),
+                         "found by": st.column_config.TextColumn(
+                             width="small",
+                             help="exporter: the node's exporter names the process or pod; pid: a pid of a job "
+                                  "Specdeck runs on that node; placement: a job known to run on that node's GPU")})
     view = getattr(getattr(rt, "prom_targets", None), "latest", None)
     if view is not None:
         rows = gpus_nodes.target_rows(view)

@@ -58,16 +58,15 @@ def holder_rows(nodes) -> list[dict]:
     rows = []
     for n in nodes:
         for h in sorted(n.holders, key=lambda h: (h.gpu_index, h.pid or 0)):
+            job = h.job or h.workload or "— not managed —"
             rows.append({
                 "node": n.node,
                 "GPU": h.gpu_index,
                 "pid": NA if h.pid is None else str(h.pid),
-                "job": h.job or h.workload or "— not managed —",
-                "kind": h.kind or "",
+                "job": f"{job} ({h.kind})" if h.job and h.kind else job,
                 "user": h.user or NA,
                 "GPU memory": fmt.gib(h.used_memory),
-                "found by": {"pid": "pid on that node", "exporter": "the node's exporter",
-                             "placement": "job's node and GPU"}.get(h.how, h.how),
+                "found by": {"pid": "pid", "exporter": "exporter", "placement": "placement"}.get(h.how, h.how),
             })
     return rows
 

@@ -197,7 +197,7 @@ num_draft_tokens = 4
             power = [m for m in at.markdown if m.value.startswith("Power ")]
             assert sum("N/A" in m.value for m in power) == 1
             holders = [d.value for d in at.dataframe if "found by" in d.value.columns]
-            assert holders and list(holders[0]["job"]) == ["regen-b"] and list(holders[0]["node"]) == ["node-b"]
+            assert holders and list(holders[0]["job"]) == ["regen-b (regeneration)"] and list(holders[0]["node"]) == ["node-b"]
             servers = [d.value for d in at.dataframe if "server" in d.value.columns]
             assert servers and list(servers[0]["server"]) == ["sim"] and list(servers[0]["node"]) == [here]
 
