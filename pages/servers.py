@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 from pydantic import ValidationError
 
+from backend.flows.router_sync import drain, routers_of
 from backend.sglang.config import ALGORITHMS, ServerConfig
 from backend.sglang.fleet import PreflightBlocked, findings_as_rows
 from backend.bench import baseline
@@ -26,6 +27,7 @@ from ui.context import actor, require_frame, runtime
 from ui.routers import routers_section
 
 REFRESH_S = 2
+PAGE_DRAIN_S = 15.0  # a relaunch from this page waits at most this long for a server's requests in flight
 FOLLOW = "srv-follow"
 FOLLOW_SCRIPT = ("<script>setTimeout(() => document.querySelector('.st-key-srv-status')"
                  "?.scrollIntoView({block: 'start', behavior: 'smooth'}), 100);</script>")
@@ -468,6 +470,13 @@ def launch_panel(server: str, running: bool) -> None:
     label = "Stop and relaunch" if running else "Start"
     if st.button(label, type="primary", disabled=(blocked and not anyway) or bool(lock), help=lock or None,
                  key="srv-launch-go"):
+        if running and routers_of(fleet, server):  # out of its routers first, its requests in flight finished
+            with st.spinner(f"Draining {server}: out of {', '.join(routers_of(fleet, server))}, waiting up to "
+                            f"{PAGE_DRAIN_S:.0f} s for its requests in flight…"):
+                try:
+                    drain(fleet, rt.supervisor, rt.workspace.run_dir, server, limit_s=PAGE_DRAIN_S)
+                except Exception as exc:  # a router that does not answer: the relaunch goes on
+                    st.warning(f"Could not drain **{server}** first: {exc}")
         try:
             rt.launch(server, new, actor=actor(), source="dashboard", launch_anyway=anyway, findings=found)
         except PreflightBlocked:

@@ -270,10 +270,10 @@ def routers_of(fleet, server: str) -> list[str]:
 
 def drain(fleet, supervisor, run_dir: Path | str, server: str, *, clock: Callable[[], float] = time.monotonic,
           sleep: Callable[[float], None] = time.sleep, on_phase: Callable[[str, str], None] | None = None,
-          client: Callable[..., RouterClient] = RouterClient) -> DrainResult | None:
+          client: Callable[..., RouterClient] = RouterClient, limit_s: float | None = None) -> DrainResult | None:
     """Take RUNNING ``server`` out of every router in front of it and wait until its in-flight requests
-    finish (at most the longest ``drain_timeout_s`` of those routers).  None when no router is in front
-    of it or the server is not RUNNING: there is nothing to drain."""
+    finish (at most the longest ``drain_timeout_s`` of those routers, and at most ``limit_s`` when given).
+    None when no router is in front of it or the server is not RUNNING: there is nothing to drain."""
     routers = routers_of(fleet, server)
     v = supervisor.view(server)
     if not routers or v is None or v.state.value != "RUNNING":
@@ -281,6 +281,8 @@ def drain(fleet, supervisor, run_dir: Path | str, server: str, *, clock: Callabl
     scfg = fleet.config(server)
     url = server_url(scfg.host, scfg.port)
     timeout = max(fleet.router_config(r).drain_timeout_s for r in routers)
+    if limit_s is not None:
+        timeout = min(timeout, limit_s)
     mark_draining(run_dir, server, v.pid, time.time() + timeout + 60.0)
     sync = RouterSync(fleet, supervisor, run_dir, client=client)
     taken = []
