@@ -228,3 +228,31 @@ def test_a_router_with_a_control_plane_key_refuses_others_and_the_reconciler_use
             RouterClient(f"http://127.0.0.1:{rport}", key="wrong").workers()
         sync = RouterSync(f.fleet, f.sup, f.ws.run_dir)
         wait_for(lambda: _listed(sync) == {f"http://127.0.0.1:{ports[0]}": True}, 60, "a behind the router")
+
+
+def test_supervise_on_the_command_line_keeps_the_router_workers(fleet, tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    f, ports, rport = fleet
+    client = RouterClient(f"http://127.0.0.1:{rport}")
+    assert client.workers() == []  # nothing reconciles yet
+    log = open(tmp_path / "supervise.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "backend.cli", "--workspace", str(f.ws.root), "supervise",
+                             "--interval", "0.5", "--no-alerts"], cwd=str(Path(__file__).resolve().parents[2]),
+                            stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: {w.url for w in client.workers() if w.healthy} == _urls(ports), 90,
+                 "supervise adds the three servers")
+        f.sup.stop("c", actor="test", source="test", wait=True)
+        wait_for(lambda: {w.url for w in client.workers()} == _urls(ports[:2]), 60, "supervise removes c")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        log.close()
+    assert proc.returncode == 0, (tmp_path / "supervise.log").read_text()[-2000:]
