@@ -62,20 +62,22 @@ def cmd_up(s: Session, args: argparse.Namespace, out: TextIO) -> int:
             raise CommandError(f"{HEAD_NAME} runs (pid {view.pid}) but its dashboard does not answer; "
                                "run `cluster down`, then `cluster up`")
     else:
-        try:
-            spec = cluster.head_spec()
-        except ClusterError as exc:
-            raise CommandError(str(exc)) from None
-        cluster.prepare_head(spec)
-        s.sup.register(spec)
-        s.sup.start(HEAD_NAME, actor=actor(), source=SOURCE)
+        _start_head(s, cluster)
     deadline = time.monotonic() + args.timeout
+    retried = False
     while True:
         s.sup.poll(sync_probes=True)
         view = s.sup.view(HEAD_NAME)
         if view is None or not view.live:
-            raise CommandError(f"the local Ray head ended: {view.detail if view else 'gone'} "
-                               f"(see `processes log {HEAD_NAME}`)")
+            why = view.detail if view else "gone"
+            if not retried:
+                # Its free ports are picked before it binds them: one that another program took meanwhile
+                # ends it at once.  One more try on fresh ports.
+                retried = True
+                out.write(f"the local Ray head ended while starting ({why}); trying again on other ports\n")
+                _start_head(s, cluster)
+                continue
+            raise CommandError(f"the local Ray head ended: {why} (see `processes log {HEAD_NAME}`)")
         v = _version(cluster) if view.state == ProcState.RUNNING else None
         if v is not None:
             out.write(f"local Ray head up: {cluster.address()} (Ray {v.get('ray_version')}, pid {view.pid}, "
@@ -85,6 +87,16 @@ def cmd_up(s: Session, args: argparse.Namespace, out: TextIO) -> int:
             raise CommandError(f"the local Ray head did not answer within {args.timeout:g} s "
                                f"(state {view.state.value}: {view.detail}); it is left running: `cluster down` ends it")
         time.sleep(0.5)
+
+
+def _start_head(s: Session, cluster: Cluster) -> None:
+    try:
+        spec = cluster.head_spec()
+    except ClusterError as exc:
+        raise CommandError(str(exc)) from None
+    cluster.prepare_head(spec)
+    s.sup.register(spec)
+    s.sup.start(HEAD_NAME, actor=actor(), source=SOURCE)
 
 
 def cmd_down(s: Session, args: argparse.Namespace, out: TextIO) -> int:

@@ -54,9 +54,40 @@ PENDING_PREFIX = "pending: "
 _LOOPBACK = {"127.0.0.1", "localhost", "0.0.0.0", "::1", "[::1]"}
 
 
-def pending_reason(info: JobInfo) -> str:
-    """``waiting for resources`` or ``setting up``, from Ray's message on a PENDING job."""
-    msg = info.message.strip()
+def _key(name: str) -> str:
+    # Ray's dashboard reports resource names in camelCase (node_a -> nodeA): compare without case and "_".
+    return name.replace("_", "").lower()
+
+
+def requested(spec: ProcessSpec) -> dict[str, float]:
+    """What the job asks Ray for, by resource name."""
+    want = dict(spec.resources)
+    if spec.num_gpus:
+        want["GPU"] = spec.num_gpus
+    if spec.num_cpus:
+        want["CPU"] = spec.num_cpus
+    return {k: v for k, v in want.items() if v > 0}
+
+
+def pending_reason(info: JobInfo, want: dict[str, float] | None = None,
+                   usage: list[dict[str, tuple[float, float]]] | None = None) -> str:
+    """Why a PENDING job waits: ``waiting for resources`` when no node has what it asks for free
+    (``usage``: each node's {resource: (used, total)}), else ``setting up`` (its runtime environment
+    and driver are being started).  Ray 2.60 gives both the same message, so without ``usage`` its
+    message decides."""
+    msg = " ".join(info.message.split())
+    if usage is not None and want is not None:
+        def free(node: dict[str, tuple[float, float]], name: str) -> float:
+            for k, (used, total) in node.items():
+                if _key(k) == _key(name):
+                    return total - used
+            return 0.0
+
+        fits = any(all(free(node, k) >= v for k, v in want.items()) for node in usage)
+        if not fits:
+            asked = ", ".join(f"{k} {v:g}" for k, v in sorted(want.items()))
+            return f"waiting for resources: no node has {asked} free"
+        return "setting up: its resources are free; Ray is starting its environment and driver"
     if "resources" in msg.lower():
         return f"waiting for resources ({msg})" if msg else "waiting for resources"
     return f"setting up ({msg})" if msg else "setting up"
@@ -125,6 +156,47 @@ class RayMixin:
             return str(exc)
         return None
 
+    # -- re-adoption -----------------------------------------------------------
+
+    def ray_readopt(self) -> list[str]:
+        """Re-adopt live Ray jobs of this workspace that the state store does not describe (a store
+        restored from a backup, or rebuilt): a job whose metadata names this workspace and a process
+        that has a ``where = "ray"`` record here, while that record is not active or names another
+        run, becomes that record's run, STARTING (its readiness is checked again).  Returns the names."""
+        adopted: list[str] = []
+        with self._lock:
+            self._refresh()
+            ours = {n: r for n, r in self._records.items() if r.effective_spec.on_ray}
+            if not ours or self._closed:
+                return adopted
+            try:
+                jobs = self._ray_client(_POLL_TIMEOUT_S).jobs()
+            except (ClusterError, RayApiError):
+                return adopted
+            workspace = str(self.run_dir.parent)
+            now = self._clock()
+            for job in sorted(jobs, key=lambda j: j.start_time or 0.0):
+                name = job.metadata.get("specdeck_name")
+                rec = ours.get(name or "")
+                if (job.terminal or rec is None or job.metadata.get("specdeck_workspace") != workspace
+                        or rec.run_id == job.submission_id or rec.state.is_active):
+                    continue
+                if job.submission_id in {e.run_id for e in self._repo.history(rec.name, 1000)}:
+                    continue  # a run Specdeck already ended (a stop while queued: Ray still places it briefly)
+                why = f"the state store had it {rec.state.value}" + (f" as run {rec.run_id}" if rec.run_id else "")
+                new = self._put(self._repo.transition(
+                    rec.name, S.STARTING, at=now, expect=rec.state, expect_run_id=rec.run_id,
+                    detail=f"re-adopted from Ray: job {job.submission_id} ({why})", spec=rec.effective_spec,
+                    pending_spec=None, run_id=job.submission_id, started_at=job.start_time or now, ended_at=None,
+                    exit_code=None, pid=None, create_time=None, wrapper_pid=None, wrapper_create_time=None,
+                    term_at=None, pending_restart=None))
+                if new is not None:
+                    ours[rec.name] = new
+                    self._runs.pop(rec.name, None)
+                    adopted.append(rec.name)
+                    log.warning("supervisor: %s", new.detail)
+        return adopted
+
     # -- starting --------------------------------------------------------------
 
     def _ray_spawn(self, new: ProcessRecord, spec: ProcessSpec, run_id: str, actor: str) -> ProcessRecord | None:
@@ -179,7 +251,8 @@ class RayMixin:
         if info is None:
             self._ray_lost(rec, now, client.address)
             return
-        if info.terminal or run.ray_log_at is None or now - run.ray_log_at >= RAY_POLL_S:
+        tick = info.terminal or run.ray_log_at is None or now - run.ray_log_at >= RAY_POLL_S
+        if tick:  # at most once a second: the log copy, and the look at the cluster's free resources
             run.ray_log_at = now
             self._ray_copy_logs(rec, client, info)
         if info.terminal:
@@ -190,7 +263,9 @@ class RayMixin:
                 self._ray_send_stop(rec, client, now)
             return
         if info.status == "PENDING":
-            detail = PENDING_PREFIX + pending_reason(info)
+            if not tick and rec.detail.startswith(PENDING_PREFIX):
+                return
+            detail = PENDING_PREFIX + self._ray_pending_reason(rec, client, info)
             if rec.detail != detail:
                 self._put(self._repo.update(rec.name, expect_run_id=rec.run_id, detail=detail))
             return
@@ -201,6 +276,13 @@ class RayMixin:
                     rec.name, expect_run_id=rec.run_id,
                     detail=f"running on Ray node {info.node_host or '?'}; waiting for readiness")) or rec
             self._ray_check_ready(rec, run, now)
+
+    def _ray_pending_reason(self, rec: ProcessRecord, client: RayJobsClient, info: JobInfo) -> str:
+        try:
+            usage = client.usage_by_node()
+        except RayApiError:
+            usage = None
+        return pending_reason(info, requested(rec.spec), usage)
 
     def _ray_check_ready(self, rec: ProcessRecord, run: RunProgress, now: float) -> None:
         probe = rec.spec.readiness
@@ -254,6 +336,7 @@ class RayMixin:
             self._audit(actor, source, "stop", name, f"already {info.status} on Ray", "ok")
             return
         queued = info.status == "PENDING"
+        why = self._ray_pending_reason(rec, client, info) if queued else ""
         try:
             client.stop(rec.run_id or "")
         except RayApiError as exc:
@@ -270,7 +353,7 @@ class RayMixin:
         if queued:
             # Ray starts a queued job once it is placed and only then stops it: the run ends here.
             ended = self._move(new, S.EXITED, at=now, detail=f"stopped by {actor} via {source} while queued on Ray "
-                               f"({pending_reason(info)}); Ray ends job {rec.run_id} as soon as it is placed",
+                               f"({why}); Ray ends job {rec.run_id} as soon as it is placed",
                                ended_at=now, exit_code=None)
             self._runs.pop(name, None)
             self._audit(actor, source, "stop", name, "stopped while queued on Ray", "ok")
@@ -374,5 +457,5 @@ def describe_jobs(client: RayJobsClient) -> list[dict[str, Any]]:
             for j in client.jobs()]
 
 
-__all__ = ["RayMixin", "describe_jobs", "pending_reason", "probe_url"]
+__all__ = ["RayMixin", "describe_jobs", "pending_reason", "probe_url", "requested"]
 

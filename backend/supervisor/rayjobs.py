@@ -209,6 +209,21 @@ class RayJobsClient:
         d = self._request("DELETE", f"/api/jobs/{urllib.parse.quote(submission_id, safe='')}")
         return bool(isinstance(d, dict) and d.get("deleted"))
 
+    def usage_by_node(self) -> list[dict[str, tuple[float, float]]]:
+        """Each node's resources as {name: (used, total)}, from the autoscaler's report
+        (``/api/cluster_status``; the dashboard writes resource names in camelCase)."""
+        d = self._request("GET", "/api/cluster_status")
+        try:
+            by_node = d["data"]["clusterStatus"]["loadMetricsReport"]["usageByNode"] or {}
+        except (KeyError, TypeError):
+            raise RayApiError(f"GET {self.address}/api/cluster_status: no usageByNode in the answer", 200) from None
+        out = []
+        for usage in by_node.values():
+            if isinstance(usage, dict):
+                out.append({str(k): (float(v[0]), float(v[1])) for k, v in usage.items()
+                            if isinstance(v, list) and len(v) == 2})
+        return out
+
     def nodes(self) -> list[dict[str, Any]]:
         """Each node: id, address, alive, resources_total (the state API's ``/api/v0/nodes``)."""
         d = self._request("GET", "/api/v0/nodes?limit=1000&detail=1")

@@ -49,6 +49,7 @@ class TickMixin:
             self._version = None
             self._runs.clear()
         self.readopt()
+        self.ray_readopt()
         self.poll(sync_probes=True)
 
     # -- re-adoption from the run files ------------------------------------

@@ -129,8 +129,12 @@ def start_cluster(root: Path, workers: list[dict[str, float]] = ()) -> RayCluste
     rec = read_json(root / "run" / HEAD_NAME / "identity.json")
     rc.head_pid = rec["pid"] if rec else None
     if code != 0:
+        try:
+            log_tail = (root / "logs" / f"{HEAD_NAME}.log").read_text(errors="replace")[-3000:]
+        except OSError:
+            log_tail = "(no log)"
         rc.close()
-        raise AssertionError(f"cluster up failed: {out} {err}")
+        raise AssertionError(f"cluster up failed: {out} {err}\n{log_tail}")
     try:
         for i, res in enumerate(workers):  # one at a time: raylets joining at once race for socket names
             rc.add_worker(res)

@@ -160,6 +160,11 @@ def test_pending_reason_tells_resources_from_setting_up():
     waiting = JobInfo("x", "PENDING", message="Job is waiting for resources; it may be waiting for resources")
     assert pending_reason(waiting).startswith("waiting for resources")
     assert pending_reason(JobInfo("x", "PENDING", message="Runtime env is setting up.")).startswith("setting up")
+    # Ray 2.60 says the same for both: the nodes' free resources decide (names in the dashboard's camelCase).
+    usage = [{"GPU": (2.0, 2.0), "CPU": (0.0, 2.0)}, {"CPU": (0.0, 1.0), "nodeA": (0.0, 1.0)}]
+    assert pending_reason(waiting, {"GPU": 1}, usage) == "waiting for resources: no node has GPU 1 free"
+    assert pending_reason(waiting, {"node_a": 1}, usage).startswith("setting up")
+    assert pending_reason(waiting, {"node_a": 1, "GPU": 1}, usage).startswith("waiting for resources")
     info = JobInfo.from_json({"submission_id": "s", "status": "RUNNING", "start_time": 1_700_000_000_000,
                               "driver_agent_http_address": "http://10.0.0.7:52365", "driver_exit_code": None})
     assert info.node_host == "10.0.0.7" and info.start_time == 1_700_000_000.0 and not info.terminal
@@ -196,6 +201,9 @@ class _FakeDashboard(BaseHTTPRequestHandler):
 
     def do_GET(self):
         if not self._auth():
+            return
+        if self.path == "/api/jobs/":
+            self._answer(200, [dict(j, submission_id=k) for k, j in self.jobs.items()])
             return
         sid = self.path.split("/")[3] if self.path.startswith("/api/jobs/") else None
         if sid in self.jobs:
@@ -374,4 +382,42 @@ def test_driver_log_is_copied_by_offset_once_across_supervisors_and_the_exit_rec
     finally:
         for x in sups:
             x.close()
+        store.close()
+
+
+def test_a_live_ray_job_the_store_does_not_know_is_readopted_by_its_metadata(fake_dashboard, tmp_path):
+    from backend.supervisor.supervisor import Supervisor
+    from specdeck_types.process import ProcState
+    from state.processes import ProcessRecord, ProcessRepo
+    from state.store import Store
+
+    (tmp_path / "tok").write_text("t0k")
+    cluster = Cluster(ClusterConfig(address=fake_dashboard, token_file="tok"), tmp_path)
+    meta = {"specdeck_name": "orph", "specdeck_workspace": str(tmp_path), "specdeck_user": "eve"}
+    _FakeDashboard.jobs["orphan-old"] = {"status": "RUNNING", "metadata": meta, "start_time": 1_000}
+    _FakeDashboard.jobs["orphan-new"] = {"status": "RUNNING", "metadata": meta, "start_time": 2_000,
+                                         "driver_agent_http_address": "http://127.0.0.1:9"}
+    _FakeDashboard.jobs["elsewhere"] = {"status": "RUNNING", "metadata": dict(meta, specdeck_workspace="/other")}
+    spec = ProcessSpec(name="orph", kind=Kind.OTHER, argv=("x",), log_path=str(tmp_path / "logs" / "o.log"),
+                       where="ray")
+    store = Store(tmp_path / "state.db")
+    repo = ProcessRepo(store)
+    try:
+        repo.upsert(ProcessRecord(name="orph", kind="other", spec=spec, state=ProcState.NEVER, state_since=0.0,
+                                  log_path=spec.log_path))
+        # orphan-old is a run Specdeck already ended (stopped while queued): never taken back
+        repo.transition("orph", ProcState.STARTING, at=1.0, run_id="orphan-old")
+        repo.transition("orph", ProcState.EXITED, at=2.0, run_id="orphan-old", detail="stopped while queued")
+        repo.transition("orph", ProcState.STARTING, at=3.0, run_id="orphan-older")
+        repo.transition("orph", ProcState.EXITED, at=4.0, run_id="orphan-older")
+        sup = Supervisor(store, tmp_path / "run", cluster=cluster)
+        try:
+            v = sup.view("orph")
+            assert v.submission_id == "orphan-new" and v.state == ProcState.RUNNING
+            assert any("re-adopted from Ray: job orphan-new" in e.detail for e in sup.history("orph"))
+        finally:
+            sup.close()
+    finally:
+        for k in ("orphan-old", "orphan-new", "elsewhere"):
+            _FakeDashboard.jobs.pop(k, None)
         store.close()
