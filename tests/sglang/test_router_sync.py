@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from backend.flows.router_sync import RouterSync, drain, is_draining
-from backend.sglang.routerclient import RouterClient
+from backend.sglang.routerclient import RouterClient, RouterError
 from tests.helpers import free_port, wait_for
 from tests.regen.jobkit import SimServer
 from tests.simws import make_models, running_fleet
@@ -256,3 +256,34 @@ def test_supervise_on_the_command_line_keeps_the_router_workers(fleet, tmp_path)
             proc.wait(10)
         log.close()
     assert proc.returncode == 0, (tmp_path / "supervise.log").read_text()[-2000:]
+
+
+def test_the_dashboard_runtime_keeps_the_router_workers(tmp_path, monkeypatch):
+    from backend import runtime as runtime_mod
+    from tests.helpers import close_runtime
+
+    target, _ = make_models(tmp_path / "models")
+    ports, rport = [free_port() for _ in range(3)], free_port()
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "specdeck.toml").write_text(fleet_toml(target, ports, rport))
+    monkeypatch.setenv("SPECDECK_WORKSPACE", str(root))
+    try:
+        rt = runtime_mod.get_runtime()
+        for n in ("a", "b", "fleet"):
+            rt.start(n, actor="test", source="test", force=True)
+        client = RouterClient(f"http://127.0.0.1:{rport}")
+
+        def healthy() -> set[str]:
+            try:
+                return {w.url for w in client.workers() if w.healthy}
+            except RouterError:  # the router is still starting
+                return set()
+
+        wait_for(lambda: healthy() == _urls(ports[:2]), 90, "the runtime adds the two running servers")
+        wait_for(lambda: rt.router_sync.view("fleet").healthy_workers == 2, 30, "the runtime's view says so")
+        view = rt.router_sync.view("fleet")
+        assert view.state == "RUNNING"
+        assert {w.server: w.listed for w in view.workers} == {"a": True, "b": True, "c": False}
+    finally:
+        close_runtime(root)
