@@ -67,7 +67,8 @@ sampler = getattr(rt, "telemetry", None)
 prom = getattr(sampler, "prom", None)  # other nodes through Prometheus, when configured
 
 page_header("GPUs", "Live GPU and host telemetry, which job holds each GPU, history and alerts; "
-            "read from the dashboard's background sampler, never on page render.")
+            "read from the dashboard's background sampler, never on page render"
+            + (", this node first, then every node Prometheus reads." if prom is not None else "."))
 
 if sampler is None:
     st.error("GPU telemetry is not running in this dashboard: the runtime has no sampler. "
@@ -296,7 +297,7 @@ def _host(snap) -> None:
         } for d in h.disks]).set_index("volume"))
 
 
-def _prometheus(local_snap) -> None:
+def _prometheus() -> None:
     """The other nodes, read through Prometheus (``[telemetry.prometheus] url``), after this one."""
     problems = getattr(sampler, "prom_problems", None) or []
     for p in problems:
@@ -343,8 +344,9 @@ def _prometheus(local_snap) -> None:
     if view is not None:
         rows = gpus_nodes.target_rows(view)
         with st.expander(f"Scrape targets Specdeck writes and reads ({len(rows)})"):
-            st.caption(f"Specdeck's file_sd file: `{view.path}`"
-                       + (f" · Ray's: `{view.ray_path}`" if view.ray_path else " · no local Ray head"))
+            if not data_lock(rt):  # the files' paths, for a session that may see paths
+                st.caption(f"Specdeck's file_sd file: `{view.path}`"
+                           + (f" · Ray's: `{view.ray_path}`" if view.ray_path else " · no local Ray head"))
             if view.ray_error:
                 st.error(view.ray_error, icon=":material/error:")
             if rows:
@@ -376,7 +378,7 @@ def live() -> None:
     _tiles(snap)
     _processes(snap)
     _host(snap)
-    _prometheus(snap)
+    _prometheus()
 
 
 live()
