@@ -229,8 +229,8 @@ class RouterSync:
         with self._lock:
             have = dict(self._views)
         names = self.fleet.router_names()
-        if any(n not in have for n in names):
-            return self.tick(act=False) if self._thread is None else [have[n] for n in names if n in have]
+        if any(n not in have for n in names):  # none yet (or a router just added): read them now
+            return self.tick(act=False)
         return [have[n] for n in names]
 
     def view(self, name: str) -> RouterView | None:

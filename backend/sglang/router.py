@@ -192,7 +192,7 @@ def build_argv(cfg: RouterConfig) -> list[str]:
 
 def to_process_spec(cfg: RouterConfig, logs_dir: Path | str, root: Path | str) -> ProcessSpec:
     """The router as a supervised process: RUNNING once its ``/liveness`` answers 200."""
-    env = {"NO_COLOR": "1", **cfg.env}
+    env = dict(cfg.env)
     key = cfg.key_path(root)
     if key is not None:
         env[KEY_FILE_ENV] = str(key)
