@@ -161,8 +161,8 @@ num_draft_tokens = 4
                     return None
                 if any(g.util_gpu is None for g in nb.gpus) or na.servers[0].spec_accept_length is None:
                     return None
-                if not any(h.job for h in nb.holders):
-                    return None
+                if not any(h.job for h in nb.holders) or nb.health != "up" or na.servers[0].health != "up":
+                    return None  # (a 1 s scrape on a busy machine may miss one: the next read has it)
                 return snap
 
             snap = wait_for(both, 90, "node-b's GPUs and the simulator's gauges through Prometheus", every=0.5)
