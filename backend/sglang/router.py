@@ -49,11 +49,6 @@ def cluster_python() -> str:
     return os.environ.get(CLUSTER_PYTHON_ENV) or str(REPO_ROOT / ".venv-cluster" / "bin" / "python")
 
 
-def _where_supported() -> bool:
-    """Whether the supervisor's process spec carries ``where`` (the Ray backend)."""
-    return "where" in getattr(ProcessSpec, "__dataclass_fields__", {})
-
-
 class RouterConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
@@ -66,7 +61,7 @@ class RouterConfig(BaseModel):
     health_check_interval_s: int = Field(5, ge=1, le=3600)
     health_failure_threshold: int = Field(2, ge=1, le=100)
     python: str | None = None
-    where: Literal["local", "ray"] = "local"
+    where: Literal["local", "ray"] = "local"  # "ray": a job on the workspace's [cluster]
     control_plane_key_file: str | None = None
     stop_grace_s: float = Field(10.0, ge=0, le=3600)
     drain_timeout_s: float = Field(120.0, ge=0, le=86400)  # a relaunch waits at most this for in-flight requests
@@ -103,13 +98,6 @@ class RouterConfig(BaseModel):
             raise ValueError("lists no server (leave it out for every [[server]] of the workspace)")
         if len(set(v)) != len(v):
             raise ValueError("a server is listed twice")
-        return v
-
-    @field_validator("where")
-    @classmethod
-    def _where(cls, v: str) -> str:
-        if v == "ray" and not _where_supported():
-            raise ValueError("this Specdeck runs processes locally only; remove where or set it to \"local\"")
         return v
 
     @field_validator("extra_args")
@@ -196,9 +184,6 @@ def to_process_spec(cfg: RouterConfig, logs_dir: Path | str, root: Path | str) -
     key = cfg.key_path(root)
     if key is not None:
         env[KEY_FILE_ENV] = str(key)
-    kw = {}
-    if _where_supported():
-        kw["where"] = cfg.where
     return ProcessSpec(
         name=cfg.name,
         kind=Kind.OTHER,
@@ -210,5 +195,5 @@ def to_process_spec(cfg: RouterConfig, logs_dir: Path | str, root: Path | str) -
         stop_grace_s=cfg.stop_grace_s + 5.0,  # the router's own grace for in-flight requests, and a margin
         log_max_bytes=int(cfg.log_max_mb * 2**20),
         log_keep=cfg.log_keep,
-        **kw,
+        where=cfg.where,  # "ray": a job on the workspace's [cluster] (no GPU)
     )

@@ -135,3 +135,14 @@ def test_the_regeneration_and_the_benchmark_take_a_router_by_name(tmp_path):
     t = target_of(S, "fleet")
     assert t.base_url == "http://127.0.0.1:19000" and t.name == "fleet" and t.python == sys.executable
     assert t.model_path == "/m"
+
+
+def test_where_ray_needs_the_cluster_and_is_carried_into_the_spec(tmp_path):
+    path = tmp_path / "specdeck.toml"
+    router = '\n[[router]]\nname = "fleet"\nport = 19000\nwhere = "ray"\n'
+    problems = _problems(SERVERS + router, path)
+    assert any(p.startswith(f"{path}:") and "router[0].where: \"ray\" needs a [cluster] section" in p
+               for p in problems), problems
+    cfg = parse_config('[cluster]\nkind = "ray"\naddress = "local"\n' + SERVERS + router, path)
+    spec = to_process_spec(RouterConfig.model_validate(cfg.router[0]), tmp_path / "logs", tmp_path)
+    assert spec.where == "ray" and spec.num_gpus == 0
