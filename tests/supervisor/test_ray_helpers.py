@@ -33,6 +33,10 @@ def cli(ws: Path, *argv: str) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
+class WorkerEnded(AssertionError):
+    pass
+
+
 @dataclass
 class RayCluster:
     root: Path  # the workspace
@@ -74,6 +78,10 @@ class RayCluster:
                     return nodes
             except Exception:
                 pass
+            ended = [i for i, w in enumerate(self.workers) if w.poll() is not None]
+            if ended:
+                log = (self.root / "logs" / f"ray-worker-{ended[0]}.log").read_text(errors="replace")[-1500:]
+                raise WorkerEnded(f"worker raylet {ended[0]} ended while joining: {log}")
             if time.monotonic() > deadline:
                 raise AssertionError(f"{n} Ray nodes did not register within {timeout_s} s")
             time.sleep(1.0)
@@ -138,7 +146,12 @@ def start_cluster(root: Path, workers: list[dict[str, float]] = ()) -> RayCluste
     try:
         for i, res in enumerate(workers):  # one at a time: raylets joining at once race for socket names
             rc.add_worker(res)
-            rc.wait_nodes(2 + i)
+            try:
+                rc.wait_nodes(2 + i)
+            except WorkerEnded:  # on a loaded machine a raylet can time out while starting: once more
+                rc.workers.pop()
+                rc.add_worker(res)
+                rc.wait_nodes(2 + i)
     except BaseException:
         rc.close()
         raise
