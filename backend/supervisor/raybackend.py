@@ -213,8 +213,11 @@ class RayMixin:
                     "SPECDECK_RUN_ID": run_id})
         metadata = {"specdeck_user": str(actor), "specdeck_kind": spec.kind.value, "specdeck_name": spec.name,
                     "specdeck_workspace": str(self.run_dir.parent)}
-        offset = self._ray_log_header(spec, f"run {run_id} submitted to Ray at {client.address} by {actor}: "
-                                            f"{' '.join(spec.argv)}")
+        try:
+            offset = self._ray_log_header(spec, f"run {run_id} submitted to Ray at {client.address} by {actor}: "
+                                                f"{' '.join(spec.argv)}")
+        except OSError as exc:
+            return self._move(new, S.FATAL, at=self._clock(), detail=f"cannot write its log {spec.log_path}: {exc}")
         try:
             sid = client.submit(run_id, entrypoint(spec, python=cluster.config.python, cwd=cwd), env_vars=env,
                                 metadata=metadata, num_gpus=spec.num_gpus, num_cpus=spec.num_cpus,
@@ -270,6 +273,9 @@ class RayMixin:
                 self._put(self._repo.update(rec.name, expect_run_id=rec.run_id, detail=detail))
             return
         run.ray_node = info.node_host
+        if rec.state == S.RUNNING and rec.detail.startswith("Ray not reachable"):
+            self._put(self._repo.update(rec.name, expect_run_id=rec.run_id,
+                                        detail=f"running on Ray node {info.node_host or '?'} (Ray answers again)"))
         if rec.state == S.STARTING:
             if rec.detail.startswith((PENDING_PREFIX, "submitted to Ray", "Ray not reachable")):
                 rec = self._put(self._repo.update(
