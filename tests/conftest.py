@@ -40,13 +40,25 @@ def _group(item) -> str:
     return module
 
 
+BROWSER_MARK = "pytest.mark.browser"
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """In an xdist worker (scripts/test: ``--dist loadgroup``): each module is one group, run by one
     worker, except that a ``slow`` test whose module has no module-scoped fixture is a group of its
     own, and the ``browser`` tests are in two groups (at most two Chromiums and dashboards at a time,
     never one per worker at once).  The browser groups come first, then the slow tests, so that the
-    long ones start early and the short ones fill in around them."""
+    long ones start early and the short ones fill in around them.
+
+    scripts/test collects its browser phase from the files that say ``pytest.mark.browser``: a
+    browser test whose file does not say it (marked some other way) is an error here, not a test
+    that neither phase runs."""
+    unseen = sorted({str(item.path) for item in items if item.get_closest_marker("browser")
+                     and BROWSER_MARK not in item.path.read_text(encoding="utf-8")})
+    if unseen:
+        raise pytest.UsageError(f"browser tests in a file that does not say {BROWSER_MARK} (scripts/test looks "
+                                f"for it to find the browser tests): {', '.join(unseen)}")
     if not hasattr(config, "workerinput"):
         return
     for item in items:
