@@ -340,6 +340,8 @@ def _prometheus() -> None:
                              width="small",
                              help="exporter: the node's exporter names the process or pod; pid: a pid of a job "
                                   "Specdeck runs on that node; placement: a job known to run on that node's GPU")})
+        st.download_button("Download other nodes' GPU holders (CSV)", pd.DataFrame(holders).to_csv(index=False),
+                           "gpu_holders_other_nodes.csv", mime="text/csv", key="gpu-remote-holders-csv")
     view = getattr(getattr(rt, "prom_targets", None), "latest", None)
     if view is not None:
         rows = gpus_nodes.target_rows(view)
