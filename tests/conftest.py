@@ -20,10 +20,10 @@ if _WORKER.startswith("gw") and _WORKER[2:].isdigit():
     os.environ["SPECDECK_DEMO_PORT_BASE"] = str(30200 + 100 * int(_WORKER[2:]))
 
 
-# The browser tests run in two groups (two Chromiums and dashboards at most at a time): these modules
-# in the second, every other browser module in the first.
-_SECOND_BROWSER_GROUP = ("tests/e2e/test_widths.py", "tests/e2e/test_browser_smoke.py", "tests/e2e/test_page_paths.py",
-                         "tests/e2e/test_servers_first_screen.py")
+# Beside other workers (scripts/test with arguments) the browser tests run in two groups, two Chromiums and
+# dashboards at most at a time: the tests on the shared demo dashboard (tests/e2e/conftest.py) and these
+# modules in the first, every other browser module in the second.
+_FIRST_BROWSER_GROUP = ("tests/e2e/test_browser_smoke.py", "tests/e2e/test_page_paths.py")
 
 
 def _shares_a_module_fixture(item) -> bool:
@@ -31,10 +31,16 @@ def _shares_a_module_fixture(item) -> bool:
     return bool(info) and any(defs and defs[-1].scope == "module" for defs in info.name2fixturedefs.values())
 
 
-def _group(item) -> str:
+def _on_the_demo_dashboard(item) -> bool:
+    return "demo_dashboard" in getattr(item, "fixturenames", ())
+
+
+def _group(item, workers: int) -> str:
     module = item.nodeid.split("::", 1)[0]
     if item.get_closest_marker("browser"):
-        return "browser-2" if module in _SECOND_BROWSER_GROUP else "browser-1"
+        if workers <= 2:  # scripts/test's browser phase: a group per module, the demo dashboard's tests one
+            return "browser-demo" if _on_the_demo_dashboard(item) else module
+        return "browser-1" if _on_the_demo_dashboard(item) or module in _FIRST_BROWSER_GROUP else "browser-2"
     if item.get_closest_marker("slow") and not _shares_a_module_fixture(item):
         return item.nodeid  # a long test on its own, so that a module's long tests run side by side
     return module
@@ -47,9 +53,11 @@ BROWSER_MARK = "pytest.mark.browser"
 def pytest_collection_modifyitems(config, items):
     """In an xdist worker (scripts/test: ``--dist loadgroup``): each module is one group, run by one
     worker, except that a ``slow`` test whose module has no module-scoped fixture is a group of its
-    own, and the ``browser`` tests are in two groups (at most two Chromiums and dashboards at a time,
-    never one per worker at once).  The browser groups come first, then the slow tests, so that the
-    long ones start early and the short ones fill in around them.
+    own.  In a run of more than two workers the ``browser`` tests are in two groups (at most two
+    Chromiums and dashboards at a time, never one per worker at once); in a run of two (the browser
+    phase) each browser module is a group, but the tests on the shared demo dashboard are one, so
+    that one dashboard serves them.  The browser groups come first (the demo dashboard's first of
+    all), then the slow tests, so that the long ones start early and the short ones fill in around them.
 
     scripts/test collects its browser phase from the files that say ``pytest.mark.browser``: a
     browser test whose file does not say it (marked some other way) is an error here, not a test
@@ -61,12 +69,13 @@ def pytest_collection_modifyitems(config, items):
                                 f"for it to find the browser tests): {', '.join(unseen)}")
     if not hasattr(config, "workerinput"):
         return
+    workers = int(config.workerinput.get("workercount", 0))
     for item in items:
         if not any(item.iter_markers("xdist_group")):
-            item.add_marker(pytest.mark.xdist_group(_group(item)))
+            item.add_marker(pytest.mark.xdist_group(_group(item, workers)))
     slow = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: (not item.get_closest_marker("browser"), not item.get_closest_marker("slow"),
-                                 item.path not in slow))
+    items.sort(key=lambda item: (not item.get_closest_marker("browser"), not _on_the_demo_dashboard(item),
+                                 not item.get_closest_marker("slow"), item.path not in slow))
 
 
 @pytest.hookimpl(hookwrapper=True)

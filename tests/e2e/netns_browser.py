@@ -75,7 +75,8 @@ def main(argv: list[str]) -> int:
             seen["banner_after_sign_in"] = page.get_by_text(BANNER).count()
 
             _open(page, "Processes")
-            stop = page.get_by_role("button", name="Stop", exact=True)
+            # in the page, not the header's Stop that shows while a run is going on
+            stop = page.locator("[data-testid='stMain']").get_by_role("button", name="Stop", exact=True)
             expect(stop).to_be_enabled(timeout=30_000)
             stop.click()
             page.get_by_role("button", name="Yes, stop").click()
