@@ -11,7 +11,8 @@ time (the whole GPU's draw, shared with whatever else ran on it then): each read
 up to halfway to its neighbours, never more than the series' resolution, so a gap in the readings stays a
 gap.  Where the readings cover less than :data:`MIN_COVERAGE` of the job's GPU-time, energy is unknown.
 
-Every figure that cannot be known is ``None`` with the reason beside it, never 0.
+Every figure that cannot be known is ``None`` with the reason beside it, never 0: the whole reason (a
+sentence for a hover) and a few words to stand beside an ``N/A`` ("not started", "run not started here").
 """
 
 from __future__ import annotations
@@ -39,6 +40,12 @@ class Cost:
     gpus_from: str = ""  # where the GPUs came from
     gpu_hours_why: str = ""  # why gpu_hours is None
     energy_why: str = ""  # why energy_kwh is None (or how it was measured)
+    short: str = ""  # why gpu_hours is None in a few words, to stand beside its N/A
+
+    @property
+    def short_why(self) -> str:
+        """The few words beside an N/A GPU-hours ("not known" where no shorter reason was given)."""
+        return self.short or ("" if self.gpu_hours is not None else "not known")
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON the command line and the pages share: null where not measured."""
@@ -48,8 +55,14 @@ class Cost:
                 "gpu_hours_why": self.gpu_hours_why or None, "energy_why": self.energy_why or None}
 
 
-def unknown(why: str, *, running: bool = False, seconds: float | None = None) -> Cost:
-    return Cost(None, None, None, seconds, running, gpu_hours_why=why, energy_why=why)
+def unknown(why: str, short: str = "not known", *, running: bool = False, seconds: float | None = None) -> Cost:
+    """Neither figure known: ``why`` the sentence for a hover, ``short`` the words beside the N/A."""
+    return Cost(None, None, None, seconds, running, gpu_hours_why=why, energy_why=why, short=short)
+
+
+NOT_STARTED = "not started"
+NOT_HERE = "run not started here"
+NO_GPUS = "GPUs not known"
 
 
 def visible_devices(env: Mapping[str, str] | None) -> tuple[tuple[int, ...] | None, str]:
@@ -106,8 +119,8 @@ def energy_kwh(power: PowerReader | None, gpus: Sequence[int], start: float, end
         covered += c
     share = covered / (span * len(gpus))
     if share < MIN_COVERAGE:
-        return None, (f"the power readings cover {share * 100:.0f} % of its GPU-time (telemetry kept "
-                      "while the dashboard ran, and for its history's retention)")
+        return None, (f"the GPU power readings cover only {share * 100:.0f} % of its GPU-time (they are "
+                      "recorded while the dashboard runs, and kept for the telemetry history's retention)")
     # readings missing in the rest count at the mean power of the covered part
     kwh = joules / share / 3.6e6 if share < 1 else joules / 3.6e6
     return kwh, f"GPU power readings ({share * 100:.0f} % of its GPU-time covered; whole-GPU draw)"
@@ -137,11 +150,11 @@ def span_cost(start: float | None, end: float | None, gpus: tuple[int, ...] | No
     now = time.time() if now is None else now
     running = end is None
     if start is None:
-        return unknown(f"{what} has no recorded start time", running=running)
+        return unknown(f"{what} has no recorded start time", "no start time", running=running)
     stop = now if end is None else end
     seconds = max(0.0, stop - start)
     if gpus is None:
-        return unknown(gpus_from, running=running, seconds=seconds)
+        return unknown(gpus_from, NO_GPUS, running=running, seconds=seconds)
     hours = len(gpus) * seconds / 3600.0
     kwh, how = energy_kwh(power, gpus, start, stop)
     return Cost(hours, kwh, gpus, seconds, running, gpus_from=gpus_from,
@@ -152,9 +165,9 @@ def process_cost(view: Any, *, attribution: Any = None, power: PowerReader | Non
                  now: float | None = None) -> Cost:
     """A managed process's current (or last) run: a training run, a server, a benchmark job."""
     if view is None:
-        return unknown("never started under this workspace")
+        return unknown("not started from this workspace: no process record gives its time or GPUs", NOT_STARTED)
     if view.started_at is None:
-        return unknown("not started yet")
+        return unknown("not started yet", NOT_STARTED)
     gpus, source = job_gpus(view.name, getattr(view.spec, "env", None), attribution)
     end = None if view.live else (view.ended_at or view.state_since)
     return span_cost(view.started_at, end, gpus, gpus_from=source, power=power, now=now, what=view.name)
@@ -195,21 +208,24 @@ def server_gpus(fleet: Any, name: str) -> tuple[tuple[int, ...] | None, str]:
         return None, f"server {name} is not in the workspace any more"
     if cfg.gpus:
         return tuple(sorted(set(cfg.gpus))), f"server {name}'s gpus"
-    return None, f"server {name} sets no gpus (CUDA_VISIBLE_DEVICES), so its GPUs are not known"
+    return None, (f"server {name}'s config sets no gpus (the CUDA_VISIBLE_DEVICES it is launched with), so "
+                  "which GPUs it holds is not known")
 
 
 def regen_cost(view: Any, snapshot: Mapping[str, Any] | None, fleet: Any, *, attribution: Any = None,
                power: PowerReader | None = None, now: float | None = None) -> Cost:
     """A regeneration job: the GPUs of the managed servers it sends requests to, over its run."""
     if view is None:
-        return unknown("its process is not known to this workspace (a run followed from its files)")
+        return unknown("this run was started outside this workspace's dashboard and command line (it is followed "
+                       "from its progress log), so no process record gives its start, its end or its GPUs", NOT_HERE)
     if view.started_at is None:
-        return unknown("not started yet")
+        return unknown("not started yet", NOT_STARTED)
     names = servers_of((snapshot or {}).get("servers"), fleet)
     end = None if view.live else (view.ended_at or view.state_since)
     if not names:
         return span_cost(view.started_at, end, None, power=power, now=now, what=view.name,
-                         gpus_from="no managed server among those it sends requests to, so no GPU is known")
+                         gpus_from="it sends requests to no managed server of this workspace, so its GPUs are "
+                                   "not known")
     gpus: set[int] = set()
     for n in names:
         g, why = server_gpus(fleet, n)
@@ -225,7 +241,8 @@ def bench_cost(result: Any, fleet: Any, *, power: PowerReader | None = None) -> 
     without energy) from its start to its end."""
     start, end = result.started_at, result.ended_at
     if start is None or end is None:
-        return unknown("the result records no start and end time")
+        return unknown("the result records no start and end time, so its duration is not known",
+                       "no start or end time")
     seconds = max(0.0, end - start)
     server = result.server
     names = list(fleet.names()) if fleet is not None else []
@@ -236,9 +253,10 @@ def bench_cost(result: Any, fleet: Any, *, power: PowerReader | None = None) -> 
     tp = result.config.tp
     if tp:
         return Cost(tp * seconds / 3600.0, None, None, seconds, False, gpus_from=f"tensor parallelism {tp}",
-                    energy_why="which GPUs it ran on is not known, so their power readings cannot be chosen")
+                    energy_why="which GPUs it ran on is not known, so no power readings can be chosen")
     where = f"server {server} is not in this workspace" if server and server not in names else "no server recorded"
-    return unknown(f"no GPU known: {where} and no tensor parallelism recorded", seconds=seconds)
+    return unknown(f"no GPU known: {where}, and the result records no tensor parallelism", NO_GPUS,
+                   seconds=seconds)
 
 
 def total(costs: Iterable[Cost]) -> tuple[float | None, float | None, int]:

@@ -79,16 +79,18 @@ def test_no_gpu_known_is_na_with_why_never_zero():
     c = cost.process_cost(_view(env={}), attribution=SimpleNamespace(jobs=()), power=_power({0: 1.0}))
     assert c.gpu_hours is None and c.energy_kwh is None
     assert "no GPU known" in c.gpu_hours_why and "CUDA_VISIBLE_DEVICES" in c.gpu_hours_why
+    assert c.short == "GPUs not known"  # the few words beside the N/A
     c = cost.process_cost(_view(started=None, ended=None))
-    assert c.gpu_hours is None and c.gpu_hours_why == "not started yet"
-    assert cost.process_cost(None).gpu_hours_why
+    assert c.gpu_hours is None and c.gpu_hours_why == "not started yet" and c.short == "not started"
+    never = cost.process_cost(None)
+    assert never.short == "not started" and "not started from this workspace" in never.gpu_hours_why
 
 
 def test_energy_is_unknown_when_the_readings_cover_too_little_of_the_run():
     view = _view(env={"CUDA_VISIBLE_DEVICES": "0"})  # 1000 .. 4600
     c = cost.process_cost(view, power=_power({0: 300.0}, gaps=((1000.0, 2800.0),)))
     assert c.gpu_hours == pytest.approx(1.0)  # the GPU-hours stand
-    assert c.energy_kwh is None and "cover 50 %" in c.energy_why
+    assert c.energy_kwh is None and "cover only 50 %" in c.energy_why
     # a short gap is filled at the covered part's mean power
     c = cost.process_cost(view, power=_power({0: 300.0}, gaps=((2000.0, 2100.0),)))
     assert c.energy_kwh == pytest.approx(0.3, rel=0.01)
@@ -125,7 +127,21 @@ def test_a_regeneration_job_costs_its_servers_gpus():
     assert c.gpus == (0, 1, 2, 3, 7) and c.gpu_hours == pytest.approx(5.0)
     assert "big" in c.gpus_from and "small" in c.gpus_from
     c = cost.regen_cost(view, {"servers": {"http://10.0.0.9:8000": {}}}, fleet)
-    assert c.gpu_hours is None and "no managed server" in c.gpu_hours_why
+    assert c.gpu_hours is None and "no managed server" in c.gpu_hours_why and c.short == "GPUs not known"
+    # a server of the workspace that sets no gpus: which GPUs it holds is not known
+    fleet = _Fleet({"big": SimpleNamespace(host="127.0.0.1", port=30001, gpus=[])})
+    c = cost.regen_cost(view, {"servers": {"http://127.0.0.1:30001": {}}}, fleet)
+    assert c.gpu_hours is None and "server big's config sets no gpus" in c.gpu_hours_why
+
+
+def test_a_run_followed_from_its_progress_log_is_na_because_it_was_not_started_here():
+    fleet = _Fleet({"big": SimpleNamespace(host="127.0.0.1", port=30001, gpus=[0])})
+    snap = {"servers": {"http://127.0.0.1:30001": {"name": "big"}}, "started_at": 0.0}
+    c = cost.regen_cost(None, snap, fleet, power=_power({0: 1.0}), now=3600.0)
+    assert c.gpu_hours is None and c.energy_kwh is None  # never 0
+    assert c.short == "run not started here"
+    assert "progress log" in c.gpu_hours_why and "no process record" in c.gpu_hours_why
+    assert c.to_dict()["gpu_hours"] is None and c.to_dict()["gpu_hours_why"] == c.gpu_hours_why
 
 
 def test_a_benchmark_costs_its_servers_gpus_over_its_run():
@@ -139,13 +155,18 @@ def test_a_benchmark_costs_its_servers_gpus_over_its_run():
     c = cost.bench_cost(r, fleet, power=_power({0: 1.0}))
     assert c.gpu_hours == pytest.approx(8.0) and c.energy_kwh is None and c.energy_why
     c = cost.bench_cost(BenchResult(source="import:csv"), fleet)
-    assert c.gpu_hours is None and "start and end" in c.gpu_hours_why
+    assert c.gpu_hours is None and "start and end" in c.gpu_hours_why and c.short == "no start or end time"
+    c = cost.bench_cost(BenchResult(source="import:csv", server="elsewhere", started_at=0.0, ended_at=60.0), fleet)
+    assert c.gpu_hours is None and c.short == "GPUs not known"
+    assert c.gpu_hours_why == ("no GPU known: server elsewhere is not in this workspace, and the result records no "
+                               "tensor parallelism")
 
 
 def test_totals_skip_what_is_unknown():
     a = cost.Cost(1.5, 0.2, (0,), 10.0, False)
     b = cost.unknown("why")
     c = cost.Cost(0.5, None, (1,), 10.0, False)
+    assert b.short_why == "not known" and a.short_why == ""  # an N/A always says why in a few words
     assert cost.total(iter([a, b, c])) == (2.0, 0.2, 2)
     assert cost.total([b]) == (None, None, 0)
     assert a.to_dict()["gpu_hours"] == 1.5 and b.to_dict()["energy_kwh"] is None
