@@ -24,8 +24,8 @@ from tests.supervisor.test_ray_helpers import (
     cli, free_ports, make_workspace, needs_ray, remove_workspace, start_cluster,
 )
 
-# One xdist group for every Ray module: their clusters take turns on the 2 cores.
-pytestmark = [needs_ray, pytest.mark.slow, pytest.mark.timeout(420), pytest.mark.xdist_group("ray")]
+# tests/conftest.py keeps each module (and so its one cluster) in one xdist group.
+pytestmark = [needs_ray, pytest.mark.slow, pytest.mark.timeout(420)]
 
 PY = sys.executable
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -239,11 +239,15 @@ def test_a_job_ray_forgot_is_lost_with_the_reason(ray, sup):
 
 
 def test_cluster_status_json_lists_nodes_resources_and_jobs(ray, sup):
+    sup.sync_specs([spec(ray, "once", "print('done')")], prune=False)
+    sup.start("once", actor="fay")
+    wait_state(sup, "once", S.EXITED)
     code, out, err = cli(ray.root, "cluster", "status", "--json")
     assert code == 0, err
     d = json.loads(out)
     assert d["up"] and d["version"] == "2.60.0" and d["local"] and d["head_pid"]
     assert len(d["nodes"]) == 3 and sum(n["resources"].get("GPU", 0) for n in d["nodes"]) == 2
     assert {k for n in d["nodes"] for k in n["resources"]} >= {"node_a", "node_b"}
-    assert ("web", "ann") in {(j["name"], j["user"]) for j in d["jobs"]}  # submitted by the first test
-    assert {p["name"] for p in d["processes"]} >= {"web", "cli-sleeper"}
+    job = next(j for j in d["jobs"] if j["submission_id"] == sup.view("once").submission_id)
+    assert (job["name"], job["user"], job["status"], job["exit_code"]) == ("once", "fay", "SUCCEEDED", 0)
+    assert "once" in {p["name"] for p in d["processes"]}

@@ -16,7 +16,7 @@ from state.store import Store
 from tests.supervisor.conftest import wait_for
 from tests.supervisor.test_ray_helpers import cli, make_workspace, needs_ray, remove_workspace, start_cluster
 
-pytestmark = [needs_ray, pytest.mark.slow, pytest.mark.timeout(300), pytest.mark.xdist_group("ray")]
+pytestmark = [needs_ray, pytest.mark.slow, pytest.mark.timeout(300)]
 
 TOKEN = "specdeck-test-token-0123456789abcdef"
 PY = sys.executable
