@@ -31,7 +31,6 @@ log = logging.getLogger(__name__)
 REFRESH_S = 2  # progress and servers
 SLOW_REFRESH_S = 5  # alerts, GPUs, training, cost
 LEVEL_COLOUR = {"good": "green", "par": "gray", "warn": "orange", "bad": "red", "none": "gray"}
-VERDICT_WORD = {"faster": "faster", "on par": "on par", "slower": "slower", "none": "no verdict"}
 SERVERS_PAGE, REGEN_PAGE = "pages/servers.py", "pages/regeneration.py"
 TRAIN_PAGE, BENCH_PAGE = "pages/training.py", "pages/benchmarks.py"
 PROCESSES_PAGE, GPUS_PAGE = "pages/processes.py", "pages/gpus.py"
@@ -41,9 +40,17 @@ COMPACT_CSS = """<style>
 .st-key-ov-main h1 { font-size: 1.9rem; padding-bottom: 0.1rem; }
 .st-key-ov-main [data-testid="stVerticalBlock"] { gap: 0.45rem; }
 .st-key-ov-main [data-testid="stMarkdownContainer"] p { margin-bottom: 0.1rem; }
-.st-key-ov-main [data-testid="stPageLink"] p { font-weight: 600; font-size: 1.05rem; }
-.ov-gpus { display: flex; flex-wrap: wrap; gap: 4px; }
-.ov-gpu { width: 46px; border-radius: 4px; padding: 1px 3px; font-size: 0.68rem; line-height: 1.1;
+.st-key-ov-main [data-testid="stPageLink"] p, .st-key-ov-cost-head p { font-weight: 600; font-size: 1.05rem; }
+.st-key-ov-cost-head { padding: 0.15rem 0 0.1rem 0.1rem; }
+.st-key-ov-regen, .st-key-ov-servers, .st-key-ov-alerts, .st-key-ov-gpus, .st-key-ov-training, .st-key-ov-bench,
+.st-key-ov-cost { padding: 0.7rem 0.9rem !important; }
+[class*="st-key-ov-srv-"], [class*="st-key-ov-srv-"] [data-testid="stVerticalBlock"] { gap: 0.1rem !important; }
+[class*="st-key-ov-srv-"]:not(.st-key-ov-srv-0) { border-top: 1px solid rgba(128,128,128,0.2); padding-top: 0.35rem;
+                                                 margin-top: 0.3rem; }
+.ov-cost { font-size: 0.92rem; line-height: 1.5; }
+.ov-cost .ov-why { text-decoration: underline dotted rgba(128,128,128,0.8); text-underline-offset: 3px; cursor: help; }
+.ov-gpus { display: grid; grid-template-columns: repeat(4, minmax(46px, 64px)); gap: 4px; }
+.ov-gpu { border-radius: 4px; padding: 1px 3px; font-size: 0.68rem; line-height: 1.1;
           border: 1px solid rgba(128,128,128,0.35); }
 .ov-gpu b { font-size: 0.82rem; }
 .ov-bar { height: 4px; background: rgba(128,128,128,0.25); border-radius: 2px; margin-top: 2px; }
@@ -83,6 +90,15 @@ def _help(text: str) -> str:
     return text.replace('"', "'").replace("\n", " ")
 
 
+KEEP_BREAKS = re.compile(r"( · | (?=\())")  # where a kept text may still break: between its parts
+
+
+def _keep(text: str) -> str:
+    """``text``'s phrases each kept on one line (a figure and its unit, a state word): a line may break only
+    between them, at ` · ` or before a parenthesis."""
+    return "".join(p if p in (" · ", " ") else p.replace(" ", "\u00a0") for p in KEEP_BREAKS.split(text))
+
+
 # -- regeneration --------------------------------------------------------------------------------------------
 
 
@@ -99,11 +115,11 @@ def _regen_line(t: data.RegenTile) -> None:
         st.progress(t.fraction, text=text)
     else:
         st.caption("counting the rows of the inputs…" if t.to_ask is None else "no rows to ask")
-    if not t.ended:
-        rate = f"{t.rate:,.2f} rows/s" if t.rate is not None else "rows/s N/A"
-        tok = fmt.tok_s(t.tok_s) if t.tok_s is not None else "tok/s N/A"
-        st.markdown(f"**{data.eta_text(t.eta)}** · {rate} · {tok}",
-                    help=t.eta.basis if t.eta is not None else None)
+    if not t.ended:  # two lines, the same at any width: the ETA band with its point, then the rates
+        rate = f"{t.rate:,.2f} rows/s" if t.rate is not None else f"rows/s {fmt.NA}"
+        tok = fmt.tok_s(t.tok_s) if t.tok_s is not None else f"tok/s {fmt.NA}"
+        st.markdown(f"**{_keep(data.eta_text(t.eta))}**", help=t.eta.basis if t.eta is not None else None)
+        st.markdown(f"{_keep(rate)} · {_keep(tok)}")
 
 
 @live_fragment(run_every=REFRESH_S)
@@ -134,29 +150,35 @@ def _relaunch(name: str) -> None:
     st.switch_page(SERVERS_PAGE, query_params={"server": name})
 
 
-def _server_line(t: data.ServerTile, lock: str) -> None:
+def _server_line(i: int, t: data.ServerTile, lock: str) -> None:
+    """One server, the same lines at any width: its name on one line (cut with an ellipsis, whole on hover)
+    beside the Relaunch button; then, one line each, its state · speculation, accept_len, tok/s against the
+    baseline, and the verdict."""
     spec = t.algorithm or "no speculation"
-    head, button = st.columns([3, 2], vertical_alignment="center")
-    head.markdown(fmt.data_markdown(f"**{t.name}** · ") + t.badge.markdown() + fmt.data_markdown(f" · {spec}"))
-    if button.button("Relaunch…" if t.live else "Start…", key=f"ov-relaunch-{t.name}", disabled=bool(lock),
-                     help=lock or f"the Servers page on {t.name} with its relaunch panel open (edit, preflight, "
-                                  "confirm)", icon=":material/rocket_launch:"):
-        _relaunch(t.name)
-    acc = fmt.accept_len(t.accept_len)
-    acc_colour = LEVEL_COLOUR.get(t.accept_level, "gray")
-    if t.accept_level in ("good", "warn", "bad"):
-        acc = f":{acc_colour}[{acc}]"
-    tok = fmt.NA if t.tok_s is None else f"{t.tok_s:,.1f}"
-    base = fmt.NA if t.baseline_tok_s is None else f"{t.baseline_tok_s:,.1f}"
-    v = t.verdict
-    colour = LEVEL_COLOUR.get(v.level, "gray")
-    verdict = f":{colour}[**{v.badge}**]" if v.level in ("good", "warn", "bad") else f"**{v.badge}**"
-    st.markdown(f"accept_len **{acc}** (lifetime {fmt.accept_len(t.lifetime)}) · {t.tok_s_label} **{tok}** vs "
-                f"baseline {base} · {verdict}",
-                help=_help(f"Verdict: {v.sentence}. Baseline: {t.baseline_text}. The same figures and verdict as "
-                           "the Servers page: the verdict is given only over a steady window at the baseline's load."))
-    for note in t.notes:
-        st.markdown(f":red[✕ {fmt.data_markdown(note)}]")
+    with st.container(key=f"ov-srv-{i}"):
+        row = st.container(horizontal=True, vertical_alignment="center", gap="small", wrap=False)
+        with row:
+            st.markdown(f"**{fmt.data_markdown(t.name)}**", wrap=False, width="stretch")
+            if st.button("Relaunch…" if t.live else "Start…", key=f"ov-relaunch-{t.name}", disabled=bool(lock),
+                         help=lock or f"the Servers page on {t.name} with its relaunch panel open (edit, preflight, "
+                                      "confirm)", icon=":material/rocket_launch:"):
+                _relaunch(t.name)
+        acc = fmt.accept_len(t.accept_len)
+        acc_colour = LEVEL_COLOUR.get(t.accept_level, "gray")
+        if t.accept_level in ("good", "warn", "bad"):
+            acc = f":{acc_colour}[{acc}]"
+        tok = fmt.NA if t.tok_s is None else f"{t.tok_s:,.1f}"
+        base = fmt.NA if t.baseline_tok_s is None else f"{t.baseline_tok_s:,.1f}"
+        v = t.verdict
+        words = _keep(data.verdict_words(v))
+        colour = LEVEL_COLOUR.get(v.level, "gray")
+        verdict = f":{colour}[**{words}**]" if v.level in ("good", "warn", "bad") else f"**{words}**"
+        state = _keep(t.badge.markdown()) + " · " + _keep(fmt.data_markdown(spec))
+        st.markdown(f"{state}  \naccept_len **{acc}** {_keep(f'(lifetime {fmt.accept_len(t.lifetime)})')}  \n"
+                    f"{_keep(t.tok_s_label)} **{tok}** {_keep(f'vs baseline {base}')}  \n{verdict}",
+                    help=_help(data.verdict_help(v, t.baseline_text)))
+        for note in t.notes:
+            st.markdown(f":red[✕ {fmt.data_markdown(note)}]")
 
 
 @live_fragment(run_every=REFRESH_S)
@@ -171,8 +193,8 @@ def servers_tile() -> None:
     stored = _stored_baselines(f"{rt.store.path}:{id(rt.store)}", rt.store)
     lock = control_lock(rt)
     now = time.time()
-    for name in names:
-        _server_line(data.server_tile(rt, name, stored, now=now), lock)
+    for i, name in enumerate(names):
+        _server_line(i, data.server_tile(rt, name, stored, now=now), lock)
     st.caption(f"updated {time.strftime('%H:%M:%S', time.localtime(now))} · every {REFRESH_S} s")
 
 
@@ -220,7 +242,7 @@ def _gpu_html(cells: list[data.GpuCell]) -> str:
             title = f"GPU {c.index}: lost (fallen off the bus or not answering)"
         out.append(f'<div class="ov-gpu" title="{html.escape(title)}">GPU {c.index}<br><b>{util}</b>'
                    f'<div class="ov-bar"><span style="width:{width:.0f}%;background:{colour}"></span></div></div>')
-    return '<div class="ov-gpus">' + "".join(out) + "</div>"
+    return '<div class="ov-gpus">' + "".join(out) + "</div>"  # a grid of rows of four
 
 
 @live_fragment(run_every=SLOW_REFRESH_S)
@@ -236,10 +258,10 @@ def gpus_tile() -> None:
     st.html(_gpu_html(cells))
 
 
-def _bench_line() -> None:
+def _bench_lines() -> None:
     results = [r for r in BenchStore(rt.store).list() if not r.invalid]
     if not results:
-        st.caption("Benchmarks: no result yet")
+        st.caption("No result yet: run one on the Benchmarks page.")
         return
     configured = {n: (rt.fleet.config(n).model_path, rt.fleet.config(n).served_model_name,
                       rt.fleet.config(n).baseline_tok_s) for n in rt.fleet.names()}
@@ -248,14 +270,16 @@ def _bench_line() -> None:
     spec = [r for r in results if not r.is_baseline]
     newest = max(spec, key=lambda r: (bench_data.when(r) or 0.0, r.id or 0), default=None)
     if newest is None:
-        st.markdown(f"Benchmarks: {fmt.count(len(results))} results, all without speculation")
+        st.markdown(f"{fmt.count(len(results))} results, all without speculation")
         return
     v = verdicts.get(newest.id)
-    word = bench_data.verdict_text(v) or fmt.NA
+    word = bench_data.verdict_text(v) or f"no verdict ({fmt.NA})"
     colour = LEVEL_COLOUR.get(v.level, "gray") if v is not None else "gray"
     ratio = f"{v.ratio:.2f}× · " if v is not None and v.ratio is not None else ""
-    st.markdown(fmt.data_markdown(f"Newest benchmark #{newest.id} {bench_data.server_of(newest)} "
-                                  f"({bench_data.load_short(newest)}): ") + f":{colour}[**{ratio}{word}**]")
+    # two lines: which run and load, then its verdict
+    st.markdown("Newest " + fmt.data_markdown(f"**#{newest.id}** {bench_data.server_of(newest)} · ")
+                + _keep(fmt.data_markdown(bench_data.load_short(newest))))
+    st.markdown(f":{colour}[**{_keep(ratio + word)}**]", help=_help("Verdict " + bench_data.VERDICT_HELP))
 
 
 def _train_lines() -> None:
@@ -263,7 +287,7 @@ def _train_lines() -> None:
 
     names = rt.train.names()
     if not names:
-        st.caption("Training: no run in this workspace")
+        st.caption("No training run in this workspace: add one on the Training page.")
         return
     for name in names[:2]:
         view = rt.supervisor.view(name)
@@ -272,44 +296,36 @@ def _train_lines() -> None:
         try:
             prog = follower(rt.train.log_path(name), rt.train.output_dir(name)).poll().progress
             if prog.step is not None:
-                step = f" · step {fmt.count(prog.step)}" + (f" / {fmt.count(prog.total_steps)}"
-                                                             if prog.total_steps else "")
+                step = " · " + _keep(f"step {fmt.count(prog.step)}" + (f" / {fmt.count(prog.total_steps)}"
+                                                                       if prog.total_steps else ""))
         except OSError:  # the log cannot be read: no step shown
             step = ""
-        st.markdown(fmt.data_markdown(f"**{name}** · ") + badge.markdown() + step)
+        st.markdown(fmt.data_markdown(f"**{name}** · ") + _keep(badge.markdown()) + step)
 
 
-def _cost_lines() -> None:
+COST_HELP = ("GPU-hours = the job's GPUs × its hours (a regeneration job: its servers' GPUs; a benchmark: its "
+             "server's); energy (kWh) from the GPUs' power readings over that time, where they cover it. N/A: not "
+             "known; hover a dotted figure for why.")
+
+
+def _cost_lines() -> list[data.CostLine]:
     now = time.time()
-    lines = [data.cost_line("Regeneration", data.regen_costs(rt, now=now)),
-             data.cost_line("Training", list(data.train_costs(rt, now=now).values()))]
+    lines = [data.cost_line("Regeneration", data.regen_costs(rt, now=now), none="no run yet"),
+             data.cost_line("Training", list(data.train_costs(rt, now=now).values()), none="no run in the workspace")]
     results = BenchStore(rt.store).list()
     key = (len(results), results[0].id if results else None)
     cached = st.session_state.get("ov-bench-cost")
     if cached is None or cached[0] != key:  # each result's cost reads its power history once
-        cached = (key, data.cost_line("Benchmarks", list(data.bench_costs(rt, results).values())))
+        cached = (key, data.cost_line("Benchmarks", list(data.bench_costs(rt, results).values()),
+                                      none="no result yet"))
         st.session_state["ov-bench-cost"] = cached
     lines.append(cached[1])
-    parts = []
-    for ln in lines:
-        if not ln.jobs:
-            parts.append(f"{ln.what} {fmt.NA}")
-            continue
-        hours = fmt.NA if ln.gpu_hours is None else f"**{ln.gpu_hours:,.2f}** GPU-h"
-        kwh = "" if ln.energy_kwh is None else f" / {ln.energy_kwh:,.2f} kWh"
-        part = "" if ln.counted == ln.jobs or not ln.counted else f" ({ln.counted} of {ln.jobs})"
-        parts.append(f"{ln.what} {hours}{kwh}{part}")
-    why = "; ".join([f"{ln.what}: {ln.why}" for ln in lines if ln.why]
-                    + [f"{ln.what}: no job started from this workspace" for ln in lines if not ln.jobs])
-    st.markdown("**Cost** · " + " · ".join(parts),
-                help=_help("GPU-hours = the job's GPUs × its hours (a regeneration job: its servers' GPUs; a "
-                           "benchmark: its server's); energy (kWh) from the GPUs' power readings over that time, "
-                           "where they cover it. N/A: not known. " + (f"Why: {why}" if why else "")))
+    return lines
 
 
 @live_fragment(run_every=SLOW_REFRESH_S)
 @_guarded
-def work_tile() -> None:
+def training_tile() -> None:
     names = rt.train.names()
     live = [n for n in names if (v := rt.supervisor.view(n)) is not None and v.live]
     focus = (live or names or [None])[0]  # the page opens on the running run, else the first
@@ -317,14 +333,40 @@ def work_tile() -> None:
                  query_params={"run": focus} if focus else None,
                  help="the Training page" + (f" on {focus}" if focus else "") + ": curves, checkpoints, deploy")
     _train_lines()
+
+
+@live_fragment(run_every=SLOW_REFRESH_S)
+@_guarded
+def bench_tile() -> None:
     st.page_link(BENCH_PAGE, label="Benchmarks", icon=":material/speed:",
                  help="the Benchmarks page: every result against its baseline at the same load")
-    _bench_line()
-    _cost_lines()
+    _bench_lines()
+
+
+@live_fragment(run_every=SLOW_REFRESH_S)
+@_guarded
+def cost_tile() -> None:
+    with st.container(key="ov-cost-head"):
+        st.markdown(":material/bolt: Cost", help=_help(COST_HELP))
+    st.html(_cost_html(_cost_lines()))
+
+
+def _cost_html(lines: list[data.CostLine]) -> str:
+    """One row per kind of job, one line each at 1024 px: its figures, or N/A and why in a few words; the whole
+    reason on hover of the dotted part (a help icon would not fit beside it)."""
+    rows = []
+    for ln in lines:
+        text, why = data.cost_parts(ln)
+        shown = html.escape(_keep(text))
+        shown = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", shown)
+        if why:
+            shown = f'<span class="ov-why" title="{html.escape(why)}">{shown}</span>'
+        rows.append(f"<div><b>{html.escape(ln.what)}</b> {shown}</div>")
+    return '<div class="ov-cost">' + "".join(rows) + "</div>"
 
 
 with main:
-    left, right = st.columns([3, 2], gap="medium")
+    left, right = st.columns([11, 9], gap="medium")  # the right column's lines fit one line each at 1024 px
     with left:
         with st.container(border=True, key="ov-regen"):
             regen_tile()
@@ -335,5 +377,9 @@ with main:
             alerts_tile()
         with st.container(border=True, key="ov-gpus"):
             gpus_tile()
-        with st.container(border=True, key="ov-work"):
-            work_tile()
+        with st.container(border=True, key="ov-training"):
+            training_tile()
+        with st.container(border=True, key="ov-bench"):
+            bench_tile()
+        with st.container(border=True, key="ov-cost"):
+            cost_tile()

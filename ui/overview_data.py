@@ -5,12 +5,15 @@ functions as the page it links to (no Streamlit here).
   rate and ETA band, and its state as the Regeneration page words it.
 - Servers: each server's latest decode line, the baseline chosen as the Servers page chooses it
   (``backend.bench.baseline.StoredBaselines.choose``), ``backend.sglang.livefigures`` for the figures
-  and ``backend.sglang.monitor.steady_verdict`` for the verdict over a steady window at the baseline's load.
-- Cost: ``backend.flows.cost`` over the jobs' process records, their GPUs and the power readings.
+  and ``backend.sglang.monitor.steady_verdict`` for the verdict over a steady window at the baseline's load,
+  worded as the Servers page words it (its badge and sentence), a missing verdict said plainly.
+- Cost: ``backend.flows.cost`` over the jobs' process records, their GPUs and the power readings; a run
+  followed from its progress log has no process record, so its cost is N/A with that reason.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -20,7 +23,7 @@ from backend.flows import cost as job_cost
 from backend.regen import control as regen_control
 from backend.regen.follow import progress_follower
 from backend.sglang import livefigures
-from backend.sglang.monitor import steady_verdict
+from backend.sglang.monitor import PAR_TOLERANCE, SLOW_RATIO, STEADY_WINDOW_S, steady_verdict
 from specdeck_types.eta import Eta
 from ui import fmt
 
@@ -202,6 +205,31 @@ def server_tile(rt, name: str, stored, *, now: float | None = None) -> ServerTil
                       delta.level, tok, label, base, base_text, verdict, snap.refreshed_at, running, tuple(notes))
 
 
+STEADY_SHORT = re.compile(r"^steady (\d+) of (\d+) s$")  # SteadyVerdict.short while the window fills
+VERDICT_RULE = (f"A verdict is given only after {STEADY_WINDOW_S:.0f} s of decode lines all at the baseline's load "
+                f"(requests in flight): within ±{PAR_TOLERANCE * 100:.0f} % on par, above faster (green), below "
+                f"slower (amber; red under {SLOW_RATIO:.2f}×).")
+
+
+def verdict_words(v) -> str:
+    """The verdict in a few words (``backend.sglang.monitor.SteadyVerdict``): the Servers page's badge
+    (``faster 2.13× · 20 s at 1 req``); where there is none yet, why in plain words."""
+    if v.verdict != "none":
+        return v.badge
+    steady = STEADY_SHORT.match(v.short or "")
+    if steady:
+        return f"no verdict yet: {steady[1]} of {steady[2]} s steady"
+    return {"idle": "no verdict: idle, no request running",
+            "load differs": "no verdict: the load differs",
+            "no baseline": "no verdict: no baseline"}.get(v.short, v.badge)
+
+
+def verdict_help(v, baseline_text: str) -> str:
+    """The hover of the tile's verdict: the Servers page's sentence, the rule, and which baseline."""
+    return (f"Verdict: {v.sentence}. {VERDICT_RULE} Baseline: {baseline_text}. The same figures and verdict as the "
+            "Servers page.")
+
+
 # -- GPUs --------------------------------------------------------------------------------------------------
 
 
@@ -246,25 +274,49 @@ class CostLine:
     energy_kwh: float | None
     counted: int  # jobs whose GPU-hours are known
     jobs: int  # jobs in all
-    why: str  # why some (or all) are unknown
+    why: str  # why some (or all) are unknown: the hover
+    short: str = ""  # why none is known, in a few words beside the N/A ("run not started here")
+    energy_counted: int = 0  # jobs whose energy is known
 
 
-def cost_line(what: str, costs: list[job_cost.Cost]) -> CostLine:
+def cost_line(what: str, costs: list[job_cost.Cost], *, none: str = "none yet") -> CostLine:
+    """The cost of all ``what`` jobs; ``none``: the words beside the N/A where there is no job at all."""
     hours, kwh, counted = job_cost.total(costs)
     whys = sorted({c.gpu_hours_why for c in costs if c.gpu_hours is None and c.gpu_hours_why})
     ewhys = sorted({c.energy_why for c in costs if c.energy_kwh is None and c.gpu_hours is not None and c.energy_why})
-    why = "; ".join(whys[:3] + ewhys[:2])
-    return CostLine(what, hours, kwh, counted, len(costs), why)
+    why = "; ".join(whys[:3] + [f"energy N/A: {e}" for e in ewhys[:2]])
+    if not costs:
+        short = none
+    elif hours is None:
+        shorts = list(dict.fromkeys(c.short_why for c in costs))
+        short = ", ".join(shorts[:2]) + ("…" if len(shorts) > 2 else "")
+    else:
+        short = ""
+    return CostLine(what, hours, kwh, counted, len(costs), why, short,
+                    sum(1 for c in costs if c.energy_kwh is not None))
+
+
+def cost_parts(line: CostLine) -> tuple[str, str]:
+    """(``**0.33** GPU-h · 0.12 kWh`` or ``N/A (run not started here)``, what a hover adds: why a figure is
+    N/A).  Figures known for some jobs only say how many (``1 of 2 jobs``)."""
+    if line.gpu_hours is None:
+        return f"{fmt.NA} ({line.short})", line.why
+    text = f"**{line.gpu_hours:,.2f}** GPU-h · " + (f"{line.energy_kwh:,.2f} kWh" if line.energy_kwh is not None
+                                                     else f"energy {fmt.NA}")
+    if line.counted < line.jobs:
+        text += f" ({line.counted} of {line.jobs} jobs)"
+    elif line.energy_kwh is not None and line.energy_counted < line.counted:
+        text += f" (energy of {line.energy_counted} of {line.counted})"
+    return text, line.why
 
 
 def regen_costs(rt, *, now: float | None = None) -> list[job_cost.Cost]:
-    """The regeneration jobs started from this workspace (a run followed by its files has no process record)."""
+    """Every regeneration the Regeneration page lists; a run followed from its progress log has no process
+    record, so its cost is unknown, with that reason."""
     power, attr = power_reader(rt), attribution(rt)
     out = []
     for job, view in regen_jobs(rt):
-        if view is None:
-            continue
-        snap = progress_follower(job.meta["out"]).poll().latest
+        snap = progress_follower(job.meta["out"]).poll().latest if view is not None else None
         out.append(job_cost.regen_cost(view, snap, rt.fleet, attribution=attr, power=power, now=now))
     return out
 
@@ -285,7 +337,7 @@ def cost_text(c: job_cost.Cost) -> tuple[str, str]:
     hours = fmt.NA if c.gpu_hours is None else f"{c.gpu_hours:,.2f} GPU-h"
     kwh = fmt.NA if c.energy_kwh is None else f"{c.energy_kwh:,.2f} kWh"
     if c.gpu_hours is None:
-        return f"{hours} GPU-h", c.gpu_hours_why
+        return f"{hours} ({c.short_why})", c.gpu_hours_why
     gpus = ", ".join(map(str, c.gpus)) if c.gpus else "?"
     helps = [f"GPUs {gpus} ({c.gpus_from})" if c.gpus is not None else c.gpus_from]
     if c.seconds is not None:

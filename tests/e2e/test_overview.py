@@ -1,7 +1,10 @@
 """The Overview's three answers at first sight, in Chromium: at 1024x768 (and 1440x900) the page at / shows a
 running regeneration's rows and ETA band, the demo server's accept_len and tok/s against its baseline with
 the verdict, and its Relaunch button, all within the first screen without scrolling; Relaunch opens the
-Servers page on that server.  With SPECDECK_SHOTS=DIR the screens are saved there as overview-WxH.png."""
+Servers page on that server.  The layout reads the same at both widths: the ETA and the rates each on one
+line, a server's name and state each on one line beside its button, the GPUs in rows of four, Training,
+Benchmarks and Cost each in its own tile.  With SPECDECK_SHOTS=DIR the screens are saved there as
+overview2-WxH.png."""
 
 from __future__ import annotations
 
@@ -56,6 +59,25 @@ def _bottom(locator) -> float:
     return box["y"] + box["height"]
 
 
+def _box(locator) -> dict:
+    box = locator.bounding_box()
+    assert box is not None
+    return box
+
+
+LINES_JS = """el => { const r = document.createRange(); r.selectNodeContents(el);
+  const tops = [...r.getClientRects()].filter(x => x.width > 0).map(x => x.top).sort((a, b) => a - b);
+  let lines = 0, last = -1e9;
+  for (const t of tops) { if (t - last > 8) { lines += 1; last = t; } }
+  return lines; }"""
+
+
+def _one_line(locator, what: str, width: int) -> None:
+    """``locator``'s text takes one line (its text's boxes all start on one line)."""
+    lines = locator.evaluate(LINES_JS)
+    assert lines == 1, f"{what} takes {lines} lines at {width} px wide"
+
+
 @pytest.mark.timeout(420)
 @pytest.mark.parametrize("width,height", [(1024, 768), (1440, 900)])
 def test_the_three_answers_are_in_the_first_screen(dashboard, width, height):
@@ -67,24 +89,49 @@ def test_the_three_answers_are_in_the_first_screen(dashboard, width, height):
         expect(main.get_by_role("heading", name="Overview").first).to_be_visible(timeout=120_000)
         # 1. regeneration: the rows asked of those to ask and the ETA band with its point
         rows = main.get_by_text(re.compile(r"[\d,]+ / 83,257 rows")).first
-        eta = main.get_by_text(re.compile(r"ETA .*\(point ")).first
+        eta = main.get_by_text(re.compile(r"ETA\s.*\(point\s")).first
         expect(rows).to_be_visible(timeout=60_000)
         expect(eta).to_be_visible(timeout=30_000)
         # 2. the server's accept_len and tok/s against the baseline, once its first decode lines are read
-        figures = main.get_by_text(re.compile(r"accept_len \d\.\d\d .* vs baseline")).first
+        figures = main.get_by_text(re.compile(r"accept_len \d\.\d\d")).first
         expect(figures).to_be_visible(timeout=180_000)
+        expect(figures).to_contain_text(re.compile(r"tok/s\s+(\d[\d,]*\.\d|N/A)\s+vs\s+baseline"))
+        verdict = re.compile(r"(faster|slower)\s\d\.\d\d×|on\spar|no\sverdict\syet:\s\d+\sof\s20\ss\ssteady|"
+                             r"no\sverdict:\s")  # phrases are kept on one line with no-break spaces
+        expect(figures).to_contain_text(verdict)
         # 3. relaunch
         relaunch = main.get_by_role("button", name=re.compile("Relaunch…|Start…")).first
         expect(relaunch).to_be_visible(timeout=30_000)
         alerts = main.get_by_role("link", name=re.compile(r"Alerts \(\d+\)")).first
         gpus = main.locator(".ov-gpus").first
         expect(gpus).to_be_visible(timeout=30_000)
+        cost = main.locator(".st-key-ov-cost")
+        followed = cost.get_by_text(re.compile(r"Regeneration N/A\s\(run\snot\sstarted\shere\)"))
+        expect(followed).to_be_visible(timeout=30_000)  # the demo's run is followed from its progress log
         page.evaluate(SCROLL_TOP_JS)
         page.wait_for_timeout(500)
         shots = os.environ.get("SPECDECK_SHOTS")
         if shots:
             Path(shots).mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(Path(shots) / f"overview-{width}x{height}.png"))
+            page.screenshot(path=str(Path(shots) / f"overview2-{width}x{height}.png"))
+        # the same lines at both widths: the ETA and the rates one line each; the server's name one line beside
+        # its button, then its state, accept_len, tok/s and verdict one line each
+        _one_line(eta, "the ETA", width)
+        _one_line(main.get_by_text(re.compile(r"rows/s · [\d,.]+\s+tok/s")).first, "the rates", width)
+        server = main.locator(".st-key-ov-srv-0")
+        name = server.get_by_text(SERVER).first
+        _one_line(name, "the server's name", width)
+        name_box, button_box = _box(name), _box(relaunch)
+        assert name_box["x"] + name_box["width"] <= button_box["x"], "the name runs under the button"
+        lines = figures.evaluate(LINES_JS)
+        assert lines == 4, f"the server's state and figures take {lines} lines at {width} px wide, not 4"
+        # the GPUs in rows of four
+        tops = [round(b["y"]) for b in (_box(c) for c in gpus.locator(".ov-gpu").all())]
+        assert len(tops) == 8 and len(set(tops)) == 2 and tops.count(tops[0]) == 4, tops
+        # Training, Benchmarks and Cost: each its own tile, one under another, none overlapping
+        tiles = [_box(main.locator(f".st-key-{k}")) for k in ("ov-gpus", "ov-training", "ov-bench", "ov-cost")]
+        for upper, lower in zip(tiles, tiles[1:]):
+            assert upper["y"] + upper["height"] < lower["y"], (upper, lower)
         for name, loc in (("rows", rows), ("ETA", eta), ("accept_len and tok/s", figures), ("Relaunch", relaunch),
                           ("alerts", alerts), ("GPUs", gpus)):
             assert _bottom(loc) <= height, f"{name} ends below the first {height} px at {width} px wide"
