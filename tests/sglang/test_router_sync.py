@@ -287,3 +287,19 @@ def test_the_dashboard_runtime_keeps_the_router_workers(tmp_path, monkeypatch):
         assert {w.server: w.listed for w in view.workers} == {"a": True, "b": True, "c": False}
     finally:
         close_runtime(root)
+
+
+def test_bench_run_measures_through_the_router_by_name(fleet):
+    from tests.regen.jobkit import run_cli_top
+
+    f, ports, rport = fleet
+    sync = RouterSync(f.fleet, f.sup, f.ws.run_dir)
+    wait_for(lambda: _listed(sync) == {u: True for u in _urls(ports)}, 60, "three healthy workers")
+    r = run_cli_top("--workspace", str(f.ws.root), "bench", "run", "fleet", "--builtin", "--concurrency", "3",
+                    "--num-prompts", "12", "--input-len", "32", "--output-len", "16", "--backend", "sglang-oai-chat",
+                    "--json", timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    result = json.loads(r.stdout.strip().splitlines()[-1])
+    assert result["server"] == "fleet" and not result["invalid"], result
+    assert result["results"]["completed"] == 12 and result["results"]["output_tok_s"] > 0
+    assert result["results"]["accept_len"] is None  # a router has no decode lines of its own
