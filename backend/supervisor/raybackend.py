@@ -449,7 +449,11 @@ class RayMixin:
 
     def ray_log_tail(self, rec: ProcessRecord, lines: int) -> str:
         """The last ``lines`` lines of the run's driver log, from Ray's state API."""
-        return self._ray_client().log_tail(rec.run_id or "", lines)
+        client = self._ray_client()
+        info = client.info(rec.run_id or "")
+        if info is None or not info.driver_node_id:
+            return ""  # forgotten by the cluster, or not placed on a node yet
+        return client.log_tail(rec.run_id or "", lines, info.driver_node_id)
 
 
 def ray_metadata_user(info: JobInfo) -> str | None:

@@ -5,8 +5,8 @@ Specdeck never imports ray: it talks to the dashboard as ``ray job`` does, over 
 - Jobs: ``POST /api/jobs/`` (submit), ``GET /api/jobs/{id}`` (info), ``GET /api/jobs/`` (list),
   ``GET /api/jobs/{id}/logs`` (the whole driver log), ``POST /api/jobs/{id}/stop``,
   ``DELETE /api/jobs/{id}`` (terminal jobs only).
-- ``GET /api/version``; the state API's ``GET /api/v0/logs/file?submission_id=..&lines=N`` (the
-  last N lines of a job's driver log) and ``GET /api/v0/nodes`` (nodes and their resources).
+- ``GET /api/version``; the state API's ``GET /api/v0/logs/file?node_id=..&filename=job-driver-<id>.log&lines=N``
+  (the last N lines of a job's driver log) and ``GET /api/v0/nodes`` (nodes and their resources).
 
 A token (``Authorization: Bearer``) is sent when given; Ray answers 401 without one and 403 with a
 wrong one when the cluster runs with ``RAY_AUTH_MODE=token``.  Every failure is a
@@ -195,9 +195,11 @@ class RayJobsClient:
             raise RayApiError(f"GET {self.address}/api/jobs/{submission_id}/logs: no logs in the answer", 200)
         return str(d.get("logs") or "")
 
-    def log_tail(self, submission_id: str, lines: int) -> str:
-        """The last ``lines`` lines of the job's driver log, through the state API."""
-        q = urllib.parse.urlencode({"submission_id": submission_id, "lines": int(lines)})
+    def log_tail(self, submission_id: str, lines: int, node_id: str) -> str:
+        """The last ``lines`` lines of the job's driver log (``job-driver-<id>.log`` on the driver's node
+        ``node_id``), through the state API.  (Its ``submission_id=`` form answers HTTP 500 in Ray 2.60.)"""
+        q = urllib.parse.urlencode({"node_id": node_id, "filename": f"job-driver-{submission_id}.log",
+                                    "lines": int(lines)})
         data = self._request("GET", f"/api/v0/logs/file?{q}", raw=True)
         return data.decode("utf-8", "replace")
 

@@ -251,3 +251,16 @@ def test_cluster_status_json_lists_nodes_resources_and_jobs(ray, sup):
     job = next(j for j in d["jobs"] if j["submission_id"] == sup.view("once").submission_id)
     assert (job["name"], job["user"], job["status"], job["exit_code"]) == ("once", "fay", "SUCCEEDED", 0)
     assert "once" in {p["name"] for p in d["processes"]}
+
+
+def test_last_lines_come_from_rays_state_api_when_the_workspace_has_no_copy(ray, sup):
+    code = "import time\nfor i in range(30):\n    print('line', i, flush=True)\ntime.sleep(300)"
+    sup.sync_specs([spec(ray, "chatty", code, stop_grace_s=1)], prune=False)
+    v = sup.start("chatty")
+    wait_state(sup, "chatty", S.RUNNING)
+    wait_for(lambda: "line 29" in open(v.log_path).read(), timeout_s=30, poll=sup.poll, interval_s=0.3)
+    assert open(v.log_path).read().count("line 29\n") == 1
+    os.unlink(v.log_path)  # the workspace's copy is gone (another machine's dashboard, a cleanup)
+    text, offset = sup.tail_last("chatty", lines=5)
+    assert text.splitlines() == [f"line {i}" for i in range(25, 30)] and offset == 0
+    sup.stop("chatty", wait=True)
