@@ -1,31 +1,33 @@
 """Specdeck's command line: the dashboard's process operations without a browser.
 
     python -m backend.cli [--workspace DIR] processes list [--json]
-    python -m backend.cli [--workspace DIR] cluster up|down|status [--json]
     python -m backend.cli [--workspace DIR] processes start NAME [--launch-anyway]
     python -m backend.cli [--workspace DIR] processes stop NAME [--no-wait]
     python -m backend.cli [--workspace DIR] processes stop-all
     python -m backend.cli [--workspace DIR] processes restart NAME [--launch-anyway]
     python -m backend.cli [--workspace DIR] processes log NAME [-n N] [--follow]
-    python -m backend.cli [--workspace DIR] alerts list [--all] [--json] | ack ID | mute TARGET | notify-test
+    python -m backend.cli [--workspace DIR] cluster up [--timeout S] | down | status [--json]
+    python -m backend.cli [--workspace DIR] alerts list [--all] [--json] | ack ID | mute TARGET
+                                            | unmute TARGET | notify-test
     python -m backend.cli [--workspace DIR] bench import FILE... [--server NAME] [--json]
     python -m backend.cli [--workspace DIR] bench list [--server S] [--concurrency N] [--json]
     python -m backend.cli [--workspace DIR] bench delete ID...
-    python -m backend.cli [--workspace DIR] bench run SERVER [--concurrency N ...] [--builtin|--sglang]
+    python -m backend.cli [--workspace DIR] bench run SERVER|ROUTER [--concurrency N ...] [--builtin|--sglang] [--json]
     python -m backend.cli [--workspace DIR] bench sweep SERVER [--steps N ...] [--topk K ...] [--draft-tokens N ...]
                                             [--baseline|--baseline-only] [--state-file PATH] [--json]
-    python -m backend.cli [--workspace DIR] servers list
+    python -m backend.cli [--workspace DIR] servers list [--json]
     python -m backend.cli [--workspace DIR] servers preflight NAME [--json]
     python -m backend.cli servers parselog LOG [--kinds decode,prefill,phase,fatal] [--version V]
     python -m backend.cli [--workspace DIR] supervise [--interval S]
-    python -m backend.cli train parselog LOG [--json] | tracker DIR | checkpoints DIR | inspect CKPT
+    python -m backend.cli train parselog LOG [--json] | tracker DIR [--json] | checkpoints DIR [--json]
+                                            | inspect CKPT [--json]
     python -m backend.cli [--workspace DIR] train runs [--json] | command NAME [--resume] [--json]
     python -m backend.cli [--workspace DIR] train start NAME | stop NAME [--no-wait] | resume NAME [--yes]
     python -m backend.cli [--workspace DIR] train deploy CKPT --server NAME [--keep|--restore-after] [--json]
-    python -m backend.cli [--workspace DIR] users add|passwd|role|remove|list ...
+    python -m backend.cli [--workspace DIR] users add|passwd|role|remove NAME ... | list [--json]
     python -m backend.cli init DIR
     python -m backend.cli [--workspace DIR] workspace backup [--to PATH]
-    python -m backend.cli [--workspace DIR] regen run|status|validate|requeue ...
+    python -m backend.cli [--workspace DIR] regen run ... | status PATH [--json] | validate PATH ... | requeue PATH
 
 The workspace is the ``--workspace`` folder, else ``$SPECDECK_WORKSPACE``,
 else the demo workspace.  Every start/stop/restart is written to the audit
