@@ -259,6 +259,24 @@ def bench_cost(result: Any, fleet: Any, *, power: PowerReader | None = None) -> 
                    seconds=seconds)
 
 
+def stored_power(store: Any) -> PowerReader:
+    """A PowerReader of the power history the dashboard's telemetry keeps in the state ``store`` (its
+    per-minute buckets, each reading its bucket's mean): what the command line reads without a sampler."""
+    from types import SimpleNamespace
+
+    from state.telemetry import TelemetryStore
+
+    history = TelemetryStore(store)
+
+    def read(gpu: int, since: float, until: float) -> Any:
+        # a bucket that starts before ``since`` may still cover part of it
+        rows = [b for b in history.read("gpu", gpu, "power_w", since - 3600.0, until) if b.t0 + b.width_s > since]
+        return SimpleNamespace(t=tuple(b.t0 + b.width_s / 2 for b in rows), value=tuple(b.vmean for b in rows),
+                               resolution_s=max((b.width_s for b in rows), default=60.0))
+
+    return read
+
+
 def total(costs: Iterable[Cost]) -> tuple[float | None, float | None, int]:
     """(GPU-hours, kWh, jobs counted): sums over the jobs whose figure is known (None when none is)."""
     costs = list(costs)
