@@ -36,6 +36,10 @@ MODES = {"auto": "Auto: SGLang's benchmark where the server's environment has sg
 ENDPOINTS = {"sglang": "/generate", "sglang-oai-chat": "/v1/chat/completions"}
 SEEN = "bench-seen-results"  # ids the page's table showed at its last run
 JOB_KIND = "bench"
+ROUTER_NA = "not measured through router"
+ROUTER_ACCEPT = ("a router writes no decode lines and serves no speculative counters of its own, so a benchmark "
+                 "through it has no accept_len: its result reads N/A. Benchmark one of the servers behind it for "
+                 "the accept length")
 
 
 class FormError(ValueError):
@@ -102,8 +106,33 @@ def _run_id(ws, server: str) -> str:
     return run_id
 
 
+def _router_label(rt, name: str) -> str:
+    members = rt.fleet.router_members(name)
+    return f"{name} (router: {', '.join(members)})" if members else f"{name} (router, no server behind it)"
+
+
+def _router_checks(rt, name: str) -> None:
+    """Where a run through router ``name`` goes, what it cannot measure, and why it would fail now."""
+    cfg = rt.fleet.router_config(name)
+    members = rt.fleet.router_members(name)
+    view = rt.supervisor.view(name)
+    if view is None or view.state.value != "RUNNING":
+        st.warning(f"Router **{name}** is {fmt.view_badge(view).label}: a benchmark through it fails at once. "
+                   "Start it on the Servers page first.", icon=":material/warning:")
+    else:
+        rv = getattr(rt, "router_sync", None)
+        rv = rv.view(name) if rv is not None else None
+        if rv is not None and rv.checked_at is not None and rv.healthy_workers == 0:
+            st.warning(f"Router **{name}** has no healthy server behind it yet ({', '.join(members)}): start "
+                       "them on the Servers page, they join it once ready.", icon=":material/warning:")
+    st.caption(fmt.data_markdown(f"Requests go to the router at {cfg.url} ({cfg.policy}), which spreads them over "
+                                 f"{', '.join(members) or 'no server'}; tok/s is the fleet's."))
+    st.info(f"**accept_len: N/A through a router.** {ROUTER_ACCEPT}.", icon=":material/alt_route:")
+
+
 def run_form(rt) -> None:
     servers = rt.fleet.names()
+    routers = [r for r in rt.fleet.router_names() if r not in servers]
     if not servers:
         st.info(f"No managed server to benchmark: add a `[[server]]` to "
                 f"{path_text(rt.workspace.config_path, bool(data_lock(rt)))} (the demo workspace has a simulated "
@@ -113,8 +142,17 @@ def run_form(rt) -> None:
     with st.container(border=True):
         st.markdown("**Run a benchmark**")
         a, b, c, d, e = st.columns([3, 2, 2, 2, 2])
-        server = a.selectbox("Server", servers, key="bench-f-server",
-                             help="a server of the workspace; its configuration is read from /server_info at the run")
+        if routers:
+            server = a.selectbox("Server or router", servers + routers, key="bench-f-server",
+                                 format_func=lambda n: _router_label(rt, n) if n in routers else n,
+                                 help="a server of the workspace, or a [[router]] in front of several: then the "
+                                      "requests go to the router's URL and it spreads them over its servers (no "
+                                      "accept_len is measured that way); a configuration is read from /server_info "
+                                      "at the run")
+        else:
+            server = a.selectbox("Server", servers, key="bench-f-server",
+                                 help="a server of the workspace; its configuration is read from /server_info at "
+                                      "the run")
         conc_text = b.text_input("Concurrency", "1", key="bench-f-conc",
                                  help="one or more values (e.g. `1 4 16`): each runs in turn and is stored as its own "
                                       "result")
@@ -132,11 +170,14 @@ def run_form(rt) -> None:
             return
         loads = [Load(concurrency=n, num_prompts=int(prompts), input_len=int(inp), output_len=int(out),
                       backend=backend) for n in concs]
-        view = rt.supervisor.view(server)
-        if view is None or view.state.value != "RUNNING":
-            state = fmt.view_badge(view).label
-            st.warning(f"**{server}** is {state}: a benchmark needs it ready and fails at once otherwise. Start "
-                       "it on the Servers page first.", icon=":material/warning:")
+        if server in routers:
+            _router_checks(rt, server)
+        else:
+            view = rt.supervisor.view(server)
+            if view is None or view.state.value != "RUNNING":
+                state = fmt.view_badge(view).label
+                st.warning(f"**{server}** is {state}: a benchmark needs it ready and fails at once otherwise. "
+                           "Start it on the Servers page first.", icon=":material/warning:")
         st.caption(f"{len(loads)} run(s) of {fmt.count(int(prompts))} requests, {fmt.count(int(inp))} tokens in and "
                    f"{fmt.count(int(out))} out; each stored as soon as it is measured. The job will run:")
         if not show_data_lock(rt):  # a command line
@@ -283,9 +324,10 @@ def live_progress(rt) -> None:
     show_new_results(prog.results)
 
 
-def result_rows(results: list[BenchResult], ids, configured) -> list[dict]:
+def result_rows(results: list[BenchResult], ids, configured, routers=()) -> list[dict]:
     """The key figures of the results ``ids`` among ``results`` (the workspace's stored ones): tok/s,
-    accept_len, the speedup against the baseline at the same load and the verdict (as the Runs table)."""
+    accept_len, the speedup against the baseline at the same load and the verdict (as the Runs table).
+    A result measured through one of ``routers`` has no accept_len, and says why."""
     valid = [r for r in results if not r.invalid]
     pairs = {p.run.id: p for p in bench_charts.speedups(valid, configured)}
     by_id = {r.id: r for r in results}
@@ -304,10 +346,11 @@ def result_rows(results: list[BenchResult], ids, configured) -> list[dict]:
             word = data.verdict_text(v)
         rows.append({
             "result": f"#{r.id}", "load": data.load_label(r), "tok/s": fmt.tok_s(r.results.output_tok_s),
-            "accept_len": fmt.accept_len(r.accept_len),
+            "accept_len": fmt.accept_len(r.accept_len) if r.accept_len is not None or r.server not in routers
+            else f"{fmt.NA} ({ROUTER_NA} {r.server})",
             "speedup": f"{p.ratio:.2f}×" if p is not None and p.ratio is not None else fmt.NA,
             "baseline": p.baseline_text if p is not None else fmt.NA, "verdict": word,
-            "_level": v.level if v is not None else "none",
+            "_level": v.level if v is not None else "none", "_router": r.server in routers,
         })
     return rows
 
@@ -320,7 +363,7 @@ def stored_results(rt, ids) -> None:
     fleet = rt.fleet
     configured = {n: (fleet.config(n).model_path, fleet.config(n).served_model_name, fleet.config(n).baseline_tok_s)
                   for n in fleet.names()}
-    rows = result_rows(BenchStore(rt.store).list(), ids, configured)
+    rows = result_rows(BenchStore(rt.store).list(), ids, configured, fleet.router_names())
     if not rows:
         return
     st.markdown("**Stored results**")
@@ -329,6 +372,8 @@ def stored_results(rt, ids) -> None:
         st.markdown(fmt.data_markdown(
             f"#{row['result'][1:]} · {row['load']}: **{row['tok/s']}**, accept_len **{row['accept_len']}**, "
             f"speedup **{row['speedup']}** against baseline {row['baseline']} · :{colour}[**{row['verdict']}**]"))
+    if any(row["accept_len"].startswith(fmt.NA) for row in rows if row["_router"]):
+        st.caption(f"accept_len N/A: {ROUTER_ACCEPT}.")
     st.caption("Also in the Runs tab, with every column.")
 
 

@@ -80,11 +80,23 @@ def _title(path: str, job: str | None) -> str:
 
 # -- the form --------------------------------------------------------------------------------
 
+def _server_help(routers: list[str]) -> str:
+    """Why the sweep's choice lists the workspace's servers and never a router."""
+    text = ("a sweep relaunches this one server in each configuration, then gives it back its own. A [[router]] "
+            "is not offered: a sweep changes one server's launch, and the other servers behind the router would "
+            "keep theirs, so each figure would mix configurations")
+    if routers:
+        text += (f". To measure through {', '.join(routers)}, use the Run a benchmark tab (it takes a router; "
+                 "accept_len is then not measured)")
+    return text
+
+
 def _form(rt, servers: list[str]) -> None:
     with st.form("sweep-form"):
         st.markdown("**Queue a sweep**")
         a, b, c = st.columns(3)
-        server = a.selectbox("Server", servers, key="sweep-f-server")
+        routers = rt.fleet.router_names()
+        server = a.selectbox("Server", servers, key="sweep-f-server", help=_server_help(routers))
         baseline = b.radio("Baseline (speculation off)", ["also", "only", "no"], key="sweep-f-baseline",
                            horizontal=True, help="the baseline runs first, at the same loads")
         mode = c.selectbox("Benchmark", MODES, key="sweep-f-mode",
