@@ -481,21 +481,32 @@ slow_readings()
 
 st.subheader("History")
 THIS_NODE = "This node"
+DEFAULT_RANGE = "15 m"
 hist_node = THIS_NODE
-if prom is not None:  # which node's history: this one, or one Prometheus reads (kept in the URL)
+# the history's node, time range and metric are in the URL's query (?node=NAME&range=1 h&metric=Power (W)): a
+# view can be reloaded and shared; a value that is not one of the page's choices is ignored with a note
+query = QueryState("gpus")
+query.take("range", "gpu-hist-range", list(RANGES), what="time range")
+query.take("metric", "gpu-hist-field", list(FIELDS), what="GPU metric")
+if prom is not None:  # which node's history: this one, or one Prometheus reads
     psnap0 = prom.latest()
     node_options = [THIS_NODE] + [n.node for n in (psnap0.remote if psnap0 is not None else ()) if n.gpus]
-    query = QueryState("gpus")
     query.take("node", "gpu-hist-node", node_options, what="node")
     hist_node = st.columns([2, 3])[0].selectbox(
         "Node", node_options, key="gpu-hist-node",
         help="Other nodes' history is what this dashboard read from Prometheus since it started, every "
              f"{prom.interval_s:g} s")
     query.put("node", hist_node, default=THIS_NODE)
-    query.show_notes()
+elif query.take("node", "gpu-hist-node", [THIS_NODE], what="node") is not None:
+    query.put("node", None)  # this node is the only one: nothing to keep
+query.show_notes()
+if "gpu-hist-range" not in st.session_state:  # the default, set once: a link's range is never overridden by it
+    st.session_state["gpu-hist-range"] = DEFAULT_RANGE
 hc = st.columns([3, 2])  # room for all five range buttons at 1024 px
-rng = hc[0].segmented_control("Time range", list(RANGES), default="15 m", key="gpu-hist-range")
+rng = hc[0].segmented_control("Time range", list(RANGES), key="gpu-hist-range")
 field_label = hc[1].selectbox("GPU metric", list(FIELDS), key="gpu-hist-field")
+query.put("range", rng, default=DEFAULT_RANGE)
+query.put("metric", field_label, default=next(iter(FIELDS)))
 
 
 def _remote_history(node_name: str, range_label: str, label: str) -> None:

@@ -19,10 +19,12 @@ from ui import fmt
 from ui.auth import control_lock, data_lock, live_fragment, show_data_lock
 from ui.components import alerts_panel, code_span, confirm_box, freshness, log_block, page_header, path_text
 from ui.context import actor, runtime
+from ui.overview_query import QueryState
 
 REFRESH_S = 2
 NA = fmt.NA  # a missing value in a table: never a blank cell
 TAIL_KEEP_CHARS = 64_000
+SELECTED = "proc-selected"
 
 rt = runtime()
 sup = rt.supervisor
@@ -79,9 +81,15 @@ if not names:
     st.stop()
 
 st.subheader("Control")
-default = st.session_state.get("proc-selected")
-name = st.selectbox("Process", names, index=names.index(default) if default in names else 0,
-                    key="proc-selected")
+# the process whose controls and log are shown is in the URL's query (?process=NAME): a link opens the page on
+# it; a name that is not a process here is ignored with a note
+query = QueryState("processes")
+query.take("process", SELECTED, names, what="process")
+if st.session_state.get(SELECTED) not in names:  # removed from the workspace since: the first one
+    st.session_state[SELECTED] = names[0]
+query.show_notes()
+name = st.selectbox("Process", names, key=SELECTED)
+query.put("process", name)
 v = sup.view(name)
 if v is None:  # removed from the config since the list above was read
     st.info(f"**{name}** is no longer in the workspace config.", icon=":material/info:")

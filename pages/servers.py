@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from ui.context import require_frame  # first: a page run without the frame goes to it before the imports below
+
+require_frame(__file__)
+
 import shlex
 import time
 from pathlib import Path
@@ -23,7 +27,8 @@ from ui.bench import baseline as baseline_measure
 from backend.logview import newest_line_age
 from ui.auth import control_lock, data_lock, live_fragment, show_data_lock
 from ui.components import code_span, confirm_box, findings_list, freshness, log_block, page_header, path_text
-from ui.context import actor, require_frame, runtime
+from ui.context import actor, runtime
+from ui.overview_query import QueryState
 from ui.routers import routers_section
 
 REFRESH_S = 2
@@ -32,8 +37,10 @@ FOLLOW = "srv-follow"
 FOLLOW_SCRIPT = ("<script>setTimeout(() => document.querySelector('.st-key-srv-status')"
                  "?.scrollIntoView({block: 'start', behavior: 'smooth'}), 100);</script>")
 SEVERITY_ICON = {"error": "● error", "warning": "▲ warning", "info": "○ info"}
+SELECTED = "srv-selected"
+LAUNCH_OPEN = "srv-launch-open"
+PANELS = {"relaunch": LAUNCH_OPEN}  # ?panel= value -> the session flag that opens that panel
 
-require_frame(__file__)
 rt = runtime()
 fleet = rt.fleet
 
@@ -55,8 +62,17 @@ def routers() -> None:
 
 if fleet.router_names():
     routers()
-default = st.session_state.get("srv-selected")
-name = st.selectbox("Server", names, index=names.index(default) if default in names else 0, key="srv-selected")
+# the server and an open panel are in the URL's query (?server=NAME&panel=relaunch): a link opens the page on
+# them, in a fresh browser too; a value that is not a server or panel here is ignored with a note
+query = QueryState("servers")
+query.take("server", SELECTED, names, what="server")
+if query.take("panel", "srv-panel-wanted", list(PANELS), what="panel") is not None:
+    st.session_state[PANELS[st.session_state.pop("srv-panel-wanted")]] = True
+if st.session_state.get(SELECTED) not in names:  # a server removed from the workspace since: the first one
+    st.session_state[SELECTED] = names[0]
+query.show_notes()
+name = st.selectbox("Server", names, key=SELECTED)
+query.put("server", name)
 
 
 def _when(ts: float | None) -> str:
@@ -433,7 +449,7 @@ def launch_panel(server: str, running: bool) -> None:
     head, close = st.columns([6, 1])
     head.markdown(f"**{server}** — edit, check, then {'stop and relaunch' if running else 'start'}.")
     if close.button("Cancel", key="srv-launch-cancel"):
-        st.session_state["srv-launch-open"] = False
+        st.session_state[LAUNCH_OPEN] = False
         st.rerun()
     lock = control_lock(rt)
     if lock:
@@ -486,7 +502,7 @@ def launch_panel(server: str, running: bool) -> None:
             st.error(f"Could not launch **{server}**: {exc}")
             return
         st.session_state.pop(f"srv-preflight-{server}", None)
-        st.session_state["srv-launch-open"] = False
+        st.session_state[LAUNCH_OPEN] = False
         st.session_state[FOLLOW] = True  # the next run brings the status and its startup progress into view
         st.toast(f"{label} requested for {server}; its startup progress follows", icon=":material/check_circle:")
         st.rerun()
@@ -497,8 +513,9 @@ row = st.container(horizontal=True)  # buttons as wide as their labels
 lock = control_lock(rt)
 if row.button("Relaunch…" if active else "Start…", key="srv-launch", disabled=bool(lock), help=lock or None,
               icon=":material/rocket_launch:"):
-    st.session_state["srv-launch-open"] = True
-if st.session_state.get("srv-launch-open"):
+    st.session_state[LAUNCH_OPEN] = True
+query.put("panel", "relaunch" if st.session_state.get(LAUNCH_OPEN) else None)  # before the panel, which may stop the run
+if st.session_state.get(LAUNCH_OPEN):
     with st.container(border=True):
         launch_panel(name, active)
 if row.button("Measure baseline…", key="srv-measure", disabled=bool(lock), help=lock or None,
