@@ -165,6 +165,14 @@ class SpecPlan:
     broken: bool = False              # EAGLE-3 draft served as EAGLE: nothing accepted
     draft_forwards: int | None = None # draft model forwards per iteration (None: num_steps)
     draft: DraftInfo | None = None
+    # (text, p): a prompt holding ``text`` is drafted with acceptance ``p`` (the first that matches)
+    accept_p_by_text: tuple[tuple[str, float], ...] = ()
+
+    def p_for(self, prompt: str) -> float:
+        for text, p in self.accept_p_by_text:
+            if text in prompt:
+                return p
+        return self.accept_p
 
     @property
     def on(self) -> bool:
@@ -294,7 +302,7 @@ class Engine:
         room = max(1, self.context_len - ptoks)
         natural = room if ignore_eos else rng.randint(48, 480)
         max_new = room if max_new_tokens is None else max(0, min(int(max_new_tokens), room))
-        p = self.plan.accept_p
+        p = self.plan.p_for(prompt)
         if self.plan.on and not self.plan.broken:
             p = min(0.97, max(0.02, rng.gauss(p, 0.04)))
         req = Request(rid=rid, prompt=prompt, prompt_tokens=ptoks, max_new=max_new,

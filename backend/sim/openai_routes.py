@@ -4,7 +4,10 @@ Shapes follow SGLang 0.5.23's serving_chat / serving_completions: ``n`` choices,
 with ``matched_stop``, log-probabilities (chat: ``{"content": [{token, bytes, logprob,
 top_logprobs}]}``; completions: ``{text_offset, token_logprobs, tokens, top_logprobs}``),
 usage counted with the tokenizer (the prompt once, completions summed over choices), and
-SGLang's error answers for bad requests.
+SGLang's error answers for bad requests.  With ``"return_spec_tokens_details": true`` (0.5.23) a
+speculating server adds the request's speculative figures at the response's level, as SGLang's
+``SglExt``: ``{"sglext": {"spec_tokens_details": {...}}}`` (a list of them when ``n`` > 1); streamed,
+in a chunk of its own with no choices, after the last choice's and before the usage chunk.
 """
 
 from __future__ import annotations
@@ -36,6 +39,27 @@ def _usage(reqs: list[Request]) -> dict[str, Any]:
     completion = sum(r.generated for r in reqs)
     return {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion,
             "prompt_tokens_details": None, "reasoning_tokens": 0}
+
+
+SPEC_DETAIL_KEYS = {"spec_accept_rate": 0.0, "spec_accept_length": 0.0, "spec_cap_length": 0.0,
+                    "spec_block_accept_length": 0.0, "spec_num_correct_drafts": 0, "spec_num_proposed_drafts": 0,
+                    "spec_verify_ct": 0, "spec_correct_drafts_histogram": [], "spec_cap_lens_histogram": []}
+
+
+def _spec_details(h: Handler, body: dict[str, Any], reqs: list[Request]) -> Any:
+    """SGLang 0.5.23's ``sglext.spec_tokens_details`` (SpecTokensDetails, every field, from each
+    request's meta_info), or None: not asked for, another version, or no speculation."""
+    if body.get("return_spec_tokens_details") is not True or h.sim.flavor.v < (0, 5, 23) or not h.sim.plan.on:
+        return None
+    details = []
+    for r in reqs:
+        meta = h.meta(r, time.monotonic())
+        if not any(k in meta for k in SPEC_DETAIL_KEYS):
+            continue
+        details.append({k: (meta.get(k) or default) for k, default in SPEC_DETAIL_KEYS.items()})
+    if not details:
+        return None
+    return details if len(reqs) > 1 else details[0]
 
 
 def _submit(h: Handler, prompt: str, ptoks: int, sp: Sampling, top: int | None) -> list[Request]:
@@ -113,8 +137,12 @@ def _respond(h: Handler, body: dict[str, Any], reqs: list[Request], *, chat: boo
                  "logprobs": completion_logprobs(h.sim.tokenizer, r, 0, len(r.logprobs), 0) if with_lp else None}
         c.update(finish_reason=_finish(r), matched_stop=_matched(r))
         choices.append(c)
-    h.send_json(200, {"id": rid, "object": obj, "created": created, "model": model,
-                      "choices": choices, "usage": _usage(reqs)})
+    answer: dict[str, Any] = {"id": rid, "object": obj, "created": created, "model": model,
+                              "choices": choices, "usage": _usage(reqs)}
+    spec = _spec_details(h, body, reqs)
+    if spec is not None:
+        answer["sglext"] = {"spec_tokens_details": spec}
+    h.send_json(200, answer)
 
 
 def _stream(h: Handler, body: dict[str, Any], reqs: list[Request], *, chat: bool, model: str,
@@ -161,6 +189,9 @@ def _stream(h: Handler, body: dict[str, Any], reqs: list[Request], *, chat: bool
                         {"index": r.index, "text": "", "logprobs": None})
                 last.update(finish_reason=_finish(r), matched_stop=_matched(r))
                 h.sse(chunk(last))
+        spec = _spec_details(h, body, reqs)
+        if spec is not None:
+            h.sse({**chunk(None), "sglext": {"spec_tokens_details": spec}})
         if include_usage:
             h.sse(chunk(None, _usage(reqs)))
         h.sse("[DONE]")

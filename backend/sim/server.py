@@ -15,6 +15,8 @@ Environment (simulator settings only):
   SPECDECK_SIM_PEAK_TOK_S     aggregate decode ceiling (default 860; ~830 at 256 streams)
   SPECDECK_SIM_ACCEPT_LEN     mean accept length of a working draft (overrides ACCEPT_P)
   SPECDECK_SIM_ACCEPT_P       per-draft-token acceptance probability (default 0.55)
+  SPECDECK_SIM_ACCEPT_LEN_BY_TEXT  JSON object {"text": accept_len}: a prompt holding the text is
+                              drafted at that mean accept length (the first match; others as above)
   SPECDECK_SIM_FAIL           oom | cuda-oom | cuda-graph | warmup | scheduler
   SPECDECK_SIM_TRAFFIC        1 = built-in background traffic; N > 1 = N concurrent streams
   SPECDECK_SIM_GPU_MEM_GB     memory of one simulated GPU (default 79.19)
@@ -27,6 +29,7 @@ ThreadingHTTPServer), with its environment and output streams given explicitly.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -55,6 +58,25 @@ def _env_float(env: dict[str, str], name: str, default: float) -> float:
         return float(env.get(name, "") or default)
     except ValueError:
         return default
+
+
+def accept_len_by_text(raw: str) -> list[tuple[str, float]]:
+    """SPECDECK_SIM_ACCEPT_LEN_BY_TEXT: a JSON object of non-empty text -> mean accept length (>= 1)."""
+    if not raw.strip():
+        return []
+    try:
+        obj = json.loads(raw)
+    except ValueError as exc:
+        raise StartupFailed(f"SPECDECK_SIM_ACCEPT_LEN_BY_TEXT: not JSON ({exc})") from None
+    if not isinstance(obj, dict):
+        raise StartupFailed("SPECDECK_SIM_ACCEPT_LEN_BY_TEXT: a JSON object {\"text\": accept_len} is expected")
+    out = []
+    for text, alen in obj.items():
+        if not text or isinstance(alen, bool) or not isinstance(alen, (int, float)) or alen < 1:
+            raise StartupFailed(f"SPECDECK_SIM_ACCEPT_LEN_BY_TEXT: {text!r}: a non-empty text and an accept "
+                             f"length of at least 1 are expected, got {alen!r}")
+        out.append((text, float(alen)))
+    return out
 
 
 # --------------------------------------------------------------------------------------
@@ -160,6 +182,9 @@ class Sim(StartupMixin):
         else:
             p = _env_float(self.env, "SPECDECK_SIM_ACCEPT_P", DEFAULT_ACCEPT_P if algo != "NGRAM" else 0.35)
         plan.accept_p = min(0.99, max(0.0, p))
+        plan.accept_p_by_text = tuple(
+            (text, min(0.99, max(0.0, p_for_accept_len(min(max(1.0, alen), steps + 0.999), steps))))
+            for text, alen in accept_len_by_text(self.env.get("SPECDECK_SIM_ACCEPT_LEN_BY_TEXT", "")))
 
         draft_path = ns.speculative_draft_model_path
         if algo in ("EAGLE", "EAGLE3") and self.model.architecture in MTP_ARCHS and not draft_path:
