@@ -269,14 +269,20 @@ def job_name(server: str, run_id: str) -> str:
     return f"bench-{server}-{run_id}"
 
 
-def bench_process_spec(ws, server: str, run_id: str, argv_tail: list[str]) -> ProcessSpec:
+def bench_process_spec(ws, server: str, run_id: str, argv_tail: list[str], where: str = "local") -> ProcessSpec:
     """The supervisor's spec of ``bench run SERVER argv_tail...`` in workspace ``ws``; its
-    progress file is :func:`progress_path` of the same ids."""
+    progress file is :func:`progress_path` of the same ids.  ``where = "ray"``: a job on the workspace's
+    [cluster] (a ValueError naming "where" without one); the client needs no GPU (num_gpus 0)."""
+    if where not in ("local", "ray"):
+        raise ValueError(f"where: 'local' or 'ray' (got {where!r})")
+    if where == "ray" and getattr(ws.config, "cluster", None) is None:
+        raise ValueError(f"where: \"ray\" needs a [cluster] section in {ws.config_path} (kind = \"ray\", "
+                         "address = \"local\" or \"http://HOST:8265\")")
     name = job_name(server, run_id)
     argv = [sys.executable, "-m", "backend.cli", "--workspace", str(ws.root), "bench", "run", server,
             *argv_tail, "--progress-file", str(progress_path(ws, server, run_id))]
     return ProcessSpec(name=name, kind=Kind.BENCHMARK, argv=tuple(argv), log_path=str(ws.logs_dir / f"{name}.log"),
-                       cwd=str(REPO_ROOT), stop_grace_s=15.0, restart=RestartPolicy(mode="never"))
+                       cwd=str(REPO_ROOT), stop_grace_s=15.0, restart=RestartPolicy(mode="never"), where=where)
 
 
 def command_line(server: str, loads: list[Load], mode: str) -> list[str]:
@@ -303,12 +309,19 @@ def progress_path(ws, server: str, run_id: str) -> Path:
     return job_dir(ws, server, run_id) / "progress.json"
 
 
+def job_meta(ws, server: str, run_id: str, mode: str, loads: list[Load]) -> dict[str, Any]:
+    """What the Benchmarks page reads of a job it follows (saved with the job's spec)."""
+    return {"kind": "bench", "server": server, "run_id": run_id, "mode": mode,
+            "progress": str(progress_path(ws, server, run_id)), "loads": [load_dict(x) for x in loads]}
+
+
 def start_job(sup, ws, server: str, loads: list[Load], mode: str = "auto", *, actor: str = "dashboard",
-              source: str = "dashboard", run_id: str | None = None) -> tuple[ProcessSpec, Path]:
+              source: str = "dashboard", run_id: str | None = None, where: str = "local") -> tuple[ProcessSpec, Path]:
     """Register and start ``bench run`` for ``server`` under the supervisor ``sup`` (audited as
-    ``actor`` via ``source``); returns the job's spec and its progress file."""
+    ``actor`` via ``source``; ``where = "ray"``: on the workspace's [cluster]); returns the job's spec and its
+    progress file."""
     run_id = run_id or time.strftime("%Y%m%d-%H%M%S")
-    spec = bench_process_spec(ws, server, run_id, command_line(server, loads, mode))
+    spec = bench_process_spec(ws, server, run_id, command_line(server, loads, mode), where=where)
     sup.sync_specs([spec], prune=False)
     sup.start(spec.name, actor=actor, source=source)
     return spec, progress_path(ws, server, run_id)

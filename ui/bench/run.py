@@ -163,6 +163,11 @@ def run_form(rt) -> None:
         x, y = st.columns([3, 2])
         mode = x.radio("Client", list(MODES), format_func=MODES.get, key="bench-f-mode")
         backend = y.radio("Endpoint", BACKENDS, format_func=ENDPOINTS.get, horizontal=True, key="bench-f-backend")
+        where = "local"
+        if getattr(rt.workspace.config, "cluster", None) is not None:  # offered only where there is a cluster
+            where = y.radio("Run on", ["local", "ray"], horizontal=True, key="bench-f-where",
+                            format_func={"local": "this machine", "ray": "the Ray cluster"}.get,
+                            help="ray: the job runs on the workspace's [cluster] (no GPU: the server does the work)")
         try:
             concs = parse_concurrency(conc_text)
         except FormError as exc:
@@ -189,7 +194,7 @@ def run_form(rt) -> None:
                      help=why or "start `bench run` as a supervised job"):
             ws = rt.workspace
             run_id = _run_id(ws, server)
-            spec = bench_process_spec(ws, server, run_id, command_line(server, loads, mode))
+            spec = bench_process_spec(ws, server, run_id, command_line(server, loads, mode), where=where)
             meta = {"kind": JOB_KIND, "server": server, "run_id": run_id, "mode": mode,
                     "progress": str(progress_path(ws, server, run_id)), "loads": [load_dict(x) for x in loads]}
             try:
