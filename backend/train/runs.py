@@ -231,9 +231,17 @@ class TrainRuns:
         return self._spec(cfg, self.command(name, resume=resume, cfg=cfg))
 
     def _spec(self, cfg: TrainRunConfig, cmd: RunCommand) -> ProcessSpec:
+        """The run's supervisor spec.  ``where = "ray"``: a job on the workspace's [cluster] that asks Ray for
+        the run's GPUs (one per process); Ray sets CUDA_VISIBLE_DEVICES to the GPUs it grants, so the
+        config's GPU indices (this node's) are not passed."""
+        env = dict(cmd.env)
+        on_ray = cfg.where == "ray"
+        if on_ray:
+            env.pop("CUDA_VISIBLE_DEVICES", None)
         return ProcessSpec(name=cfg.name, kind=Kind.TRAINING, argv=cmd.argv, log_path=str(self.log_path(cfg.name)),
-                           cwd=cmd.cwd, env=dict(cmd.env), stop_grace_s=cfg.stop_grace_s,
-                           restart=RestartPolicy(mode="never"))
+                           cwd=cmd.cwd, env=env, stop_grace_s=cfg.stop_grace_s,
+                           restart=RestartPolicy(mode="never"), where=cfg.where,
+                           num_gpus=float(cfg.nproc) if on_ray else 0.0)
 
     def specs(self) -> list[ProcessSpec]:
         """Specs of the runs whose command can be built (the runtime adds them to the supervisor's)."""

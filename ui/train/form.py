@@ -20,6 +20,8 @@ from ui.train.control import command_preview, command_problems
 
 OTHER = "another path (type it below)"
 PENDING = "train-form-pending"
+WHERE = ["local", "ray"]
+WHERE_LABELS = {"local": "this machine", "ray": "the Ray cluster"}
 
 
 def _defaults() -> dict:
@@ -124,6 +126,12 @@ def run_form(rt, name: str | None = None) -> None:
                                   help="the patched SGLang servers Gen-3 online training reads features from")
         hidden = c[1].text_input("Prepared hidden states (offline training; empty: online)",
                                  value=cur.get("train_hidden_states") or "", key=f"{k}-hidden")
+        where = "local"
+        if getattr(rt.workspace.config, "cluster", None) is not None:  # offered only where there is a cluster
+            where = st.selectbox("Run on", WHERE, index=WHERE.index(cur.get("where") or "local"),
+                                 format_func=WHERE_LABELS.get, key=f"{k}-where",
+                                 help="ray: a job on the workspace's [cluster] that asks Ray for the run's GPUs "
+                                      "(one per process); Ray picks them")
         review = st.form_submit_button("Review", icon=":material/preview:", disabled=bool(lock),
                                        help=lock or "detect the generation with the environment's python and show "
                                                     "the command the run gets")
@@ -134,7 +142,8 @@ def run_form(rt, name: str | None = None) -> None:
                   "entry": entry.strip(), "num_epochs": int(epochs), "max_steps": int(max_steps) or None,
                   "batch_size": int(batch), "learning_rate": float(lr), "max_length": int(max_len),
                   "ttt_length": int(ttt), "tp_size": int(tp),
-                  "capture_servers": capture.replace(",", " ").split(), "train_hidden_states": hidden.strip() or None}
+                  "capture_servers": capture.replace(",", " ").split(), "train_hidden_states": hidden.strip() or None,
+                  "where": where}
         problems: list[str] = []
         try:
             values["gpus"] = [int(g) for g in gpus.replace(" ", "").split(",") if g] or None
@@ -179,8 +188,10 @@ def run_form(rt, name: str | None = None) -> None:
         return
     cfg, built = pending[1], pending[2]
     with st.container(border=True):
+        on = (f" on the Ray cluster, asking it for {cfg.nproc} GPU{'s' if cfg.nproc != 1 else ''}"
+              if cfg.where == "ray" else "")
         st.markdown(fmt.data_markdown(f"**{cfg.name}** will be {'updated' if editing else 'added'} in "
-                                      f"{code_span(rt.workspace.config_path)} (comments kept) and run as:"))
+                                      f"{code_span(rt.workspace.config_path)} (comments kept) and run{on} as:"))
         if isinstance(built, CommandError):
             st.error(fmt.data_markdown(command_problems(built)))
             ok = False
