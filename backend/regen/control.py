@@ -66,6 +66,7 @@ class RunForm(Sampling):
     chunk_timeout: float | None = None
     startup_timeout: float | None = None
     extra: dict[str, str] = field(default_factory=dict)
+    where: str = "local"  # "ray": a job on the workspace's [cluster] (no GPU: the servers do the work)
 
     def check(self, root: Path) -> Path:
         """The output path, resolved against the workspace; :class:`FormError` for a bad field."""
@@ -87,6 +88,8 @@ class RunForm(Sampling):
             self.check_limits()
         except ValueError as exc:
             raise FormError(str(exc)) from None
+        if self.where not in ("local", "ray"):
+            raise FormError(f"run on: 'local' or 'ray' (got {self.where!r})")
         if self.stall_after_min <= 0:
             raise FormError("stall alert: give a number of minutes above 0")
         for label, value in (("first-byte timeout", self.first_byte_timeout), ("chunk timeout", self.chunk_timeout),
@@ -166,10 +169,57 @@ def job_spec(form: RunForm, root: Path, log_dir: Path, python: str = sys.executa
     name = job_name(out)
     spec = ProcessSpec(name=name, kind=Kind.REGENERATION, argv=tuple(argv), log_path=str(log_dir / f"{name}.log"),
                        cwd=str(REPO_ROOT), env={"PYTHONUNBUFFERED": "1"}, stop_grace_s=STOP_GRACE_S,
-                       restart=RestartPolicy(mode="never"))
+                       restart=RestartPolicy(mode="never"), where=form.where)
     meta = {"kind": "regen", "out": str(out), "stall_after_s": form.stall_after_min * 60.0,
             "mix": form.mix, "inputs": list(form.inputs), "servers": list(form.servers)}
     return spec, meta
+
+
+def cli_job_spec(run_args: list[str], out: str, root: Path, log_dir: Path, *, where: str = "ray",
+                 python: str = sys.executable) -> tuple[ProcessSpec, dict]:
+    """``regen run --where ray``: the same ``regen run RUN_ARGS`` (``--where`` left out) as a supervised job on
+    the workspace's [cluster]; CPU only (num_gpus 0), with the meta the page and the stall alert read."""
+    path = Path(out).expanduser()
+    path = path if path.is_absolute() else root / path
+    name = job_name(path)
+    argv = [python, "-m", "backend.cli", "--workspace", str(root), "regen", "run", *run_args]
+    spec = ProcessSpec(name=name, kind=Kind.REGENERATION, argv=tuple(argv), log_path=str(log_dir / f"{name}.log"),
+                       cwd=str(REPO_ROOT), env={"PYTHONUNBUFFERED": "1"}, stop_grace_s=STOP_GRACE_S,
+                       restart=RestartPolicy(mode="never"), where=where)
+    return spec, {"kind": "regen", "out": str(path), "stall_after_s": 600.0}
+
+
+def args_argv(parser, args, leave_out: tuple[str, ...] = ()) -> list[str]:
+    """The options of ``args`` (parsed by ``parser``) as a command line again: every option whose value is
+    not its default, a repeated one (``append``) once per value, ``nargs`` lists spread; positionals are
+    not options and are left to the caller."""
+    import argparse
+
+    argv: list[str] = []
+    done: set[str] = set()
+    for act in parser._actions:  # argparse keeps its actions here; there is no public list
+        if not act.option_strings or act.dest in leave_out or act.dest in done or isinstance(act, argparse._HelpAction):
+            continue
+        value = getattr(args, act.dest, None)
+        if value is None or (value == act.default and not isinstance(act, argparse._AppendAction)):
+            continue
+        flag = act.option_strings[-1] if act.option_strings[-1].startswith("--") else act.option_strings[0]
+        if isinstance(act, (argparse._StoreConstAction,)):  # store_true / store_false share a dest
+            for other in parser._actions:
+                if other.dest == act.dest and isinstance(other, argparse._StoreConstAction) and other.const == value:
+                    argv.append(other.option_strings[-1])
+                    done.add(act.dest)
+                    break
+            continue
+        if isinstance(act, argparse._AppendAction):
+            for v in value or []:
+                argv += [flag, str(v)]
+        elif isinstance(value, (list, tuple)):
+            argv += [flag, *(str(v) for v in value)]
+        else:
+            argv += [flag, str(value)]
+        done.add(act.dest)
+    return argv
 
 
 def resume_spec(out: Path, root: Path, log_dir: Path, python: str = sys.executable) -> tuple[ProcessSpec, dict]:

@@ -17,6 +17,9 @@ from ui.context import actor
 from ui.regen.live import known_runs
 
 
+RUN_ON = {"local": "this machine", "ray": "the Ray cluster"}
+
+
 def _do(what: str, fn) -> None:
     try:
         fn()
@@ -120,6 +123,10 @@ def start_form(rt) -> None:
                                     help="give up when no server has answered at all this long after start; "
                                          "0: the default (300)")
         system = st.text_input("System prompt (for rows without one; optional)", key="regen-f-system")
+        where = "local"
+        if getattr(ws.config, "cluster", None) is not None:  # offered only where there is a cluster
+            where = st.radio("Run on", list(RUN_ON), format_func=RUN_ON.get, horizontal=True, key="regen-f-where",
+                             help="ray: the job runs on the workspace's [cluster] (no GPU; the servers do the work)")
         lock = control_lock(rt)
         review = st.form_submit_button("Review", icon=":material/preview:", disabled=bool(lock),
                                        help=lock or "check the form, count the rows and show the command it runs")
@@ -147,7 +154,7 @@ def start_form(rt) -> None:
             max_tokens=int(max_tokens), temperature=float(temp), top_p=float(top_p) or None,
             reasoning=reasoning, system_prompt=system or None, stall_after_min=float(stall),
             stream=bool(stream), first_byte_timeout=float(first_byte) or None,
-            chunk_timeout=float(chunk) or None, startup_timeout=float(startup) or None)
+            chunk_timeout=float(chunk) or None, startup_timeout=float(startup) or None, where=where)
         try:
             spec, meta = control.job_spec(form, ws.root, ws.logs_dir)
             with st.spinner("Counting the rows of the inputs…"):
@@ -165,6 +172,7 @@ def start_form(rt) -> None:
     with st.container(border=True):
         resumes = RunFiles.of(meta["out"]).out.exists()
         st.markdown(f"**{spec.name}** will run as a supervised process"
+                    + (" on the Ray cluster" if spec.on_ray else "")
                     + (" and **resume** the existing output (rows already written are not asked again)"
                        if resumes else "") + ":")
         r = st.columns(2)
