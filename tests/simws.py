@@ -52,14 +52,31 @@ def running_fleet(root: Path, text: str, *, monitor_kwargs: dict | None = None,
         yield Fleet(ws, store, sup, fleet)
     finally:
         try:
-            for v in sup.views():
-                if v.live:
-                    sup.stop(v.name, actor="test", source="teardown", wait=True)
+            stop_live(sup)
         finally:
             loop.stop()
             fleet.close()
             sup.close()
             store.close()
+
+
+def stop_live(sup, *, actor: str = "test", source: str = "teardown") -> list[str]:
+    """Stop every live process of ``sup``, the Ray jobs first: a local process may be the Ray head
+    (``ray-head``) they need to be stopped at all.  Each is tried even when one before it fails; the
+    first failure is raised at the end.  Returns the names in the order they were stopped."""
+    views = [v for v in sup.views() if v.live]
+    order = sorted(views, key=lambda v: 0 if v.spec.on_ray else 1)  # stable: the supervisor's order otherwise
+    stopped: list[str] = []
+    failed: BaseException | None = None
+    for v in order:
+        try:
+            sup.stop(v.name, actor=actor, source=source, wait=True)
+            stopped.append(v.name)
+        except Exception as exc:
+            failed = failed or exc
+    if failed is not None:
+        raise failed
+    return stopped
 
 
 def page_workspace(root: Path, monkeypatch, name: str, target: Path, draft: Path):

@@ -20,8 +20,9 @@ from state import audit
 from state.processes import ProcessRecord, ProcessRepo
 from state.store import Store
 from tests.supervisor.conftest import gone, wait_for
+from tests.supervisor.ray_fixtures import ray_head
 from tests.supervisor.test_ray_helpers import (
-    cli, free_ports, make_workspace, needs_ray, remove_workspace, start_cluster,
+    cli, free_ports, needs_ray,
 )
 
 # tests/conftest.py keeps each module (and so its one cluster) in one xdist group.
@@ -63,15 +64,8 @@ stop_grace_s = 2
 
 @pytest.fixture(scope="module")
 def ray():
-    root = make_workspace(CONFIG)
-    rc = None
-    try:
-        rc = start_cluster(root, workers=[{"node_a": 1}, {"node_b": 1}])
+    with ray_head(CONFIG, workers=[{"node_a": 1}, {"node_b": 1}]) as rc:
         yield rc
-    finally:
-        if rc is not None:
-            rc.close()
-        remove_workspace(root)
 
 
 @pytest.fixture
