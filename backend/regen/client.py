@@ -23,6 +23,14 @@ Streaming and timeouts
     streamed, the first byte comes with the whole answer, so only ``first_byte_timeout`` applies
     (the job sizes it from max_tokens).  A server that answers a streamed request with one JSON
     body is read as such.
+
+Speculative figures
+    The job asks with ``"return_spec_tokens_details": true``: SGLang 0.5.23 then adds the request's
+    ``sglext.spec_tokens_details`` at the response's level (streamed: a chunk of its own with no
+    choices), whose ``spec_verify_ct`` (draft+verify steps) and ``spec_accept_length``
+    (completion tokens / steps) give :attr:`Outcome.spec_verify_ct` and :attr:`Outcome.spec_tokens`.
+    A ``meta_info`` in the choice (``return_meta_info``) is read too.  Servers without them (no
+    speculation, older versions, other OpenAI servers, a router that drops the field) leave both None.
 """
 
 from __future__ import annotations
@@ -58,6 +66,8 @@ class Outcome:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     server_down: bool = False       # the server did not answer at all (connection-level failure)
+    spec_verify_ct: int | None = None  # speculative verify steps of this answer (None: not given)
+    spec_tokens: int | None = None     # the tokens those steps produced (accept_len = tokens / steps)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -91,6 +101,25 @@ def classify_http(status: int, body: bytes) -> Outcome:
     return Outcome(PERMANENT, f"http_{status}", f"HTTP {status}: {msg}", status=status)
 
 
+def spec_figures(obj: dict[str, Any], choice: Any = None) -> tuple[int, int] | None:
+    """(tokens, verify steps) of the first choice from ``sglext.spec_tokens_details`` (a list when
+    n > 1) or the choice's ``meta_info``; None when the answer has no usable figure."""
+    ext = obj.get("sglext")
+    det = ext.get("spec_tokens_details") if isinstance(ext, dict) else None
+    if isinstance(det, list):
+        det = det[0] if det else None
+    if not isinstance(det, dict) and isinstance(choice, dict) and isinstance(choice.get("meta_info"), dict):
+        det = choice["meta_info"]
+    if not isinstance(det, dict):
+        return None
+    vct, alen = det.get("spec_verify_ct"), det.get("spec_accept_length")
+    if isinstance(vct, bool) or not isinstance(vct, int) or vct <= 0:
+        return None
+    if isinstance(alen, bool) or not isinstance(alen, (int, float)) or alen < 1:
+        return None
+    return round(alen * vct), vct
+
+
 def parse_completion(body: bytes) -> Outcome:
     """The outcome of a 200 answer."""
     try:
@@ -106,11 +135,13 @@ def parse_completion(body: bytes) -> Outcome:
     content = message.get("content")
     reasoning = message.get("reasoning_content")
     usage = obj.get("usage") or {}
+    spec = spec_figures(obj, choice)
     return Outcome(SUCCESS, content=content if isinstance(content, str) else "",
                    reasoning=reasoning if isinstance(reasoning, str) else None,
                    finish_reason=finish if isinstance(finish, str) else None, status=200,
                    prompt_tokens=int(usage.get("prompt_tokens") or 0),
-                   completion_tokens=int(usage.get("completion_tokens") or 0))
+                   completion_tokens=int(usage.get("completion_tokens") or 0),
+                   spec_tokens=spec[0] if spec else None, spec_verify_ct=spec[1] if spec else None)
 
 
 class _Stream:
@@ -124,6 +155,7 @@ class _Stream:
         self.done = False          # [DONE] was read
         self.error: Outcome | None = None
         self.chunks = 0
+        self.spec: tuple[int, int] | None = None
 
     def line(self, raw: bytes) -> None:
         if not raw.startswith(b"data:"):
@@ -149,9 +181,13 @@ class _Stream:
         self.chunks += 1
         if isinstance(obj.get("usage"), dict):
             self.usage = obj["usage"]
+        if "sglext" in obj:
+            self.spec = spec_figures(obj) or self.spec
         for choice in obj.get("choices") or ():
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
+            if "meta_info" in choice:
+                self.spec = spec_figures({}, choice) or self.spec
             delta = choice.get("delta") or {}
             if isinstance(delta, dict):
                 if isinstance(delta.get("content"), str):
@@ -173,7 +209,9 @@ class _Stream:
                        reasoning="".join(self.reasoning) if self.reasoning else None,
                        finish_reason=self.finish, status=200,
                        prompt_tokens=int(self.usage.get("prompt_tokens") or 0),
-                       completion_tokens=int(self.usage.get("completion_tokens") or 0))
+                       completion_tokens=int(self.usage.get("completion_tokens") or 0),
+                       spec_tokens=self.spec[0] if self.spec else None,
+                       spec_verify_ct=self.spec[1] if self.spec else None)
 
 
 class ServerClient:

@@ -75,6 +75,10 @@ _THINK = re.compile(r"</?think>", re.I)
 _TRANSIENT_MESSAGES = ("not answering", "waiting for", "reading the inputs")
 
 
+def _int(v: Any) -> int:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 0
+
+
 # -- the work of one row --------------------------------------------------------------------
 
 
@@ -88,6 +92,8 @@ class Task:
     finish_reason: str | None = None
     retries: int = 0           # every transient failure
     strikes: int = 0           # transient failures while the server was up (bounded)
+    spec_tokens: int = 0       # tokens of the answers that gave speculative figures
+    spec_verify_ct: int = 0    # their verify steps (0: no answer gave any)
 
 
 class _Server:
@@ -312,6 +318,7 @@ class Job:
                 st.record_done(item.dataset, str(regen.get("server") or ""), int(regen.get("prompt_tokens") or 0),
                                int(regen.get("completion_tokens") or 0), live=False)
                 st.answer_tokens(int(regen.get("completion_tokens") or 0))
+                st.record_spec(item.dataset, _int(regen.get("spec_tokens")), _int(regen.get("spec_verify_ct")))
                 continue
             regen = existing.failed.get(item.id)
             if regen is not None:
@@ -439,6 +446,8 @@ class Job:
             body["top_p"] = cfg.top_p
         if cfg.reasoning == "disable":
             body["chat_template_kwargs"] = {"enable_thinking": False}
+        # SGLang 0.5.23 then adds each answer's speculative figures (sglext.spec_tokens_details); others ignore it
+        body["return_spec_tokens_details"] = True
         return body
 
     async def _ask(self, task: Task, s: _Server) -> None:
@@ -489,6 +498,9 @@ class Job:
                 task.history.append(answer)
                 task.prompt_tokens += out.prompt_tokens
                 task.completion_tokens += out.completion_tokens
+                if out.spec_verify_ct and out.spec_tokens:
+                    task.spec_tokens += out.spec_tokens
+                    task.spec_verify_ct += out.spec_verify_ct
                 task.finish_reason = out.finish_reason
                 task.pos += 1
                 out = None
@@ -508,8 +520,11 @@ class Job:
             regen = {"server": s.url, "prompt_tokens": task.prompt_tokens,
                      "completion_tokens": task.completion_tokens, "finish_reason": task.finish_reason,
                      "dataset": row.dataset, "t": round(time.time(), 3), "retries": task.retries}
+            if task.spec_verify_ct:
+                regen["spec_tokens"], regen["spec_verify_ct"] = task.spec_tokens, task.spec_verify_ct
             self.writer.add("success", success_record(row.id, row.record, task.history, regen))
             st.record_done(row.dataset, s.url, task.prompt_tokens, task.completion_tokens)
+            st.record_spec(row.dataset, task.spec_tokens, task.spec_verify_ct)
             st.answer_tokens(task.completion_tokens)
         elif out.kind == PERMANENT:
             self._fail(task, s, out.error_class or "error", out.message, out.status)

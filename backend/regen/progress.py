@@ -7,6 +7,10 @@ from the ids in the output files.  Rates (``req_s``, ``tok_s``) are over the las
 :data:`WINDOW_S` seconds of completions.  ``completion_tokens_hist`` counts answers (one per user
 turn asked) by completion tokens: ``counts[i]`` holds ``edges[i] <= n < edges[i+1]``; the last bin
 also holds everything above the last edge.
+
+Per dataset, ``spec_tokens`` and ``spec_verify_ct`` sum the speculative figures of the rows whose
+answers gave them (SGLang's ``spec_tokens_details``), ``spec_rows`` counts those rows, and
+``accept_len`` is ``spec_tokens / spec_verify_ct`` (None until a row gave a figure).
 """
 
 from __future__ import annotations
@@ -82,7 +86,8 @@ class Stats:
     def dataset(self, name: str) -> dict[str, int]:
         d = self.datasets.get(name)
         if d is None:
-            d = self.datasets[name] = {"total": 0, "done": 0, "failed": 0, "skipped": 0}
+            d = self.datasets[name] = {"total": 0, "done": 0, "failed": 0, "skipped": 0,
+                                       "spec_rows": 0, "spec_tokens": 0, "spec_verify_ct": 0}
         return d
 
     def server(self, url: str, name: str | None = None) -> ServerStats:
@@ -115,6 +120,14 @@ class Stats:
         if live:
             self.rate.add(self.clock(), completion_tokens)
 
+    def record_spec(self, dataset: str, tokens: int, verify_ct: int) -> None:
+        """A done row's speculative figures (nothing when its answers gave none)."""
+        if verify_ct > 0 and tokens > 0:
+            d = self.dataset(dataset)
+            d["spec_rows"] += 1
+            d["spec_tokens"] += tokens
+            d["spec_verify_ct"] += verify_ct
+
     def record_failed(self, dataset: str, server: str | None, cls: str, example: str) -> None:
         self.failed += 1
         self.dataset(dataset)["failed"] += 1
@@ -145,7 +158,7 @@ class Stats:
             "remaining": max(0, self.total - self.done - self.failed - self.skipped),
             "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
             "req_s": req_s, "tok_s": tok_s, "window_s": WINDOW_S,
-            "datasets": {k: dict(v) for k, v in self.datasets.items()},
+            "datasets": {k: _with_accept_len(v) for k, v in self.datasets.items()},
             "servers": servers,
             "completion_tokens_hist": {"edges": list(HIST_EDGES), "counts": list(self.hist)},
             "errors": {k: dict(v) for k, v in self.errors.items()},
@@ -153,6 +166,12 @@ class Stats:
             "behind": {url: b.snapshot() for url, b in self.behind.items()},
             "message": self.message,
         }
+
+
+def _with_accept_len(d: dict[str, int]) -> dict[str, Any]:
+    out: dict[str, Any] = dict(d)
+    out["accept_len"] = round(d["spec_tokens"] / d["spec_verify_ct"], 4) if d.get("spec_verify_ct") else None
+    return out
 
 
 class ProgressLog:
