@@ -16,6 +16,11 @@ stores every result in the workspace's state and prints one line per result
 was already stored from the same file and line).  Lines that could not be read
 are reported on stderr as ``FILE:LINE: field: why``; the rest is imported.
 Exit status 1 when a file could not be imported or had such lines.
+
+``list`` gives each result's cost (backend.flows.cost): GPU-hours of its server's GPUs (a router's: those
+of the servers behind it) from its start to its end, and the energy from the power history the
+dashboard's telemetry stored, or N/A with why (``--json``: ``gpu_hours`` and ``energy_kwh``, null where
+not measured, and ``cost`` with the reasons).
 ``--server`` and ``--algorithm`` (``none``: runs without speculation) fill in
 what a file does not say (:func:`backend.bench.intake.fill_in`).
 
@@ -57,6 +62,7 @@ from backend.bench.describe import describe
 from backend.bench.importers import BenchImportError, import_file
 from backend.bench.intake import algorithm_choice, fill_in
 from backend.diskspace import low_space
+from backend.flows import cost as job_cost
 from backend.flows.bench_job import DONE, job_dir, run_job, stop_on_sigterm
 from backend.flows.bench_runner import Target, UnknownServer, target_of
 from backend.flows.sweep import DONE as SWEEP_DONE
@@ -111,21 +117,56 @@ def cmd_bench_import(s: Session, args: argparse.Namespace, out: TextIO) -> int:
     return 1 if failed else 0
 
 
+def result_cost(s: Session, r: BenchResult, power) -> job_cost.Cost:
+    """What result ``r`` cost: through a router, the GPUs of every server behind it; else its server's
+    (:func:`backend.flows.cost.bench_cost`)."""
+    if r.server in s.fleet.router_names() and r.started_at is not None and r.ended_at is not None:
+        members = s.fleet.router_members(r.server)
+        gpus: set[int] = set()
+        for m in members:
+            got, why = job_cost.server_gpus(s.fleet, m)
+            if got is None:
+                return job_cost.span_cost(r.started_at, r.ended_at, None, power=power, now=r.ended_at,
+                                          gpus_from=f"through router {r.server}: {why}")
+            gpus.update(got)
+        if gpus:
+            return job_cost.span_cost(r.started_at, r.ended_at, tuple(sorted(gpus)), power=power, now=r.ended_at,
+                                      gpus_from=f"the GPUs of the servers behind router {r.server} "
+                                                f"({', '.join(members)})")
+    if r.server in s.fleet.names() and not r.config.tp and r.started_at is not None and r.ended_at is not None:
+        got, why = job_cost.server_gpus(s.fleet, r.server)
+        if got is None:  # say which server's config lacks them (bench_cost would say no server is recorded)
+            return job_cost.unknown(f"no GPU known: {why}, and the result records no tensor parallelism",
+                                    job_cost.NO_GPUS, seconds=max(0.0, r.ended_at - r.started_at))
+    return job_cost.bench_cost(r, s.fleet, power=power)
+
+
+def _cost_text(c: job_cost.Cost) -> str:
+    if c.gpu_hours is None:
+        return f"cost N/A ({c.short_why})"
+    energy = f"{c.energy_kwh:,.3f} kWh" if c.energy_kwh is not None else "energy N/A"
+    return f"cost {c.gpu_hours:,.3f} GPU-h, {energy}"
+
+
 def cmd_bench_list(s: Session, args: argparse.Namespace, out: TextIO) -> int:
     flt = BenchFilter(server=args.server, concurrency=args.concurrency, target_model=args.target,
                       source=args.source)
     results = BenchStore(s.store).list(flt, limit=args.limit)
+    power = job_cost.stored_power(s.store)
     if args.json:
         for r in results:
             d = r.to_dict()
             d.pop("raw", None)
+            c = result_cost(s, r, power)
+            d.update(gpu_hours=c.gpu_hours, energy_kwh=c.energy_kwh, cost={**c.to_dict(), "na": c.short_why or None})
             out.write(json.dumps(d, sort_keys=True) + "\n")
         return 0
     if not results:
         out.write("no benchmark results" + (" match" if flt != BenchFilter() else "") +
                   "; import some with `bench import FILE`\n")
     for r in results:
-        out.write(describe(r) + (f"  INVALID: {r.invalid}" if r.invalid else "") + "\n")
+        out.write(describe(r) + f" · {_cost_text(result_cost(s, r, power))}"
+                  + (f"  INVALID: {r.invalid}" if r.invalid else "") + "\n")
     return 0
 
 

@@ -9,6 +9,12 @@
     regen validate PATH [--input FILE ... | --mix NAME]
     regen requeue PATH [--class CLASS]
 
+``status`` gives the latest counts and what the run cost (:mod:`backend.flows.cost`): GPU-hours of its
+servers' GPUs over its process's time and the energy from the power history the dashboard stored, for a
+run started by the dashboard or command line of its workspace (``--workspace``, else the one the output
+lies in); N/A with why otherwise (``--json``: ``gpu_hours`` and ``energy_kwh``, null where not measured, and
+``cost`` with the reasons).
+
 ``run`` stays in the foreground until every row is done.  When PATH already has a run, it resumes
 it (with no other argument, with the parameters of ``PATH``'s ``.job.json``; arguments given
 replace those; other inputs than the run was made from are refused).  Exit status: 0 when nothing
@@ -289,6 +295,64 @@ def _eta(snap: dict[str, Any]) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
+def _job_of(run_dir: Path, out: Path):
+    """The regeneration job of the workspace (started from its dashboard) that writes ``out``, or None."""
+    from backend.supervisor.adhoc import load_jobs
+
+    want = out.expanduser().resolve()
+    for job in load_jobs(run_dir):
+        where = job.meta.get("out")
+        if job.meta.get("kind") == "regen" and where and Path(where).expanduser().resolve() == want:
+            return job
+    return None
+
+
+def _cost(args: argparse.Namespace, files: RunFiles, snap: dict[str, Any]):
+    """What the run cost (:mod:`backend.flows.cost`): its servers' GPUs over its process's time, the energy
+    from the power history the dashboard stored; unknown with why for a run this workspace did not start."""
+    import os
+
+    from backend.flows import cost as job_cost
+    from backend.cli.session import Session
+    from backend.workspace import CONFIG_NAME, resolve_root
+
+    chosen = getattr(args, "workspace", None) or os.environ.get("SPECDECK_WORKSPACE")
+    if not chosen:  # the workspace the output lies in, else the demo where it exists (never created here)
+        found = next((d for d in files.out.parents if (d / CONFIG_NAME).is_file()), None)
+        chosen = found or (resolve_root(None) if (resolve_root(None) / CONFIG_NAME).is_file() else None)
+    if not chosen:
+        return job_cost.unknown("no workspace was chosen (--workspace or $SPECDECK_WORKSPACE) and the output lies "
+                                "in none, so no process record gives its time or GPUs", "no workspace")
+    try:
+        s = Session(str(chosen), act=False)
+    except Exception as exc:  # a config or store error: the counts are still worth showing
+        return job_cost.unknown(f"the workspace could not be opened to find this run's process record ({exc})",
+                                "workspace not readable")
+    try:
+        job = _job_of(Path(s.ws.run_dir), files.out)
+        view = None
+        if job is not None:
+            s.sup.sync_specs([job.spec], prune=False)
+            view = s.sup.view(job.name)
+        return job_cost.regen_cost(view, snap, s.fleet, power=job_cost.stored_power(s.store))
+    finally:
+        s.close()
+
+
+def cost_fields(c) -> dict[str, Any]:
+    """A job's cost in the command line's JSON: ``gpu_hours`` and ``energy_kwh`` (null where not measured) and
+    ``cost``, the whole record (:meth:`Cost.to_dict`) with ``na``, the few words beside an N/A."""
+    return {"gpu_hours": c.gpu_hours, "energy_kwh": c.energy_kwh, "cost": {**c.to_dict(), "na": c.short_why or None}}
+
+
+def cost_text(c) -> str:
+    """``0.52 GPU-h, 0.14 kWh`` / ``0.52 GPU-h, energy N/A`` / ``N/A (not started)``."""
+    if c.gpu_hours is None:
+        return f"N/A ({c.short_why})"
+    energy = f"{c.energy_kwh:,.2f} kWh" if c.energy_kwh is not None else "energy N/A"
+    return f"{c.gpu_hours:,.2f} GPU-h, {energy}" + (" so far" if c.running else "")
+
+
 def cmd_status(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     files = RunFiles.of(args.path)
     snap = last_snapshot(files.progress)
@@ -296,8 +360,9 @@ def cmd_status(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         err.write(f"error: {files.progress}: no progress log (has this run started?)\n")
         return 1
     live = locked(files.progress)
+    c = _cost(args, files, snap)
     if args.json:
-        json.dump(dict(snap, job_running=live), out, indent=2, ensure_ascii=False)
+        json.dump(dict(snap, job_running=live, **cost_fields(c)), out, indent=2, ensure_ascii=False)
         out.write("\n")
         return 0
     age = time.time() - float(snap.get("t") or 0)
@@ -326,6 +391,8 @@ def cmd_status(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         out.write(f"  errors {cls}: {e.get('count')} (e.g. {e.get('example')})\n")
     if snap.get("message"):
         out.write(f"  {snap['message']}\n")
+    why = c.gpu_hours_why if c.gpu_hours is None else (c.energy_why if c.energy_kwh is None else c.gpus_from)
+    out.write(f"  cost: {cost_text(c)}" + (f"; {why}" if why else "") + "\n")
     return 0
 
 

@@ -28,8 +28,10 @@ MLflow file-store run folder.  ``inspect --target`` runs the Servers page's draf
 checkpoint against that target model: exit 1 on errors.
 
 ``runs``, ``command``, ``start``, ``stop`` and ``resume`` act on the workspace's ``[[train]]`` runs
-(backend.train.runs), audited with source ``cli``.  ``command`` prints the argv, the environment it adds,
-the working folder and, for Gen-3, the YAML that ``start`` writes.  ``resume`` prints what it must be
+(backend.train.runs), audited with source ``cli``.  ``runs`` gives each run's cost (backend.flows.cost):
+GPU-hours and energy of its current or last process run, or N/A with why (``--json``: ``gpu_hours`` and
+``energy_kwh``, null where not measured, and ``cost`` with the reasons).  ``command`` prints the argv, the
+environment it adds, the working folder and, for Gen-3, the YAML that ``start`` writes.  ``resume`` prints what it must be
 confirmed against (SpecForge 0.2.0's ``--resume`` starts over; no checkpoint yet; torn checkpoints to rename
 aside) and does nothing without ``--yes`` (exit 1); a resume that skips torn checkpoints says which good one
 it continues from.
@@ -271,13 +273,41 @@ def cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
     return 1 if findings and any(f.severity == "error" for f in findings) else 0
 
 
+def _attribution(s, views) -> Any:
+    """The GPU telemetry's attribution of processes to jobs, read once, where a run is live (a run's GPUs
+    when its spec names none); None otherwise or when the telemetry cannot be read."""
+    if not any(v is not None and v.live for v in views):
+        return None
+    try:
+        from backend.telemetry.sampler import make_sampler
+
+        tcfg = getattr(s.ws.config, "telemetry", None)
+        sampler = make_sampler(gpu_source=getattr(tcfg, "source", "auto"), demo=bool(getattr(s.ws, "is_demo", False)),
+                               managed=s.sup.views)
+        sampler.sample_once()
+        return getattr(sampler.latest(), "attribution", None)
+    except Exception:  # noqa: BLE001 - no telemetry: a run without GPUs in its spec is N/A, with why
+        return None
+
+
+def _cost_text(c) -> str:
+    """``1.50 GPU-h, 0.42 kWh`` / ``1.50 GPU-h, energy N/A`` / ``cost N/A (not started)``."""
+    if c.gpu_hours is None:
+        return f"cost N/A ({c.short_why})"
+    energy = f"{c.energy_kwh:,.2f} kWh" if c.energy_kwh is not None else "energy N/A"
+    return f"{c.gpu_hours:,.2f} GPU-h, {energy}" + (" so far" if c.running else "")
+
+
 def _run_rows(s) -> list[dict[str, Any]]:
+    from backend.flows import cost as job_cost
     from backend.train.command import CommandError
 
     rows = []
+    views = {name: s.sup.view(name) for name in s.train.names()}
+    attribution, power = _attribution(s, views.values()), job_cost.stored_power(s.store)
     for name in s.train.names():
         info = s.train.generation(name)
-        v = s.sup.view(name)
+        v = views[name]
         try:
             problem = None
             s.train.command(name)
@@ -287,14 +317,23 @@ def _run_rows(s) -> list[dict[str, Any]]:
                      "generation_chosen": info.chosen, "state": v.state.value if v else "NEVER",
                      "pid": v.pid if v else None, "exit_code": v.exit_code if v else None,
                      "output_dir": str(s.train.output_dir(name)), "log_path": str(s.train.log_path(name)),
-                     "problem": problem})
+                     "problem": problem, "_cost": job_cost.process_cost(v, attribution=attribution, power=power)})
     return rows
+
+
+def _with_cost(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` for the JSON: ``gpu_hours``, ``energy_kwh`` (null where not measured) and ``cost`` (the whole
+    record with the reasons and ``na``, the few words beside an N/A)."""
+    row = dict(row)
+    c = row.pop("_cost")
+    return {**row, "gpu_hours": c.gpu_hours, "energy_kwh": c.energy_kwh,
+            "cost": {**c.to_dict(), "na": c.short_why or None}}
 
 
 def cmd_runs(s, args: argparse.Namespace, out: TextIO) -> int:
     rows = _run_rows(s)
     if args.json:
-        json.dump(rows, out, indent=2)
+        json.dump([_with_cost(r) for r in rows], out, indent=2)
         out.write("\n")
         return 0
     if not rows:
@@ -304,7 +343,7 @@ def cmd_runs(s, args: argparse.Namespace, out: TextIO) -> int:
         gen = f"Gen-{r['generation'][-1]}" if r["generation"] else "Gen-?"
         ver = f" SpecForge {r['version']}" if r["version"] else ""
         pid = f" pid {r['pid']}" if r["pid"] else ""
-        out.write(f"{r['name']}  {gen}{ver}  {r['state']}{pid}  {r['output_dir']}\n")
+        out.write(f"{r['name']}  {gen}{ver}  {r['state']}{pid}  {_cost_text(r['_cost'])}  {r['output_dir']}\n")
         if r["problem"]:
             out.write(f"  cannot start: {r['problem']}\n")
     return 0
