@@ -10,6 +10,7 @@ from ui.regen import live as live
 from ui.auth import control_lock, data_lock, typed_path
 from ui.components import page_header
 from ui.context import require_frame, runtime
+from ui.overview_query import QueryState
 
 SPECDECK, SPECFORGE = "Specdeck job", "SpecForge's regenerate_train_data.py"
 
@@ -19,9 +20,18 @@ rt = runtime()
 page_header("Regeneration", "The target model answers the training prompts again: progress, speed, ETA, failures "
             "and samples of a running job, or of a run of SpecForge's own script.")
 
-mode = st.segmented_control("Follow", [SPECDECK, SPECFORGE], default=SPECDECK, key="regen-mode") or SPECDECK
+# the view and the run are in the URL's query (?job=NAME, ?view=specforge): a link opens the page on them;
+# a value that names nothing here is ignored, with a note
+query = QueryState("regeneration")
+VIEWS = {"job": SPECDECK, "specforge": SPECFORGE}
+if (v := query.take("view", "regen-view-wanted", list(VIEWS), what="view (job or specforge)")) is not None:
+    st.session_state["regen-mode"] = VIEWS[v]
+st.session_state.setdefault("regen-mode", SPECDECK)  # the widget's first value (a link's, else the job view)
+mode = st.segmented_control("Follow", [SPECDECK, SPECFORGE], key="regen-mode") or SPECDECK
+query.put("view", "specforge" if mode == SPECFORGE else None)
 
 if mode == SPECFORGE:
+    query.show_notes()
     lock = control_lock(rt)  # reading files by a typed path: an operator's action
     a, b, c = st.columns([3, 3, 1])
     inp = a.text_input("Its --input-file-path", key="regen-sf-in", disabled=bool(lock), help=lock or None)
@@ -49,6 +59,9 @@ if mode == SPECFORGE:
     st.stop()
 
 runs = live.known_runs(rt)
+by_name = {name: out for out, name in runs.items()}
+linked = query.take("job", "regen-job-wanted", list(by_name), what="regeneration run")
+query.show_notes()
 if not runs:
     with st.expander("Start a regeneration", expanded=True, icon=":material/add:"):
         regen_control.start_form(rt)
@@ -59,11 +72,14 @@ outs = list(runs)
 wanted = st.session_state.pop("regen-run-wanted", None)
 if wanted in outs:  # just started from the form: show it
     st.session_state["regen-run"] = wanted
+elif linked is not None:  # opened from a link (?job=NAME)
+    st.session_state["regen-run"] = by_name[linked]
 if st.session_state.get("regen-run") not in outs:
     st.session_state["regen-run"] = outs[-1]
 paths_hidden = bool(data_lock(rt))  # the outputs' paths: for sessions that may see the workspace's paths
 chosen = st.selectbox("Run", outs, format_func=lambda o: runs[o] if paths_hidden else f"{runs[o]} · {o}",
                       key="regen-run")
+query.put("job", runs[chosen])
 # the run's state, its Pause / Resume / Stop and its ETA come first: in the first screen at 1024x768
 live.live_job(rt, chosen, controls=regen_control.job_controls)
 live.sample_viewer(chosen, None, key="regen-sample", rt=rt)

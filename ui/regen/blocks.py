@@ -100,13 +100,49 @@ def progress_block(snap: dict[str, Any], eta: Eta, *, now: float | None = None, 
         st.caption(" · ".join(bits))
 
 
+ACCEPT_HELP = ("accept_len of a dataset: the tokens of its rows' answers over the server's draft+verify steps for "
+               "them, from each answer's own figures (SGLang 0.5.23's sglext.spec_tokens_details), so it says which "
+               "data the draft serves well and which the next draft needs.")
+NO_FIGURES = ("the server's answers carried no speculative figures: it does not speculate, or its API gives none "
+              "(SGLang before 0.5.23, another OpenAI server, or a router that drops the request's "
+              "return_spec_tokens_details)")
+NOT_RECORDED = "this run records no per-request speculative figures (SpecForge's script, or a job started before they were)"
+
+
+def accept_len_text(d: dict[str, Any]) -> str:
+    """A dataset's accept_len as the bar shows it: the figure, or N/A."""
+    a = d.get("accept_len")
+    if isinstance(a, (int, float)) and not isinstance(a, bool):
+        return f"accept_len {a:.2f}"
+    return "accept_len N/A"
+
+
+def accept_len_note(ds: dict[str, dict[str, Any]]) -> str | None:
+    """The sentence under the bars on an N/A (or partial) accept_len, or None when every dataset with
+    done rows has its figure from all of them."""
+    if not any("spec_rows" in d for d in ds.values()):
+        return f"accept_len N/A: {NOT_RECORDED}."
+    done = {k: d for k, d in ds.items() if (_num(d.get("done")) or 0) > 0}
+    if not done:
+        return "accept_len N/A until a row is done."
+    without = [k for k, d in done.items() if not _num(d.get("spec_rows"))]
+    if len(without) == len(done):
+        return f"accept_len N/A: {NO_FIGURES}."
+    if without:
+        return f"accept_len N/A for {', '.join(without)}: {NO_FIGURES}."
+    partial = [k for k, d in done.items() if (_num(d.get("spec_rows")) or 0) < (_num(d.get("done")) or 0)]
+    if partial:
+        return f"accept_len of {', '.join(partial)} counts only the rows whose answers gave figures."
+    return None
+
+
 def dataset_bars(snap: dict[str, Any]) -> None:
     """One bar per dataset of the mix: its done and failed rows of those to ask (skipped rows are
-    never asked, so they fill no bar)."""
+    never asked, so they fill no bar), and its accept_len from the server's per-request figures."""
     ds = snap.get("datasets") or {}
     if not ds:
         return
-    st.markdown("**Per dataset**")
+    st.markdown("**Per dataset**", help=ACCEPT_HELP)
     cols = st.columns(2)
     for i, (name, d) in enumerate(ds.items()):
         total = _num(d.get("total")) or 0
@@ -119,7 +155,12 @@ def dataset_bars(snap: dict[str, Any]) -> None:
         if skipped:
             extra.append(f"{fmt.count(skipped)} skipped")
         text = f"{name}: {fmt.count(done)} / {fmt.count(total)}" + (f" ({', '.join(extra)})" if extra else "")
+        if "spec_rows" in d:
+            text += f" · {accept_len_text(d)}"
         cols[i % 2].progress(frac, text=fmt.data_markdown(text))
+    note = accept_len_note(ds)
+    if note is not None:
+        st.caption(fmt.data_markdown(note), help=ACCEPT_HELP)
 
 
 def _host_port(url: str) -> tuple[str, int | None]:
