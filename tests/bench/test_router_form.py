@@ -10,6 +10,7 @@ import json
 import os
 import re
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -115,6 +116,9 @@ def test_the_form_offers_the_router_and_a_run_goes_through_its_url(workspace):
     log = root / "logs" / f"{job.name}.log"
     wait_for(lambda: (p := read_progress(progress)) is not None and p.state == "done", 180,
              f"the benchmark through the router to finish (its log: {log})", every=0.2)
+    view = wait_for(lambda: (v := rt.supervisor.view(job.name)) is not None and v.state.value == "EXITED" and v,
+                    60, "the supervisor to see the job exit", every=0.2)
+    assert view.exit_code == 0
     # the requests went to the router's URL: the router counted every one of them (and the warm-up)
     assert _chat_requests(mport) - before >= PROMPTS
     assert read_progress(progress).server == "fleet"
@@ -127,6 +131,8 @@ def test_the_form_offers_the_router_and_a_run_goes_through_its_url(workspace):
     assert not at.exception, at.exception
     line = next(m.value for m in at.markdown if m.value.startswith(f"#{result.id} · concurrency 2"))
     assert "accept_len **N/A (not measured through router fleet)**" in line
+    # the configuration read at the run is the router's: never called a baseline without speculation
+    assert "baseline (no speculation)" not in line and "speculation not known" in line
     assert any(c.value == f"accept_len N/A: {ROUTER_ACCEPT}." for c in at.caption)
 
 
@@ -142,5 +148,10 @@ def test_stored_rows_say_why_a_router_result_has_no_accept_len():
     rows = result_rows([res(1, "fleet", None), res(2, "a", None), res(3, "a", 2.5)], [1, 2, 3], {}, ["fleet"])
     assert [r["accept_len"] for r in rows] == ["N/A (not measured through router fleet)", "N/A", "2.50"]
     assert [r["_router"] for r in rows] == [True, False, False]
+    base = replace(res(4, "fleet", None), config=BenchConfig(algorithm="NONE"))
+    (row,) = result_rows([base], [4], {}, ["fleet"])
+    assert row["verdict"].startswith("speculation not known")
+    (row,) = result_rows([replace(base, server="a")], [4], {}, ["fleet"])
+    assert row["verdict"] == "baseline (no speculation)"
     assert re.fullmatch(r"\d+\.\d tok/s", rows[0]["tok/s"].replace(",", ""))
     assert json.dumps(rows)  # plain values the page can render

@@ -345,6 +345,8 @@ def result_rows(results: list[BenchResult], ids, configured, routers=()) -> list
         v = data.verdict(r, p.ratio, p.has_baseline) if p is not None and not r.invalid else None
         if r.invalid:
             word = f"invalid: {r.invalid}"
+        elif r.is_baseline and r.server in routers:  # the configuration read was the router's, not its servers'
+            word = "speculation not known: the router's /server_info does not say what its servers run"
         elif r.is_baseline:
             word = "baseline (no speculation)"
         else:
