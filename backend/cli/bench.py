@@ -229,6 +229,8 @@ def cmd_bench_run(s: Session, args: argparse.Namespace, out: TextIO) -> int:
     loads = [Load(concurrency=c, num_prompts=args.num_prompts, input_len=args.input_len,
                   output_len=args.output_len, backend=args.backend, seed=args.seed,
                   warmup_requests=args.warmup_requests) for c in args.concurrency]
+    if args.where == "ray":
+        return _submit_on_ray(s, args, loads, mode, out)
     run_id = time.strftime("%Y%m%d-%H%M%S")
     work = job_dir(s.ws, args.server, run_id)
     progress = Path(args.progress_file) if args.progress_file else work / "progress.json"
@@ -273,6 +275,33 @@ def cmd_bench_run(s: Session, args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _submit_on_ray(s: Session, args: argparse.Namespace, loads: list[Load], mode: str, out: TextIO) -> int:
+    """``run --where ray``: the same benchmark as a job on the workspace's [cluster] (CPU only), saved with
+    the dashboard's jobs so its Benchmarks page follows it; the job stores the results.  Returns once Ray
+    has the job."""
+    from backend.flows.bench_job import bench_process_spec, command_line, job_meta
+    from backend.supervisor.adhoc import save_job
+
+    if s.ws.config.cluster is None:
+        raise CommandError(f"--where ray: {s.ws.config_path} has no [cluster] section (kind = \"ray\", "
+                           "address = \"local\" or \"http://HOST:8265\")")
+    run_id = time.strftime("%Y%m%d-%H%M%S")
+    tail = command_line(args.server, loads, mode) + ["--seed", str(args.seed), "--warmup-requests",
+                                                     str(args.warmup_requests)]
+    spec = bench_process_spec(s.ws, args.server, run_id, tail, where="ray")
+    meta = job_meta(s.ws, args.server, run_id, mode, loads)
+    acting = Session(str(s.ws.root))  # this command's own session only observes
+    try:
+        save_job(acting.ws.run_dir, spec, meta)
+        acting.sup.register(spec)
+        v = acting.sup.start(spec.name, actor=actor(), source=SOURCE)
+    finally:
+        acting.close()
+    out.write(f"{spec.name}: {v.state.value} on the Ray cluster as job {v.submission_id}; log {spec.log_path}, "
+              f"progress {meta['progress']}\n")
+    return 0
+
+
 def _check_run(args: argparse.Namespace) -> str | None:
     for name in ("num_prompts", "input_len", "output_len"):
         if getattr(args, name) < 1:
@@ -302,6 +331,8 @@ def _register_run(bench_sub: argparse._SubParsersAction) -> None:
     g.add_argument("--sglang", action="store_true", help="use SGLang's benchmark (fails without sglang)")
     a.add_argument("--progress-file", metavar="PATH", help="where to write progress (JSON, replaced as it goes)")
     a.add_argument("--json", action="store_true", help="one JSON line per stored result")
+    a.add_argument("--where", choices=("local", "ray"), default="local",
+                   help="ray: submit the benchmark as a job on the workspace's [cluster] and return (default: here)")
     a.set_defaults(func=cmd_bench_run, acts=False, check=_check_run)
 
 

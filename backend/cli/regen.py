@@ -87,7 +87,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--max-attempts", type=int, metavar="N",
                    help="5xx/429/timeouts of one row while its server is up before it is an error (default 10)")
     a.add_argument("--workspace", **ws)
-    a.set_defaults(regen_func=cmd_run)
+    a.add_argument("--where", choices=("local", "ray"), default="local",
+                   help="ray: submit the run as a job on the workspace's [cluster] and return (default: run here)")
+    a.set_defaults(regen_func=cmd_run, run_parser=a)
 
     a = rs.add_parser("status", help="the latest counts from the run's progress log")
     a.add_argument("path", metavar="PATH")
@@ -238,7 +240,33 @@ def _same_inputs(cfg: JobConfig, args: argparse.Namespace, files: RunFiles, cach
 # -- commands -------------------------------------------------------------------------------
 
 
+def _submit_on_ray(args: argparse.Namespace, out: TextIO) -> int:
+    """``run --where ray``: the same run as a job on the workspace's [cluster] (CPU only), saved with the
+    dashboard's jobs so its Regeneration page follows it; returns once Ray has the job."""
+    from backend.cli.session import SOURCE, Session, actor
+    from backend.regen.control import args_argv, cli_job_spec
+    from backend.supervisor.adhoc import save_job
+
+    s = Session(getattr(args, "workspace", None))
+    try:
+        if s.ws.config.cluster is None:
+            raise UsageError(f"--where ray: {s.ws.config_path} has no [cluster] section (kind = \"ray\", "
+                             "address = \"local\" or \"http://HOST:8265\")")
+        spec, meta = cli_job_spec(args_argv(args.run_parser, args, ("where", "workspace")), args.out, s.ws.root,
+                                  s.ws.logs_dir)
+        save_job(s.ws.run_dir, spec, meta)
+        s.sup.register(spec)
+        v = s.sup.start(spec.name, actor=actor(), source=SOURCE)
+    finally:
+        s.close()
+    out.write(f"{spec.name}: {v.state.value} on the Ray cluster as job {v.submission_id}; log {spec.log_path}, "
+              f"progress: regen status {meta['out']}\n")
+    return 0
+
+
 def cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if getattr(args, "where", "local") == "ray":
+        return _submit_on_ray(args, out)
     # A SIGTERM/SIGINT from here until the job sets its own handlers ends the run the same way as
     # later: nothing asked, everything written kept, exit 130.
     received: list[str] = []

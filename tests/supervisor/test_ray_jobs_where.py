@@ -1,0 +1,297 @@
+"""``where = "ray"`` for regeneration jobs, benchmark jobs and training runs.
+
+Against one real local Ray head for the whole module (tests/supervisor/ray_fixtures.py): ``regen run
+--where ray`` against a simulated server submits the run as a Ray job that finishes every row exactly once
+with its log in logs/; ``bench run --where ray`` submits a benchmark of a simulated server that records its
+result.  Without Ray: the training spec of a ``[[train]]`` with ``where = "ray"`` asks Ray for its GPUs,
+``--where ray`` without a [cluster] is an error naming the flag or field, and the test fleet's teardown
+stops the Ray jobs before the head they need."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tempfile
+import textwrap
+from collections import Counter
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from backend.flows.workspace import load_workspace
+from backend.supervisor.adhoc import load_jobs
+from backend.supervisor.supervisor import Supervisor
+from specdeck_types.process import ProcState as S
+from state.bench import BenchStore
+from state.store import Store
+from tests.helpers import free_port
+from tests.regen.jobkit import FAST_SIM, SimServer, read_jsonl, write_rows
+from tests.simws import make_models, stop_live
+from tests.supervisor.conftest import wait_for
+from tests.supervisor.ray_fixtures import ray_head
+from tests.supervisor.test_ray_helpers import cli, needs_ray
+
+PY = sys.executable
+
+
+@pytest.fixture(scope="module")
+def models():
+    base = Path(tempfile.mkdtemp(prefix="sdwhere-models-"))
+    try:
+        yield make_models(base)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def ray(models):
+    env = ", ".join(f"{k} = {json.dumps(v)}" for k, v in FAST_SIM.items())
+    config = textwrap.dedent(f"""\
+        [[server]]
+        name = "sim"
+        model_path = {json.dumps(str(models[0]))}
+        port = {free_port()}
+        simulate = true
+        env = {{ {env} }}
+        """)
+    with ray_head(config) as rc:
+        yield rc
+
+
+@pytest.fixture
+def follow(ray):
+    """A supervisor on the workspace's store that follows the jobs the command line saved; those still
+    live are stopped at the end (the module's Ray head, a process of the same store, is left to its fixture)."""
+    ws = load_workspace(str(ray.root))
+    store = Store(ws.store_path)
+    sup = Supervisor(store, ws.run_dir, default_cwd=ws.root)
+
+    adopted: list[str] = []
+
+    def adopt(name: str):
+        job = next(j for j in load_jobs(ws.run_dir) if j.name == name)
+        adopted.append(name)
+        sup.sync_specs([job.spec], prune=False)
+        return job
+
+    sup.adopt = adopt  # type: ignore[attr-defined]
+    sup.ws = ws  # type: ignore[attr-defined]
+    try:
+        yield sup
+    finally:
+        try:
+            for name in adopted:
+                v = sup.view(name)
+                if v is not None and v.live:
+                    sup.stop(name, actor="test", source="teardown", wait=True)
+        finally:
+            sup.close()
+            store.close()
+
+
+def _ended(sup: Supervisor, name: str) -> bool:
+    v = sup.view(name)
+    return v is not None and v.state in (S.EXITED, S.FATAL, S.UNKNOWN)
+
+
+def _log(path) -> str:
+    try:
+        return Path(path).read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+
+
+@needs_ray
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+def test_regen_run_where_ray_finishes_every_row_once_with_its_log_in_logs(ray, follow):
+    root = ray.root
+    sim = SimServer(root / "logs").start()
+    try:
+        inp = root / "rows.jsonl"
+        ids = write_rows(inp, 40, multi_every=5)
+        out = root / "out" / "ray-rows.jsonl"
+        out.parent.mkdir(exist_ok=True)
+        code, said, err = cli(root, "regen", "run", "--input", str(inp), "--server", sim.url, "--out", str(out),
+                              "--concurrency", "4", "--max-tokens", "16", "--no-stream", "--where", "ray")
+        assert code == 0, err
+        assert "regen-ray-rows: STARTING on the Ray cluster as job " in said, said
+        job = follow.adopt("regen-ray-rows")
+        # the job's spec: the same run (no --where: on its node it runs in the foreground), on Ray, no GPU
+        assert job.spec.where == "ray" and job.spec.num_gpus == 0.0
+        assert "--where" not in job.spec.argv and {"--input", "--no-stream", "--max-tokens"} <= set(job.spec.argv)
+        assert job.meta["kind"] == "regen" and job.meta["out"] == str(out)
+        wait_for(lambda: _ended(follow, "regen-ray-rows"), timeout_s=240, poll=follow.poll, interval_s=0.5)
+        v = follow.view("regen-ray-rows")
+        assert (v.state, v.exit_code, v.backend) == (S.EXITED, 0, "ray"), (v.state, v.detail, _log(v.spec.log_path))
+        assert v.submission_id
+        rows = read_jsonl(out)
+        counted = Counter(r["id"] for r in rows)
+        assert set(counted) == set(ids) and set(counted.values()) == {1}, counted
+        assert all(r["conversations"][-1]["role"] == "assistant" for r in rows)
+        log = root / "logs" / "regen-ray-rows.log"
+        assert Path(v.spec.log_path) == log
+        wait_for(lambda: "done" in _log(log) and "regen start" in _log(log), timeout_s=60, poll=follow.poll,
+                 interval_s=0.5)
+    finally:
+        sim.stop()
+
+
+@needs_ray
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+def test_bench_run_where_ray_records_its_result(ray, follow):
+    root = ray.root
+    code, said, err = cli(root, "processes", "start", "sim")
+    assert code == 0, err
+    try:
+        wait_for(lambda: follow.view("sim") is not None and follow.view("sim").state == S.RUNNING, timeout_s=120,
+                 poll=follow.poll, interval_s=0.3)
+        before = len(BenchStore(follow.store).list())
+        code, said, err = cli(root, "bench", "run", "sim", "--builtin", "--concurrency", "2", "--num-prompts", "6",
+                              "--input-len", "16", "--output-len", "16", "--where", "ray")
+        assert code == 0, err
+        name = said.split(":", 1)[0]
+        assert name.startswith("bench-sim-") and "on the Ray cluster as job " in said, said
+        job = follow.adopt(name)
+        assert job.spec.where == "ray" and job.spec.num_gpus == 0.0
+        assert job.meta["kind"] == "bench" and job.meta["server"] == "sim"
+        wait_for(lambda: _ended(follow, name), timeout_s=240, poll=follow.poll, interval_s=0.5)
+        v = follow.view(name)
+        assert (v.state, v.exit_code, v.backend) == (S.EXITED, 0, "ray"), (v.state, v.detail, _log(v.spec.log_path))
+        results = BenchStore(follow.store).list()
+        assert len(results) == before + 1
+        r = results[0]
+        assert (r.server, r.source, r.load.concurrency, r.results.completed) == ("sim", "run", 2, 6)
+        progress = json.loads(Path(job.meta["progress"]).read_text())
+        assert progress["state"] == "done"
+        assert (root / "logs" / f"{name}.log").exists()
+    finally:
+        cli(root, "processes", "stop", "sim")
+
+
+# -- without Ray ------------------------------------------------------------------------------------------
+
+
+TRAIN = """\
+[workspace]
+name = "where"
+{cluster}
+[[train]]
+name = "tiny"
+python = "{py}"
+generation = "gen2"
+entry = "module:backend.flows.tiny train"
+target_model = "/models/target"
+train_data = "data.jsonl"
+gpus = [0, 1, 2, 3]
+tp_size = 2
+where = "{where}"
+"""
+CLUSTER = '[cluster]\nkind = "ray"\naddress = "local"\nnum_gpus = 4\n'
+
+
+def _train_ws(root: Path, where: str, cluster: bool):
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "data.jsonl").write_text('{"id": "1", "conversations": []}\n')
+    (root / "specdeck.toml").write_text(TRAIN.format(cluster=CLUSTER if cluster else "", py=PY, where=where))
+    return load_workspace(str(root))
+
+
+def test_training_spec_on_ray_asks_ray_for_its_gpus_and_leaves_cuda_visible_devices_to_it(tmp_path):
+    from backend.train.runs import TrainRuns
+
+    local = TrainRuns(_train_ws(tmp_path / "local", "local", True), supervisor=None).specs()
+    on = TrainRuns(_train_ws(tmp_path / "ray", "ray", True), supervisor=None).specs()
+    assert [s.name for s in local] == [s.name for s in on] == ["tiny"]
+    here, there = local[0], on[0]
+    assert (here.where, here.num_gpus, here.env.get("CUDA_VISIBLE_DEVICES")) == ("local", 0.0, "0,1,2,3")
+    # on Ray: one GPU per process (4 GPUs: data parallel 2 x tensor parallel 2), Ray picks which
+    assert (there.where, there.num_gpus, there.on_ray) == ("ray", 4.0, True)
+    assert "CUDA_VISIBLE_DEVICES" not in there.env
+    assert there.argv[:4] == here.argv[:4] and len(there.argv) == len(here.argv)
+
+
+def test_training_where_ray_without_a_cluster_names_the_line_and_field(tmp_path):
+    from backend.workspace import ConfigError
+
+    with pytest.raises(ConfigError) as got:
+        _train_ws(tmp_path, "ray", False)
+    assert f"{tmp_path / 'specdeck.toml'}:13: train[0].where: \"ray\" needs a [cluster]" in str(got.value)
+
+
+def test_where_ray_without_a_cluster_is_an_error_naming_the_flag(tmp_path, models, capsys):
+    from backend.flows.bench_job import bench_process_spec
+
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "specdeck.toml").write_text(textwrap.dedent(f"""\
+        [workspace]
+        name = "nocluster"
+
+        [[server]]
+        name = "sim"
+        model_path = {json.dumps(str(models[0]))}
+        port = {free_port()}
+        simulate = true
+        """))
+    inp = root / "rows.jsonl"
+    write_rows(inp, 2)
+    code, _, err = cli(root, "regen", "run", "--input", str(inp), "--server", "http://127.0.0.1:9",
+                       "--out", str(root / "o.jsonl"), "--where", "ray")
+    err += capsys.readouterr().err  # regen writes its errors to the process's stderr
+    assert code == 2 and "--where ray" in err and "has no [cluster] section" in err, err
+    assert not (root / "o.jsonl").exists() and not (root / "run" / "jobs").exists()
+    code, _, err = cli(root, "bench", "run", "sim", "--builtin", "--where", "ray")
+    assert code == 1 and "--where ray" in err and "has no [cluster] section" in err, err
+    with pytest.raises(ValueError, match=r'^where: "ray" needs a \[cluster\] section'):
+        bench_process_spec(load_workspace(str(root)), "sim", "x", [], where="ray")
+
+
+def test_regen_job_spec_from_the_page_carries_where(tmp_path):
+    from backend.regen.control import FormError, RunForm, job_spec
+
+    inp = tmp_path / "rows.jsonl"
+    write_rows(inp, 2)
+    form = RunForm(out="o.jsonl", servers=("http://127.0.0.1:9",), inputs=(str(inp),), where="ray")
+    spec, meta = job_spec(form, tmp_path, tmp_path / "logs")
+    assert (spec.where, spec.num_gpus, spec.name) == ("ray", 0.0, "regen-o")
+    assert "--where" not in spec.argv and meta["out"] == str(tmp_path / "o.jsonl")
+    assert job_spec(RunForm(out="o.jsonl", servers=("http://127.0.0.1:9",), inputs=(str(inp),)),
+                    tmp_path, tmp_path / "logs")[0].where == "local"
+    with pytest.raises(FormError, match="run on"):
+        job_spec(RunForm(out="o.jsonl", servers=("u",), inputs=(str(inp),), where="moon"), tmp_path, tmp_path)
+
+
+class _Sup:
+    """What stop_live asks of a supervisor: its views and stop; records the order of the stops."""
+
+    def __init__(self, views, fail=()):
+        self._views, self.fail, self.stopped = views, set(fail), []
+
+    def views(self):
+        return self._views
+
+    def stop(self, name, **kw):
+        self.stopped.append(name)
+        if name in self.fail:
+            raise RuntimeError(f"{name}: Ray not reachable")
+
+
+def _view(name, ray_job, live=True):
+    return SimpleNamespace(name=name, live=live, spec=SimpleNamespace(on_ray=ray_job))
+
+
+def test_fleet_teardown_stops_the_ray_jobs_before_the_head():
+    # the supervisor lists the head first (it was started first); the Ray jobs are stopped before it
+    sup = _Sup([_view("ray-head", False), _view("server-a", False), _view("job-1", True), _view("done", True, False),
+                _view("job-2", True)])
+    assert stop_live(sup) == ["job-1", "job-2", "ray-head", "server-a"]
+    assert sup.stopped == ["job-1", "job-2", "ray-head", "server-a"]
+    # one failing stop does not leave the rest running; the failure is raised at the end
+    sup = _Sup([_view("ray-head", False), _view("job-1", True), _view("job-2", True)], fail={"job-1"})
+    with pytest.raises(RuntimeError, match="job-1: Ray not reachable"):
+        stop_live(sup)
+    assert sup.stopped == ["job-1", "job-2", "ray-head"]
