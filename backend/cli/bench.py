@@ -5,6 +5,7 @@
     bench delete ID...
     bench run SERVER [--concurrency N ...] [--num-prompts N] [--input-len N] [--output-len N]
         [--builtin | --sglang] [--backend sglang|sglang-oai-chat] [--progress-file PATH] [--json]
+        [--where local|ray]
     bench sweep SERVER [--steps 3,5] [--topk 1,4] [--draft-tokens 4,8]
         [--baseline | --baseline-only] [--concurrency 1,16] [--num-prompts N] [--input-len N]
         [--output-len N] [--mode auto|builtin|sglang] [--backend sglang|sglang-oai-chat]

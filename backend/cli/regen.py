@@ -4,7 +4,7 @@
               --out PATH [--concurrency N] [--max-tokens N] [--temperature T] [--top-p P]
               [--reasoning none|save|disable] [--system-prompt TEXT] [--model NAME]
               [--stream] [--first-byte-timeout S] [--chunk-timeout S] [--startup-timeout S]
-              [--max-attempts N] [--workspace DIR]
+              [--max-attempts N] [--workspace DIR] [--where local|ray]
     regen status PATH [--json]
     regen validate PATH [--input FILE ... | --mix NAME]
     regen requeue PATH [--class CLASS]
@@ -15,7 +15,8 @@ run started by the dashboard or command line of its workspace (``--workspace``, 
 lies in); N/A with why otherwise (``--json``: ``gpu_hours`` and ``energy_kwh``, null where not measured, and
 ``cost`` with the reasons).
 
-``run`` stays in the foreground until every row is done.  When PATH already has a run, it resumes
+``run`` stays in the foreground until every row is done (``--where ray``: it is submitted as a job on the
+workspace's [cluster] and returns; the Regeneration page and ``regen status`` follow it).  When PATH already has a run, it resumes
 it (with no other argument, with the parameters of ``PATH``'s ``.job.json``; arguments given
 replace those; other inputs than the run was made from are refused).  Exit status: 0 when nothing
 is left (failed rows included) or after a pause, 130 after SIGINT/SIGTERM once everything written
