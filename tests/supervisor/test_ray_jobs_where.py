@@ -295,3 +295,76 @@ def test_fleet_teardown_stops_the_ray_jobs_before_the_head():
     with pytest.raises(RuntimeError, match="job-1: Ray not reachable"):
         stop_live(sup)
     assert sup.stopped == ["job-1", "job-2", "ray-head"]
+
+
+def _regen_page(root: Path, monkeypatch, cluster: bool):
+    from streamlit.testing.v1 import AppTest
+
+    (root / "datasets").mkdir(parents=True)
+    (root / "datasets" / "code.jsonl").write_text("".join(
+        json.dumps({"id": f"c{i}", "prompt": f"question {i}"}) + "\n" for i in range(3)))
+    (root / "specdeck.toml").write_text(
+        '[workspace]\nname = "runon"\n\n' + (CLUSTER + "\n" if cluster else "")
+        + '[[dataset]]\nname = "code"\nsource = "hand"\nfile = "datasets/code.jsonl"\n\n[[mix]]\nname = "m"\n'
+          'dataset = "code"\n')
+    monkeypatch.setenv("SPECDECK_WORKSPACE", str(root))
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[2] / "app.py"), default_timeout=60)
+    at.run()
+    at.switch_page("pages/regeneration.py")
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+@pytest.mark.timeout(180)
+def test_regeneration_form_offers_run_on_only_with_a_cluster_and_the_review_says_ray(tmp_path, monkeypatch):
+    from tests.helpers import close_runtime
+
+    try:
+        at = _regen_page(tmp_path / "plain", monkeypatch, cluster=False)
+        assert "regen-f-where" not in {r.key for r in at.radio}
+    finally:
+        close_runtime(tmp_path / "plain")
+    try:
+        at = _regen_page(tmp_path / "cl", monkeypatch, cluster=True)
+        run_on = at.radio(key="regen-f-where")
+        assert run_on.label == "Run on" and run_on.value == "local"
+        run_on.set_value("ray")  # a field of the form: sent with Review
+        at.text_input(key="regen-f-urls").input("http://127.0.0.1:30011")
+        next(b for b in at.button if b.label == "Review").click()
+        at.run()
+        assert not at.exception, at.exception
+        said = " ".join(m.value for m in at.markdown)
+        assert "will run as a supervised process on the Ray cluster" in said, said
+    finally:
+        close_runtime(tmp_path / "cl")
+
+
+@pytest.mark.timeout(180)
+def test_training_form_offers_run_on_with_a_cluster_and_saves_where_ray(tmp_path, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from tests.helpers import close_runtime
+    from tests.train.page_kit import page
+
+    (tmp_path / "specdeck.toml").write_text('[workspace]\nname = "train-runon"\n\n' + CLUSTER)
+    monkeypatch.setenv("SPECDECK_WORKSPACE", str(tmp_path))
+    form = "train-form-new"
+    try:
+        at = page(AppTest.from_file(str(Path(__file__).resolve().parents[2] / "app.py"), default_timeout=60))
+        where = at.selectbox(key=f"{form}-where")
+        assert where.label == "Run on" and where.value == "local"
+        for key, value in (("name", "tr"), ("target-typed", "/models/t"), ("data-typed", "data.jsonl"),
+                           ("entry", "module:backend.flows.tiny train"), ("gpus", "0,1")):
+            at.text_input(key=f"{form}-{key}").input(value)
+        at.selectbox(key=f"{form}-gen").set_value("gen2")
+        where.set_value("ray")
+        next(b for b in at.button if b.label == "Review").click()
+        at.run()
+        assert not at.exception, at.exception
+        said = " ".join(m.value for m in at.markdown)
+        assert "run on the Ray cluster, asking it for 2 GPUs as:" in said, said
+        at.button(key=f"{form}-save").click().run()
+        assert '\nwhere = "ray"\n' in (tmp_path / "specdeck.toml").read_text()
+    finally:
+        close_runtime(tmp_path)
