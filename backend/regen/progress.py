@@ -8,9 +8,10 @@ from the ids in the output files.  Rates (``req_s``, ``tok_s``) are over the las
 turn asked) by completion tokens: ``counts[i]`` holds ``edges[i] <= n < edges[i+1]``; the last bin
 also holds everything above the last edge.
 
-Per dataset, ``spec_tokens`` and ``spec_verify_ct`` sum the speculative figures of the rows whose
-answers gave them (SGLang's ``spec_tokens_details``), ``spec_rows`` counts those rows, and
-``accept_len`` is ``spec_tokens / spec_verify_ct`` (None until a row gave a figure).
+``spec_recorded`` (true) says the job records the server's per-request speculative figures; a
+dataset with rows whose answers gave them (SGLang's ``spec_tokens_details``) also carries
+``spec_rows`` (those rows), ``spec_tokens`` and ``spec_verify_ct`` (their sums) and ``accept_len``
+(``spec_tokens / spec_verify_ct``); a dataset without carries none of the four.
 """
 
 from __future__ import annotations
@@ -86,8 +87,7 @@ class Stats:
     def dataset(self, name: str) -> dict[str, int]:
         d = self.datasets.get(name)
         if d is None:
-            d = self.datasets[name] = {"total": 0, "done": 0, "failed": 0, "skipped": 0,
-                                       "spec_rows": 0, "spec_tokens": 0, "spec_verify_ct": 0}
+            d = self.datasets[name] = {"total": 0, "done": 0, "failed": 0, "skipped": 0}
         return d
 
     def server(self, url: str, name: str | None = None) -> ServerStats:
@@ -124,9 +124,9 @@ class Stats:
         """A done row's speculative figures (nothing when its answers gave none)."""
         if verify_ct > 0 and tokens > 0:
             d = self.dataset(dataset)
-            d["spec_rows"] += 1
-            d["spec_tokens"] += tokens
-            d["spec_verify_ct"] += verify_ct
+            d["spec_rows"] = d.get("spec_rows", 0) + 1
+            d["spec_tokens"] = d.get("spec_tokens", 0) + tokens
+            d["spec_verify_ct"] = d.get("spec_verify_ct", 0) + verify_ct
 
     def record_failed(self, dataset: str, server: str | None, cls: str, example: str) -> None:
         self.failed += 1
@@ -159,6 +159,7 @@ class Stats:
             "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
             "req_s": req_s, "tok_s": tok_s, "window_s": WINDOW_S,
             "datasets": {k: _with_accept_len(v) for k, v in self.datasets.items()},
+            "spec_recorded": True,
             "servers": servers,
             "completion_tokens_hist": {"edges": list(HIST_EDGES), "counts": list(self.hist)},
             "errors": {k: dict(v) for k, v in self.errors.items()},
@@ -170,7 +171,8 @@ class Stats:
 
 def _with_accept_len(d: dict[str, int]) -> dict[str, Any]:
     out: dict[str, Any] = dict(d)
-    out["accept_len"] = round(d["spec_tokens"] / d["spec_verify_ct"], 4) if d.get("spec_verify_ct") else None
+    if d.get("spec_verify_ct"):
+        out["accept_len"] = round(d["spec_tokens"] / d["spec_verify_ct"], 4)
     return out
 
 

@@ -19,9 +19,8 @@ pytestmark = pytest.mark.timeout(180)
 
 def _ds(total, done, spec_rows=None, tokens=0, vct=0):
     d = {"total": total, "done": done, "failed": 0, "skipped": 0}
-    if spec_rows is not None:
-        d.update(spec_rows=spec_rows, spec_tokens=tokens, spec_verify_ct=vct,
-                 accept_len=round(tokens / vct, 4) if vct else None)
+    if spec_rows:
+        d.update(spec_rows=spec_rows, spec_tokens=tokens, spec_verify_ct=vct, accept_len=round(tokens / vct, 4))
     return d
 
 
@@ -32,7 +31,8 @@ def _run(root: Path, stem: str, datasets: dict, *, t_offset: float = 0.0) -> Pat
     done = sum(d["done"] for d in datasets.values())
     total = sum(d["total"] for d in datasets.values())
     append(reg / f"{stem}.progress.jsonl", snap(now - 10, 0, total=total, started_at=now - 20),
-           snap(now, done, total=total, started_at=now - 20, req_s=1.0, tok_s=100.0, datasets=datasets))
+           snap(now, done, total=total, started_at=now - 20, req_s=1.0, tok_s=100.0, datasets=datasets,
+                spec_recorded=True))
     return reg / f"{stem}.jsonl"
 
 
@@ -85,7 +85,7 @@ def test_link_opens_the_run_and_shows_accept_len_per_dataset(workspace):
     at.selectbox(key="regen-run").select(str(workspace / "outputs" / "regen" / "plain.jsonl")).run()
     assert not at.exception, at.exception
     assert _param(at, "job") == "regen-plain"
-    assert "chat: 20 / 50 · accept_len N/A" in _bars(at)
+    assert "chat: 20 / 50" in _bars(at)  # no figure anywhere: one line says why
     assert "accept_len N/A: the server's answers carried no speculative figures" in _captions(at)
 
 
@@ -107,12 +107,15 @@ def test_view_link_and_a_bad_view(workspace):
     assert _param(at, "view") is None
 
 
-def test_a_run_without_recorded_figures_says_so():
+def test_the_n_a_sentences():
     from ui.regen.blocks import accept_len_note, accept_len_text
-    assert accept_len_note({"a": {"total": 3, "done": 3}}).startswith("accept_len N/A: this run records no")
-    assert accept_len_note({"a": _ds(3, 0, 0)}) == "accept_len N/A until a row is done."
-    assert accept_len_note({"a": _ds(3, 3, 3, 9, 3), "b": _ds(3, 2, 0)}).startswith("accept_len N/A for b:")
-    assert accept_len_note({"a": _ds(3, 3, 2, 9, 3)}) == \
-        "accept_len of a counts only the rows whose answers gave figures."
-    assert accept_len_note({"a": _ds(3, 3, 3, 9, 3)}) is None
+
+    def note(**ds):
+        return accept_len_note({"datasets": ds, "spec_recorded": True})
+    assert accept_len_note({"datasets": {"a": _ds(3, 3)}}).startswith("accept_len N/A: this run's progress log holds no")
+    assert note(a=_ds(3, 0)) == "accept_len N/A until a row is done."
+    assert note(a=_ds(3, 3)).startswith("accept_len N/A: the server's answers carried no speculative figures")
+    assert note(a=_ds(3, 3, 3, 9, 3), b=_ds(3, 2)).startswith("accept_len N/A for b:")
+    assert note(a=_ds(3, 3, 2, 9, 3)) == "accept_len of a counts only the rows whose answers gave figures."
+    assert note(a=_ds(3, 3, 3, 9, 3)) is None
     assert accept_len_text(_ds(3, 3, 3, 9, 4)) == "accept_len 2.25"

@@ -106,7 +106,7 @@ ACCEPT_HELP = ("accept_len of a dataset: the tokens of its rows' answers over th
 NO_FIGURES = ("the server's answers carried no speculative figures: it does not speculate, or its API gives none "
               "(SGLang before 0.5.23, another OpenAI server, or a router that drops the request's "
               "return_spec_tokens_details)")
-NOT_RECORDED = "this run records no per-request speculative figures (SpecForge's script, or a job started before they were)"
+NOT_RECORDED = "this run's progress log holds no per-request speculative figures (its job predates them)"
 
 
 def accept_len_text(d: dict[str, Any]) -> str:
@@ -117,15 +117,21 @@ def accept_len_text(d: dict[str, Any]) -> str:
     return "accept_len N/A"
 
 
-def accept_len_note(ds: dict[str, dict[str, Any]]) -> str | None:
+def _has_figure(d: dict[str, Any]) -> bool:
+    a = d.get("accept_len")
+    return isinstance(a, (int, float)) and not isinstance(a, bool)
+
+
+def accept_len_note(snap: dict[str, Any]) -> str | None:
     """The sentence under the bars on an N/A (or partial) accept_len, or None when every dataset with
     done rows has its figure from all of them."""
-    if not any("spec_rows" in d for d in ds.values()):
+    ds = snap.get("datasets") or {}
+    if not snap.get("spec_recorded"):
         return f"accept_len N/A: {NOT_RECORDED}."
     done = {k: d for k, d in ds.items() if (_num(d.get("done")) or 0) > 0}
     if not done:
         return "accept_len N/A until a row is done."
-    without = [k for k, d in done.items() if not _num(d.get("spec_rows"))]
+    without = [k for k, d in done.items() if not _has_figure(d)]
     if len(without) == len(done):
         return f"accept_len N/A: {NO_FIGURES}."
     if without:
@@ -143,6 +149,7 @@ def dataset_bars(snap: dict[str, Any]) -> None:
     if not ds:
         return
     st.markdown("**Per dataset**", help=ACCEPT_HELP)
+    any_figure = any(_has_figure(d) for d in ds.values())
     cols = st.columns(2)
     for i, (name, d) in enumerate(ds.items()):
         total = _num(d.get("total")) or 0
@@ -155,10 +162,10 @@ def dataset_bars(snap: dict[str, Any]) -> None:
         if skipped:
             extra.append(f"{fmt.count(skipped)} skipped")
         text = f"{name}: {fmt.count(done)} / {fmt.count(total)}" + (f" ({', '.join(extra)})" if extra else "")
-        if "spec_rows" in d:
+        if any_figure and (done or _has_figure(d)):  # none at all: one line under the bars says why
             text += f" · {accept_len_text(d)}"
         cols[i % 2].progress(frac, text=fmt.data_markdown(text))
-    note = accept_len_note(ds)
+    note = accept_len_note(snap)
     if note is not None:
         st.caption(fmt.data_markdown(note), help=ACCEPT_HELP)
 
