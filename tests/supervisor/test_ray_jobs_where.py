@@ -47,6 +47,12 @@ def models():
 
 @pytest.fixture(scope="module")
 def ray(models):
+    from backend.flows.tiny.demo_data import write_demo_data
+    from backend.flows.tiny.target import make_target
+
+    base = models[0].parent
+    tiny = make_target(base / "tiny-target", "tiny")
+    data = write_demo_data(base / "tiny.jsonl", rows=16)
     env = ", ".join(f"{k} = {json.dumps(v)}" for k, v in FAST_SIM.items())
     config = textwrap.dedent(f"""\
         [[server]]
@@ -55,6 +61,23 @@ def ray(models):
         port = {free_port()}
         simulate = true
         env = {{ {env} }}
+
+        # the project's CPU trainer, 4 steps, as a Ray job asking for one (fake) GPU
+        [[train]]
+        name = "tiny"
+        python = {json.dumps(PY)}
+        generation = "gen2"
+        entry = "module:backend.flows.tiny train"
+        target_model = {json.dumps(str(tiny))}
+        train_data = {json.dumps(str(data))}
+        num_epochs = 1
+        batch_size = 4
+        learning_rate = 1e-2
+        max_length = 96
+        ttt_length = 3
+        extra_args = ["--device", "cpu", "--size", "tiny"]
+        stop_grace_s = 5
+        where = "ray"
         """)
     with ray_head(config) as rc:
         yield rc
@@ -70,6 +93,9 @@ def follow(ray):
 
     adopted: list[str] = []
 
+    def track(name: str) -> None:
+        adopted.append(name)
+
     def adopt(name: str):
         job = next(j for j in load_jobs(ws.run_dir) if j.name == name)
         adopted.append(name)
@@ -77,6 +103,7 @@ def follow(ray):
         return job
 
     sup.adopt = adopt  # type: ignore[attr-defined]
+    sup.track = track  # type: ignore[attr-defined]
     sup.ws = ws  # type: ignore[attr-defined]
     try:
         yield sup
@@ -170,6 +197,30 @@ def test_bench_run_where_ray_records_its_result(ray, follow):
         assert (root / "logs" / f"{name}.log").exists()
     finally:
         cli(root, "processes", "stop", "sim")
+
+
+@needs_ray
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+def test_a_tiny_cpu_training_run_on_ray_gets_its_gpu_and_trains(ray, follow):
+    from backend.train.checkpoints import list_checkpoints
+    from backend.train.reader import TrainLogReader
+    from backend.train.runs import TrainRuns
+
+    runs = TrainRuns(follow.ws, follow)
+    spec = runs.spec("tiny")
+    assert (spec.where, spec.num_gpus) == ("ray", 1.0) and "CUDA_VISIBLE_DEVICES" not in spec.env
+    follow.track("tiny")
+    runs.start("tiny", actor="test", source="test")
+    wait_for(lambda: _ended(follow, "tiny"), timeout_s=300, poll=follow.poll, interval_s=0.5)
+    v = follow.view("tiny")
+    log = ray.root / "logs" / "tiny.log"
+    assert (v.state, v.exit_code, v.backend) == (S.EXITED, 0, "ray"), (v.state, v.detail, _log(log)[-3000:])
+    # a job asking one GPU (the head has two fake ones) that Ray ran to the end
+    assert ray.client.info(v.submission_id).status == "SUCCEEDED"
+    wait_for(lambda: any(r.source == "bar" and r.step == 4 for r in TrainLogReader(log).read_all()), timeout_s=60,
+             poll=follow.poll, interval_s=0.5)
+    assert list_checkpoints(runs.output_dir("tiny")).checkpoints, _log(log)[-2000:]
 
 
 # -- without Ray ------------------------------------------------------------------------------------------
