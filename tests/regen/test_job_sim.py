@@ -93,7 +93,7 @@ def test_cli_happy_path_bad_rows_status_validate_and_a_rerun_adds_nothing(tmp_pa
     assert snap["servers"][sim.url]["done"] == 61 and snap["completion_tokens"] == 16 * (61 + 15)
     assert sum(snap["completion_tokens_hist"]["counts"]) == 61
     job = json.loads(sibling(out, ".job.json").read_text())
-    assert job["servers"] == [{"url": sim.url, "name": None}] and job["max_tokens"] == 16 and job["temperature"] == 0
+    assert job["servers"] == [{"url": sim.url, "name": None, "metrics": None}] and job["max_tokens"] == 16 and job["temperature"] == 0
 
     st = run_cli("status", str(out), "--json")
     assert st.returncode == 0 and json.loads(st.stdout)["done"] == 61
