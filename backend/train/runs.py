@@ -222,7 +222,12 @@ class TrainRuns:
                              if a.startswith("training.resume_from=") else a for a in argv)
             if plan.message:
                 extra.append(plan.message)
-        return RunCommand(name=cfg.name, argv=argv, env=cmd.env, yaml_text=cmd.yaml_text, generation=info,
+        env = dict(cmd.env)
+        if cfg.where == "ray":  # what the spec runs with (see _spec), shown the same before a start
+            env.pop("CUDA_VISIBLE_DEVICES", None)
+            extra.append(f"on the Ray cluster: a job asking for {cfg.nproc} GPU(s); Ray sets CUDA_VISIBLE_DEVICES "
+                         "to the ones it grants" + (f" (gpus = {cfg.gpus} gives the count only)" if cfg.gpus else ""))
+        return RunCommand(name=cfg.name, argv=argv, env=env, yaml_text=cmd.yaml_text, generation=info,
                           notes=said + cmd.notes + tuple(extra), cwd=cmd.cwd, output_dir=cmd.output_dir,
                           yaml_path=cmd.yaml_path, resume=resume)
 

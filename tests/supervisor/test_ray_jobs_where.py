@@ -263,6 +263,11 @@ def test_training_spec_on_ray_asks_ray_for_its_gpus_and_leaves_cuda_visible_devi
     assert (there.where, there.num_gpus, there.on_ray) == ("ray", 4.0, True)
     assert "CUDA_VISIBLE_DEVICES" not in there.env
     assert there.argv[:4] == here.argv[:4] and len(there.argv) == len(here.argv)
+    # what the page shows before a start is what runs
+    shown = TrainRuns(_train_ws(tmp_path / "ray", "ray", True), supervisor=None).command("tiny", check=False)
+    assert "CUDA_VISIBLE_DEVICES" not in shown.env
+    assert ("on the Ray cluster: a job asking for 4 GPU(s); Ray sets CUDA_VISIBLE_DEVICES to the ones it grants "
+            "(gpus = [0, 1, 2, 3] gives the count only)") in shown.notes
 
 
 def test_training_where_ray_without_a_cluster_names_the_line_and_field(tmp_path):
