@@ -424,3 +424,26 @@ def test_training_form_offers_run_on_with_a_cluster_and_saves_where_ray(tmp_path
         assert '\nwhere = "ray"\n' in (tmp_path / "specdeck.toml").read_text()
     finally:
         close_runtime(tmp_path)
+
+
+@pytest.mark.timeout(180)
+def test_benchmarks_form_offers_run_on_only_with_a_cluster(tmp_path, monkeypatch, models):
+    from tests.helpers import close_runtime, open_page
+
+    for name, cluster in (("plain", ""), ("cl", CLUSTER)):
+        root = tmp_path / name
+        root.mkdir()
+        (root / "specdeck.toml").write_text(
+            f'[workspace]\nname = "bench-{name}"\n\n[telemetry]\nsource = "fake"\n\n{cluster}\n[[server]]\n'
+            f'name = "sim"\nmodel_path = {json.dumps(str(models[0]))}\nport = {free_port()}\nsimulate = true\n')
+        monkeypatch.setenv("SPECDECK_WORKSPACE", str(root))
+        try:
+            at = open_page("pages/benchmarks.py", 90)
+            radios = {r.key: r for r in at.radio}
+            if cluster:
+                assert radios["bench-f-where"].label == "Run on" and radios["bench-f-where"].value == "local"
+                assert radios["bench-f-where"].options == ["this machine", "the Ray cluster"]
+            else:
+                assert "bench-f-where" not in radios and "bench-f-mode" in radios
+        finally:
+            close_runtime(root)
