@@ -253,6 +253,8 @@ def _submit_on_ray(args: argparse.Namespace, out: TextIO) -> int:
         if s.ws.config.cluster is None:
             raise UsageError(f"--where ray: {s.ws.config_path} has no [cluster] section (kind = \"ray\", "
                              "address = \"local\" or \"http://HOST:8265\")")
+        args.out = str(Path(args.out).expanduser().resolve())  # the job's working folder is not this one
+        args.input = [str(Path(p).expanduser().resolve()) for p in args.input]
         spec, meta = cli_job_spec(args_argv(args.run_parser, args, ("where", "workspace")), args.out, s.ws.root,
                                   s.ws.logs_dir)
         save_job(s.ws.run_dir, spec, meta)

@@ -177,10 +177,10 @@ def job_spec(form: RunForm, root: Path, log_dir: Path, python: str = sys.executa
 
 def cli_job_spec(run_args: list[str], out: str, root: Path, log_dir: Path, *, where: str = "ray",
                  python: str = sys.executable) -> tuple[ProcessSpec, dict]:
-    """``regen run --where ray``: the same ``regen run RUN_ARGS`` (``--where`` left out) as a supervised job on
-    the workspace's [cluster]; CPU only (num_gpus 0), with the meta the page and the stall alert read."""
-    path = Path(out).expanduser()
-    path = path if path.is_absolute() else root / path
+    """``regen run --where ray``: the same ``regen run RUN_ARGS`` (``--where`` left out; its paths absolute, as
+    the job does not run in the caller's folder) as a supervised job on the workspace's [cluster]; CPU only
+    (num_gpus 0), with the meta the page and the stall alert read."""
+    path = Path(out).expanduser().resolve()
     name = job_name(path)
     argv = [python, "-m", "backend.cli", "--workspace", str(root), "regen", "run", *run_args]
     spec = ProcessSpec(name=name, kind=Kind.REGENERATION, argv=tuple(argv), log_path=str(log_dir / f"{name}.log"),

@@ -133,22 +133,25 @@ def _log(path) -> str:
 @needs_ray
 @pytest.mark.slow
 @pytest.mark.timeout(420)
-def test_regen_run_where_ray_finishes_every_row_once_with_its_log_in_logs(ray, follow):
+def test_regen_run_where_ray_finishes_every_row_once_with_its_log_in_logs(ray, follow, monkeypatch):
     root = ray.root
+    monkeypatch.chdir(root)  # the paths are given relative to here; the job runs elsewhere
     sim = SimServer(root / "logs").start()
     try:
         inp = root / "rows.jsonl"
         ids = write_rows(inp, 40, multi_every=5)
         out = root / "out" / "ray-rows.jsonl"
         out.parent.mkdir(exist_ok=True)
-        code, said, err = cli(root, "regen", "run", "--input", str(inp), "--server", sim.url, "--out", str(out),
+        code, said, err = cli(root, "regen", "run", "--input", "rows.jsonl", "--server", sim.url, "--out",
+                              "out/ray-rows.jsonl",
                               "--concurrency", "4", "--max-tokens", "16", "--no-stream", "--where", "ray")
         assert code == 0, err
         assert "regen-ray-rows: STARTING on the Ray cluster as job " in said, said
         job = follow.adopt("regen-ray-rows")
         # the job's spec: the same run (no --where: on its node it runs in the foreground), on Ray, no GPU
         assert job.spec.where == "ray" and job.spec.num_gpus == 0.0
-        assert "--where" not in job.spec.argv and {"--input", "--no-stream", "--max-tokens"} <= set(job.spec.argv)
+        assert "--where" not in job.spec.argv and {"--no-stream", "--max-tokens"} <= set(job.spec.argv)
+        assert {str(inp), str(out)} <= set(job.spec.argv)  # made absolute
         assert job.meta["kind"] == "regen" and job.meta["out"] == str(out)
         wait_for(lambda: _ended(follow, "regen-ray-rows"), timeout_s=240, poll=follow.poll, interval_s=0.5)
         v = follow.view("regen-ray-rows")
@@ -447,3 +450,20 @@ def test_benchmarks_form_offers_run_on_only_with_a_cluster(tmp_path, monkeypatch
                 assert "bench-f-where" not in radios and "bench-f-mode" in radios
         finally:
             close_runtime(root)
+
+
+def test_args_argv_gives_back_the_options_parsed():
+    from backend.cli import build_parser
+    from backend.regen.control import args_argv
+
+    line = ["regen", "run", "--input", "a.jsonl", "--input", "b.jsonl", "--server", "u1", "--server", "u2", "--out",
+            "o.jsonl", "--concurrency", "3", "--temperature", "0.5", "--no-stream", "--reasoning", "save",
+            "--where", "ray"]
+    args = build_parser(line).parse_args(line)
+    again = args_argv(args.run_parser, args, ("where", "workspace"))
+    assert again == ["--input", "a.jsonl", "--input", "b.jsonl", "--server", "u1", "--server", "u2", "--out",
+                     "o.jsonl", "--concurrency", "3", "--temperature", "0.5", "--reasoning", "save", "--no-stream"]
+    back = build_parser(["regen", "run", *again]).parse_args(["regen", "run", *again])
+    for key in ("input", "server", "out", "concurrency", "temperature", "stream", "reasoning", "max_tokens"):
+        assert getattr(back, key) == getattr(args, key), key
+    assert back.where == "local"
