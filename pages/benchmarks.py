@@ -96,6 +96,8 @@ def _column_config() -> dict:
         else:
             out[name] = cc.TextColumn(help=h, width=WIDE.get(name))
     out["id"] = cc.NumberColumn(format="%d", pinned=True, width=36)
+    # text: a result through a router says why it has no accept_len ("N/A (through router NAME: why)")
+    out["accept_len"] = cc.TextColumn(help=data.HELP.get("accept_len"))
     for name, label in LABELS.items():
         out[name]["label"] = label
     for name, width in LEAD_WIDTH.items():  # the answer's columns fit 1024 px beside the sidebar
@@ -128,7 +130,8 @@ def _styled(df):
 
 def _runs() -> None:
     rows = shown + [_marked(r) for r in data.apply_filters(invalid, chosen)]
-    df = data.table(rows, verdicts, bench_cost.result_costs(rt, rows))
+    df = data.with_accept_text(data.table(rows, verdicts, bench_cost.result_costs(rt, rows)), rows,
+                               rt.fleet.router_names())
     every = st.toggle(f"All {len(data.COLUMNS)} columns", key="bench-all-columns",
                       help="latencies, lengths, the draft's settings, source, dates and the rest")
     st.caption(f"{fmt.count(len(rows))} of {fmt.count(len(stored))} results · newest first · N/A: not recorded. "

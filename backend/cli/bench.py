@@ -119,26 +119,8 @@ def cmd_bench_import(s: Session, args: argparse.Namespace, out: TextIO) -> int:
 
 
 def result_cost(s: Session, r: BenchResult, power) -> job_cost.Cost:
-    """What result ``r`` cost: through a router, the GPUs of every server behind it; else its server's
-    (:func:`backend.flows.cost.bench_cost`)."""
-    if r.server in s.fleet.router_names() and r.started_at is not None and r.ended_at is not None:
-        members = s.fleet.router_members(r.server)
-        gpus: set[int] = set()
-        for m in members:
-            got, why = job_cost.server_gpus(s.fleet, m)
-            if got is None:
-                return job_cost.span_cost(r.started_at, r.ended_at, None, power=power, now=r.ended_at,
-                                          gpus_from=f"through router {r.server}: {why}")
-            gpus.update(got)
-        if gpus:
-            return job_cost.span_cost(r.started_at, r.ended_at, tuple(sorted(gpus)), power=power, now=r.ended_at,
-                                      gpus_from=f"the GPUs of the servers behind router {r.server} "
-                                                f"({', '.join(members)})")
-    if r.server in s.fleet.names() and not r.config.tp and r.started_at is not None and r.ended_at is not None:
-        got, why = job_cost.server_gpus(s.fleet, r.server)
-        if got is None:  # say which server's config lacks them (bench_cost would say no server is recorded)
-            return job_cost.unknown(f"no GPU known: {why}, and the result records no tensor parallelism",
-                                    job_cost.NO_GPUS, seconds=max(0.0, r.ended_at - r.started_at))
+    """What result ``r`` cost (:func:`backend.flows.cost.bench_cost`, as the Benchmarks page reads it):
+    through a router, the GPUs of every server behind it; else its server's."""
     return job_cost.bench_cost(r, s.fleet, power=power)
 
 

@@ -20,6 +20,12 @@ and keeps the lifetime value beside it.  The window holds the warm-up request (o
 lengths) as bench_serving's own run does.  The server's configuration comes from ``/server_info``
 as it was when the run started.
 
+Through a ``[[router]]`` the router's own ``/server_info`` and ``/metrics`` say nothing of what its servers
+run, so each server behind it is marked before and after the run as above: the configuration is theirs
+(``mixed``, never one server's, where their speculation differs) and the accept length is their windowed
+figures weighted by the requests each took (``sglang:num_requests_total``), else None with the reason,
+kept in the result's ``raw`` (:func:`router_accept_why`).
+
 A benchmark is never measured across two server runs.  A workspace server's target carries a
 probe of its supervised run (:func:`target_of`): the run's id and state are read when the
 measurement starts and when it ends, and a result whose server was relaunched, restarted after a
@@ -76,6 +82,8 @@ class Target:
     env: dict[str, str] = field(default_factory=dict)  # added to the benchmark process's environment
     # the server's supervised run as it is now (None: not known); see :func:`run_probe`
     server_run: Callable[[], "ServerRun | None"] | None = field(default=None, compare=False, repr=False)
+    # a router's servers (each a Target of its own): its configuration and accept length are theirs
+    members: tuple["Target", ...] = ()
 
 
 @dataclass(frozen=True)
@@ -108,6 +116,10 @@ def target_of(session, name: str) -> Target:
     if name not in session.fleet.names():
         more = f" (routers: {', '.join(routers)})" if routers else ""
         raise UnknownServer(f"no server named {name!r} in {session.ws.config_path}{more}")
+    return _server_target(session, name)
+
+
+def _server_target(session, name: str) -> Target:
     cfg = session.fleet.config(name)
     caps = session.fleet.capabilities(name)
     return Target(base_url=endpoints(cfg, caps).base_url, name=name,
@@ -119,7 +131,8 @@ def target_of(session, name: str) -> Target:
 def _router_target(session, name: str) -> Target:
     """A ``[[router]]`` as a benchmark target: requests go through it to the servers behind it, the
     tokenizer and the benchmark's interpreter are its first server's; the run that must not change while
-    measuring is the router's own."""
+    measuring is the router's own.  The servers behind it are its ``members``: the router's ``/server_info``
+    does not say what they run, so the configuration and the accept length are read from them."""
     members = session.fleet.router_members(name)
     if not members:
         raise UnknownServer(f"router {name!r} of {session.ws.config_path} has no server behind it")
@@ -127,7 +140,8 @@ def _router_target(session, name: str) -> Target:
     return Target(base_url=session.fleet.router_config(name).url, name=name,
                   python=sys.executable if first.simulate else first.python, log_path=None,
                   model_path=first.model_path, api_key=_api_key(list(first.extra_args)),
-                  server_run=run_probe(session, name))
+                  server_run=run_probe(session, name),
+                  members=tuple(_server_target(session, m) for m in members))
 
 
 def run_probe(session, name: str) -> Callable[[], ServerRun | None]:
@@ -178,6 +192,7 @@ class Mark:
     gen_tokens: float | None  # sglang:generation_tokens_total, summed over label sets
     verify_calls: float | None  # sglang:spec_verify_calls_total
     log_offset: int | None
+    requests: float | None = None  # sglang:num_requests_total
 
 
 def _counter(m: Metrics | None, name: str) -> float | None:
@@ -198,7 +213,7 @@ def take_mark(client: SglangClient, log_path: Path | None) -> Mark:
         except OSError:
             offset = None
     return Mark(time.time(), info.value if info.ok else None, _counter(metrics, "generation_tokens"),
-                _counter(metrics, "spec_verify_calls"), offset)
+                _counter(metrics, "spec_verify_calls"), offset, _counter(metrics, "num_requests"))
 
 
 def accept_from_log(log_path: Path, start: int, end: int) -> float | None:
@@ -296,6 +311,139 @@ def with_accept(result: BenchResult, before: Mark, after: Mark, log_path: Path |
             f"accept length from the server's {source}"
     return replace(result, results=replace(result.results, accept_len=windowed, accept_len_lifetime=lifetime),
                    label=label)
+
+
+# --------------------------------------------------------------------------------------
+# Through a router: the servers behind it
+# --------------------------------------------------------------------------------------
+MIXED = "mixed"  # the algorithm recorded when the servers behind a router are not configured alike
+ROUTER_KEY = "specdeck_router"  # the key of the router's part in a result's ``raw`` JSON
+_SPEC_FIELDS = ("algorithm", "draft_model", "num_steps", "topk", "num_draft_tokens")
+
+
+def describe_config(c: BenchConfig) -> str:
+    """A server's speculative configuration in a few words ("EAGLE3, draft D, 3 steps, topk 1, 4 draft tokens")."""
+    if c.speculative is None:
+        return "configuration not known"
+    if c.speculative is False:
+        return "no speculation"
+    parts = [c.algorithm or ""]
+    if c.draft_model:
+        parts.append(f"draft {c.draft_model}")
+    if c.num_steps is not None:
+        parts.append(f"{c.num_steps} steps")
+    if c.topk is not None:
+        parts.append(f"topk {c.topk}")
+    if c.num_draft_tokens is not None:
+        parts.append(f"{c.num_draft_tokens} draft tokens")
+    return ", ".join(parts)
+
+
+def members_config(names: list[str], infos: list[ServerInfo | None]) -> tuple[BenchConfig, str]:
+    """(the configuration of the servers behind a router, a line naming each one's) from their own
+    ``/server_info``: theirs where they agree; where their speculation differs the algorithm is
+    :data:`MIXED` (never one member's), and where one did not answer it is not known."""
+    configs = [config_from_info(i) for i in infos]
+    line = "; ".join(f"{n}: {describe_config(c) if i is not None else '/server_info did not answer'}"
+                     for n, c, i in zip(names, configs, infos))
+    if not configs:
+        return BenchConfig(), line
+    merged = {k: (getattr(configs[0], k) if all(getattr(c, k) == getattr(configs[0], k) for c in configs) else None)
+              for k in BenchConfig.__dataclass_fields__}
+    if any(i is None for i in infos):
+        merged.update({k: None for k in _SPEC_FIELDS})
+    elif any(getattr(c, k) != getattr(configs[0], k) for c in configs for k in _SPEC_FIELDS):
+        merged.update({k: None for k in _SPEC_FIELDS})
+        merged["algorithm"] = MIXED
+    return BenchConfig(**merged), line
+
+
+def members_accept(members: tuple[Target, ...], configs: list[BenchConfig], before: list[Mark],
+                   after: list[Mark]) -> tuple[float | None, str | None, list[dict[str, Any]]]:
+    """(the request-weighted accept length of a router's servers over the run, why it is None, each
+    server's figures).  Each server's is windowed as for one server (:func:`windowed_accept`) and weighted
+    by the growth of its ``sglang:num_requests_total``; a server that took no request adds nothing."""
+    per: list[dict[str, Any]] = []
+    missing: list[str] = []
+    num = den = 0.0
+    for m, c, b, a in zip(members, configs, before, after):
+        value, source = windowed_accept(b, a, m.log_path)
+        reqs = a.requests - b.requests if a.requests is not None and b.requests is not None else None
+        per.append({"server": m.name, "accept_len": value, "source": source, "requests": reqs,
+                    "configuration": describe_config(c)})
+        if reqs is not None and reqs <= 0:
+            continue
+        if value is None:
+            missing.append(f"{m.name} gave no accept length over the run (no speculative counters in its "
+                           "/metrics and no decode lines in its log)")
+        elif reqs is None:
+            missing.append(f"{m.name}'s /metrics has no sglang:num_requests_total, so its share of the "
+                           "requests is not known")
+        else:
+            num += value * reqs
+            den += reqs
+    if missing:
+        return None, "; ".join(missing), per
+    if not den:
+        return None, "no server behind it counted a request over the run", per
+    return num / den, None, per
+
+
+def with_router(result: BenchResult, target: Target, before: list[Mark], after: list[Mark]) -> BenchResult:
+    """``result`` measured through router ``target``: the configuration of the servers behind it, their
+    request-weighted accept length over the run (or None with the reason, kept in ``raw`` under
+    :data:`ROUTER_KEY`), and a restart of any of them marked invalid."""
+    names = [m.name or m.base_url for m in target.members]
+    config, line = members_config(names, [b.info for b in before])
+    configs = [config_from_info(b.info) for b in before]
+    if config.algorithm == MIXED:
+        _, _, per = members_accept(target.members, configs, before, after)
+        figures = ", ".join(f"{p['server']} {p['accept_len']:.2f}" for p in per if p["accept_len"] is not None)
+        accept, why = None, ("the servers behind it run different speculation (" + line + "), so one accept "
+                             "length would mix them" + (f"; each server's: {figures}" if figures else ""))
+    elif config.speculative is False:
+        accept, why, per = None, "its servers run without speculation", []
+    else:
+        accept, why, per = members_accept(target.members, configs, before, after)
+        if config.speculative is None and accept is None:
+            why = f"{why}; the configuration of its servers is not known ({line})" if why else \
+                f"the configuration of its servers is not known ({line})"
+    try:
+        raw = json.loads(result.raw) if result.raw else {}
+    except ValueError:
+        raw = {"record": result.raw}
+    if not isinstance(raw, dict):
+        raw = {"record": raw}
+    raw[ROUTER_KEY] = {"name": target.name, "servers": names, "configuration": line, "accept_len": accept,
+                       "accept_len_why": why, "per_server": per}
+    label = f"{result.label}; " if result.label else ""
+    label += f"through router {target.name} to {', '.join(names)} ({line})"
+    if accept is not None:
+        label += "; accept length of the servers behind it, weighted by their requests"
+    invalid = result.invalid
+    for m, b, a in zip(target.members, before, after):
+        invalid = invalid or across_runs(m.name or m.base_url, None, None, b, a)
+    return replace(result, config=config, label=label, raw=json.dumps(raw, sort_keys=True), invalid=invalid,
+                   results=replace(result.results, accept_len=accept, accept_len_lifetime=None))
+
+
+def router_accept_why(result: BenchResult) -> str | None:
+    """Why a result measured through a router has no accept length, as the run recorded it; None when it
+    was not measured through one (or recorded before the reason was kept)."""
+    try:
+        raw = json.loads(result.raw) if result.raw else None
+    except ValueError:
+        return None
+    part = raw.get(ROUTER_KEY) if isinstance(raw, dict) else None
+    if not isinstance(part, dict):
+        return None
+    why = part.get("accept_len_why")
+    return why if isinstance(why, str) and why else None
+
+
+def _member_marks(target: Target) -> list[Mark]:
+    return [take_mark(SglangClient(m.base_url, timeout_s=10.0, api_key=m.api_key), m.log_path)
+            for m in target.members]
 
 
 # --------------------------------------------------------------------------------------
@@ -462,7 +610,8 @@ def run_benchmark(target: Target, load: Load, *, mode: str = "auto", work_dir: P
                             "start the server, or wait until it is RUNNING")
     run_before = _read_run(target)
     before = take_mark(client, target.log_path)
-    if before.info is None:
+    members_before = _member_marks(target)
+    if before.info is None and not target.members:
         raise BenchRunError(f"{target.base_url}: /server_info did not answer; the server's configuration "
                             "is needed for the record")
     report("running", 0, load.num_prompts)
@@ -472,6 +621,7 @@ def run_benchmark(target: Target, load: Load, *, mode: str = "auto", work_dir: P
         run = run_load(target.base_url, load, api_key=target.api_key, vocab_size=vocab,
                        progress=lambda d, t: report("running", d, t), stop=stop)
         after = take_mark(client, target.log_path)
+        members_after = _member_marks(target)
         if run.errors():
             write_private(work_dir / "failed-requests.txt", "".join(f"{e}\n" for e in run.errors()))
         result = result_from_client(run, target, before)
@@ -490,6 +640,7 @@ def run_benchmark(target: Target, load: Load, *, mode: str = "auto", work_dir: P
                                timeout_s=bench_timeout_s)
         ended = time.time()
         after = take_mark(client, target.log_path)
+        members_after = _member_marks(target)
         if stop is not None and stop.is_set():
             raise BenchRunError("stopped before bench_serving finished")
         if rc != 0 or not out_file.exists():
@@ -502,7 +653,10 @@ def run_benchmark(target: Target, load: Load, *, mode: str = "auto", work_dir: P
                          config=_merge_config(imported.config, config_from_info(before.info)),
                          label=f"SGLang {module}")
     report("storing", load.num_prompts, load.num_prompts)
-    result = with_accept(result, before, after, target.log_path)
+    if target.members:
+        result = with_router(result, target, members_before, members_after)
+    else:
+        result = with_accept(result, before, after, target.log_path)
     why = across_runs(target.name or target.base_url, run_before, _read_run(target), before, after)
     return replace(result, invalid=why) if why else result
 

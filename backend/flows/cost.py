@@ -2,7 +2,8 @@
 
 A job's GPUs come from its own spec (``CUDA_VISIBLE_DEVICES``), else from the telemetry's attribution of
 GPU processes to managed process trees (what the GPUs page shows); a regeneration job holds no GPU itself,
-so its GPUs are those of the managed servers it sends requests to; a benchmark's are its server's.  Its
+so its GPUs are those of the managed servers it sends requests to; a benchmark's are its server's (through a
+router, those of every server behind it).  Its
 time is the process record's start and end (a job still running counts up to now), a benchmark's the
 result's own start and end.
 
@@ -237,8 +238,9 @@ def regen_cost(view: Any, snapshot: Mapping[str, Any] | None, fleet: Any, *, att
 
 
 def bench_cost(result: Any, fleet: Any, *, power: PowerReader | None = None) -> Cost:
-    """A benchmark result: its server's GPUs (the workspace's server of that name; else its tensor parallelism,
-    without energy) from its start to its end."""
+    """A benchmark result from its start to its end: measured through one of the workspace's routers, the
+    GPUs of every server behind it; else its server's GPUs (the workspace's server of that name; else its
+    tensor parallelism, without energy).  The command line and the pages both read this."""
     start, end = result.started_at, result.ended_at
     if start is None or end is None:
         return unknown("the result records no start and end time, so its duration is not known",
@@ -246,15 +248,35 @@ def bench_cost(result: Any, fleet: Any, *, power: PowerReader | None = None) -> 
     seconds = max(0.0, end - start)
     server = result.server
     names = list(fleet.names()) if fleet is not None else []
+    routers = list(getattr(fleet, "router_names", list)()) if fleet is not None else []
+    if server in routers and server not in names:
+        members = list(fleet.router_members(server))
+        if not members:
+            return unknown(f"no GPU known: router {server} has no server behind it in this workspace", NO_GPUS,
+                           seconds=seconds)
+        gpus: set[int] = set()
+        for m in members:
+            got, why = server_gpus(fleet, m)
+            if got is None:
+                return span_cost(start, end, None, power=power, now=end, gpus_from=f"through router {server}: {why}")
+            gpus.update(got)
+        return span_cost(start, end, tuple(sorted(gpus)), power=power, now=end,
+                         gpus_from=f"the GPUs of the servers behind router {server} ({', '.join(members)})")
+    why = ""
     if server in names:
-        gpus, source = server_gpus(fleet, server)
-        if gpus is not None:
-            return span_cost(start, end, gpus, gpus_from=source, power=power, now=end)
+        gpus_, why = server_gpus(fleet, server)
+        if gpus_ is not None:
+            return span_cost(start, end, gpus_, gpus_from=why, power=power, now=end)
     tp = result.config.tp
     if tp:
         return Cost(tp * seconds / 3600.0, None, None, seconds, False, gpus_from=f"tensor parallelism {tp}",
                     energy_why="which GPUs it ran on is not known, so no power readings can be chosen")
-    where = f"server {server} is not in this workspace" if server and server not in names else "no server recorded"
+    if why:
+        where = why
+    elif server:
+        where = f"server {server} is not in this workspace"
+    else:
+        where = "no server recorded"
     return unknown(f"no GPU known: {where}, and the result records no tensor parallelism", NO_GPUS,
                    seconds=seconds)
 

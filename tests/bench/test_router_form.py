@@ -126,12 +126,16 @@ def test_the_form_offers_the_router_and_a_run_goes_through_its_url(workspace):
     (result,) = BenchStore(rt.store).list()
     assert result.server == "fleet" and not result.invalid
     assert result.results.completed == PROMPTS and result.results.output_tok_s > 0
-    assert result.accept_len is None  # the router has no decode lines
+    assert result.accept_len is None
+    # the configuration is the servers' behind the router (theirs run without speculation), and the
+    # missing accept_len says why
+    from backend.flows.bench_runner import router_accept_why
+    assert result.config.algorithm == "NONE" and router_accept_why(result) == "its servers run without speculation"
     at.run()
     assert not at.exception, at.exception
     line = next(m.value for m in at.markdown if m.value.startswith(f"#{result.id} · concurrency 2"))
     assert "accept_len **N/A (not measured through router fleet)**" in line
-    # the configuration read at the run is the router's: never called a baseline without speculation
+    # the run form's line for a result through a router does not call it a baseline
     assert "baseline (no speculation)" not in line and "speculation not known" in line
     assert any(c.value == f"accept_len N/A: {ROUTER_ACCEPT}." for c in at.caption)
 

@@ -13,6 +13,7 @@ from typing import Iterable
 
 import pandas as pd
 
+from backend.flows.bench_runner import router_accept_why
 from backend.sglang.alerts import ACCEPT_FLOOR
 from backend.sglang.livefigures import THRESHOLDS_TEXT, ratio_level
 from specdeck_types.bench import BenchResult
@@ -227,7 +228,8 @@ HELP = {
     "configuration": "the server and its speculative configuration: algorithm · draft · steps · topk · draft "
                      "tokens · CUDA graph",
     "load": "c: concurrency · input/output lengths in tokens",
-    "accept_len": "the run's accept length, else the server's lifetime average",
+    "accept_len": ("the run's accept length, else the server's lifetime average; through a router, the servers "
+                   "behind it weighted by their requests, or N/A with why"),
     "accept_len (run)": "accept length measured during this run only",
     "accept_len (lifetime)": "the server's average since it started (bench_serving's accept_length)",
     "date": "when the run started (N/A: not recorded, e.g. hand-entered numbers)",
@@ -281,6 +283,30 @@ def table(results: Iterable[BenchResult], verdicts: dict[int, Verdict | None] | 
         df[name] = df[name].astype(dtype) if dtype != "object" else df[name].astype(object)
     df = df.sort_values(["_when", "id"], ascending=False, kind="stable").drop(columns="_when")
     return df.reset_index(drop=True)
+
+
+ROUTER_ACCEPT_OLD = "recorded before the servers behind a router were read (a router has no decode lines)"
+
+
+def accept_text(r: BenchResult, routers: Iterable[str] = ()) -> str | None:
+    """The Runs table's accept_len cell: the figure, or for a result measured through a router
+    "N/A (through router NAME: why)"; None (the table's N/A) for any other missing figure."""
+    if r.accept_len is not None:
+        return f"{r.accept_len:.2f}"
+    why = router_accept_why(r)
+    if why is None and r.server in set(routers):
+        why = ROUTER_ACCEPT_OLD
+    return None if why is None else f"N/A (through router {r.server}: {why})"
+
+
+def with_accept_text(df: pd.DataFrame, results: Iterable[BenchResult], routers: Iterable[str] = ()) -> pd.DataFrame:
+    """``df`` (from :func:`table`) with its accept_len column as text (:func:`accept_text`), so a result
+    through a router says why it has none rather than showing a blank cell."""
+    routers = list(routers)
+    texts = {r.id: accept_text(r, routers) for r in results}
+    out = df.copy()
+    out["accept_len"] = pd.Series([texts.get(i) for i in out["id"]], index=out.index, dtype=object)
+    return out
 
 
 @dataclass
