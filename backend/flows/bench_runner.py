@@ -417,7 +417,8 @@ def with_router(result: BenchResult, target: Target, before: list[Mark], after: 
     raw[ROUTER_KEY] = {"name": target.name, "servers": names, "configuration": line, "accept_len": accept,
                        "accept_len_why": why, "per_server": per}
     label = f"{result.label}; " if result.label else ""
-    label += f"through router {target.name} to {', '.join(names)} ({line})"
+    label += f"through router {target.name} to {', '.join(names)}"
+    label += f" ({line})" if config.algorithm == MIXED or config.speculative is None else ", configured alike"
     if accept is not None:
         label += "; accept length of the servers behind it, weighted by their requests"
     invalid = result.invalid

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -132,7 +133,7 @@ def test_mixed_speculation_behind_a_router_is_recorded_as_mixed_with_each_server
     why = router_accept_why(r)
     assert "a: EAGLE3" in why and "b: no speculation" in why and "a 3.00" in why
     assert json.loads(r.raw)[ROUTER_KEY]["servers"] == ["a", "b"]
-    assert "through router fleet to a, b" in r.label
+    assert "through router fleet to a, b (a: EAGLE3" in r.label
     df = data.with_accept_text(data.table([r]), [r], ["fleet"])
     assert df.loc[0, "accept_len"] == f"N/A (through router fleet: {why})"
 
@@ -141,6 +142,8 @@ def test_mixed_speculation_behind_a_router_is_recorded_as_mixed_with_each_server
     after[1] = Mark(1.0, _info("EAGLE3"), 300.0, 150.0, None, 16.0)
     r = with_router(base, target, before, after)
     assert r.config.algorithm == "EAGLE3" and r.config.num_steps == 3
+    assert r.label.endswith("through router fleet to a, b, configured alike; accept length of the servers behind "
+                            "it, weighted by their requests")
     assert r.results.accept_len == pytest.approx((3.0 * 4 + 2.0 * 6) / 10)
     # a server without a request counter: N/A with the reason, never one server's figure
     after[1] = Mark(1.0, _info("EAGLE3"), 300.0, 150.0, None, None)
@@ -153,6 +156,8 @@ def test_mixed_speculation_behind_a_router_is_recorded_as_mixed_with_each_server
     old = BenchResult(id=8, source="run", server="fleet", results=BenchFigures(output_tok_s=1.0))
     assert data.accept_text(old, ["fleet"]).startswith("N/A (through router fleet: ")
     assert data.accept_text(old, []) is None
+    # an imported file's result named after the router was not measured here: the plain N/A
+    assert data.accept_text(replace(old, source="import:csv"), ["fleet"]) is None
 
 
 class _Fleet:

@@ -138,6 +138,9 @@ def test_the_form_offers_the_router_and_a_run_goes_through_its_url(workspace):
     # the run form's line for a result through a router does not call it a baseline
     assert "baseline (no speculation)" not in line and "speculation not known" in line
     assert any(c.value == f"accept_len N/A: {ROUTER_ACCEPT}." for c in at.caption)
+    # the Runs table says why rather than leaving the cell blank
+    (table,) = [d for d in at.dataframe if "verdict" in d.value.columns]
+    assert list(table.value["accept_len"]) == ["N/A (through router fleet: its servers run without speculation)"]
 
 
 def test_stored_rows_say_why_a_router_result_has_no_accept_len():

@@ -16,7 +16,7 @@ import pandas as pd
 from backend.flows.bench_runner import router_accept_why
 from backend.sglang.alerts import ACCEPT_FLOOR
 from backend.sglang.livefigures import THRESHOLDS_TEXT, ratio_level
-from specdeck_types.bench import BenchResult
+from specdeck_types.bench import RUN, BenchResult
 
 NA = "N/A"
 FILTERS = (  # (label, key) of the multiselect filters, in the order shown
@@ -294,7 +294,7 @@ def accept_text(r: BenchResult, routers: Iterable[str] = ()) -> str | None:
     if r.accept_len is not None:
         return f"{r.accept_len:.2f}"
     why = router_accept_why(r)
-    if why is None and r.server in set(routers):
+    if why is None and r.source == RUN and r.server in set(routers):
         why = ROUTER_ACCEPT_OLD
     return None if why is None else f"N/A (through router {r.server}: {why})"
 
