@@ -76,12 +76,12 @@ def test_the_form_offers_the_router_and_a_run_goes_through_its_url(workspace):
     # the Run form lists the router beside the servers, labelled with the servers behind it
     box = at.selectbox(key="bench-f-server")
     assert box.options == ["a", "b", "fleet (router: a, b)"] and box.label == "Server or router"
-    assert "[[router]]" in box.help and "no accept_len" in box.help
+    assert "[[router]]" in box.help and "servers behind it" in box.help
     box.set_value("fleet")
     at.run()
     assert not at.exception, at.exception
     assert any("Router **fleet** is NOT STARTED" in w.value for w in at.warning), [w.value for w in at.warning]
-    assert any("accept_len: N/A through a router" in i.value and "no decode lines" in i.value for i in at.info)
+    assert any("accept_len through a router" in i.value and "weighted by the requests" in i.value for i in at.info)
     assert any(f"http://127.0.0.1:{rport}" in c.value and "round_robin" in c.value for c in at.caption)
     # the sweep relaunches one server: the router is not offered, and its help says why
     sweep = at.selectbox(key="sweep-f-server")
@@ -134,9 +134,9 @@ def test_the_form_offers_the_router_and_a_run_goes_through_its_url(workspace):
     at.run()
     assert not at.exception, at.exception
     line = next(m.value for m in at.markdown if m.value.startswith(f"#{result.id} · concurrency 2"))
-    assert "accept_len **N/A (not measured through router fleet)**" in line
-    # the run form's line for a result through a router does not call it a baseline
-    assert "baseline (no speculation)" not in line and "speculation not known" in line
+    assert "accept_len **N/A (through router fleet: its servers run without speculation)**" in line
+    # the configuration was read from the servers behind the router, so the result is a baseline
+    assert "baseline (no speculation)" in line and "speculation not known" not in line
     assert any(c.value == f"accept_len N/A: {ROUTER_ACCEPT}." for c in at.caption)
     # the Runs table says why rather than leaving the cell blank
     (table,) = [d for d in at.dataframe if "verdict" in d.value.columns]
@@ -153,7 +153,9 @@ def test_stored_rows_say_why_a_router_result_has_no_accept_len():
                            results=BenchFigures(output_tok_s=50.0, accept_len=acc, completed=4))
 
     rows = result_rows([res(1, "fleet", None), res(2, "a", None), res(3, "a", 2.5)], [1, 2, 3], {}, ["fleet"])
-    assert [r["accept_len"] for r in rows] == ["N/A (not measured through router fleet)", "N/A", "2.50"]
+    assert [r["accept_len"] for r in rows] == [
+        "N/A (through router fleet: recorded before the servers behind a router were read (a router has no decode "
+        "lines))", "N/A", "2.50"]
     assert [r["_router"] for r in rows] == [True, False, False]
     base = replace(res(4, "fleet", None), config=BenchConfig(algorithm="NONE"))
     (row,) = result_rows([base], [4], {}, ["fleet"])

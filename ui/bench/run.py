@@ -36,10 +36,9 @@ MODES = {"auto": "Auto: SGLang's benchmark where the server's environment has sg
 ENDPOINTS = {"sglang": "/generate", "sglang-oai-chat": "/v1/chat/completions"}
 SEEN = "bench-seen-results"  # ids the page's table showed at its last run
 JOB_KIND = "bench"
-ROUTER_NA = "not measured through router"
-ROUTER_ACCEPT = ("a router writes no decode lines and serves no speculative counters of its own, so a benchmark "
-                 "through it has no accept_len: its result reads N/A. Benchmark one of the servers behind it for "
-                 "the accept length")
+ROUTER_ACCEPT = ("through a router, accept_len is that of the servers behind it over the run, weighted by the "
+                 "requests each took; it reads N/A with the reason where a server gives no figure, has no request "
+                 "counter, or where their speculation differs")
 
 
 class FormError(ValueError):
@@ -127,7 +126,7 @@ def _router_checks(rt, name: str) -> None:
                        "them on the Servers page, they join it once ready.", icon=":material/warning:")
     st.caption(fmt.data_markdown(f"Requests go to the router at {cfg.url} ({cfg.policy}), which spreads them over "
                                  f"{', '.join(members) or 'no server'}; tok/s is the fleet's."))
-    st.info(f"**accept_len: N/A through a router.** {ROUTER_ACCEPT}.", icon=":material/alt_route:")
+    st.info(f"**accept_len through a router:** {ROUTER_ACCEPT}.", icon=":material/alt_route:")
 
 
 def run_form(rt) -> None:
@@ -146,9 +145,9 @@ def run_form(rt) -> None:
             server = a.selectbox("Server or router", servers + routers, key="bench-f-server",
                                  format_func=lambda n: _router_label(rt, n) if n in routers else n,
                                  help="a server of the workspace, or a [[router]] in front of several: then the "
-                                      "requests go to the router's URL and it spreads them over its servers (no "
-                                      "accept_len is measured that way); a configuration is read from /server_info "
-                                      "at the run")
+                                      "requests go to the router's URL and it spreads them over its servers (accept_len "
+                                      "and the configuration are then those of the servers behind it); a "
+                                      "configuration is read from /server_info at the run")
         else:
             server = a.selectbox("Server", servers, key="bench-f-server",
                                  help="a server of the workspace; its configuration is read from /server_info at "
@@ -332,7 +331,7 @@ def live_progress(rt) -> None:
 def result_rows(results: list[BenchResult], ids, configured, routers=()) -> list[dict]:
     """The key figures of the results ``ids`` among ``results`` (the workspace's stored ones): tok/s,
     accept_len, the speedup against the baseline at the same load and the verdict (as the Runs table).
-    A result measured through one of ``routers`` has no accept_len, and says why."""
+    A result measured through one of ``routers`` without an accept_len says why."""
     valid = [r for r in results if not r.invalid]
     pairs = {p.run.id: p for p in bench_charts.speedups(valid, configured)}
     by_id = {r.id: r for r in results}
@@ -345,7 +344,8 @@ def result_rows(results: list[BenchResult], ids, configured, routers=()) -> list
         v = data.verdict(r, p.ratio, p.has_baseline) if p is not None and not r.invalid else None
         if r.invalid:
             word = f"invalid: {r.invalid}"
-        elif r.is_baseline and r.server in routers:  # the configuration read was the router's, not its servers'
+        elif r.is_baseline and r.server in routers and data.router_accept_why(r) is None:
+            # stored before the servers behind a router were read: the configuration was the router's own
             word = "speculation not known: the router's /server_info does not say what its servers run"
         elif r.is_baseline:
             word = "baseline (no speculation)"
@@ -353,8 +353,8 @@ def result_rows(results: list[BenchResult], ids, configured, routers=()) -> list
             word = data.verdict_text(v)
         rows.append({
             "result": f"#{r.id}", "load": data.load_label(r), "tok/s": fmt.tok_s(r.results.output_tok_s),
-            "accept_len": fmt.accept_len(r.accept_len) if r.accept_len is not None or r.server not in routers
-            else f"{fmt.NA} ({ROUTER_NA} {r.server})",
+            "accept_len": fmt.accept_len(r.accept_len) if r.accept_len is not None
+            else data.accept_text(r, routers) or fmt.NA,
             "speedup": f"{p.ratio:.2f}×" if p is not None and p.ratio is not None else fmt.NA,
             "baseline": p.baseline_text if p is not None else fmt.NA, "verdict": word,
             "_level": v.level if v is not None else "none", "_router": r.server in routers,
