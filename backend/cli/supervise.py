@@ -37,17 +37,19 @@ def cmd_supervise(s: Session, args: argparse.Namespace, out: TextIO) -> int:
     out.write(f"supervising {s.ws.root} every {args.interval:g} s (Ctrl-C to stop; processes keep running)\n")
     out.flush()
     seen: dict[str, tuple[str, int | None]] = {}
+    # Everything this loop uses is imported here, before the alerts' thread starts: two threads importing
+    # the same package lazily at once can deadlock on the import locks (seen: this thread importing the
+    # telemetry package for the targets file while the alerts' thread imported its NVML module).
+    from backend.flows.prom_targets import writer_for  # the file_sd file Prometheus reads
+    from backend.flows.router_sync import RouterSync
+
+    routers = RouterSync(s.fleet, s.sup, s.ws.run_dir)  # [[router]] workers follow the servers' states
+    targets = writer_for(s.ws, s.fleet, s.sup)
     alerts = None
     if not args.no_alerts:
         from backend.flows.alerts import AlertLoop, engine_for
 
         alerts = AlertLoop(_Headless(s), engine_for(s.ws, s.store)).start()
-    from backend.flows.router_sync import RouterSync
-
-    routers = RouterSync(s.fleet, s.sup, s.ws.run_dir)  # [[router]] workers follow the servers' states
-    from backend.flows.prom_targets import writer_for  # the file_sd file Prometheus reads
-
-    targets = writer_for(s.ws, s.fleet, s.sup)
     try:
         while not stop:
             s.sup.poll()

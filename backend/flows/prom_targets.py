@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from backend.telemetry.promnames import node_name
+
 log = logging.getLogger(__name__)
 
 RAY_SD_FILE = "prom_metrics_service_discovery.json"
@@ -48,8 +50,6 @@ class TargetGroup:
 
 
 def _node() -> str:
-    from backend.telemetry.promnames import node_name  # noqa: PLC0415
-
     return node_name()
 
 
