@@ -18,6 +18,11 @@ from typing import Any, Callable
 from backend.alerts.engine import AlertEngine
 from backend.alerts.model import DiskState, GpuState, RegenState, ServerState, Snapshot, Thresholds
 from backend.alerts.notify import Notifier, RateLimit
+# imported here, not in the loop's thread: two threads importing one package lazily at once can deadlock
+from backend.bench.baseline import StoredBaselines
+from backend.diskspace import space
+from backend.regen.follow import progress_follower
+from backend.telemetry.nvml import POWER_REASONS, THERMAL_REASONS
 from backend.workspace import AlertsConfig, Workspace
 
 log = logging.getLogger(__name__)
@@ -53,8 +58,6 @@ def configure(engine: AlertEngine, workspace: Workspace) -> None:
 # -- gathering ---------------------------------------------------------------------------------
 
 def _servers(rt: Any, now: float, th: Thresholds, baselines: Any = None) -> tuple[ServerState, ...]:
-    from backend.bench.baseline import StoredBaselines
-
     baselines = baselines if baselines is not None else StoredBaselines(rt.store)
     fleet = rt.fleet
     names = set(fleet.names()) if fleet is not None else set()
@@ -92,8 +95,6 @@ def _servers(rt: Any, now: float, th: Thresholds, baselines: Any = None) -> tupl
 
 
 def _regens(rt: Any, now: float, deadlines: dict[str, float]) -> tuple[RegenState, ...]:
-    from backend.regen.follow import progress_follower
-
     out = []
     for job in rt.jobs():
         if job.meta.get("kind") != "regen" or not job.meta.get("out"):
@@ -119,8 +120,6 @@ def _regens(rt: Any, now: float, deadlines: dict[str, float]) -> tuple[RegenStat
 
 
 def _gpus(rt: Any, now: float, th: Thresholds) -> tuple[GpuState, ...]:
-    from backend.telemetry.nvml import POWER_REASONS, THERMAL_REASONS
-
     slowing = THERMAL_REASONS | POWER_REASONS | {"hw_slowdown"}
     tel = rt.telemetry
     snap = tel.latest() if tel is not None else None
@@ -142,8 +141,6 @@ def _gpus(rt: Any, now: float, th: Thresholds) -> tuple[GpuState, ...]:
 
 
 def _disks(rt: Any) -> tuple[DiskState, ...]:
-    from backend.diskspace import space
-
     sp = space(rt.workspace.outputs_dir, 0)
     if sp is None:
         return ()
@@ -181,8 +178,6 @@ class AlertLoop:
         self._baselines: Any = None
 
     def run_once(self):
-        from backend.bench.baseline import StoredBaselines
-
         configure(self.engine, self.rt.workspace)
         if self._baselines is None:
             self._baselines = StoredBaselines(self.rt.store)
