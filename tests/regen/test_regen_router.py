@@ -13,7 +13,7 @@ import pytest
 
 from backend.flows.router_sync import RouterSync
 from tests.helpers import free_port, wait_for
-from tests.regen.jobkit import end_process, progress_lines, read_jsonl, start_cli, write_rows
+from tests.regen.jobkit import end_process, progress_lines, read_jsonl, run_cli, sibling, start_cli, write_rows
 from tests.simws import make_models, running_fleet
 
 pytestmark = pytest.mark.timeout(300)
@@ -22,6 +22,8 @@ CLUSTER_PY = os.environ.get("SPECDECK_CLUSTER_PYTHON") or str(
     Path(__file__).resolve().parents[2] / ".venv-cluster" / "bin" / "python")
 SIM = '{ SPECDECK_SIM_SPEED = "200", SPECDECK_SIM_BASELINE_TOK_S = "300", SPECDECK_SIM_PEAK_TOK_S = "100000" }'
 ROWS = 900
+# what a request cut by its server leaving can come back as through the router
+CUT_CLASSES = {"empty_answer", "bad_response", "aborted", "connection", "timeout"}
 
 
 def _toml(target: Path, ports: list[int], rport: int) -> str:
@@ -79,6 +81,22 @@ def test_a_regeneration_through_the_router_writes_every_row_once_while_a_server_
             f.sup.start("b", actor="test", source="test")
             wait_for(lambda: listed() == urls, 60, "b back behind the router")
             assert proc.wait(240) == 0, (tmp_path / "cli.log").read_text()[-3000:]
+            # A request in flight on b when it stopped can come back through the router as an answer
+            # without text: the job records that row as failed, never loses or doubles it.  Every row is
+            # in the output or the error file, exactly once; requeued, the failed ones are asked again
+            # through the router (b back in it) and the output then holds every row once.
+            first = [r["id"] for r in read_jsonl(out)]
+            failed = read_jsonl(sibling(out, "_error.jsonl"))
+            assert len(first) == len(set(first)) and set(first).isdisjoint(r["id"] for r in failed)
+            assert len(first) + len(failed) == ROWS and len(failed) <= 12  # at most b's requests in flight
+            assert all(r["regen"]["class"] in CUT_CLASSES for r in failed), failed
+            behind_first = progress_lines(out)[-1]["behind"][f"http://127.0.0.1:{rport}"]
+            if failed:
+                assert run_cli("requeue", str(out)).returncode == 0
+                again = run_cli("run", "--input", str(inp), "--server", "fleet", "--workspace", str(f.ws.root),
+                                "--out", str(out), "--max-tokens", "24", "--concurrency", "12",
+                                "--temperature", "0", timeout=240)
+                assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
         finally:
             stop.set()
             end_process(proc)
@@ -87,12 +105,13 @@ def test_a_regeneration_through_the_router_writes_every_row_once_while_a_server_
     assert len(got) == len(set(got)) == ROWS  # every row exactly once
     assert set(got) == set(ids)
     assert all(r["status"] == "success" for r in rows)
+    assert read_jsonl(sibling(out, "_error.jsonl")) == []
     last = progress_lines(out)[-1]
     assert last["state"] == "done" and last["done"] == ROWS
-    behind = last["behind"][f"http://127.0.0.1:{rport}"]
+    behind = behind_first
     assert behind["error"] is None
     assert set(behind["workers"]) == urls
-    assert sum(w["done"] for w in behind["workers"].values()) >= ROWS
+    assert sum(w["done"] for w in behind["workers"].values()) >= ROWS - len(failed)
     # b served rows before it left and after it joined again: more than the rows it had when it left
     assert all(w["done"] > 0 for w in behind["workers"].values())
 
