@@ -97,11 +97,10 @@ ensure_serve_env() {
   echo "$want" > "$stamp"
 }
 
-# .venv-specforge: SpecForge's release and what its run-config loader (specforge.config) imports, from
-# the fully pinned requirements-specforge.txt installed with --no-deps (specforge's own dependency list
-# pulls torch and sglang).  Reused while it holds exactly those pins; otherwise built anew.
-ensure_specforge_env() {
-  local dir=.venv-specforge lock=requirements-specforge.txt
+# A fully pinned environment $1 from lock file $2, installed with --no-deps; $3 says what it holds when it
+# is built.  Reused while it holds exactly those pins; otherwise built anew.
+_ensure_locked_env() {
+  local dir=$1 lock=$2 what=$3
   local stamp="$dir/.specdeck-requirements"
   local want py
   want=$( (cat "$lock"; echo "--no-deps") | sha256sum | cut -d' ' -f1)
@@ -110,7 +109,7 @@ ensure_specforge_env() {
     return 0
   fi
   py=$(_specdeck_python) || return 1
-  echo "specdeck: building $dir from $lock" >&2
+  echo "specdeck: building $dir from $lock ($what)" >&2
   rm -rf "$dir"
   "$py" -m venv "$dir"
   # the setuptools some Pythons put in a new venv is not a pin of the lock file
@@ -123,28 +122,16 @@ ensure_specforge_env() {
   echo "$want" > "$stamp"
 }
 
+# .venv-specforge: SpecForge's release and what its run-config loader (specforge.config) imports, from
+# the fully pinned requirements-specforge.txt installed with --no-deps (specforge's own dependency list
+# pulls torch and sglang).
+ensure_specforge_env() {
+  _ensure_locked_env .venv-specforge requirements-specforge.txt "SpecForge's config loader"
+}
+
 # .venv-cluster: Ray and sglang-router, from the fully pinned requirements-cluster.txt installed with
 # --no-deps.  Specdeck runs their programs (`ray start`, the Ray job entrypoints' driver,
-# `python -m sglang_router.launch_router`) from here; it never imports them.  Reused while it holds
-# exactly those pins; otherwise built anew.
+# `python -m sglang_router.launch_router`) from here; it never imports them.
 ensure_cluster_env() {
-  local dir=.venv-cluster lock=requirements-cluster.txt
-  local stamp="$dir/.specdeck-requirements"
-  local want py
-  want=$( (cat "$lock"; echo "--no-deps") | sha256sum | cut -d' ' -f1)
-  if serve_env_matches "$dir" "$lock"; then
-    [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] || echo "$want" > "$stamp"
-    return 0
-  fi
-  py=$(_specdeck_python) || return 1
-  echo "specdeck: building $dir from $lock (Ray and sglang-router, about 130 MB to download)" >&2
-  rm -rf "$dir"
-  "$py" -m venv "$dir"
-  "$dir/bin/python" -m pip uninstall --quiet --disable-pip-version-check -y setuptools >/dev/null 2>&1 || true
-  "$dir/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -r "$lock"
-  if ! serve_env_matches "$dir" "$lock"; then
-    echo "specdeck: $dir does not hold exactly the pins of $lock after the install" >&2
-    return 1
-  fi
-  echo "$want" > "$stamp"
+  _ensure_locked_env .venv-cluster requirements-cluster.txt "Ray and sglang-router, about 130 MB to download"
 }

@@ -174,7 +174,9 @@ def process_cost(view: Any, *, attribution: Any = None, power: PowerReader | Non
     return span_cost(view.started_at, end, gpus, gpus_from=source, power=power, now=now, what=view.name)
 
 
-def _host_port(url: str) -> tuple[str, int | None]:
+def host_port(url: str) -> tuple[str, int | None]:
+    """A server address as (host, port), the local names of this machine read as 127.0.0.1: two
+    spellings of one server compare equal."""
     u = urlsplit(url if "://" in url else f"http://{url}")
     host = (u.hostname or "").lower()
     if host in ("localhost", "0.0.0.0", "::1", "::"):
@@ -190,10 +192,10 @@ def servers_of(snapshot_servers: Mapping[str, Any] | None, fleet: Any) -> list[s
         name = s.get("name") if isinstance(s, dict) else None
         match = name if name in names else None
         if match is None:
-            want = _host_port(str(url))
+            want = host_port(str(url))
             for n in names:
                 cfg = fleet.config(n)
-                if _host_port(f"http://{cfg.host}:{cfg.port}") == want:
+                if host_port(f"http://{cfg.host}:{cfg.port}") == want:
                     match = n
                     break
         if match is not None and match not in found:

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import time
 from typing import Any
-from urllib.parse import urlsplit
 
 import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
 
+from backend.flows.cost import host_port
 from backend.regen.follow import History
 from backend.regen.samples import turns
 from specdeck_types.eta import Eta
@@ -170,19 +170,11 @@ def dataset_bars(snap: dict[str, Any]) -> None:
         st.caption(fmt.data_markdown(note), help=ACCEPT_HELP)
 
 
-def _host_port(url: str) -> tuple[str, int | None]:
-    u = urlsplit(url if "://" in url else f"http://{url}")
-    host = (u.hostname or "").lower()
-    if host in ("localhost", "0.0.0.0", "::1", "::"):
-        host = "127.0.0.1"
-    return host, u.port
-
-
 def _server_named(url: str, fleet, names: list[str]) -> str | None:
-    want = _host_port(url)
+    want = host_port(url)
     for n in names:
         cfg = fleet.config(n)
-        if _host_port(f"http://{cfg.host}:{cfg.port}") == want:
+        if host_port(f"http://{cfg.host}:{cfg.port}") == want:
             return n
     return None
 
