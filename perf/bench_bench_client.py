@@ -166,7 +166,7 @@ def main() -> int:
         serve(args.serve, args.model_dir)
         return 0
 
-    from backend.flows.bench_runner import serving_module
+    from backend.flows.bench_serving import serving_module
     from backend.sim.models import make_target_dir
 
     module = None if args.no_sglang else serving_module(args.serve_python)
