@@ -43,7 +43,7 @@ STATE_MAY_IMPORT = frozenset({"backend.filemodes"})
 DOMAINS = ("sglang", "regen", "bench", "train", "telemetry", "auth", "alerts")
 FOUNDATION = ("backend.supervisor", "backend.sim", "backend.demo", "backend.workspace", "backend.filemodes",
               "backend.diskspace", "backend.readcap", "backend.validation", "backend.logview", "backend.logprefix",
-              "backend.modelinfo", "backend.pyprobe", "backend.tomllines")
+              "backend.modelinfo", "backend.pyprobe", "backend.tomllines", "backend.wsmodels")
 # May import backend.cli: the command line itself, and the dashboard's composition root.
 CLI_USERS = ("backend.cli", "backend.runtime", "backend.__main__")
 
