@@ -92,9 +92,9 @@ def cmd_up(s: Session, args: argparse.Namespace, out: TextIO) -> int:
 def _start_head(s: Session, cluster: Cluster) -> None:
     try:
         spec = cluster.head_spec()
+        cluster.prepare_head(spec)
     except ClusterError as exc:
         raise CommandError(str(exc)) from None
-    cluster.prepare_head(spec)
     s.sup.register(spec)
     s.sup.start(HEAD_NAME, actor=actor(), source=SOURCE)
 

@@ -181,7 +181,11 @@ def host_port(url: str) -> tuple[str, int | None]:
     host = (u.hostname or "").lower()
     if host in ("localhost", "0.0.0.0", "::1", "::"):
         host = "127.0.0.1"
-    return host, u.port
+    try:
+        port = u.port
+    except ValueError:  # a port that is not a number or out of range: no server of the workspace has it
+        port = None
+    return host, port
 
 
 def servers_of(snapshot_servers: Mapping[str, Any] | None, fleet: Any) -> list[str]:

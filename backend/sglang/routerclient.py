@@ -10,6 +10,7 @@ what came back.
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.request
@@ -58,7 +59,7 @@ class RouterClient:
                 status, raw = r.status, r.read()
         except urllib.error.HTTPError as exc:
             status, raw = exc.code, exc.read()
-        except (urllib.error.URLError, OSError, ValueError) as exc:
+        except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
             reason = getattr(exc, "reason", exc)
             raise RouterError(f"router {self.url}: {method} {path}: no answer ({reason})") from None
         try:
@@ -131,12 +132,12 @@ def in_flight(server_url: str, timeout_s: float = 2.0) -> int | None:
         counts = [int(x["num_reqs"]) for x in items if isinstance(x, dict) and isinstance(x.get("num_reqs"), int)]
         if counts:
             return sum(counts)
-    except (urllib.error.URLError, OSError, ValueError):
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException):
         pass
     try:
         with urllib.request.urlopen(base + "/metrics", timeout=timeout_s) as r:
             text = r.read().decode("utf-8", "replace")
-    except (urllib.error.URLError, OSError, ValueError):
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException):
         return None
     total, seen = 0.0, False
     for line in text.splitlines():

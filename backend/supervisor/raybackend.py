@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import fcntl
 import logging
+import math
 import time
 import urllib.parse
 from dataclasses import replace
@@ -115,6 +116,27 @@ def probe_url(url: str, node_host: str | None, local: set[str] | None = None) ->
         return url
     netloc = node_host if parts.port is None else f"{node_host}:{parts.port}"
     return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
+def _submitted_after_all(client: Any, run_id: str) -> bool:
+    """After a submit whose answer never came (a timeout, a cut connection): whether Ray has the job
+    after all.  Where that cannot be told, the job is stopped should it exist, so that nothing runs that
+    Specdeck does not follow; False then."""
+    try:
+        return client.info(run_id) is not None
+    except RayApiError:
+        pass
+    try:
+        client.stop(run_id)
+    except RayApiError:
+        log.warning("Ray job %s: its submit went unanswered and neither a look nor a stop got through", run_id)
+    return False
+
+
+def stop_wait_s(grace_s: float) -> int:
+    """The spec's stop grace as Ray's ``RAY_JOB_STOP_WAIT_TIME_S``: whole seconds, rounded up (Ray reads
+    it with ``int()``), at least 1."""
+    return max(1, math.ceil(grace_s))
 
 
 class RayMixin:
@@ -209,7 +231,8 @@ class RayMixin:
         assert cluster is not None
         cwd = spec.cwd or self.default_cwd
         env = {str(k): str(v) for k, v in spec.env.items()}
-        env.update({"RAY_JOB_STOP_WAIT_TIME_S": f"{spec.stop_grace_s:g}", "SPECDECK_PROCESS": spec.name,
+        # Ray reads the wait with int(): "7.5" or "1e+06" fail there after the SIGTERM, and no SIGKILL follows
+        env.update({"RAY_JOB_STOP_WAIT_TIME_S": str(stop_wait_s(spec.stop_grace_s)), "SPECDECK_PROCESS": spec.name,
                     "SPECDECK_RUN_ID": run_id})
         metadata = {"specdeck_user": str(actor), "specdeck_kind": spec.kind.value, "specdeck_name": spec.name,
                     "specdeck_workspace": str(self.run_dir.parent)}
@@ -223,7 +246,9 @@ class RayMixin:
                                 metadata=metadata, num_gpus=spec.num_gpus, num_cpus=spec.num_cpus,
                                 resources=spec.resources)
         except RayApiError as exc:
-            return self._move(new, S.FATAL, at=self._clock(), detail=f"could not submit to Ray: {exc}")
+            if not exc.unreachable or not _submitted_after_all(client, run_id):
+                return self._move(new, S.FATAL, at=self._clock(), detail=f"could not submit to Ray: {exc}")
+            sid = run_id  # the answer was lost, the job was not: follow it as submitted
         self._ray_save_copy(spec.name, run_id, 0)
         self._runs.pop(new.name, None)
         return self._put(self._repo.update(

@@ -19,6 +19,7 @@ import json
 import os
 import shlex
 import socket
+import stat
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,21 @@ _MAX_TEMP_LEN = 40  # Ray's socket paths (<temp>/session_…/sockets/plasma_stor
 
 class ClusterError(Exception):
     """The workspace's cluster cannot be used as asked; ``str(e)`` is for the user."""
+
+
+def _check_own_private_dir(d: Path) -> None:
+    """The head's folders hold its sockets, logs and session: refuse one that is a link, another user's,
+    or open to others (a folder of that name under /tmp may have been made by someone else first)."""
+    try:
+        st = os.lstat(d)
+    except OSError as exc:
+        raise ClusterError(f"{d}: cannot use it for the Ray head: {exc.strerror or exc}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise ClusterError(f"{d}: is not a folder (a link or a file is in its place); remove it or move the workspace")
+    if st.st_uid != os.getuid():
+        raise ClusterError(f"{d}: belongs to user id {st.st_uid}, not to this user; remove it or move the workspace")
+    if st.st_mode & 0o077:
+        raise ClusterError(f"{d}: others may read or write it (mode {st.st_mode & 0o777:o}); make it 0700")
 
 
 def cluster_python() -> str:
@@ -87,13 +103,19 @@ class Cluster:
             d = Path("/tmp") / f"specdeck-ray-{hashlib.sha1(str(self.root).encode()).hexdigest()[:10]}"
         return d
 
-    def token(self) -> str | None:
-        """The token in ``token_file`` (relative to the workspace), or None without one."""
+    def token_path(self) -> Path | None:
+        """``token_file`` as an absolute path (relative to the workspace), or None without one."""
         tf = self.config.token_file
         if not tf:
             return None
         p = Path(tf).expanduser()
-        p = p if p.is_absolute() else self.root / p
+        return p if p.is_absolute() else self.root / p
+
+    def token(self) -> str | None:
+        """The token in ``token_file`` (relative to the workspace), or None without one."""
+        p = self.token_path()
+        if p is None:
+            return None
         try:
             text = p.read_text(encoding="utf-8").strip()
         except OSError as exc:
@@ -164,9 +186,9 @@ class Cluster:
                "RAY_USAGE_STATS_ENABLED": "0",
                # On SIGTERM the head drains for this long, then ends its processes (Ray's default: 30 s).
                "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "5"}
-        token = self.token()
-        if token:
-            env["RAY_AUTH_TOKEN"] = token
+        if self.token():  # readable and not empty; the head reads it from the file, so the token is never
+            # in the stored spec, its launch file or the head's environment listing
+            env["RAY_AUTH_TOKEN_PATH"] = str(self.token_path())
         return ProcessSpec(
             name=HEAD_NAME, kind=Kind.OTHER, argv=tuple(argv), log_path=str(self.root / "logs" / f"{HEAD_NAME}.log"),
             cwd=str(self.root), env=env,
@@ -181,8 +203,9 @@ class Cluster:
         def opt(flag: str) -> str:
             return argv[argv.index(flag) + 1]
 
-        make_private_dirs(Path(opt("--temp-dir")))
-        make_private_dirs(Path(spec.env["HOME"]))
+        for d in (Path(opt("--temp-dir")), Path(spec.env["HOME"])):
+            make_private_dirs(d)
+            _check_own_private_dir(d)
         info = {
             "address": f"http://127.0.0.1:{opt('--dashboard-port')}",
             "gcs_address": f"127.0.0.1:{opt('--port')}",

@@ -15,6 +15,7 @@ wrong one when the cluster runs with ``RAY_AUTH_MODE=token``.  Every failure is 
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
 import urllib.error
@@ -127,7 +128,8 @@ class RayJobsClient:
             elif exc.code == 403:
                 hint = " (the cluster refused the token in [cluster] token_file)"
             raise RayApiError(f"{method} {url}: HTTP {exc.code}{hint}: {text}", exc.code) from None
-        except (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError, OSError) as exc:
+        except (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError, OSError,
+                http.client.HTTPException) as exc:
             reason = getattr(exc, "reason", exc)
             raise RayApiError(f"{method} {url}: the Ray dashboard does not answer: {reason}") from None
         if len(payload) > _MAX_BODY:

@@ -9,6 +9,7 @@ the documented JSON).  A sample value that is not a finite number (``NaN``, ``+I
 
 from __future__ import annotations
 
+import http.client
 import json
 import math
 import re
@@ -222,7 +223,7 @@ class PromClient:
             if isinstance(exc.reason, (socket.timeout, TimeoutError)):
                 raise PromError("timeout", f"no answer within {self.timeout_s:g} s", url=shown) from None
             raise PromError("unreachable", str(exc.reason), url=shown) from None
-        except OSError as exc:  # a connection reset mid-answer
+        except (OSError, http.client.HTTPException) as exc:  # a connection reset or cut mid-answer
             raise PromError("unreachable", f"{exc.__class__.__name__}: {exc}", url=shown) from None
 
     def _parsed(self, path: str, params: Mapping[str, Any], what: str) -> list[PromSeries]:
