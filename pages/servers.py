@@ -15,7 +15,7 @@ import streamlit as st
 from pydantic import ValidationError
 
 from backend.flows.router_sync import drain, routers_of
-from backend.sglang.config import ALGORITHMS, ServerConfig
+from backend.sglang.config import ALGORITHMS, ServerConfig, config_changes
 from backend.sglang.fleet import PreflightBlocked, findings_as_rows
 from backend.bench import baseline
 from backend.sglang import livefigures
@@ -421,19 +421,8 @@ def _form_config(base: ServerConfig, server: str) -> ServerConfig | None:
         return None
 
 
-def _flat(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for key, value in d.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[prefix + key] = value
-    return out
-
-
 def _changes(old: ServerConfig, new: ServerConfig) -> list[str]:
     """``speculative.num_steps 3 → 4`` for each field the form changed."""
-    a, b = _flat(old.model_dump(mode="json")), _flat(new.model_dump(mode="json"))
     def show(v) -> str:
         if v is None:
             return "auto"
@@ -441,7 +430,7 @@ def _changes(old: ServerConfig, new: ServerConfig) -> list[str]:
             return (shlex.join(v) if all(isinstance(x, str) for x in v) else ",".join(map(str, v))) or "none"
         return str(v)
 
-    return [f"`{key}` {show(a.get(key))} → {show(b.get(key))}" for key in b if a.get(key) != b.get(key)]
+    return [f"`{key}` {show(a)} → {show(b)}" for key, a, b in config_changes(old, new)]
 
 
 def launch_panel(server: str, running: bool) -> None:

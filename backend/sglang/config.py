@@ -138,3 +138,19 @@ def describe_validation_error(exc: ValidationError, source: str) -> list[str]:
         msg = "unknown key (check its spelling)" if err.get("type") == "extra_forbidden" else err.get("msg", "invalid")
         out.append(f"{source}: {loc}: {msg}")
     return out
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out: dict = {}
+    for key, value in d.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[prefix + key] = value
+    return out
+
+
+def config_changes(old: ServerConfig, new: ServerConfig) -> list[tuple[str, object, object]]:
+    """Each field an edit changes, as (dotted key, old value, new value), in the new config's order."""
+    a, b = _flat(old.model_dump(mode="json")), _flat(new.model_dump(mode="json"))
+    return [(key, a.get(key), b.get(key)) for key in b if a.get(key) != b.get(key)]

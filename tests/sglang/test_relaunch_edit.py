@@ -346,3 +346,12 @@ def test_preflight_counts_a_just_relaunched_servers_own_memory_as_free(ws, monke
     cfg = rt.fleet.config("sim").model_copy(update={"mem_fraction_static": 0.9})
     monkeypatch.setattr(rt.fleet, "_running", lambda name: True)  # it runs now (this test starts no process)
     assert "gpu-memory" not in [f.code for f in rt.fleet.preflight("sim", cfg)]
+
+
+def test_config_changes_lists_each_edited_field_with_its_old_and_new_value():
+    from backend.sglang.config import ServerConfig, config_changes
+
+    old = ServerConfig(name="a", model_path="/m", port=30000)
+    new = old.model_copy(update={"port": 30001, "extra_args": ["--x", "1"]})
+    assert config_changes(old, old) == []
+    assert config_changes(old, new) == [("port", 30000, 30001), ("extra_args", [], ["--x", "1"])]
