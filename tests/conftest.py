@@ -76,6 +76,67 @@ def pytest_collection_modifyitems(config, items):
     slow = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: (not item.get_closest_marker("browser"), not _on_the_demo_dashboard(item),
                                  not item.get_closest_marker("slow"), item.path not in slow))
+    _write_groups(config, items)
+
+
+# pytest-xdist 3.8 puts a test in its ``xdist_group`` by appending ``@group`` to ``item._nodeid``, which
+# pytest 9 no longer reads (a node's id is ``item._id``): under ``--dist loadgroup`` every test was a unit
+# of its own, so a module's tests ran on several workers and each of them set up the module's fixtures
+# (a Ray head, a trained checkpoint, a simulator) again.  The groups go to the controller instead: each
+# worker writes ``{nodeid: group}`` into a folder the controller made before starting them (the env var
+# below), and the controller's scheduler (``pytest_xdist_make_scheduler``) reads it, once every worker has
+# sent its collection, to cut the work into its units.
+_GROUPS_ENV = "SPECDECK_XDIST_GROUPS"
+
+
+def pytest_configure(config):
+    if hasattr(config, "workerinput") or getattr(config.option, "dist", "no") != "loadgroup":
+        return
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="specdeck-xdist-groups-")
+    os.environ[_GROUPS_ENV] = folder
+    config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+
+
+def _write_groups(config, items) -> None:
+    folder = os.environ.get(_GROUPS_ENV)
+    if not folder or not config.getvalue("loadgroup"):
+        return
+    import json
+
+    groups = {item.nodeid: "_".join(sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                                              for m in item.iter_markers("xdist_group")})) for item in items}
+    path = Path(folder) / f"{config.workerinput['workerid']}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(groups))
+    os.replace(tmp, path)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup`` with the groups the workers wrote (above), in the order the workers sorted
+    the tests (the browser tests, then the slow ones, first), not xdist's largest-group-first."""
+    folder = os.environ.get(_GROUPS_ENV)
+    if config.getvalue("dist") != "loadgroup" or not folder:
+        return None
+    import json
+
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        _groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self._groups is None:
+                groups: dict[str, str] = {}
+                for path in sorted(Path(folder).glob("*.json")):
+                    groups.update(json.loads(path.read_text()))
+                self._groups = groups
+            return self._groups.get(nodeid) or nodeid
+
+    config.option.loadscopereorder = False
+    return GroupScheduling(config, log)
 
 
 @pytest.hookimpl(hookwrapper=True)
