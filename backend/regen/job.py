@@ -8,9 +8,9 @@ Dispatch
     Each row goes to the server with the fewest requests in flight among those that are up and
     under their cap (``concurrency``, per server), so a slow server never holds back a fast one.
     A row's user turns are asked in order, each with the regenerated history (system turns kept,
-    the original assistant turns dropped), on one server.  What is written passes SpecForge's
-    ``validate_regenerated_data.py``: system turns after the first user turn and empty turns are
-    left out, and an empty answer is an error (``empty_answer``), not a row.
+    the original assistant turns dropped), on one server (backend.regen.turns).  What is written
+    passes SpecForge's ``validate_regenerated_data.py``: system turns after the first user turn and
+    empty turns are left out, and an empty answer is an error (``empty_answer``), not a row.
 
 Failures (backend.regen.client classifies them)
     permanent   the row goes to the error file with the reason;
@@ -39,19 +39,17 @@ from __future__ import annotations
 
 import asyncio
 import random
-import re
 import signal
 import time
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from typing import TYPE_CHECKING
 
 from backend.readcap import SMALL_TEXT_MAX, read_text_capped
-from backend.regen.client import PERMANENT, SUCCESS, Outcome, ServerClient, backoff
+from backend.regen.client import PERMANENT, Outcome, ServerClient, backoff
 from backend.regen.datasets import Skipped, read_mix
 from backend.regen.output import (OutputWriter, RunFiles, error_record, scan, skipped_key, skipped_record,
                                   success_record)
@@ -59,6 +57,7 @@ from backend.regen.config import JobConfig, ServerSpec, write_job_json
 from backend.regen.behind import Behind, read_router_metrics
 from backend.regen.progress import SNAPSHOT_SECONDS, ProgressLog, Stats, last_snapshot
 from backend.regen.records import Row
+from backend.regen.turns import Task, ask_turns
 
 if TYPE_CHECKING:
     from backend.regen.catalog import MixConfig
@@ -68,32 +67,13 @@ EXIT_DONE, EXIT_FAILED, EXIT_STOPPED = 0, 1, 130
 PROBE_MAX_S = 2.0      # a server that went away is probed at least this often
 CONTROL_EVERY_S = 1.0  # how often OUT.control is read
 TICK_S = 0.1
-GATEWAY_STATUSES = (502, 503, 504)  # answers after which the server is probed before a row is charged
 SAY_EVERY_S = 30.0     # a line on the terminal this often
 _KEEP = object()
-_THINK = re.compile(r"</?think>", re.I)
 _TRANSIENT_MESSAGES = ("not answering", "waiting for", "reading the inputs")
 
 
 def _int(v: Any) -> int:
     return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 0
-
-
-# -- the work of one row --------------------------------------------------------------------
-
-
-@dataclass
-class Task:
-    row: Row
-    history: list[dict[str, Any]] = field(default_factory=list)  # regenerated so far
-    pos: int = 0               # next message of row.messages to take
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    finish_reason: str | None = None
-    retries: int = 0           # every transient failure
-    strikes: int = 0           # transient failures while the server was up (bounded)
-    spec_tokens: int = 0       # tokens of the answers that gave speculative figures
-    spec_verify_ct: int = 0    # their verify steps (0: no answer gave any)
 
 
 class _Server:
@@ -436,74 +416,10 @@ class Job:
         self.sleepers.discard(t)
         self.wake.set()
 
-    def _body(self, model: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
-        cfg = self.cfg
-        body: dict[str, Any] = {"model": model, "messages": messages, "max_tokens": cfg.max_tokens,
-                                "temperature": cfg.temperature, "stream": cfg.stream}
-        if cfg.stream:
-            body["stream_options"] = {"include_usage": True}
-        if cfg.top_p is not None:
-            body["top_p"] = cfg.top_p
-        if cfg.reasoning == "disable":
-            body["chat_template_kwargs"] = {"enable_thinking": False}
-        # SGLang 0.5.23 then adds each answer's speculative figures (sglext.spec_tokens_details); others ignore it
-        body["return_spec_tokens_details"] = True
-        return body
-
     async def _ask(self, task: Task, s: _Server) -> None:
         out: Outcome | None = None
         try:
-            msgs = task.row.messages
-            if task.pos == 0 and not task.history and self.cfg.system_prompt and \
-                    not any(m.role == "system" for m in msgs):
-                task.history.append({"role": "system", "content": self.cfg.system_prompt})
-            model = self.cfg.model or s.client.model or "default"
-            while task.pos < len(msgs):
-                m = msgs[task.pos]
-                if m.role != "user" or not m.content.strip():
-                    # SpecForge's validator takes system turns only before the first user turn and
-                    # no empty message: those are left out of what is asked and written.
-                    if m.role == "system" and m.content.strip() and not any(
-                            h["role"] == "user" for h in task.history):
-                        task.history.append(m.as_dict())
-                    task.pos += 1
-                    continue
-                sent = [{"role": h["role"], "content": h["content"]} for h in task.history]
-                sent.append(m.as_dict())
-                out = await s.client.chat(self._body(model, sent))
-                if out.kind != SUCCESS:
-                    if out.status in GATEWAY_STATUSES and not out.server_down:
-                        # a server starting up, or a router with no live worker: away, not failing
-                        ok, why = await s.client.probe()
-                        if not ok:
-                            out.server_down = True
-                            out.message = f"{out.message[:120]}; probe: {why}"
-                    break
-                if not out.content.strip():
-                    out = Outcome(PERMANENT, "empty_answer", f"the answer has no text (finish_reason "
-                                  f"{out.finish_reason}); raise --max-tokens if it was cut", status=200)
-                    break
-                if self.cfg.reasoning == "disable" and _THINK.search(out.content):
-                    out = Outcome(PERMANENT, "reasoning_contract", "reasoning disable: the answer still "
-                                  "holds a <think> marker", status=200)
-                    break
-                if self.cfg.reasoning == "save" and not (out.reasoning or "").strip():
-                    out = Outcome(PERMANENT, "reasoning_contract", "reasoning save: the answer has no "
-                                  "reasoning_content (is the server launched with --reasoning-parser?)", status=200)
-                    break
-                answer: dict[str, Any] = {"role": "assistant", "content": out.content}
-                if self.cfg.reasoning == "save":
-                    answer["reasoning_content"] = out.reasoning
-                task.history.append(m.as_dict())
-                task.history.append(answer)
-                task.prompt_tokens += out.prompt_tokens
-                task.completion_tokens += out.completion_tokens
-                if out.spec_verify_ct and out.spec_tokens:
-                    task.spec_tokens += out.spec_tokens
-                    task.spec_verify_ct += out.spec_verify_ct
-                task.finish_reason = out.finish_reason
-                task.pos += 1
-                out = None
+            out = await ask_turns(task, s.client, self.cfg)
         finally:
             s.stats.in_flight -= 1
             self.wake.set()
