@@ -20,8 +20,6 @@ import json
 import time
 from typing import TextIO
 
-from backend.flows.workspace import load_workspace
-
 _STATE_WORD = {"muted": "MUTED", "acked": "ACKED", "active": "ACTIVE", "cleared": "cleared"}
 
 
@@ -33,6 +31,7 @@ def _actor() -> str:
 
 
 def _open(args: argparse.Namespace):
+    from backend.flows.workspace import load_workspace
     from state import Store
     from state.alerts import AlertStore
 
@@ -114,6 +113,7 @@ def cmd_unmute(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_notify_test(args: argparse.Namespace, out: TextIO) -> int:
     from backend.cli.session import CommandError
+    from backend.flows.workspace import load_workspace
     from backend.flows.alerts import notifier_of
     from backend.alerts.engine import AlertEngine
 

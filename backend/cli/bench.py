@@ -56,28 +56,26 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from backend.bench.client import BACKENDS, Load
 from backend.bench.describe import describe
-from backend.bench.importers import BenchImportError, import_file
-from backend.bench.intake import algorithm_choice, fill_in
-from backend.diskspace import low_space
-from backend.flows import cost as job_cost
-from backend.flows.bench_job import DONE, job_dir, run_job, stop_on_sigterm
-from backend.flows.bench_runner import Target, UnknownServer, target_of
-from backend.flows.sweep import DONE as SWEEP_DONE
-from backend.flows.sweep import SweepStateError, run_sweep, state_path
-from backend.bench.sweep_check import describe_row
 from backend.flows.sweep_plan import MODES, PlanError, SweepPlan, parse_int_list
-from backend.cli.session import SOURCE, CommandError, Session, actor
+from backend.cli.session import SOURCE, CommandError, Session, actor, need_cluster, start_on_ray
 from specdeck_types.bench import BenchResult
-from state import audit
-from state.bench import BenchFilter, BenchStore
+
+# The choices of run's and sweep's options come with the modules above; what a command does beyond
+# them (the importers, the cost, the benchmark job, the sweep, the store) is imported in that command,
+# so --help and the other commands do not pay for it.
+if TYPE_CHECKING:
+    from backend.flows import cost as job_cost
+    from backend.flows.bench_runner import Target
 
 
 def _target(s: Session, name: str) -> Target:
     """The workspace server ``name`` as a benchmark target, or an error for the user."""
+    from backend.flows.bench_runner import UnknownServer, target_of
+
     try:
         return target_of(s, name)
     except UnknownServer as exc:
@@ -85,6 +83,10 @@ def _target(s: Session, name: str) -> Target:
 
 
 def cmd_bench_import(s: Session, args: argparse.Namespace, out: TextIO) -> int:
+    from backend.bench.importers import BenchImportError, import_file
+    from backend.bench.intake import algorithm_choice, fill_in
+    from state.bench import BenchStore
+
     store = BenchStore(s.store)
     algorithm = algorithm_choice(args.algorithm)
     failed = 0
@@ -121,6 +123,8 @@ def cmd_bench_import(s: Session, args: argparse.Namespace, out: TextIO) -> int:
 def result_cost(s: Session, r: BenchResult, power) -> job_cost.Cost:
     """What result ``r`` cost (:func:`backend.flows.cost.bench_cost`, as the Benchmarks page reads it):
     through a router, the GPUs of every server behind it; else its server's."""
+    from backend.flows import cost as job_cost
+
     return job_cost.bench_cost(r, s.fleet, power=power)
 
 
@@ -132,6 +136,9 @@ def _cost_text(c: job_cost.Cost) -> str:
 
 
 def cmd_bench_list(s: Session, args: argparse.Namespace, out: TextIO) -> int:
+    from backend.flows import cost as job_cost
+    from state.bench import BenchFilter, BenchStore
+
     flt = BenchFilter(server=args.server, concurrency=args.concurrency, target_model=args.target,
                       source=args.source)
     results = BenchStore(s.store).list(flt, limit=args.limit)
@@ -154,6 +161,9 @@ def cmd_bench_list(s: Session, args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_bench_delete(s: Session, args: argparse.Namespace, out: TextIO) -> int:
+    from state import audit
+    from state.bench import BenchStore
+
     store = BenchStore(s.store)
     found = {i: store.get(i) for i in args.ids}
     missing = [i for i, r in found.items() if r is None]
@@ -169,6 +179,8 @@ def cmd_bench_delete(s: Session, args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _check_import(args: argparse.Namespace) -> str | None:
+    from backend.bench.intake import algorithm_choice
+
     if not args.files:
         return "bench import needs at least one FILE"
     try:
@@ -207,6 +219,10 @@ def _register_delete(bs: argparse._SubParsersAction) -> None:
 
 
 def cmd_bench_run(s: Session, args: argparse.Namespace, out: TextIO) -> int:
+    from backend.diskspace import low_space
+    from backend.flows.bench_job import DONE, job_dir, run_job, stop_on_sigterm
+    from state.bench import BenchStore
+
     target = _target(s, args.server)
     mode = "builtin" if args.builtin else "sglang" if args.sglang else "auto"
     loads = [Load(concurrency=c, num_prompts=args.num_prompts, input_len=args.input_len,
@@ -263,11 +279,8 @@ def _submit_on_ray(s: Session, args: argparse.Namespace, loads: list[Load], mode
     the dashboard's jobs so its Benchmarks page follows it; the job stores the results.  Returns once Ray
     has the job."""
     from backend.flows.bench_job import bench_process_spec, command_line, job_meta
-    from backend.supervisor.adhoc import save_job
 
-    if s.ws.config.cluster is None:
-        raise CommandError(f"--where ray: {s.ws.config_path} has no [cluster] section (kind = \"ray\", "
-                           "address = \"local\" or \"http://HOST:8265\")")
+    need_cluster(s.ws)
     run_id = time.strftime("%Y%m%d-%H%M%S")
     tail = command_line(args.server, loads, mode) + ["--seed", str(args.seed), "--warmup-requests",
                                                      str(args.warmup_requests)]
@@ -275,13 +288,10 @@ def _submit_on_ray(s: Session, args: argparse.Namespace, loads: list[Load], mode
     meta = job_meta(s.ws, args.server, run_id, mode, loads)
     acting = Session(str(s.ws.root))  # this command's own session only observes
     try:
-        save_job(acting.ws.run_dir, spec, meta)
-        acting.sup.register(spec)
-        v = acting.sup.start(spec.name, actor=actor(), source=SOURCE)
+        said = start_on_ray(acting, spec, meta, f"progress {meta['progress']}")
     finally:
         acting.close()
-    out.write(f"{spec.name}: {v.state.value} on the Ray cluster as job {v.submission_id}; log {spec.log_path}, "
-              f"progress {meta['progress']}\n")
+    out.write(said)
     return 0
 
 
@@ -348,6 +358,11 @@ def _check_sweep(args: argparse.Namespace) -> str | None:
 
 
 def cmd_bench_sweep(s: Session, args: argparse.Namespace, out: TextIO) -> int:
+    from backend.bench.sweep_check import describe_row
+    from backend.flows.bench_job import stop_on_sigterm
+    from backend.flows.sweep import DONE as SWEEP_DONE
+    from backend.flows.sweep import SweepStateError, run_sweep, state_path
+
     plan = plan_of(args)
     _target(s, plan.server)  # an unknown server is a clear error before anything else
     sweep_id = args.sweep_id or time.strftime("%Y%m%d-%H%M%S")

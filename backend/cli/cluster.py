@@ -12,19 +12,21 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from backend.cli.session import SOURCE, CommandError, Session, actor
-from backend.supervisor.raybackend import describe_jobs
-from backend.supervisor.raycluster import HEAD_NAME, Cluster, ClusterError, load_cluster
-from backend.supervisor.rayjobs import RayApiError
-from backend.supervisor.supervisor import SupervisorError
-from specdeck_types.process import ProcState
+
+# The supervisor's Ray modules come with the session a command opens; each command imports what it
+# names of them, so --help does not load them.
+if TYPE_CHECKING:
+    from backend.supervisor.raycluster import Cluster
 
 UP_TIMEOUT_S = 120.0
 
 
 def _cluster(s: Session) -> Cluster:
+    from backend.supervisor.raycluster import ClusterError, load_cluster
+
     try:
         cluster = load_cluster(s.ws.root)
     except ClusterError as exc:
@@ -36,6 +38,8 @@ def _cluster(s: Session) -> Cluster:
 
 
 def _version(cluster: Cluster) -> dict[str, Any] | None:
+    from backend.supervisor.raycluster import ClusterError
+
     try:
         return cluster.check()
     except ClusterError:
@@ -43,6 +47,9 @@ def _version(cluster: Cluster) -> dict[str, Any] | None:
 
 
 def cmd_up(s: Session, args: argparse.Namespace, out: TextIO) -> int:
+    from backend.supervisor.raycluster import HEAD_NAME, ClusterError
+    from specdeck_types.process import ProcState
+
     cluster = _cluster(s)
     if not cluster.is_local:
         try:
@@ -90,6 +97,8 @@ def cmd_up(s: Session, args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _start_head(s: Session, cluster: Cluster) -> None:
+    from backend.supervisor.raycluster import HEAD_NAME, ClusterError
+
     try:
         spec = cluster.head_spec()
         cluster.prepare_head(spec)
@@ -100,6 +109,10 @@ def _start_head(s: Session, cluster: Cluster) -> None:
 
 
 def cmd_down(s: Session, args: argparse.Namespace, out: TextIO) -> int:
+    from backend.supervisor.raycluster import HEAD_NAME
+    from backend.supervisor.supervisor import SupervisorError
+    from specdeck_types.process import ProcState
+
     cluster = _cluster(s)
     if not cluster.is_local:
         raise CommandError(f"[cluster] address is {cluster.config.address}: `cluster down` ends only a head "
@@ -121,6 +134,10 @@ def cmd_down(s: Session, args: argparse.Namespace, out: TextIO) -> int:
 
 
 def status(s: Session) -> dict[str, Any]:
+    from backend.supervisor.raybackend import describe_jobs
+    from backend.supervisor.raycluster import HEAD_NAME, ClusterError
+    from backend.supervisor.rayjobs import RayApiError
+
     cluster = _cluster(s)
     head = s.sup.view(HEAD_NAME) if cluster.is_local else None
     d: dict[str, Any] = {

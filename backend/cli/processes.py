@@ -9,8 +9,8 @@ import time
 from typing import Callable, TextIO
 
 from backend.cli.session import SOURCE, CommandError, Session, actor, duration, print_findings, report
-from backend.supervisor.logtail import LogTailer, read_last
-from backend.supervisor.supervisor import SupervisorError
+
+# The supervisor's modules come with the session a command opens, not with --help.
 
 
 def cmd_list(s: Session, args: argparse.Namespace, out: TextIO) -> int:
@@ -67,6 +67,8 @@ def cmd_stop(s: Session, args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_stop_all(s: Session, args: argparse.Namespace, out: TextIO) -> int:
+    from backend.supervisor.supervisor import SupervisorError
+
     failed = 0
     for v in s.sup.views():
         if v.live:
@@ -95,6 +97,8 @@ def follow(path: str, offset: int, out: TextIO, *, should_stop: Callable[[], boo
     (or Ctrl-C).  When more than ``max_bytes`` arrived since the last read, it
     jumps to the newest lines and says how much it skipped, so a fast writer
     never leaves it further and further behind."""
+    from backend.supervisor.logtail import LogTailer
+
     tailer = LogTailer(path, offset, max_bytes=max_bytes, skip_ahead=True)
     while not should_stop():
         c = tailer.read()
@@ -109,6 +113,8 @@ def follow(path: str, offset: int, out: TextIO, *, should_stop: Callable[[], boo
 
 
 def cmd_log(s: Session, args: argparse.Namespace, out: TextIO) -> int:
+    from backend.supervisor.logtail import read_last
+
     v = s.sup.view(args.name)
     if v is None:
         raise CommandError(f"no managed process named {args.name!r} (known: {', '.join(s.sup.names()) or 'none'})")

@@ -244,26 +244,20 @@ def _same_inputs(cfg: JobConfig, args: argparse.Namespace, files: RunFiles, cach
 def _submit_on_ray(args: argparse.Namespace, out: TextIO) -> int:
     """``run --where ray``: the same run as a job on the workspace's [cluster] (CPU only), saved with the
     dashboard's jobs so its Regeneration page follows it; returns once Ray has the job."""
-    from backend.cli.session import SOURCE, Session, actor
+    from backend.cli.session import Session, need_cluster, start_on_ray
     from backend.regen.control import args_argv, cli_job_spec
-    from backend.supervisor.adhoc import save_job
 
     s = Session(getattr(args, "workspace", None))
     try:
-        if s.ws.config.cluster is None:
-            raise UsageError(f"--where ray: {s.ws.config_path} has no [cluster] section (kind = \"ray\", "
-                             "address = \"local\" or \"http://HOST:8265\")")
+        need_cluster(s.ws, UsageError)
         args.out = str(Path(args.out).expanduser().resolve())  # the job's working folder is not this one
         args.input = [str(Path(p).expanduser().resolve()) for p in args.input]
         spec, meta = cli_job_spec(args_argv(args.run_parser, args, ("where", "workspace")), args.out, s.ws.root,
                                   s.ws.logs_dir)
-        save_job(s.ws.run_dir, spec, meta)
-        s.sup.register(spec)
-        v = s.sup.start(spec.name, actor=actor(), source=SOURCE)
+        said = start_on_ray(s, spec, meta, f"progress: regen status {meta['out']}")
     finally:
         s.close()
-    out.write(f"{spec.name}: {v.state.value} on the Ray cluster as job {v.submission_id}; log {spec.log_path}, "
-              f"progress: regen status {meta['out']}\n")
+    out.write(said)
     return 0
 
 

@@ -1,15 +1,17 @@
 """What every command of the CLI shares: the workspace session, the actor,
-errors to report, and small formatting helpers."""
+errors to report, starting a job on the workspace's Ray cluster, and small
+formatting helpers."""
 
 from __future__ import annotations
 
 import getpass
-from typing import TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from backend.supervisor.machine import describe_exit
-from backend.supervisor.supervisor import Supervisor
-from backend.flows.workspace import load_workspace
-from state import Store, StoreUnwritable
+# The supervisor, the workspace reader and the state store are imported where a session opens, so a
+# command's --help and the commands that need no session do not pay for them.
+if TYPE_CHECKING:
+    from backend.supervisor.spec import ProcessSpec
+    from backend.workspace import Workspace
 
 SOURCE = "cli"
 
@@ -39,6 +41,8 @@ def duration(seconds: float | None) -> str:
 
 
 def report(v, out: TextIO) -> None:
+    from backend.supervisor.machine import describe_exit
+
     pid = f" pid {v.pid}" if v.pid else ""
     code = f" ({describe_exit(v.exit_code)})" if v.state.value in ("EXITED", "FATAL") and v.exit_code is not None else ""
     out.write(f"{v.name}: {v.state.value}{pid}{code}\n")
@@ -57,6 +61,9 @@ class Session:
     def __init__(self, workspace: str | None, *, act: bool = True):
         """``act=False`` for reading commands: they observe and record what
         happened, but never start, signal or restart a process."""
+        from backend.supervisor.supervisor import Supervisor
+        from backend.flows.workspace import load_workspace
+        from state import Store
         from backend.sglang.fleet import ServerFleet
 
         self.ws = load_workspace(workspace)
@@ -99,6 +106,8 @@ class Session:
     def require_writable(self) -> None:
         """Refuse (:class:`StoreUnwritable`) when the store cannot be written: a command that starts
         or changes processes would act on state it cannot record."""
+        from state import StoreUnwritable
+
         if not self.store.health().ok and not self.store.writable():
             h = self.store.health()
             if h.state == "unwritable":
@@ -122,3 +131,25 @@ class Session:
         self.fleet.close()
         self.sup.close()
         self.store.close()
+
+
+# -- --where ray ----------------------------------------------------------------------------
+
+
+def need_cluster(ws: Workspace, error: type[Exception] = CommandError) -> None:
+    """Refuse ``--where ray`` (``error``) when workspace ``ws`` has no [cluster] section."""
+    if ws.config.cluster is None:
+        raise error(f"--where ray: {ws.config_path} has no [cluster] section (kind = \"ray\", "
+                    "address = \"local\" or \"http://HOST:8265\")")
+
+
+def start_on_ray(s: Session, spec: ProcessSpec, meta: dict[str, Any], follow: str) -> str:
+    """Save job ``spec`` (with ``meta``) with the dashboard's jobs, so its page follows it, register it and
+    start it in ``s``, an acting session (``spec`` says where: the workspace's Ray cluster); returns, once
+    Ray has the job, the line that says which job runs it, its log and ``follow`` (where to see its progress)."""
+    from backend.supervisor.adhoc import save_job
+
+    save_job(s.ws.run_dir, spec, meta)
+    s.sup.register(spec)
+    v = s.sup.start(spec.name, actor=actor(), source=SOURCE)
+    return f"{spec.name}: {v.state.value} on the Ray cluster as job {v.submission_id}; log {spec.log_path}, {follow}\n"

@@ -6,9 +6,10 @@ from __future__ import annotations
 import argparse
 import signal
 import time
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from backend.cli.session import Session
+if TYPE_CHECKING:  # the session is opened by backend.cli.main, not by --help
+    from backend.cli.session import Session
 
 
 class _Headless:

@@ -7,12 +7,14 @@ from pathlib import Path
 from typing import TextIO
 
 from backend.cli.session import CommandError
-from backend.workspace import CONFIG_NAME
-from backend.flows.workspace import load_workspace
-from state.store import Store, list_backups
+
+# The workspace reader and the state store are imported by the command that runs, not by --help.
 
 
 def cmd_init(args: argparse.Namespace, out: TextIO) -> int:
+    from backend.workspace import CONFIG_NAME
+    from backend.flows.workspace import load_workspace
+
     root = Path(args.dir).expanduser().resolve()
     cfg = root / CONFIG_NAME
     existed = cfg.exists()
@@ -24,6 +26,9 @@ def cmd_init(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_backup(args: argparse.Namespace, out: TextIO) -> int:
     """Copy the state store with SQLite's online backup API (safe while the dashboard writes)."""
+    from backend.flows.workspace import load_workspace
+    from state.store import Store, list_backups
+
     ws = load_workspace(args.workspace)
     if not ws.store_path.exists():
         raise CommandError(f"{ws.store_path} does not exist: this workspace has no state store to back up yet")
