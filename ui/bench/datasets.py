@@ -35,7 +35,9 @@ def _chart(t: per_dataset.Table) -> go.Figure | None:
     spec = [row for row in t.rows if not row.baseline and any(c.accept_len is not None for c in row.cells.values())]
     if not spec:
         return None
-    fig = go.Figure()
+    fig = charts.white_figure(barmode="group", height=320, margin=dict(l=10, r=10, t=40, b=10),
+                              title=dict(text=f"accept_len per dataset · {t.server}", font=dict(size=14)),
+                              yaxis_title="accept_len (tokens per step)", xaxis_title="dataset")
     for row in spec:
         name = f"{row.configuration} · {row.load}"
         ys = [row.cells[ds].accept_len if ds in row.cells else None for ds in t.datasets]
@@ -43,9 +45,6 @@ def _chart(t: per_dataset.Table) -> go.Figure | None:
                              hovertemplate="%{x}: accept_len %{y:.2f}<extra>" + name.replace("<", "&lt;") + "</extra>"))
     fig.add_hline(y=1.0, line_dash="dot", line_color="#dc2626", annotation_text="1.0 = no draft token accepted",
                   annotation_position="bottom left")
-    fig.update_layout(template="plotly_white", barmode="group", height=320, margin=dict(l=10, r=10, t=40, b=10),
-                      title=dict(text=f"accept_len per dataset · {t.server}", font=dict(size=14)),
-                      yaxis_title="accept_len (tokens per step)", xaxis_title="dataset")
     charts.legend_below(fig)
     return fig
 
