@@ -1,0 +1,47 @@
+"""What the command line imports before a command runs: building the parser (``--help``, or the
+parser of one command) loads neither the supervisor, the state store, the workspace reader, the cost,
+the telemetry nor the benchmark job and sweep, nor their libraries (polars, psutil, prometheus_client);
+a command imports those when it runs.  Each case in a fresh interpreter, since the test process has
+them loaded already."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+NOT_AT_START = ("backend.supervisor", "state", "backend.workspace", "backend.flows.workspace", "backend.flows.cost",
+                "backend.telemetry", "backend.flows.bench_job", "backend.flows.bench_runner", "backend.flows.sweep",
+                "backend.sglang.fleet", "polars", "psutil", "prometheus_client")
+
+
+def loaded_at_start(argv: list[str]) -> list[str]:
+    code = ("import json, sys\nfrom backend.cli import build_parser\n"
+            f"build_parser({argv!r})\n"
+            f"names = {NOT_AT_START!r}\n"
+            "print(json.dumps(sorted(m for m in sys.modules if any(m == n or m.startswith(n + '.') for n in names))))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=str(REPO), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["bench", "list"], ["processes", "list"], ["cluster", "status"],
+                                  ["supervise"], ["alerts", "list"], ["workspace", "backup"], ["servers", "list"]])
+def test_building_the_parser_leaves_what_the_commands_use_to_them(argv):
+    assert loaded_at_start(argv) == []
+
+
+def test_a_session_loads_them(tmp_path):
+    """The check above can fail: opening a session is what loads the supervisor and the store."""
+    code = ("import sys\nfrom backend.cli.session import Session\n"
+            "print('backend.supervisor.supervisor' in sys.modules, 'state.store' in sys.modules)\n"
+            f"try:\n    Session({str(tmp_path / 'no-workspace')!r})\nexcept Exception:\n    pass\n"
+            "print('backend.supervisor.supervisor' in sys.modules, 'state.store' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], cwd=str(REPO), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["False", "False", "True", "True"]
