@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import sqlite3
 import sys
 from typing import Callable, TextIO
 
@@ -123,7 +122,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 
 def _is(exc: BaseException, module: str, name: str) -> bool:
-    """``exc`` is an instance of ``module.name``; a module never imported raised nothing of its own."""
+    """``exc`` is an instance of ``module.name``; a module never imported raised nothing of its own (so a
+    command that never opens the store does not import sqlite3 to tell its errors)."""
     cls = getattr(sys.modules.get(module), name, None)
     return isinstance(cls, type) and isinstance(exc, cls)
 
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
         if _failure(exc) and not _is(exc, "backend.supervisor.supervisor", "SupervisorError"):
             err.write(f"error: {exc}\n")  # names the file, what is wrong and what to do
             return 1
-        if isinstance(exc, sqlite3.Error):
+        if _is(exc, "sqlite3", "Error"):
             err.write(f"error: the state file of the workspace could not be opened or upgraded: {exc}\n")
             return 1
         raise
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
         if _failure(exc):
             err.write(f"error: {exc}\n")
             return 1
-        if isinstance(exc, sqlite3.Error):
+        if _is(exc, "sqlite3", "Error"):
             health = session.store.health()
             err.write(f"error: {health.message if not health.ok else f'state store {session.store.path}: {exc}'}\n")
             return 1
