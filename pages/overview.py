@@ -20,8 +20,9 @@ from backend.bench import baseline  # noqa: E402
 from state.bench import BenchStore  # noqa: E402
 from ui import fmt  # noqa: E402
 from ui import overview_data as data  # noqa: E402
+from ui import overview_pipeline as pipe  # noqa: E402
+from ui import overview_train as train  # noqa: E402
 from ui.auth import control_lock, data_lock, live_fragment  # noqa: E402
-from ui.bench import charts as bench_charts  # noqa: E402
 from ui.bench import data as bench_data  # noqa: E402
 from ui.components import page_header  # noqa: E402
 from ui.context import runtime  # noqa: E402
@@ -36,17 +37,22 @@ TRAIN_PAGE, BENCH_PAGE = "pages/training.py", "pages/benchmarks.py"
 PROCESSES_PAGE, GPUS_PAGE = "pages/processes.py", "pages/gpus.py"
 # the tiles are dense: less room above the title than a page of details, smaller tile headings
 COMPACT_CSS = """<style>
-[data-testid="stMainBlockContainer"] { padding-top: 3.2rem !important; padding-bottom: 1rem !important; }
-.st-key-ov-main h1 { font-size: 1.9rem; padding-bottom: 0.1rem; }
+[data-testid="stMainBlockContainer"] { padding-top: 3.7rem !important; padding-bottom: 1rem !important; }
+.st-key-ov-main h1 { font-size: 1.9rem; padding-top: 0; padding-bottom: 0; }
+.st-key-ov-main [data-testid="stPageLink"] a { margin: 0; line-height: 1.5; }
 .st-key-ov-main [data-testid="stVerticalBlock"] { gap: 0.45rem; }
 .st-key-ov-main [data-testid="stMarkdownContainer"] p { margin-bottom: 0.1rem; }
 .st-key-ov-main [data-testid="stPageLink"] p, .st-key-ov-cost-head p { font-weight: 600; font-size: 1.05rem; }
 .st-key-ov-cost-head { padding: 0.15rem 0 0.1rem 0.1rem; }
 .st-key-ov-regen, .st-key-ov-servers, .st-key-ov-alerts, .st-key-ov-gpus, .st-key-ov-training, .st-key-ov-bench,
-.st-key-ov-cost { padding: 0.7rem 0.9rem !important; }
+.st-key-ov-cost { padding: 0.5rem 0.85rem 0.55rem 0.85rem !important; }
 [class*="st-key-ov-srv-"], [class*="st-key-ov-srv-"] [data-testid="stVerticalBlock"] { gap: 0.1rem !important; }
 [class*="st-key-ov-srv-"]:not(.st-key-ov-srv-0) { border-top: 1px solid rgba(128,128,128,0.2); padding-top: 0.35rem;
                                                  margin-top: 0.3rem; }
+[class*="st-key-ov-row-"] { flex-wrap: nowrap !important; }
+[class*="st-key-ov-row-"] > div:first-child { min-width: 0; flex: 1 1 0 !important; }
+.st-key-ov-main [class*="st-key-ov-more-"] [data-testid="stPageLink"] p { font-weight: 400; font-size: 0.92rem;
+  white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
 .ov-cost { font-size: 0.92rem; line-height: 1.5; }
 .ov-cost .ov-why { text-decoration: underline dotted rgba(128,128,128,0.8); text-underline-offset: 3px; cursor: help; }
 .ov-gpus { display: grid; grid-template-columns: repeat(4, minmax(46px, 64px)); gap: 4px; }
@@ -55,6 +61,22 @@ COMPACT_CSS = """<style>
 .ov-gpu b { font-size: 0.82rem; }
 .ov-bar { height: 4px; background: rgba(128,128,128,0.25); border-radius: 2px; margin-top: 2px; }
 .ov-bar span { display: block; height: 4px; border-radius: 2px; background: #2563eb; }
+.st-key-ov-pipe { gap: 0 !important; flex-wrap: nowrap !important; }
+[class*="st-key-ov-stage-"] { position: relative; flex: 1 1 0 !important; min-width: 0; margin-left: -9px;
+  padding: 0.3rem 0.9rem 0.35rem 1.35rem !important; gap: 0 !important;
+  clip-path: polygon(0 0, calc(100% - 14px) 0, 100% 50%, calc(100% - 14px) 100%, 0 100%, 14px 50%); }
+.st-key-ov-stage-regen { margin-left: 0; padding-left: 0.75rem !important;
+  clip-path: polygon(0 0, calc(100% - 14px) 0, 100% 50%, calc(100% - 14px) 100%, 0 100%); }
+.st-key-ov-pipe [data-testid="stPageLink"] a { padding: 0; min-height: 0; position: static; }
+.st-key-ov-pipe [data-testid="stPageLink"] a::after { content: ""; position: absolute; inset: 0; }
+.st-key-ov-main .st-key-ov-pipe [data-testid="stPageLink"] p { font-size: 0.86rem; white-space: nowrap; }
+.st-key-ov-pipe [data-testid="stElementContainer"], .st-key-ov-pipe [data-testid="stPageLink"],
+.st-key-ov-pipe [data-testid="stPageLink"] > div { position: static !important; }
+.ov-stage-state { font-size: 0.8rem; font-weight: 600; line-height: 1.25; }
+.ov-stage-fig { font-size: 0.76rem; line-height: 1.25; }
+.ov-stage-state, .ov-stage-fig { white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
+.ov-stage-bar { height: 3px; background: rgba(128,128,128,0.25); border-radius: 2px; margin: 1px 0 1px 0; }
+.ov-stage-bar span { display: block; height: 3px; border-radius: 2px; }
 </style>"""
 
 rt = runtime()
@@ -147,7 +169,7 @@ def _relaunch(name: str) -> None:
     """Open the Servers page on ``name`` with its Relaunch panel open."""
     st.session_state["srv-selected"] = name
     st.session_state["srv-launch-open"] = True
-    st.switch_page(SERVERS_PAGE, query_params={"server": name})
+    st.switch_page(SERVERS_PAGE, query_params={"server": name, "panel": "relaunch"})
 
 
 def _server_line(i: int, t: data.ServerTile, lock: str) -> None:
@@ -156,13 +178,7 @@ def _server_line(i: int, t: data.ServerTile, lock: str) -> None:
     baseline, and the verdict."""
     spec = t.algorithm or "no speculation"
     with st.container(key=f"ov-srv-{i}"):
-        row = st.container(horizontal=True, vertical_alignment="center", gap="small", wrap=False)
-        with row:
-            st.markdown(f"**{fmt.data_markdown(t.name)}**", wrap=False, width="stretch")
-            if st.button("Relaunch…" if t.live else "Start…", key=f"ov-relaunch-{t.name}", disabled=bool(lock),
-                         help=lock or f"the Servers page on {t.name} with its relaunch panel open (edit, preflight, "
-                                      "confirm)", icon=":material/rocket_launch:"):
-                _relaunch(t.name)
+        _name_row(t, lock)
         acc = fmt.accept_len(t.accept_len)
         acc_colour = LEVEL_COLOUR.get(t.accept_level, "gray")
         if t.accept_level in ("good", "warn", "bad"):
@@ -181,28 +197,87 @@ def _server_line(i: int, t: data.ServerTile, lock: str) -> None:
             st.markdown(f":red[✕ {fmt.data_markdown(note)}]")
 
 
+FULL_SERVERS = 2  # up to this many servers: each with its four lines
+COMPACT_SERVERS = 3  # more: a compact block each for this many (those needing attention first), then "+K more"
+
+
+def _attention(t: data.ServerTile) -> int:
+    """0: in trouble (red, or its own alert), 1: running, 2: the rest; the order of the compact blocks."""
+    if t.notes or t.badge.colour == "red":
+        return 0
+    return 1 if t.live else 2
+
+
+def _compact_line(i: int, t: data.ServerTile, lock: str) -> None:
+    """One server in two lines: its name beside its button, then its state, accept_len and verdict on one
+    line (cut with an ellipsis at the tile's edge; the whole with the tok/s and baseline on hover)."""
+    with st.container(key=f"ov-srv-{i}"):
+        _name_row(t, lock)
+        v = t.verdict
+        short = v.badge.split(" · ")[0] if v.verdict != "none" else "no verdict"
+        colour = LEVEL_COLOUR.get(v.level, "gray")
+        verdict = f":{colour}[**{short}**]" if v.level in ("good", "warn", "bad") else f"**{short}**"
+        acc = fmt.accept_len(t.accept_len)
+        tok = fmt.NA if t.tok_s is None else f"{t.tok_s:,.1f}"
+        base = fmt.NA if t.baseline_tok_s is None else f"{t.baseline_tok_s:,.1f}"
+        hover = (f"{t.algorithm or 'no speculation'}; {t.tok_s_label} {tok} vs baseline {base}; "
+                 + data.verdict_help(v, t.baseline_text) + "".join(f" ✕ {n}" for n in t.notes))
+        st.markdown(f"{_keep(t.badge.markdown())} · accept_len **{acc}** · {verdict}", wrap=False, width="stretch",
+                    help=_help(hover))
+
+
+def _name_row(t: data.ServerTile, lock: str) -> None:
+    """The server's name on one line (cut with an ellipsis, whole on hover) beside its button."""
+    row = st.container(horizontal=True, vertical_alignment="center", gap="small", wrap=False,
+                       key=f"ov-row-{t.name}")
+    with row:
+        st.markdown(f"**{fmt.data_markdown(t.name)}**", wrap=False, width="stretch")
+        if st.button("Relaunch…" if t.live else "Start…", key=f"ov-relaunch-{t.name}", disabled=bool(lock),
+                     help=lock or f"the Servers page on {t.name} with its {'relaunch' if t.live else 'start'} panel "
+                                  "open (edit, preflight, confirm)", icon=":material/rocket_launch:"):
+            _relaunch(t.name)
+
+
 @live_fragment(run_every=REFRESH_S)
 @_guarded
 def servers_tile() -> None:
-    st.page_link(SERVERS_PAGE, label="Servers", icon=":material/dns:",
-                 help="the Servers page: live accept_len and tok/s, relaunch, preflight and log")
     names = rt.fleet.names()
+    st.page_link(SERVERS_PAGE, label=f"Servers ({len(names)})" if len(names) > FULL_SERVERS else "Servers",
+                 icon=":material/dns:", help="the Servers page: live accept_len and tok/s, relaunch, preflight and log")
     if not names:
         st.caption("No server yet: add a `[[server]]` entry to the workspace file.")
         return
     stored = _stored_baselines(f"{rt.store.path}:{id(rt.store)}", rt.store)
     lock = control_lock(rt)
     now = time.time()
-    for i, name in enumerate(names):
-        _server_line(i, data.server_tile(rt, name, stored, now=now), lock)
+    tiles = [data.server_tile(rt, name, stored, now=now) for name in names]
+    if len(tiles) <= FULL_SERVERS:
+        for i, t in enumerate(tiles):
+            _server_line(i, t, lock)
+    else:  # those needing attention first, then the running ones, each in the workspace's order
+        tiles = sorted(tiles, key=_attention)
+        for i, t in enumerate(tiles[:COMPACT_SERVERS]):
+            _compact_line(i, t, lock)
+        hidden = tiles[COMPACT_SERVERS:]
+        if hidden:
+            with st.container(key="ov-more-servers"):
+                st.page_link(SERVERS_PAGE, label=f"+{len(hidden)} more: " + ", ".join(t.name for t in hidden),
+                             icon=":material/more_horiz:", help="the Servers page: every server's figures and controls")
     st.caption(f"updated {time.strftime('%H:%M:%S', time.localtime(now))} · every {REFRESH_S} s")
 
 
 # -- alerts, GPUs, training, benchmarks, cost ---------------------------------------------------------------
 
-ALERT_CHARS = 70
+ALERT_CHARS = 160  # a longer title is cut here (and by the tile's edge, with an ellipsis): the whole on hover
+ALERTS_SHOWN = 3  # at most this many rows: the most severe first; beyond, two and a "+K more" link
 OPEN_LINK = re.compile(r"\s*\(\[open\]\([^)]*\)\)\s*$")  # the alerts engine's own link: the tile is the link
 ALERT_MARK = {"error": ":red[● error]", "warning": ":orange[▲ warning]", "info": ":blue[○ info]"}
+SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+
+
+def _severity(alert) -> str:
+    level = getattr(alert, "severity", "warning")
+    return level if level in SEVERITY_ORDER else "warning"
 
 
 @live_fragment(run_every=SLOW_REFRESH_S)
@@ -214,19 +289,25 @@ def alerts_tile() -> None:
     if not alerts:
         st.caption(":green[✓ no active alert]")
         return
-    order = {"error": 0, "warning": 1, "info": 2}
-    alerts.sort(key=lambda a: order.get(getattr(a, "severity", "warning"), 1))
-    for a in alerts[:3]:
-        level = getattr(a, "severity", "warning")
+    alerts.sort(key=lambda a: SEVERITY_ORDER[_severity(a)])
+    shown = alerts if len(alerts) <= ALERTS_SHOWN else alerts[:ALERTS_SHOWN - 1]
+    for a in shown:
+        level = _severity(a)
         title = OPEN_LINK.sub("", str(getattr(a, "title", a))).strip()
         short = title if len(title) <= ALERT_CHARS else title[:ALERT_CHARS - 1].rstrip() + "…"
-        # one or two lines each, so the tile keeps its place in the first screen; the whole text on hover
+        # one line each, cut at the tile's edge, so the tile keeps its height: the whole text on hover
         message = getattr(a, "message", None)
         extra = message if isinstance(message, str) and message and message != title else ""
-        st.markdown(f"{ALERT_MARK.get(level, ALERT_MARK['warning'])} {fmt.data_markdown(short)}",
-                    help=_help(title + (f" — {extra}" if extra else "")) if short != title or extra else None)
-    if len(alerts) > 3:
-        st.caption(f"and {len(alerts) - 3} more")
+        st.markdown(f"{ALERT_MARK.get(level, ALERT_MARK['warning'])} {fmt.data_markdown(short)}", wrap=False,
+                    width="stretch", help=_help(title + (f" — {extra}" if extra else "")))
+    if len(alerts) > len(shown):
+        more = alerts[len(shown):]
+        counts = [f"{n} {sev}{'s' if n > 1 else ''}" for sev in SEVERITY_ORDER
+                  if (n := sum(_severity(a) == sev for a in more))]
+        with st.container(key="ov-more-alerts"):
+            st.page_link(PROCESSES_PAGE, label=f"+{len(more)} more ({', '.join(counts)})",
+                         icon=":material/more_horiz:",
+                         help="every active alert on the Processes page, with acknowledge and mute")
 
 
 def _gpu_html(cells: list[data.GpuCell]) -> str:
@@ -258,21 +339,26 @@ def gpus_tile() -> None:
     st.html(_gpu_html(cells))
 
 
+def _newest_verdict() -> pipe.NewestVerdict:
+    """The newest speculative result's verdict, computed again only when the stored results change."""
+    results = BenchStore(rt.store).list()
+    key = (len(results), results[0].id if results else None)
+    cached = st.session_state.get("ov-bench-verdict")
+    if cached is None or cached[0] != key:
+        cached = (key, pipe.newest_verdict(rt, results))
+        st.session_state["ov-bench-verdict"] = cached
+    return cached[1]
+
+
 def _bench_lines() -> None:
-    results = [r for r in BenchStore(rt.store).list() if not r.invalid]
-    if not results:
+    nv = _newest_verdict()
+    if not nv.results:
         st.caption("No result yet: run one on the Benchmarks page.")
         return
-    configured = {n: (rt.fleet.config(n).model_path, rt.fleet.config(n).served_model_name,
-                      rt.fleet.config(n).baseline_tok_s) for n in rt.fleet.names()}
-    pairs = bench_charts.speedups(results, configured)
-    verdicts = bench_charts.verdicts(pairs)
-    spec = [r for r in results if not r.is_baseline]
-    newest = max(spec, key=lambda r: (bench_data.when(r) or 0.0, r.id or 0), default=None)
+    newest, v = nv.newest, nv.verdict
     if newest is None:
-        st.markdown(f"{fmt.count(len(results))} results, all without speculation")
+        st.markdown(f"{fmt.count(nv.results)} results, all without speculation")
         return
-    v = verdicts.get(newest.id)
     word = bench_data.verdict_text(v) or f"no verdict ({fmt.NA})"
     colour = LEVEL_COLOUR.get(v.level, "gray") if v is not None else "gray"
     ratio = f"{v.ratio:.2f}× · " if v is not None and v.ratio is not None else ""
@@ -282,25 +368,37 @@ def _bench_lines() -> None:
     st.markdown(f":{colour}[**{_keep(ratio + word)}**]", help=_help("Verdict " + bench_data.VERDICT_HELP))
 
 
-def _train_lines() -> None:
-    from ui.train.data import follower
+def _train_figures() -> train.TrainFigures | None:
+    name = train.focus_run(rt)
+    if name is None:
+        return None
+    try:
+        return train.train_figures(rt, name)
+    except OSError as exc:  # the log cannot be read: the run is shown without figures
+        log.warning("the Overview could not read the training log of %s: %s", name, exc)
+        return None
 
-    names = rt.train.names()
-    if not names:
-        st.caption("No training run in this workspace: add one on the Training page.")
+
+def _train_lines(figs: train.TrainFigures | None, runs: int) -> None:
+    """The current (else latest) run: its name and state, then its step and loss, then the predicted accept
+    length, as the Training page's key figures give them."""
+    if figs is None:
+        st.caption("No training run in this workspace: add one on the Training page." if not runs
+                   else "The run's log cannot be read: see the Training page.")
         return
-    for name in names[:2]:
-        view = rt.supervisor.view(name)
-        badge = fmt.view_badge(view)
-        step = ""
-        try:
-            prog = follower(rt.train.log_path(name), rt.train.output_dir(name)).poll().progress
-            if prog.step is not None:
-                step = " · " + _keep(f"step {fmt.count(prog.step)}" + (f" / {fmt.count(prog.total_steps)}"
-                                                                       if prog.total_steps else ""))
-        except OSError:  # the log cannot be read: no step shown
-            step = ""
-        st.markdown(fmt.data_markdown(f"**{name}** · ") + _keep(badge.markdown()) + step)
+    others = f" (+{runs - 1} more)" if runs > 1 else ""
+    st.markdown(fmt.data_markdown(f"**{figs.name}**{others} · ") + _keep(figs.badge.markdown()))
+    if not figs.started:
+        st.caption(f"no figures yet: {fmt.NA} ({figs.why.split(':')[0]})", help=_help(figs.why))
+        return
+    steps, pred = train.figures_text(figs)
+    reading = f" · reading the log {fmt.pct(figs.reading * 100)}" if figs.reading is not None else ""
+    st.markdown(_keep(steps) + reading, help=_help(figs.why) if figs.why else None)
+    st.markdown(_keep(pred), help=_help(
+        f"1 + a0 + a0·a1 + … with a_i = acc_i (greedy serving) of step {fmt.count(figs.predicted_step)}, over the "
+        f"first {train.DEFAULT_STEPS} draft positions, as the Training page shows it by default: a prediction from "
+        "training metrics, "
+        "not a measurement" if figs.predicted is not None else f"N/A: {figs.why}"))
 
 
 COST_HELP = ("GPU-hours = the job's GPUs × its hours (a regeneration job: its servers' GPUs; a benchmark: its "
@@ -326,13 +424,12 @@ def _cost_lines() -> list[data.CostLine]:
 @live_fragment(run_every=SLOW_REFRESH_S)
 @_guarded
 def training_tile() -> None:
-    names = rt.train.names()
-    live = [n for n in names if (v := rt.supervisor.view(n)) is not None and v.live]
-    focus = (live or names or [None])[0]  # the page opens on the running run, else the first
+    figs = _train_figures()
+    focus = figs.name if figs is not None else None
     st.page_link(TRAIN_PAGE, label="Training", icon=":material/model_training:",
                  query_params={"run": focus} if focus else None,
                  help="the Training page" + (f" on {focus}" if focus else "") + ": curves, checkpoints, deploy")
-    _train_lines()
+    _train_lines(figs, len(rt.train.names()))
 
 
 @live_fragment(run_every=SLOW_REFRESH_S)
@@ -365,7 +462,33 @@ def _cost_html(lines: list[data.CostLine]) -> str:
     return '<div class="ov-cost">' + "".join(rows) + "</div>"
 
 
+# -- the pipeline ----------------------------------------------------------------------------------------------
+
+
+def _stages() -> list[pipe.Stage]:
+    tiles, last = data.regen_tiles(rt)
+    return [pipe.regen_stage(tiles, last), pipe.train_stage(_train_figures()),
+            pipe.deploy_stage(rt, list(rt.train.names())), pipe.bench_stage(pipe.running_bench(rt), _newest_verdict())]
+
+
+@live_fragment(run_every=SLOW_REFRESH_S)
+@_guarded
+def pipeline_strip() -> None:
+    """Regenerate → train → deploy → benchmark: four connected stages, each with where it stands and its figure;
+    a stage opens its page on its job, run or tab."""
+    stages = _stages()
+    st.html("<style>" + "".join(f".st-key-ov-stage-{s.key} {{ background: {pipe.fill(s)}; }}" for s in stages)
+            + "</style>")
+    with st.container(horizontal=True, gap=None, key="ov-pipe"):
+        for i, s in enumerate(stages):
+            with st.container(key=f"ov-stage-{s.key}", gap=None):
+                st.page_link(s.page, label=f"{i + 1} · {s.title}", query_params=s.query or None,
+                             help=f"{s.title}: {s.hover}")
+                st.html(pipe.stage_html(s))
+
+
 with main:
+    pipeline_strip()
     left, right = st.columns([11, 9], gap="medium")  # the right column's lines fit one line each at 1024 px
     with left:
         with st.container(border=True, key="ov-regen"):

@@ -328,24 +328,44 @@ def test_the_cost_line_counts_the_servers_gpus_and_leaves_energy_unknown_without
     assert "energy N/A: the GPU power readings cover only" in row.why
 
 
+def _alert_lines(at: AppTest) -> list:
+    return [m for m in at.markdown if m.value.startswith((":red[● error]", ":orange[▲ warning]", ":blue[○ info]"))]
+
+
 @pytest.mark.timeout(120)
-def test_alerts_errors_first_each_short_with_the_whole_text_on_hover(overview, monkeypatch):
+def test_alerts_errors_first_each_one_line_with_the_whole_text_on_hover(overview, monkeypatch):
+    """Three alerts: all three, errors first, each on one line (cut at the tile's edge), the whole on hover."""
     rt, log, runs, now = overview
     long = "GPU 3 memory nearly full: " + "a very long explanation " * 6
     alerts = [SimpleNamespace(severity="info", title="an info"),
               SimpleNamespace(severity="warning", title=long, message="free memory or lower mem_fraction_static"),
-              SimpleNamespace(severity="error", title="sim is down ([open](/servers?server=sim))"),
-              SimpleNamespace(severity="warning", title="the fourth")]
+              SimpleNamespace(severity="error", title="sim is down ([open](/servers?server=sim))")]
     monkeypatch.setattr(rt, "active_alerts", lambda: alerts)
     at = AppTest.from_file(APP, default_timeout=60).run()
     assert not at.exception, at.exception
-    assert any(p.proto.label == "Alerts (4)" for p in at.get("page_link"))
-    lines = [m for m in at.markdown if m.value.startswith((":red[● error]", ":orange[▲ warning]", ":blue[○ info]"))]
-    assert [m.value.split("]")[0] for m in lines] == [":red[● error", ":orange[▲ warning", ":orange[▲ warning"]
+    assert any(p.proto.label == "Alerts (3)" for p in at.get("page_link"))
+    lines = _alert_lines(at)
+    assert [m.value.split("]")[0] for m in lines] == [":red[● error", ":orange[▲ warning", ":blue[○ info"]
     assert lines[0].value.endswith("sim is down")  # the engine's own link dropped: the tile is the link
-    assert lines[1].value.endswith("…") and len(lines[1].value) < 110
-    assert "free memory" in lines[1].proto.help and "a very long explanation" in lines[1].proto.help
-    assert "and 1 more" in _text(at)
+    assert all(m.proto.wrap is False for m in lines)  # one line each: the tile keeps its height
+    assert "free memory" in lines[1].proto.help and long.strip() in lines[1].proto.help
+    assert not any(p.proto.label.startswith("+") for p in at.get("page_link"))
+
+
+@pytest.mark.timeout(120)
+def test_more_alerts_than_fit_show_the_two_most_severe_and_a_link_to_the_rest(overview, monkeypatch):
+    rt, log, runs, now = overview
+    alerts = [SimpleNamespace(severity="info", title="an info"), SimpleNamespace(severity="warning", title="warn a"),
+              SimpleNamespace(severity="error", title="err a"), SimpleNamespace(severity="warning", title="warn b"),
+              SimpleNamespace(severity="error", title="err b")]
+    monkeypatch.setattr(rt, "active_alerts", lambda: alerts)
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    assert not at.exception, at.exception
+    lines = _alert_lines(at)
+    assert [m.value for m in lines] == [":red[● error] err a", ":red[● error] err b"]
+    more = [p for p in at.get("page_link") if p.proto.label.startswith("+")]
+    assert [p.proto.label for p in more] == ["+3 more (2 warnings, 1 info)"]
+    assert more[0].proto.page == "processes"
 
 
 def test_a_cost_line_says_what_is_known_and_why_the_rest_is_not():
