@@ -15,8 +15,11 @@ every failure the adapter handles:
 * ``follow=callable``: the managed processes of a demo placed on GPUs as
   their tensor parallelism or CUDA_VISIBLE_DEVICES says (servers from GPU 0,
   training runs one GPU each from GPU 3)
-* slow fields: volatile ECC counts (``set_ecc``), energy since "driver load"
-  (integrated at a plausible mean power), NVLink link states (``nvlink_links``,
+* the total energy counter (mJ since "driver load"): the GPU's own power
+  readings integrated over time (before the first question, ``uptime_s`` at
+  250 W plus 15 W per index); ``reload_driver(gpu)`` sets it back to 0 as a
+  driver reload does, and ``fail("energy", gpu)`` makes it NotSupported
+* slow fields: volatile ECC counts (``set_ecc``), NVLink link states (``nvlink_links``,
   ``set_nvlink_down``) and PCIe TX/RX throughput; each can be made
   NotSupported per GPU with ``fail("ecc" | "energy" | "nvlink" | "pcie", gpu)``
 * ``missing={"memory_v2", "procs_v3", "procs_v2", "event_reasons", "temperature"}``
@@ -157,6 +160,7 @@ class FakeNvml:
         self._nvlink_down: dict[int, set[int]] = {}
         self._ecc: dict[int, tuple[int, int]] = {}  # gpu -> (corrected, uncorrected) volatile
         self._loaded_at = clock() - uptime_s  # when the "driver" was loaded (energy counts from here)
+        self._energy: dict[int, tuple[float, float]] = {}  # gpu -> (clock time, mJ) of the counter's last advance
 
     # -- failure injection ----------------------------------------------
 
@@ -182,15 +186,18 @@ class FakeNvml:
     def set_processes(self, gpu: int, procs: list[tuple[int, int | None]]) -> None:
         """``procs``: ``[(pid, used bytes or None), ...]`` on ``gpu``."""
         with self._lock:
+            self._settle_energy(gpu)
             self._procs[gpu] = list(procs)
 
     def add_process(self, pid: int, gpus: Iterable[int], used: int | None) -> None:
         with self._lock:
             for g in gpus:
+                self._settle_energy(g)
                 self._procs.setdefault(g, []).append((pid, used))
 
     def clear_processes(self) -> None:
         with self._lock:
+            self._settle_energy()
             self._procs.clear()
 
     def set_throttle(self, gpu: int, mask: int | None) -> None:
@@ -210,8 +217,15 @@ class FakeNvml:
         with self._lock:
             self._nvlink_down[gpu] = set(links)
 
+    def reload_driver(self, gpu: int | None = None) -> None:
+        """The energy counter of ``gpu`` (or every GPU) starts again from 0, as after a driver reload."""
+        with self._lock:
+            for g in ([gpu] if gpu is not None else range(self._n)):
+                self._energy[g] = (self._clock(), 0.0)
+
     def set_util(self, gpu: int, util: float | None) -> None:
         with self._lock:
+            self._settle_energy(gpu)
             if util is None:
                 self._util_override.pop(gpu, None)
             else:
@@ -285,10 +299,10 @@ class FakeNvml:
                     out.setdefault(g, []).append((pid, _FOLLOW_MEM[kind]))
         return out
 
-    def _util(self, gpu: int, t: float) -> float:
+    def _util(self, gpu: int, t: float, busy: bool | None = None) -> float:
         if gpu in self._util_override:
             return self._util_override[gpu]
-        if self._holders(gpu):
+        if self._holders(gpu) if busy is None else busy:
             v = 86.0 + 12.0 * math.sin(t / 9.0 + gpu * 0.7) + 2.0 * math.sin(t * 1.3 + gpu)
             return float(max(0, min(100, round(v))))
         return float(round(1.5 + 1.5 * math.sin(t / 5.0 + gpu)))
@@ -381,11 +395,14 @@ class FakeNvml:
             u = self._util(h.index, self._clock())
         return int(31 + u * 0.38 + (h.index % 3))
 
+    def _power_w(self, gpu: int, t: float, busy: bool | None = None) -> float:
+        return 78 + self._util(gpu, t, busy) * 5.9
+
     def nvmlDeviceGetPowerUsage(self, h: FakeHandle) -> int:
         self._enter("nvmlDeviceGetPowerUsage", h)
         with self._lock:
-            u = self._util(h.index, self._clock())
-        return int((78 + u * 5.9) * 1000)
+            w = self._power_w(h.index, self._clock())
+        return int(w * 1000)
 
     def nvmlDeviceGetEnforcedPowerLimit(self, h: FakeHandle) -> int:
         self._enter("nvmlDeviceGetEnforcedPowerLimit", h)
@@ -459,10 +476,36 @@ class FakeNvml:
         return uncorrected if error_type == _n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED else corrected
 
     def nvmlDeviceGetTotalEnergyConsumption(self, h: FakeHandle) -> int:
-        """mJ since the driver was loaded, at a mean of 250 W plus 15 W per index."""
+        """mJ since the driver was loaded: the power readings integrated up to now (before the first
+        question, the time since the driver was loaded at a mean of 250 W plus 15 W per index)."""
         self._enter("nvmlDeviceGetTotalEnergyConsumption", h)
-        seconds = max(0.0, self._clock() - self._loaded_at)
-        return int(seconds * (250.0 + 15.0 * h.index) * 1000.0)
+        with self._lock:
+            return int(self._advance_energy(h.index, self._clock()))
+
+    def _settle_energy(self, gpu: int | None = None) -> None:
+        """Bring the energy counters up to now before a change of load, so the change counts from now on."""
+        for g in ([gpu] if gpu is not None else list(self._energy)):
+            if g in self._energy:
+                self._advance_energy(g, self._clock())
+
+    def _advance_energy(self, gpu: int, now: float) -> float:
+        """The counter of ``gpu`` at ``now``: the power integrated since its last advance, in steps of at most
+        0.25 s (at most 4,000 steps; a longer wait in a test's clock takes longer steps)."""
+        last = self._energy.get(gpu)
+        if last is None:
+            mj = max(0.0, now - self._loaded_at) * (250.0 + 15.0 * gpu) * 1000.0
+            self._energy[gpu] = (now, mj)
+            return mj
+        t, mj = last
+        span = now - t
+        if span <= 0:  # a clock that stands (or steps back in a test): the counter never goes down
+            return mj
+        n = max(1, min(4000, int(span / 0.25) + 1))
+        dt = span / n
+        busy = bool(self._holders(gpu))  # who holds the GPU now stands for the whole step
+        mj += sum(self._power_w(gpu, t + (k + 0.5) * dt, busy) for k in range(n)) * dt * 1000.0
+        self._energy[gpu] = (now, mj)
+        return mj
 
     def nvmlDeviceGetNvLinkState(self, h: FakeHandle, link: int) -> int:
         self._enter("nvmlDeviceGetNvLinkState", h)

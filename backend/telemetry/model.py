@@ -259,6 +259,10 @@ class TelemetrySnapshot:
     alerts: tuple[Alert, ...] = ()
     interval_s: float = 1.0
     errors: tuple[str, ...] = field(default_factory=tuple)  # sampler-level problems
+    # GPU -> NVML's total energy counter (mJ since the driver was loaded) as last read (every few seconds,
+    # energy_log.py), and why it is N/A where it is
+    energy_mj: Mapping[int, int | None] = field(default_factory=dict)
+    energy_na: Mapping[int, str] = field(default_factory=dict)
 
     def age_s(self, now: float) -> float:
         return max(0.0, now - self.t)

@@ -30,6 +30,9 @@ Rules:
   mode and instances) are read once and cached.
 * Slow fields (ECC, energy, NVLink, PCIe throughput) are never read in the
   core pass; :meth:`NvmlAdapter.read_slow` reads them on its own cadence.
+  The total energy counter is read for every pass too, right after it
+  (:meth:`NvmlAdapter.read_energy`, ``nvml_energy.py``): job energy is
+  measured from it.
 
 * The usual pass calls the chosen C functions itself (``nvml_direct.py``):
   a GPU's eight scalar calls write into one buffer that one unpack reads,
@@ -66,6 +69,7 @@ from backend.telemetry.nvml_codes import *  # noqa: F403 - codes and constants, 
 from backend.telemetry.nvml_codes import _text
 from backend.telemetry.nvml_calls import VersionedCalls
 from backend.telemetry.nvml_direct import DirectPass
+from backend.telemetry.nvml_energy import EnergyReads
 from backend.telemetry.nvml_fieldwise import _NOT_READ, FieldwisePass, _FastCalls
 from backend.telemetry.nvml_static import SlowReads, StaticReads
 
@@ -76,7 +80,7 @@ def _import_pynvml() -> Any:
     return pynvml
 
 
-class NvmlAdapter(FieldwisePass, VersionedCalls, StaticReads, SlowReads):
+class NvmlAdapter(FieldwisePass, VersionedCalls, StaticReads, SlowReads, EnergyReads):
     """Lazy, thread-safe NVML reader.
 
     ``lib`` is the NVML library object (``pynvml`` module or a fake); when

@@ -116,7 +116,8 @@ def direct_reader(lib: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, 
         return _uint_reader(fn, err, ctypes.c_uint) if not args else None
     if name in ("nvmlDeviceGetTemperature", "nvmlDeviceGetClockInfo"):
         return _uint_reader(fn, err, ctypes.c_uint, int(args[0])) if len(args) == 1 else None
-    if name in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
+    if name in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons",
+                "nvmlDeviceGetTotalEnergyConsumption"):
         return _uint_reader(fn, err, ctypes.c_ulonglong) if not args else None
     if args:
         return None

@@ -166,7 +166,9 @@ class SlowReads:
                 cor, why = self._try(lib.nvmlDeviceGetTotalEccErrors, h, NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_VOLATILE_ECC)
                 if cor is None:
                     na["ecc_corrected_volatile"] = why  # type: ignore[assignment]
-                energy, why = self._try(lib.nvmlDeviceGetTotalEnergyConsumption, h)
+                energy, why = self._recent_energy(i)  # type: ignore[attr-defined]  # nvml_energy.py
+                if energy is None and why is None:
+                    energy, why = self._try(lib.nvmlDeviceGetTotalEnergyConsumption, h)
                 if energy is None:
                     na["energy_j"] = why  # type: ignore[assignment]
                 active = total = 0

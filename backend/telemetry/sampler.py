@@ -6,7 +6,9 @@ ring buffer in memory, and folds every reading into min/mean/max buckets of
 ``bucket_s`` (a minute) that go to the state store (``state/telemetry.py``)
 when they close; buckets older than ``retention_s`` are pruned.  A second
 thread reads the slow fields (ECC, energy, NVLink; PCIe throughput rarely or
-on request).
+on request) and, every ``energy_interval_s`` (5 s), every GPU's total energy
+counter into its own record (``energy_log.py``); :meth:`Sampler.energy_trace`
+gives it back for measuring a job's energy.
 
 Readers never touch NVML: :meth:`Sampler.latest` returns the last snapshot
 and :meth:`Sampler.history` reads the ring (and the store for older data).
@@ -40,8 +42,13 @@ from backend.telemetry.model import (
     Series,
     TelemetrySnapshot,
 )
+from backend.telemetry.energy import CounterTrace
+from backend.telemetry.energy_log import EnergyLog
 from backend.telemetry.nvml import NvmlAdapter, open_adapter
+from backend.telemetry.promattach import attach_prometheus
 from backend.telemetry.ring import Buckets, Ring
+
+__all__ = ["Sampler", "make_sampler", "make_workspace_sampler", "attach_prometheus"]
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +86,7 @@ class Sampler:
         bucket_s: float = 60.0,
         retention_s: float = 7 * 86400.0,
         slow_interval_s: float = 10.0,
+        energy_interval_s: float | None = 5.0,
         pcie_interval_s: float | None = 300.0,
         attribution_interval_s: float = 5.0,
         idle_samples: int = 30,
@@ -99,6 +107,10 @@ class Sampler:
         self._bucket_s = bucket_s
         self._retention_s = retention_s
         self.slow_interval_s = slow_interval_s
+        self.energy_interval_s = energy_interval_s  # None: the energy counter is not read
+        every = energy_interval_s or slow_interval_s
+        self.energy = EnergyLog(capacity=max(2, int(math.ceil(ring_s / every)) + 1), bucket_s=bucket_s,
+                                history=self._history, interval_s=every)
         self.pcie_interval_s = pcie_interval_s
         self._attr_interval_s = attribution_interval_s
         self._idle_samples = idle_samples
@@ -181,6 +193,7 @@ class Sampler:
             self.exporter.stop()
         with self._sample_lock:
             self._flush_buckets()
+        self.energy.flush()
 
     def __enter__(self) -> "Sampler":
         return self.start()
@@ -214,16 +227,27 @@ class Sampler:
     def _slow_loop(self) -> None:
         # the first slow pass waits one core interval so the first core sample is not delayed
         self._stop.wait(min(self.interval_s, self.slow_interval_s))
+        every, slow_at = self.energy_interval_s, 0.0  # slow_at: monotonic time the next slow pass is due
         while not self._stop.is_set():
             c0 = time.thread_time()
             try:
-                self.read_slow_once()
+                if every:
+                    self.read_energy_once()
+                if self._slow_wake.is_set() or time.monotonic() >= slow_at:
+                    self._slow_wake.clear()
+                    slow_at = time.monotonic() + self.slow_interval_s
+                    self.read_slow_once()
             except Exception as e:  # noqa: BLE001
                 log.exception("slow telemetry read failed")
                 self._note_error(f"slow read failed: {e!r}")
             self._cpu_slow += time.thread_time() - c0
-            self._slow_wake.wait(self.slow_interval_s)
-            self._slow_wake.clear()
+            self._slow_wake.wait(min(every or self.slow_interval_s, max(0.0, slow_at - time.monotonic())))
+
+    def read_energy_once(self) -> None:
+        """Every GPU's total energy counter into :attr:`energy`, in the gap after a core pass."""
+        read = getattr(self.adapter, "read_energy", None)
+        if read is not None and self._after_core_sample():
+            self.energy.record(self._clock(), read())
 
     def request_slow(self, *, pcie: bool = True) -> None:
         """Ask the slow thread for a pass now (PCIe throughput included).
@@ -316,6 +340,8 @@ class Sampler:
                 alerts=alerts,
                 interval_s=self.interval_s,
                 errors=tuple(self._errors),
+                energy_mj=self.energy.values,
+                energy_na=self.energy.na,
             )
             self._latest = snap
             self._sampled.set()
@@ -492,6 +518,10 @@ class Sampler:
         res = self._bucket_s if buckets else self.interval_s
         return Series(field, gpu_index, tuple(ts), tuple(vs), tuple(lo), tuple(hi), res)
 
+    def energy_trace(self, gpu_index: int, since: float, until: float) -> CounterTrace:
+        """GPU ``gpu_index``'s energy counter over ``[since, until]`` (``EnergyLog.trace``)."""
+        return self.energy.trace(gpu_index, since, until)
+
     def gpu_indices(self) -> list[int]:
         with self._ring_lock:
             return sorted(i for i in self._rings if i != HOST)
@@ -551,39 +581,3 @@ def make_workspace_sampler(workspace: Any, store: Any, *, managed: Callable[[], 
         attach_prometheus(sampler, pcfg, root=Path(workspace.root), config_path=workspace.config_path,
                           managed=managed, source=source)
     return sampler
-
-
-def attach_prometheus(sampler: Sampler, pcfg: Any, *, root: Path, config_path: Any,
-                      managed: Callable[[], Iterable[Any]] | None = None, source: str = "auto",
-                      node: str | None = None) -> None:
-    """Give ``sampler`` what ``[telemetry.prometheus]`` asks for: a :class:`PromSource` reading
-    every node from ``url`` and an :class:`Exporter` serving its snapshots on ``export``.  A
-    problem (a bad URL or address, an unreadable token file) is kept in ``sampler.prom_problems``
-    as ``path:line: key: why`` and that part is left off; the local sampler runs regardless.
-    ``node``: this machine's node name (default ``promnames.node_name()``)."""
-    from backend.telemetry.promexport import Exporter, SnapshotCollector, check_prometheus, config_problem  # noqa: PLC0415
-    from backend.telemetry.promnames import node_name  # noqa: PLC0415
-    from backend.telemetry.promql import PromClient  # noqa: PLC0415
-    from backend.telemetry.promsource import PromSource  # noqa: PLC0415
-
-    node = node or node_name()
-    problems = check_prometheus(pcfg, config_path)
-    sampler.prom_problems = list(problems)
-    bad = {p.split(": telemetry.prometheus.", 1)[1].split(":", 1)[0] for p in problems if ": telemetry.prometheus." in p}
-    if pcfg.url and not bad & {"url", "token_file"}:
-        token = None
-        if pcfg.token_file:
-            tpath = Path(pcfg.token_file).expanduser()
-            tpath = tpath if tpath.is_absolute() else root / tpath
-            try:
-                token = tpath.read_text(encoding="utf-8").strip() or None
-            except OSError as e:
-                sampler.prom_problems.append(config_problem(config_path, "token_file", f"{tpath}: {e.strerror or e}"))
-        if token is not None or not pcfg.token_file:
-            client = PromClient(pcfg.url, token=token, timeout_s=float(pcfg.query_timeout_s))
-            sampler.prom = PromSource(client, max_age_s=float(pcfg.max_age_s),
-                                      interval_s=max(2.0, sampler.interval_s), managed=managed, local_node=node)
-    if pcfg.export and "export" not in bad:
-        collector = SnapshotCollector(sampler.latest, hostname=node, source=source,
-                                      stale_after_s=max(10.0, 3 * sampler.interval_s))
-        sampler.exporter = Exporter(pcfg.export, collector)
