@@ -37,6 +37,7 @@ class Step:
     t1: float
     c1: float
     ok: bool = True
+    reset: bool = False  # the counter went down here
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,10 @@ def rise(trace: CounterTrace, start: float, end: float,
     within a step the job began or ended: a job that starts at full load just after a reading at idle is
     not given the idle share of that step."""
     joules = covered = 0.0
+    resets = 0
     for s in trace.steps:
+        if s.reset and s.t0 < end and s.t1 >= start:
+            resets += 1
         if not s.ok:
             continue
         if s.t1 <= s.t0:  # a jump between buckets: inside the span or not
@@ -83,7 +87,7 @@ def rise(trace: CounterTrace, start: float, end: float,
                 part = min(1.0, inside / whole)
         joules += (s.c1 - s.c0) / 1000.0 * part
         covered += hi - lo
-    return Rise(joules, covered, trace.resets)
+    return Rise(joules, covered, resets)
 
 
 def from_readings(ts: Sequence[float], vs: Sequence[float | None], *, max_gap_s: float,
@@ -100,7 +104,7 @@ def from_readings(ts: Sequence[float], vs: Sequence[float | None], *, max_gap_s:
             t0, c0 = prev
             down = v < c0
             resets += down
-            steps.append(Step(t0, c0, t, v, ok=not down and t - t0 <= max_gap_s))
+            steps.append(Step(t0, c0, t, v, ok=not down and t - t0 <= max_gap_s, reset=down))
         prev = (t, float(v))
     return CounterTrace(tuple(steps), resets, why if not steps else "")
 
@@ -133,9 +137,9 @@ def from_buckets(buckets: Iterable[Any], *, max_gap_s: float, after: tuple[float
         down = nxt.vmin < b.vmax
         resets += down
         if abs(nxt.t0 - end) < 1e-6:
-            steps.append(Step(end, b.vmax, end, nxt.vmin, ok=not down))
+            steps.append(Step(end, b.vmax, end, nxt.vmin, ok=not down, reset=down))
         elif nxt.t0 - end <= max_gap_s:
-            steps.append(Step(end, b.vmax, nxt.t0, nxt.vmin, ok=not down))
+            steps.append(Step(end, b.vmax, nxt.t0, nxt.vmin, ok=not down, reset=down))
     if rows and after is not None:
         last = rows[-1]
         end = last.t0 + last.width_s
@@ -143,7 +147,7 @@ def from_buckets(buckets: Iterable[Any], *, max_gap_s: float, after: tuple[float
         down = v < last.vmax
         resets += down
         if t >= end and t - end <= max_gap_s:
-            steps.append(Step(end, last.vmax, t, v, ok=not down and not bad[-1]))
+            steps.append(Step(end, last.vmax, t, v, ok=not down and not bad[-1], reset=down))
     return CounterTrace(tuple(steps), resets, why if not steps else "")
 
 
