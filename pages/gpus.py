@@ -520,8 +520,7 @@ def _remote_history(node_name: str, range_label: str, label: str) -> None:
         st.caption(f"No GPU readings of node {node_name} in this dashboard's reads.")
         freshness(None, HISTORY_REFRESH_S, "history updated")
         return
-    fig = charts.figure(f"{label} · node {node_name}", height=360, range_buttons=False)
-    fig.update_layout(**LEGEND_BELOW)
+    fig = charts.figure(f"{label} · node {node_name}", height=360, range_buttons=False, **LEGEND_BELOW)
     newest: list[float] = []
     for g in node.gpus:
         s = prom.history(node_name, g.index, field, since)
@@ -554,8 +553,7 @@ def history(range_label: str, label: str, node_name: str = THIS_NODE) -> None:
         return
     gpus = [g.index for g in snap.gpus]
     if gpus:
-        fig = charts.figure(label, height=360, range_buttons=False)
-        fig.update_layout(**LEGEND_BELOW)
+        fig = charts.figure(label, height=360, range_buttons=False, **LEGEND_BELOW)
         points = 0
         for i in gpus:
             s = sampler.history(i, field, since)
@@ -570,8 +568,7 @@ def history(range_label: str, label: str, node_name: str = THIS_NODE) -> None:
             st.caption(f"No GPU history in the last {range_label or '15 m'} yet.")
     else:
         st.caption("No GPU history: no GPUs are reported.")
-    fig = charts.figure("Host CPU and memory (%)", height=280, range_buttons=False)
-    fig.update_layout(**LEGEND_BELOW)
+    fig = charts.figure("Host CPU and memory (%)", height=280, range_buttons=False, **LEGEND_BELOW)
     any_host = False
     for f, name in (("cpu_percent", "CPU %"), ("mem_percent", "memory %")):
         s = sampler.history(None, f, since)

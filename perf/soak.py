@@ -5,7 +5,8 @@
 Starts the demo dashboard (``streamlit run app.py`` with no workspace chosen, as ``scripts/dashboard``
 does, on 127.0.0.1 with the loopback token) and a trivial live page (a 1 s fragment that draws a metric and
 a 300-point plotly chart), opens three tabs on each in Debian's Chromium (the dashboard's Servers,
-Regeneration and GPUs pages; the trivial page three times) and leaves them open for ``--minutes``.  Every
+Regeneration and GPUs pages; the trivial page three times) and leaves them open for ``--minutes``
+(before, ``--idle`` seconds with no tab open measure each server's own background work).  Every
 ``--interval`` seconds it samples each server's CPU (cores, over the interval) and resident memory: the
 Streamlit process itself, and its whole process tree (for the dashboard that includes the demo's managed
 processes: its simulated servers and jobs, which run whether a tab is open or not).  It prints, per
@@ -96,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pages", default="servers,regeneration,gpus", help="the dashboard's pages to keep open")
     ap.add_argument("--against", type=Path, help="a checkout of another version, soaked beside this one")
     ap.add_argument("--settle", type=float, default=60.0, help="seconds after the tabs open before sampling")
+    ap.add_argument("--idle", type=float, default=60.0,
+                    help="seconds sampled before any tab opens: what each server costs with no tab")
     args = ap.parse_args(argv)
     if args.minutes <= 0 or args.interval <= 0:
         ap.error("--minutes and --interval must be positive")
@@ -121,6 +124,14 @@ def main(argv: list[str] | None = None) -> int:
             s = stack.enter_context(start(name, tree, "app.py", home, None, token=True))
             _first_run(int(s.url.rsplit(":", 1)[1]), s.token, timeout_s=300.0)
             servers[name] = s
+        # with no tab open: the servers' own background work (the dashboard's sampler, monitors, supervisor)
+        time.sleep(min(args.idle, 15.0))
+        i0 = {n: sample(s.proc.pid) for n, s in servers.items()}
+        ti = time.time()
+        time.sleep(args.idle)
+        idle = {n: (sample(s.proc.pid)[0] - i0[n][0]) / (time.time() - ti) for n, s in servers.items()}
+        print("no tab open, " + f"{args.idle:.0f} s: " + ", ".join(f"{n} {c:.2f} core" for n, c in idle.items()),
+              flush=True)
         from playwright.sync_api import sync_playwright
 
         with sync_playwright() as pw:
@@ -192,11 +203,24 @@ def main(argv: list[str] | None = None) -> int:
                       f"{got[0][ri]:>10.0f}{got[-1][ri]:>7.0f}{mb_min:>+9.2f} MB/min"
                       f"{len(full) / minutes:>9.1f}{len(frag) / minutes:>9.1f}"
                       f"{(statistics.median(r['wall'] for r in frag) * 1000 if frag else 0):>8.0f}")
+        print("script runs by page (full runs and live fragments): runs/min, median wall ms, script CPU "
+              "(cores) they took")
+        for n, s in servers.items():
+            runs = [r for r in s.runs(t0) if r["t"] <= t1]
+            for page in sorted({r["page"] for r in runs}):
+                mine = [r for r in runs if r["page"] == page]
+                cpu = sum(r["cpu"] for r in mine) / (t1 - t0)
+                print(f"  {n:<9}{page or '(main)':<14}{len(mine) / minutes:>7.1f}/min"
+                      f"{statistics.median(r['wall'] for r in mine) * 1000:>8.0f} ms{cpu:>7.3f} core")
         base_cpu, base_slope = summary[("trivial", "process")]
         for n in trees:
             cpu, mb = summary[(n, "process")]
             print(f"{n}: dashboard process CPU {cpu:.2f} core = {cpu / base_cpu:.2f}x the trivial live page's "
                   f"{base_cpu:.2f} (goal: at most 1.3x); memory {mb:+.2f} MB/min against {base_slope:+.2f}")
+            added, base_added = cpu - idle[n], base_cpu - idle["trivial"]
+            print(f"{n}: what the tabs added over no tab: {added:.2f} core against the trivial page's {base_added:.2f}"
+                  + (f" ({added / base_added:.2f}x)" if base_added > 0 else "")
+                  + f"; with no tab the dashboard used {idle[n]:.2f} core")
     return 0
 
 

@@ -127,10 +127,13 @@ def local_text(ts: Sequence[float]) -> np.ndarray:
 
 
 def figure(title: str | None = None, *, y_title: str | None = None, height: int = 300,
-           range_buttons: bool = True) -> go.Figure:
+           range_buttons: bool = True, **layout) -> go.Figure:
+    """An empty chart on the dashboard's template; ``layout``: more of the layout (plain values), as
+    ``fig.update_layout(**layout)`` would set it."""
     # plotly checks every property it is given, the template's hundreds of defaults included (about
     # 45 ms a figure): the layout is checked once per kind of figure and copied from then on
-    fig = go.Figure(layout=copy.deepcopy(_layout(title, y_title, height, range_buttons)), _validate=False)
+    extra = json.dumps(layout, sort_keys=True) if layout else ""
+    fig = go.Figure(layout=copy.deepcopy(_layout(title, y_title, height, range_buttons, extra)), _validate=False)
     fig._validate = True  # what the caller adds is checked as before
     fig.layout._validate = True
     return fig
@@ -154,7 +157,7 @@ def _white_layout(key: str) -> dict:
 
 
 @functools.lru_cache(maxsize=256)
-def _layout(title: str | None, y_title: str | None, height: int, range_buttons: bool) -> dict:
+def _layout(title: str | None, y_title: str | None, height: int, range_buttons: bool, extra: str) -> dict:
     """The layout of :func:`figure`, checked by plotly, as plain data."""
     fig = go.Figure()
     fig.update_layout(
@@ -173,6 +176,8 @@ def _layout(title: str | None, y_title: str | None, height: int, range_buttons: 
     if range_buttons:
         fig.update_xaxes(rangeselector=dict(buttons=RANGE_BUTTONS, x=0, xanchor="left", y=1.02, yanchor="bottom"),
                          type="date")
+    if extra:
+        fig.update_layout(**json.loads(extra))
     return fig.layout.to_plotly_json()
 
 

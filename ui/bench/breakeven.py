@@ -82,8 +82,7 @@ def what_if_figure(m: be.BreakEven, asked: float) -> go.Figure:
     top = max(4.0, asked + 0.5, m.break_even_accept_len + 1.0)
     xs = [1.0 + (top - 1.0) * i / 60 for i in range(61)]
     fig = charts.figure("What accept_len would give, at this round's cost", y_title="output tok/s", height=320,
-                        range_buttons=False)
-    fig.update_layout(hovermode="closest")
+                        range_buttons=False, hovermode="closest")
     fig.add_trace(go.Scatter(x=xs, y=[m.predicted_tok_s(x) for x in xs], mode="lines", name="predicted",
                              line=dict(color=charts.colour_for("predicted tok/s")),
                              hovertemplate="accept_len %{x:.2f}: %{y:,.1f} tok/s<extra>predicted</extra>"))

@@ -139,8 +139,7 @@ def tok_s_figure(results: list[BenchResult], palette: dict[str, str] | None = No
     (:func:`by_target`): a baseline is drawn only beside the runs it is compared with.  A configured
     single-stream baseline (no stored one) is a dashed bar at concurrency 1, named as configured."""
     fig = charts.figure("Output tok/s against concurrency" + (f": {title}" if title else ""),
-                        y_title="output tok/s", height=380, range_buttons=False)
-    fig.update_layout(hovermode="closest")
+                        y_title="output tok/s", height=380, range_buttons=False, hovermode="closest")
     concs: list[int] = []
     lines = _points(results)
     palette = palette or page_palette(results)
@@ -337,8 +336,8 @@ def speedup_rows(pairs: list[Speedup]) -> list[dict]:
 def accept_figure(results: list[BenchResult], palette: dict[str, str] | None = None) -> tuple[go.Figure, int]:
     """tok/s against accept_len, a colour per configuration; baselines at accept_len 1 (a plain step
     yields one token).  Returns the figure and how many runs could not be placed."""
-    fig = charts.figure("tok/s against accept_len", y_title="output tok/s", height=380, range_buttons=False)
-    fig.update_layout(hovermode="closest")
+    fig = charts.figure("tok/s against accept_len", y_title="output tok/s", height=380, range_buttons=False,
+                        hovermode="closest")
     groups: dict[str, list[tuple[float, BenchResult, bool]]] = {}
     no_tok: list[tuple[float, BenchResult, bool]] = []  # accept_len without tok/s: on the x axis, named
     missing = 0
@@ -407,9 +406,9 @@ def latency_figures(results: list[BenchResult], limit: int = 12) -> tuple[go.Fig
     figs = []
     for title, which in (("Time to first token", ("TTFT",)), ("Time per output token and inter-token latency",
                                                               ("TPOT", "ITL"))):
-        fig = charts.figure(title, height=150 + 40 * len(have), range_buttons=False)
-        fig.update_layout(hovermode="closest", barmode="group", yaxis=dict(autorange="reversed", automargin=True),
-                          xaxis=dict(title="ms", rangemode="tozero"))
+        fig = charts.figure(title, height=150 + 40 * len(have), range_buttons=False, hovermode="closest",
+                            barmode="group", yaxis=dict(autorange="reversed", automargin=True),
+                            xaxis=dict(title="ms", rangemode="tozero"))
         for label, f in LATENCIES:
             if label not in which:
                 continue
@@ -426,8 +425,7 @@ def latency_figures(results: list[BenchResult], limit: int = 12) -> tuple[go.Fig
 
 def over_time_figure(results: list[BenchResult], palette: dict[str, str] | None = None) -> go.Figure:
     """tok/s of each run at the time it ran (hand-entered results: when they were stored)."""
-    fig = charts.figure("Runs over time", y_title="output tok/s", height=340)
-    fig.update_layout(hovermode="closest")
+    fig = charts.figure("Runs over time", y_title="output tok/s", height=340, hovermode="closest")
     groups: dict[str, list[BenchResult]] = {}
     for r in sorted(results, key=lambda r: (when(r) or 0.0, r.id or 0)):
         if r.results.output_tok_s is not None and when(r) is not None:
