@@ -15,6 +15,7 @@ from backend.regen.follow_specforge import specforge_follower
 from backend.regen.samples import find_original, find_row, input_entries, last_row, read_job, row_at, row_before
 from ui import fmt
 from ui.regen import blocks as blocks
+from ui.regen import cost as regen_cost
 from ui.auth import control_lock, data_lock, live_fragment, show_data_lock
 from ui.components import code_span, freshness, path_text
 
@@ -80,6 +81,7 @@ def live_job(rt, out: str, controls=None) -> None:
     stall_s = float(job.meta.get("stall_after_s") or 600) if job is not None else 600.0
     alert = None if ended else f.stall(view.name if view else Path(out).name, running=running, after_s=stall_s)
     blocks.progress_block(snap, f.eta(), ended=ended, state_line=state_line, controls=draw_controls)
+    regen_cost.cost_line(rt, out, view, snap, f.history)
     if alert is not None:
         st.warning(fmt.data_markdown(f"**{alert.title}**. {alert.message} Likely: " + "; ".join(alert.causes)),
                    icon=":material/warning:")
