@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from backend.telemetry.model import TelemetrySnapshot
-from backend.telemetry.promnames import MIB, NVITOP, NVITOP_PROC_MEM, SPECDECK_INFO, SPECDECK_JOB
+from backend.telemetry.promnames import MIB, NVITOP, NVITOP_PROC_MEM, SPECDECK_ENERGY, SPECDECK_INFO, SPECDECK_JOB
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class SnapshotCollector:
         return []
 
     def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import GaugeMetricFamily  # noqa: PLC0415
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily  # noqa: PLC0415
 
         snap = self._latest()
         info = GaugeMetricFamily(SPECDECK_INFO, "Specdeck's exporter: its GPU source and the age of its snapshot.",
@@ -79,6 +79,9 @@ class SnapshotCollector:
         procs = GaugeMetricFamily(NVITOP_PROC_MEM, "Process GPU memory (MiB).", labels=PROC_LABELS)
         jobs = GaugeMetricFamily(SPECDECK_JOB, "The Specdeck job a GPU process belongs to.",
                                  labels=GPU_LABELS + ["pid", "managed_job", "managed_kind"])
+        energy = CounterMetricFamily(SPECDECK_ENERGY, "NVML's total energy counter: mJ since the driver was loaded "
+                                     "(read every few seconds).", labels=GPU_LABELS)
+        counters = getattr(snap, "energy_mj", None) or {}
         attr = snap.attribution
         holders = {(h.gpu_index, h.pid): h for h in (attr.holders if attr is not None else ())}
         for g in snap.gpus:
@@ -90,6 +93,8 @@ class SnapshotCollector:
                 v = free if fld == "mem_free" else getattr(g, fld, None)
                 if v is not None:
                     fams[fld].add_metric(labels, float(v) / scale)
+            if counters.get(g.index) is not None:
+                energy.add_metric(labels, float(counters[g.index]))
             for p in g.processes or ():
                 h = holders.get((g.index, p.pid))
                 if p.used_memory is not None:
@@ -99,6 +104,7 @@ class SnapshotCollector:
         yield from fams.values()
         yield procs
         yield jobs
+        yield energy
 
 
 class Exporter:

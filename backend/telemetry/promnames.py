@@ -10,7 +10,8 @@ GPU exporters:
   ``hostname``, ``index``, ``devicename``, ``uuid``; per process ``process_gpu_memory_MiB`` and
   ``process_info_info`` with ``pid`` and ``username``.
 - Specdeck's own exporter (``promexport.py``) writes nvitop-exporter's names, plus
-  ``specdeck_gpu_job_info`` (which managed job holds a pid) and ``specdeck_exporter_info``.
+  ``specdeck_gpu_job_info`` (which managed job holds a pid), ``specdeck_exporter_info`` and
+  ``specdeck_gpu_energy_consumption_mJ_total`` (NVML's total energy counter).
 
 SGLang servers: the scheduler gauges ``sglang:*`` (every version in reference/sglang.md has
 ``gen_throughput``, ``num_running_reqs``, ``num_queue_reqs``, ``spec_accept_length``,
@@ -55,6 +56,10 @@ NVITOP_PROC_MEM = "process_gpu_memory_MiB"
 NVITOP_PROC_INFO = "process_info_info"
 SPECDECK_JOB = "specdeck_gpu_job_info"
 SPECDECK_INFO = "specdeck_exporter_info"
+# NVML's total energy counter (mJ since the driver was loaded) as a Prometheus counter: exposed with
+# ``_total``; it restarts from 0 on a driver reload, which rate() and increase() take as a counter reset.
+# DCGM exporter's own is DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION (mJ); nvitop-exporter has none.
+SPECDECK_ENERGY = "specdeck_gpu_energy_consumption_mJ"
 SGLANG_FIELDS = ("gen_throughput", "num_running_reqs", "num_queue_reqs", "spec_accept_length",
                  "spec_accept_rate", "token_usage", "cache_hit_rate")
 SGLANG = {f"sglang:{f}": f for f in SGLANG_FIELDS}
