@@ -5,6 +5,7 @@ a GPU shared with another job), falling back to the power readings and naming th
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -194,3 +195,17 @@ def test_a_shared_gpu_says_its_figure_is_the_whole_gpus_and_names_the_other_jobs
     alone = cost.span_cost(T0 + 10, T0 + 90, (1,), gpus_from="x", power=cost.telemetry_power(s), what="train-a",
                            attribution=attr)
     assert alone.shared_with == () and "not split" not in alone.energy_why
+
+
+def test_the_running_sampler_reads_the_counter_on_its_own_cadence_and_the_slow_fields_on_theirs():
+    fake = FakeNvml(gpus=2)
+    s = Sampler(NvmlAdapter(fake, source="fake"), interval_s=0.05, energy_interval_s=0.1, slow_interval_s=30.0,
+                pcie_interval_s=None)
+    with s:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and len(s.energy_trace(0, 0, time.time() + 1).steps) < 3:
+            s._sampled.wait(0.2)  # woken by each core pass
+    assert len(s.energy_trace(0, 0, time.time() + 1).steps) >= 3
+    assert fake.calls["nvmlDeviceGetTotalEccErrors"] == 2 * 2  # one slow pass (two ECC calls a GPU) in 30 s
+    latest = s.latest()
+    assert latest is not None and latest.energy_mj[0] is not None and latest.energy_mj[1] is not None
