@@ -1,0 +1,63 @@
+"""``--dist loadgroup`` as scripts/test runs it: a module whose tests share a module-scoped fixture runs on
+one worker, so the fixture (a Ray head, a trained checkpoint, a simulator in the real suite) is set up
+once, and a slow test of a module without one is a unit of its own.  Run in a pytest of its own, on two
+small generated modules, with tests/conftest.py's hooks as a plugin."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+SHARED = textwrap.dedent("""
+    import os
+    import pytest
+
+    @pytest.fixture(scope="module")
+    def head():
+        with open(os.environ["SETUPS"], "a") as f:
+            f.write(os.environ.get("PYTEST_XDIST_WORKER", "-") + "\\n")
+        return 1
+
+    @pytest.mark.slow
+    @pytest.mark.parametrize("i", range(8))
+    def test_on_the_shared_fixture(head, i):
+        with open(os.environ["RAN"], "a") as f:
+            f.write(f"shared {os.environ['PYTEST_XDIST_WORKER']}\\n")
+""")
+
+ALONE = textwrap.dedent("""
+    import os
+    import time
+    import pytest
+
+    @pytest.mark.slow
+    @pytest.mark.parametrize("i", range(4))
+    def test_alone(i):
+        time.sleep(0.3)
+        with open(os.environ["RAN"], "a") as f:
+            f.write(f"alone {os.environ['PYTEST_XDIST_WORKER']}\\n")
+""")
+
+
+def test_a_module_fixture_is_set_up_once_and_lone_slow_tests_spread(tmp_path):
+    (tmp_path / "test_shared.py").write_text(SHARED)
+    (tmp_path / "test_alone.py").write_text(ALONE)
+    setups, ran = tmp_path / "setups.txt", tmp_path / "ran.txt"
+    env = dict(os.environ, SETUPS=str(setups), RAN=str(ran), PYTHONPATH=str(REPO))
+    env.pop("PYTEST_XDIST_WORKER", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "3", "--dist", "loadgroup", "-p", "tests.conftest", "-q",
+         "-p", "no:cacheprovider", "--rootdir", str(tmp_path), "-c", os.devnull, str(tmp_path)],
+        cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "12 passed" in proc.stdout, proc.stdout[-3000:]
+    assert len(setups.read_text().split()) == 1, setups.read_text()  # one worker set the fixture up
+    lines = [line.split() for line in ran.read_text().splitlines()]
+    assert len({w for kind, w in lines if kind == "shared"}) == 1, lines
+    # the four lone slow tests are four units: more than one worker takes them
+    assert len({w for kind, w in lines if kind == "alone"}) > 1, lines
