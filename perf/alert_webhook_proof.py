@@ -14,7 +14,7 @@ Then it starts the dashboard on that workspace (which starts the server and the 
 the receiver to get the "accept-stuck" notification, and prints the body received, the time from the
 server's ready to the notification, and ``alerts list --json``.  With Debian's chromium it saves two
 screenshots into ``--shots`` (default /tmp/shots): the receiver's channel and the dashboard's Overview
-with the alert, both at 1440x900.  Everything it started is stopped at the end.
+with the alert, each at 1024x768 and 1440x900.  Everything it started is stopped at the end.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import argparse
 import html
 import io
 import json
+import os
+import random
 import sys
 import tempfile
 import threading
@@ -113,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=240.0, help="seconds to wait for the notification")
     args = ap.parse_args(argv)
 
+    # the demo's servers take ports from SPECDECK_DEMO_PORT_BASE: away from other demos on this machine
+    os.environ.setdefault("SPECDECK_DEMO_PORT_BASE", str(random.randrange(31000, 39000, 100)))
     recv = Receiver()
     threading.Thread(target=recv.serve_forever, daemon=True).start()
     port = free_port()
@@ -142,17 +146,20 @@ def main(argv: list[str] | None = None) -> int:
             print(out.getvalue().strip())
             if Path(_dashboard.CHROMIUM).exists():
                 args.shots.mkdir(parents=True, exist_ok=True)
-                with _dashboard.browser(1440, 900) as page:
-                    page.goto(recv.url.rsplit("/hooks", 1)[0] + "/")
-                    page.screenshot(path=str(args.shots / "alert-webhook-receiver-1440.png"))
-                    page.goto(url.page(""))
-                    page.wait_for_selector("[data-testid='stApp'][data-test-connection-state='CONNECTED']",
-                                           timeout=60_000)
-                    page.get_by_text("accept_len", exact=False).first.wait_for(timeout=60_000)
-                    time.sleep(2)  # let the Overview's tiles finish drawing before the picture
-                    page.screenshot(path=str(args.shots / "alert-webhook-overview-1440.png"))
-                print(f"screenshots: {args.shots}/alert-webhook-receiver-1440.png, "
-                      f"{args.shots}/alert-webhook-overview-1440.png")
+                names = []
+                for w, h in ((1024, 768), (1440, 900)):
+                    with _dashboard.browser(w, h) as page:
+                        page.goto(recv.url.rsplit("/hooks", 1)[0] + "/")
+                        names.append(args.shots / f"alert-webhook-receiver-{w}.png")
+                        page.screenshot(path=str(names[-1]))
+                        page.goto(url.page(""))
+                        page.wait_for_selector("[data-testid='stApp'][data-test-connection-state='CONNECTED']",
+                                               timeout=60_000)
+                        page.get_by_text("accept_len", exact=False).first.wait_for(timeout=60_000)
+                        time.sleep(2)  # let the Overview's tiles finish drawing before the picture
+                        names.append(args.shots / f"alert-webhook-overview-{w}.png")
+                        page.screenshot(path=str(names[-1]))
+                print("screenshots:", ", ".join(map(str, names)))
     recv.shutdown()
     return status
 
