@@ -20,7 +20,9 @@ are printed against the 500 ms budget.
 
 ``--against DIR``: a checkout of another version of the dashboard (``git archive REV | tar -x -C DIR``)
 runs beside this one on its own copy of the workspace, measured in the same rounds: before and after
-side by side.  ``--shots DIR``: a screenshot of each page at its first cold answer.
+side by side; ``--against-arg`` gives that server streamlit options of its own (``--against .
+--against-arg=--runner.postScriptGC=false``: this version with another setting).  ``--shots DIR``: a
+screenshot of each page at its first cold answer.
 """
 
 from __future__ import annotations
@@ -146,7 +148,7 @@ class Server:
 
 @contextmanager
 def start(name: str, tree: Path, script: str, home: Path, workspace: Path | None, timeout_s: float = 120.0,
-          *, token: bool | None = None):
+          *, token: bool | None = None, args: tuple[str, ...] = ()):
     """The timed server of ``script`` in ``tree`` on a free 127.0.0.1 port (the dashboard on ``workspace``,
     or on the demo workspace under ``home`` when None; with a fresh loopback token when ``token``, by default
     when a workspace is given); stopped (SIGTERM to its group, then SIGKILL after 15 s) at the end, with the
@@ -166,7 +168,7 @@ def start(name: str, tree: Path, script: str, home: Path, workspace: Path | None
     proc = subprocess.Popen(
         [sys.executable, str(Path(__file__).resolve()), "--serve-timed", str(log), "--tree", str(tree), "--",
          "run", script, "--server.address", "127.0.0.1", "--server.port", str(port), "--server.headless", "true",
-         "--global.developmentMode", "false", "--browser.gatherUsageStats", "false"],
+         "--global.developmentMode", "false", "--browser.gatherUsageStats", "false", *args],
         cwd=tree, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     server = Server(name, proc, f"http://127.0.0.1:{port}", token, log, workspace)
     try:
@@ -267,6 +269,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3, help="cold and warm visits of each page (median shown)")
     ap.add_argument("--pages", default=",".join(PAGES), help="the pages, by name, comma-separated")
     ap.add_argument("--against", type=Path, help="a checkout of another version, measured beside this one")
+    ap.add_argument("--against-arg", action="append", default=[], metavar="ARG",
+                    help="a streamlit option for the --against server only (--against-arg=--runner.postScriptGC=false; "
+                         "with --against . the same code with another setting)")
     ap.add_argument("--shots", type=Path, help="save a screenshot of each page at its first cold answer here")
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for a page's answer")
     ap.add_argument("--log-bytes", type=int, default=10**9, help="the server log's size")
@@ -289,7 +294,8 @@ def main(argv: list[str] | None = None) -> int:
               f"a {args.log_bytes / 1e9:.2f} GB server log, 3 training runs", flush=True)
         (Path(tmp) / "trivial.py").write_text(TRIVIAL)
         trivial = stack.enter_context(start("trivial", Path(tmp), "trivial.py", Path(tmp) / "trivial-home", None))
-        dash = {name: stack.enter_context(start(name, tree, "app.py", Path(tmp) / name / "home", spaces[name]))
+        dash = {name: stack.enter_context(start(name, tree, "app.py", Path(tmp) / name / "home", spaces[name],
+                                                args=tuple(args.against_arg) if name == "against" else ()))
                 for name, tree in trees.items()}
         from tests.e2e._dashboard import _first_run
 

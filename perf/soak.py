@@ -15,7 +15,9 @@ over the samples after the first minute), the script runs per minute the tabs ca
 fragments, with their median time) and the ratios to the trivial page.
 
 ``--against DIR``: a checkout of another version (``git archive REV | tar -x -C DIR``) runs beside this
-one with its own demo workspace and its own three tabs, sampled the same way: before and after in one run.
+one with its own demo workspace and its own three tabs, sampled the same way: before and after in one run;
+``--against-arg`` gives it streamlit options of its own (``--against . --against-arg=--runner.postScriptGC=false``:
+this version with another setting).
 """
 
 from __future__ import annotations
@@ -96,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--interval", type=float, default=5.0, help="seconds between samples")
     ap.add_argument("--pages", default="servers,regeneration,gpus", help="the dashboard's pages to keep open")
     ap.add_argument("--against", type=Path, help="a checkout of another version, soaked beside this one")
+    ap.add_argument("--against-arg", action="append", default=[], metavar="ARG",
+                    help="a streamlit option for the --against server only (--against . "
+                         "--against-arg=--runner.postScriptGC=false: this version with another setting)")
     ap.add_argument("--settle", type=float, default=60.0, help="seconds after the tabs open before sampling")
     ap.add_argument("--idle", type=float, default=60.0,
                     help="seconds sampled before any tab opens: what each server costs with no tab")
@@ -121,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, tree in trees.items():
             home = Path(tmp) / name
             # no workspace: the demo one, created under SPECDECK_HOME as scripts/dashboard does it
-            s = stack.enter_context(start(name, tree, "app.py", home, None, token=True))
+            s = stack.enter_context(start(name, tree, "app.py", home, None, token=True,
+                                          args=tuple(args.against_arg) if name == "against" else ()))
             _first_run(int(s.url.rsplit(":", 1)[1]), s.token, timeout_s=300.0)
             servers[name] = s
         # with no tab open: the servers' own background work (the dashboard's sampler, monitors, supervisor)
