@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import os
 import sys
 from pathlib import Path
@@ -57,7 +58,8 @@ def pytest_collection_modifyitems(config, items):
     Chromiums and dashboards at a time, never one per worker at once); in a run of two (the browser
     phase) each browser module is a group, but the tests on the shared demo dashboard are one, so
     that one dashboard serves them.  The browser groups come first (the demo dashboard's first of
-    all), then the slow tests, so that the long ones start early and the short ones fill in around them.
+    all), then the slow tests, so that the long ones start early and the short ones fill in around them;
+    among the rest a module of many tests (one group, on one worker) before a module of few.
 
     scripts/test collects its browser phase from the files that say ``pytest.mark.browser``: a
     browser test whose file does not say it (marked some other way) is an error here, not a test
@@ -74,8 +76,9 @@ def pytest_collection_modifyitems(config, items):
         if not any(item.iter_markers("xdist_group")):
             item.add_marker(pytest.mark.xdist_group(_group(item, workers)))
     slow = {item.path for item in items if item.get_closest_marker("slow")}
+    size = collections.Counter(item.path for item in items)
     items.sort(key=lambda item: (not item.get_closest_marker("browser"), not _on_the_demo_dashboard(item),
-                                 not item.get_closest_marker("slow"), item.path not in slow))
+                                 not item.get_closest_marker("slow"), item.path not in slow, -size[item.path]))
     _write_groups(config, items)
 
 
