@@ -68,10 +68,11 @@ COMPACT_CSS = """<style>
 .st-key-ov-stage-regen { margin-left: 0; padding-left: 0.75rem !important;
   clip-path: polygon(0 0, calc(100% - 14px) 0, 100% 50%, calc(100% - 14px) 100%, 0 100%); }
 .st-key-ov-pipe [data-testid="stPageLink"] a { padding: 0; min-height: 0; position: static; }
-.st-key-ov-pipe [data-testid="stPageLink"] a::after { content: ""; position: absolute; inset: 0; }
+.st-key-ov-pipe [data-testid="stTooltipHoverTarget"] a::after { content: ""; position: absolute; inset: 0; }
 .st-key-ov-main .st-key-ov-pipe [data-testid="stPageLink"] p { font-size: 0.86rem; white-space: nowrap; }
 .st-key-ov-pipe [data-testid="stElementContainer"], .st-key-ov-pipe [data-testid="stPageLink"],
-.st-key-ov-pipe [data-testid="stPageLink"] > div { position: static !important; }
+.st-key-ov-pipe [data-testid="stPageLink"] > div, .st-key-ov-pipe [data-testid="stTooltipIcon"],
+.st-key-ov-pipe [data-testid="stTooltipHoverTarget"] { position: static !important; }
 .ov-stage-state { font-size: 0.8rem; font-weight: 600; line-height: 1.25; }
 .ov-stage-fig { font-size: 0.76rem; line-height: 1.25; }
 .ov-stage-state, .ov-stage-fig { white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }

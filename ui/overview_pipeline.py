@@ -195,12 +195,12 @@ def newest_verdict(rt, results: list) -> NewestVerdict:
     from ui.bench import data as bench_data
 
     results = [r for r in results if not r.invalid]
-    configured = {n: (rt.fleet.config(n).model_path, rt.fleet.config(n).served_model_name,
-                      rt.fleet.config(n).baseline_tok_s) for n in rt.fleet.names()}
     spec = [r for r in results if not r.is_baseline]
     newest = max(spec, key=lambda r: (bench_data.when(r) or 0.0, r.id or 0), default=None)
     if newest is None:
         return NewestVerdict(len(results), None, None)
+    configured = {n: (rt.fleet.config(n).model_path, rt.fleet.config(n).served_model_name,
+                      rt.fleet.config(n).baseline_tok_s) for n in rt.fleet.names()}
     verdicts = bench_charts.verdicts(bench_charts.speedups(results, configured))
     return NewestVerdict(len(results), newest, verdicts.get(newest.id))
 

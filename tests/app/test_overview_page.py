@@ -388,3 +388,25 @@ def test_a_cost_line_says_what_is_known_and_why_the_rest_is_not():
         "N/A (no result yet)", "")
     # the Training page's caption: N/A with the few words, the whole reason on hover
     assert overview_data.cost_text(not_started) == ("N/A (not started)", "not started yet")
+
+
+@pytest.mark.timeout(120)
+def test_the_pipeline_shows_each_stage_and_opens_its_page(overview):
+    """Regenerate → train → deploy → benchmark, above the tiles: the running regeneration in green with its
+    progress, the stages never run in grey; each stage a link to its page with its job, run or tab."""
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    assert not at.exception, at.exception
+    pipe_block = next(node for key, _b, node in _blocks(at.main) if key == "ov-pipe")
+    links = [leaf.proto for leaf in _leaves(pipe_block) if type(leaf.proto).__name__ == "PageLink"]
+    assert [p.label for p in links] == ["1 · Regenerate", "2 · Train", "3 · Deploy", "4 · Benchmark"]
+    assert [p.page for p in links] == ["regeneration", "training", "training", "benchmarks"]
+    assert "job=regen-a" in links[0].query_string and "tab=Deploy" in links[2].query_string
+    bodies = [str(leaf.proto.body) for leaf in _leaves(pipe_block) if type(leaf.proto).__name__ == "Html"
+              and "ov-stage" in str(leaf.proto.body)]
+    assert len(bodies) == 4
+    assert "● RUNNING 40%" in bodies[0] and "ov-stage-running" in bodies[0] and "ETA " in bodies[0]
+    for body, figure in zip(bodies[1:], ("no run in the workspace", "no deploy yet", "no result yet")):
+        assert "○ NOT RUN" in body and figure in body
+    # the pipeline comes first, before the tiles
+    keys = [key for key, _b, _n in _blocks(at.main)]
+    assert keys.index("ov-pipe") < keys.index("ov-regen")
