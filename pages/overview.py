@@ -39,13 +39,13 @@ PROCESSES_PAGE, GPUS_PAGE = "pages/processes.py", "pages/gpus.py"
 COMPACT_CSS = """<style>
 [data-testid="stMainBlockContainer"] { padding-top: 3.7rem !important; padding-bottom: 1rem !important; }
 .st-key-ov-main h1 { font-size: 1.9rem; padding-top: 0; padding-bottom: 0; }
-.st-key-ov-main [data-testid="stPageLink"] a { margin: 0; line-height: 1.5; }
+.st-key-ov-main [data-testid="stPageLink"] a { margin: 0; line-height: 1.35; }
 .st-key-ov-main [data-testid="stVerticalBlock"] { gap: 0.45rem; }
 .st-key-ov-main [data-testid="stMarkdownContainer"] p { margin-bottom: 0.1rem; }
-.st-key-ov-main [data-testid="stPageLink"] p, .st-key-ov-cost-head p { font-weight: 600; font-size: 1.05rem; }
+.st-key-ov-main [data-testid="stPageLink"] p, .st-key-ov-cost-head p { font-weight: 600; font-size: 1rem; }
 .st-key-ov-cost-head { padding: 0.15rem 0 0.1rem 0.1rem; }
 .st-key-ov-regen, .st-key-ov-servers, .st-key-ov-alerts, .st-key-ov-gpus, .st-key-ov-training, .st-key-ov-bench,
-.st-key-ov-cost { padding: 0.5rem 0.85rem 0.55rem 0.85rem !important; }
+.st-key-ov-cost { padding: 0.5rem 0.85rem 0.7rem 0.85rem !important; }
 [class*="st-key-ov-srv-"], [class*="st-key-ov-srv-"] [data-testid="stVerticalBlock"] { gap: 0.1rem !important; }
 [class*="st-key-ov-srv-"]:not(.st-key-ov-srv-0) { border-top: 1px solid rgba(128,128,128,0.2); padding-top: 0.35rem;
                                                  margin-top: 0.3rem; }
