@@ -31,10 +31,10 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-import aiohttp
-import numpy as np
+if TYPE_CHECKING:  # aiohttp and numpy load when a run starts: the command line's parser needs only the names here
+    import aiohttp
 
 BACKENDS = ("sglang", "sglang-oai-chat")
 DATASET = "random-ids"
@@ -123,6 +123,8 @@ def make_text_prompts(load: Load) -> list[str]:
 
 
 def _stats(values: list[float], prefix: str, out: dict[str, Any]) -> None:
+    import numpy as np
+
     v = np.asarray(values if values else [0.0], dtype=float) * 1000.0
     out[f"mean_{prefix}_ms"] = float(np.mean(v))
     out[f"median_{prefix}_ms"] = float(np.median(v))
@@ -269,6 +271,8 @@ def _chunk_tokens(chunks: list[tuple[float, int, int | None]], total: int | None
 # The run
 # --------------------------------------------------------------------------------------
 async def _served_model(session: aiohttp.ClientSession, base: str) -> str:
+    import aiohttp
+
     try:
         async with session.get(base + "/v1/models") as resp:
             if resp.status == 200:
@@ -311,6 +315,8 @@ async def run_load_async(base_url: str, load: Load, *, api_key: str | None = Non
 
 async def _offer(base_url: str, load: Load, api_key: str | None, progress: Callable[[int, int], None] | None,
                  vocab_size: int, request_timeout_s: float, state: dict[str, int]) -> ClientRun:
+    import aiohttp
+
     base = base_url.rstrip("/")
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     chat = load.backend == "sglang-oai-chat"

@@ -10,10 +10,10 @@
     regen requeue PATH [--class CLASS]
 
 ``status`` gives the latest counts and what the run cost (:mod:`backend.flows.cost`): GPU-hours of its
-servers' GPUs over its process's time and the energy from the power history the dashboard stored, for a
-run started by the dashboard or command line of its workspace (``--workspace``, else the one the output
-lies in); N/A with why otherwise (``--json``: ``gpu_hours`` and ``energy_kwh``, null where not measured, and
-``cost`` with the reasons).
+servers' GPUs over its process's time, the energy from the GPU history the dashboard stored (NVML's energy
+counter, else the power readings) and the answer tokens per kWh, for a run started by the dashboard or command
+line of its workspace (``--workspace``, else the one the output lies in); N/A with why otherwise (``--json``:
+``gpu_hours``, ``energy_kwh`` and ``tokens_per_kwh``, null where not measured, and ``cost`` with the reasons).
 
 ``run`` stays in the foreground until every row is done (``--where ray``: it is submitted as a job on the
 workspace's [cluster] and returns; the Regeneration page and ``regen status`` follow it).  When PATH already has a run, it resumes
@@ -359,15 +359,22 @@ def _cost(args: argparse.Namespace, files: RunFiles, snap: dict[str, Any]):
         if job is not None:
             s.sup.sync_specs([job.spec], prune=False)
             view = s.sup.view(job.name)
-        return job_cost.regen_cost(view, snap, s.fleet, power=job_cost.stored_power(s.store))
+        from backend.regen.follow import progress_follower
+
+        try:  # a resumed run's earlier tokens are told from this start's by the progress history
+            history = progress_follower(files.out).poll().history
+        except (OSError, ValueError):
+            history = None
+        return job_cost.regen_cost(view, snap, s.fleet, power=job_cost.stored_power(s.store), history=history)
     finally:
         s.close()
 
 
 def cost_fields(c) -> dict[str, Any]:
-    """A job's cost in the command line's JSON: ``gpu_hours`` and ``energy_kwh`` (null where not measured) and
-    ``cost``, the whole record (:meth:`Cost.to_dict`) with ``na``, the few words beside an N/A."""
-    return {"gpu_hours": c.gpu_hours, "energy_kwh": c.energy_kwh, "cost": {**c.to_dict(), "na": c.short_why or None}}
+    """A job's cost in the command line's JSON: ``gpu_hours``, ``energy_kwh`` and ``tokens_per_kwh`` (null where not
+    measured) and ``cost``, the whole record (:meth:`Cost.to_dict`) with ``na``, the few words beside an N/A."""
+    return {"gpu_hours": c.gpu_hours, "energy_kwh": c.energy_kwh, "tokens_per_kwh": getattr(c, "tokens_per_kwh", None),
+            "cost": {**c.to_dict(), "na": c.short_why or None}}
 
 
 def cost_text(c) -> str:
@@ -417,7 +424,9 @@ def cmd_status(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if snap.get("message"):
         out.write(f"  {snap['message']}\n")
     why = c.gpu_hours_why if c.gpu_hours is None else (c.energy_why if c.energy_kwh is None else c.gpus_from)
-    out.write(f"  cost: {cost_text(c)}" + (f"; {why}" if why else "") + "\n")
+    tpk = getattr(c, "tokens_per_kwh", None)
+    per_kwh = f", {tpk:,.0f} tokens/kWh" if tpk is not None else ""
+    out.write(f"  cost: {cost_text(c)}{per_kwh}" + (f"; {why}" if why else "") + "\n")
     return 0
 
 

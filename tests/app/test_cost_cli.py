@@ -196,7 +196,7 @@ def test_regen_status_gives_the_cost_of_a_run_started_here_and_why_not_otherwise
     for out in (here, elsewhere):
         out.parent.mkdir(parents=True, exist_ok=True)
         snap = {"t": now, "state": "done", "total": 4, "done": 4, "failed": 0, "skipped": 0, "in_flight": 0,
-                "remaining": 0, "req_s": 0.0, "tok_s": 0.0,
+                "remaining": 0, "req_s": 0.0, "tok_s": 0.0, "completion_tokens": 9000, "started_at": now,
                 "servers": {f"http://127.0.0.1:{gport}": {"name": "g", "state": "up", "done": 4}}}
         RunFiles.of(out).progress.write_text(json.dumps(snap) + "\n")
     spec = ProcessSpec(name="regen-here", kind=Kind.REGENERATION, log_path=str(root / "logs" / "regen-here.log"),
@@ -224,11 +224,17 @@ def test_regen_status_gives_the_cost_of_a_run_started_here_and_why_not_otherwise
     assert got["gpu_hours"] == pytest.approx(2 * secs / 3600)
     assert got["energy_kwh"] == pytest.approx(2 * WATTS * secs / 3.6e6, rel=0.01)
     assert got["done"] == 4  # the snapshot's own fields are still there
+    # tokens per kWh at the top, as gpu_hours and energy_kwh: the answer tokens of this start over its energy
+    assert got["tokens_per_kwh"] == pytest.approx(9000 / got["energy_kwh"], rel=1e-6)
+    assert got["cost"]["tokens"] == 9000
+    rc, out, err = run(root, "regen", "status", str(here))
+    assert rc == 0, err
+    assert f"{got['tokens_per_kwh']:,.0f} tokens/kWh" in out, out
 
     rc, out, err = run(root, "regen", "status", str(elsewhere), "--json")
     assert rc == 0, err
     got = json.loads(out)
-    assert got["gpu_hours"] is None and got["energy_kwh"] is None
+    assert got["gpu_hours"] is None and got["energy_kwh"] is None and got["tokens_per_kwh"] is None
     assert got["cost"]["na"] == "run not started here" and "progress log" in got["cost"]["gpu_hours_why"]
 
     # without --workspace: the workspace the output lies in; an output in none (and no demo yet) says so

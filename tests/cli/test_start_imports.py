@@ -1,6 +1,6 @@
 """What the command line imports before a command runs: building the parser (``--help``, or the
 parser of one command) loads neither the supervisor, the state store, the workspace reader, the cost,
-the telemetry nor the benchmark job and sweep, nor their libraries (polars, psutil, prometheus_client);
+the telemetry nor the benchmark job and sweep, nor their libraries (polars, psutil, prometheus_client, numpy, aiohttp);
 a command imports those when it runs.  Each case in a fresh interpreter, since the test process has
 them loaded already."""
 
@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 NOT_AT_START = ("backend.supervisor", "state", "backend.workspace", "backend.flows.workspace", "backend.flows.cost",
                 "backend.telemetry", "backend.flows.bench_job", "backend.flows.bench_runner", "backend.flows.sweep",
-                "backend.sglang.fleet", "polars", "psutil", "prometheus_client")
+                "backend.sglang.fleet", "polars", "psutil", "prometheus_client", "numpy", "aiohttp")
 
 
 def loaded_at_start(argv: list[str]) -> list[str]:
