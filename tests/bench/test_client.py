@@ -20,13 +20,11 @@ depends on the machine being quiet: a loaded machine slows the simulator and the
 
 from __future__ import annotations
 
-import json
-import statistics
-
 import pytest
 
 from backend.bench.client import Load, Outcome, _chunk_tokens, run_load, summarize
 from backend.flows.bench_runner import Target, run_benchmark
+from tests.bench.served import served as _served, within as _within
 from tests.sim.simproc import Sim, start_sim as sim_process
 from tests.simws import make_models
 
@@ -65,30 +63,6 @@ def _spec(models) -> list[str]:
     return ["--model-path", str(target), "--speculative-algorithm", "EAGLE3",
             "--speculative-draft-model-path", str(draft), "--speculative-num-steps", "3",
             "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4", "--decode-log-interval", "5"]
-
-
-def _within(value: float | None, expected: float, share: float = 0.10) -> bool:
-    return value is not None and abs(value - expected) <= share * expected
-
-
-def _served(sim: Sim, n: int) -> dict[str, float]:
-    """What the simulator says it did for the last ``n`` requests it finished (a run's measured
-    requests: the warm-up and earlier traffic finished before them): their output tokens; tok/s over
-    the window from the first one's arrival to the last one's end, and the median seconds per output
-    token after the first, each in real seconds and on the simulated clock (``v_``)."""
-    status, raw = sim.request("/sim/requests")
-    assert status == 200, raw
-    rows = json.loads(raw)["finished"][-n:]
-    assert len(rows) == n, rows
-    tokens = sum(r["completion_tokens"] for r in rows)
-
-    def tpot_ms(first: str, end: str) -> float:
-        return 1000 * statistics.median((r[end] - r[first]) / (r["completion_tokens"] - 1) for r in rows)
-
-    return {"tokens": tokens,
-            "tok_s": tokens / (max(r["finished"] for r in rows) - min(r["created"] for r in rows)),
-            "v_tok_s": tokens / (max(r["v_finished"] for r in rows) - min(r["v_created"] for r in rows)),
-            "tpot_ms": tpot_ms("first_token", "finished"), "v_tpot_ms": tpot_ms("v_first_token", "v_finished")}
 
 
 @pytest.mark.slow
