@@ -43,34 +43,52 @@ if not runs:
     st.stop()
 
 names = list(runs)
-# the run, the overlaid runs and the tab are in the URL's query (?run=NAME&overlay=A&tab=Checkpoints): a view
-# can be reloaded and shared; a value that is not a run or tab here is ignored with a note
+# the run, the overlaid runs (and paths) and the tab are in the URL's query (?run=NAME&overlay=A&overlay_path=
+# /runs/b&tab=Checkpoints): a view can be reloaded and shared; a value that is not a run or tab here is ignored
+# with a note
 query = QueryState("training")
+query.take("overlay_path", train_runs.OVERLAY_PATHS, st.query_params.get_all("overlay_path"), multi=True,
+           what="path")
+by_path, path_labels, path_problems = train_runs.path_overlays(rt, train_runs.overlay_paths(), set(names))
 query.take("run", "train-run", names, what="training run")
-query.take("overlay", "train-overlay", names, multi=True, what="training run")
+query.take("overlay", "train-overlay", names + list(by_path), multi=True, what="training run")
 wanted = st.session_state.pop("train-run-wanted", None)
 if wanted in names:
     st.session_state["train-run"] = wanted
 if st.session_state.get("train-run") not in names:
     st.session_state["train-run"] = names[-1]
+new_paths = [n for n in by_path if n not in st.session_state.get("train-overlay-offered", [])]
+st.session_state["train-overlay-offered"] = list(by_path)
+if new_paths:  # a path just added is drawn at once
+    st.session_state["train-overlay"] = list(st.session_state.get("train-overlay") or []) + new_paths
 if st.session_state.get("train-overlay"):  # never the chosen run itself
     st.session_state["train-overlay"] = [n for n in st.session_state["train-overlay"]
-                                         if n in names and n != st.session_state["train-run"]]
+                                         if (n in names or n in by_path) and n != st.session_state["train-run"]]
 query.take("tab", TAB_KEY, SECTION_NAMES, what="tab")  # into the tabs' state: their default stays the same
 query.show_notes()
-left, right = st.columns([2, 3])
+left, mid, right = st.columns([2, 3, 3], vertical_alignment="bottom")
 name = left.selectbox("Run", names, key="train-run")
-overlay = right.multiselect("Overlay runs", [n for n in names if n != name], key="train-overlay",
-                            help="their curves drawn with this run's, a colour per run")
+overlay = mid.multiselect("Overlay runs", [n for n in names if n != name] + list(by_path), key="train-overlay",
+                          help="their curves drawn with this run's, a colour per run (runs of this workspace, "
+                               "logs followed, and logs added by path)")
+with right:
+    train_runs.overlay_path_input(rt)
+# a path that gave no log, or whose every log was taken off the overlay, is dropped (and leaves the URL)
+st.session_state[train_runs.OVERLAY_PATHS] = [t for t in train_runs.overlay_paths()
+                                              if any(n in overlay for n in path_labels.get(t, ()))]
+for line in path_problems:
+    st.caption(f":orange[⚠ Not overlaid: {line}]")
 query.put("run", name)
-query.put("overlay", overlay)
+query.put("overlay", [n for n in overlay if n in names])
+query.put("overlay_path", train_runs.overlay_paths())
 run = runs[name]
 if run.source == "workspace":
     train_control.run_controls(rt, name)
     train_cost.cost_caption(rt, name)
 
 SECTIONS = {
-    "Curves": lambda: train_curves.live_curves(rt, [run] + [runs[n] for n in overlay], train_curves.controls()),
+    "Curves": lambda: train_curves.live_curves(rt, [run] + [runs.get(n) or by_path[n] for n in overlay],
+                                               train_curves.controls()),
     "Checkpoints": lambda: train_ckpt.checkpoints_tab(rt, run),
     "Deploy": lambda: deploy_panel(rt, run.name, train_ckpt.deploy_target(run)),
     "Run": lambda: train_runs.run_tab(rt, run),

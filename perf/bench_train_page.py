@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from ui.train import charts as tc  # noqa: E402
-from ui import train_data  # noqa: E402
+from ui.train import data as train_data  # noqa: E402
 from ui.train.data import LogFollower, curves, predicted  # noqa: E402
 
 

@@ -30,6 +30,7 @@ import functools
 import re
 import warnings
 from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 from backend.logprefix import line_time
@@ -182,20 +183,30 @@ def _int_value(text: str, what: str, limit: int) -> int:
     return _int(t, what, limit)
 
 
+_CLOCK = re.compile(r"^\s*([0-9]{1,6})(?::([0-9]{1,6}))?(?::([0-9]{1,6}))?\s*$")
+
+
+@functools.lru_cache(maxsize=8192)
 def _clock(text: str) -> float | None:
     """Seconds of a tqdm interval (``09:28``, ``1:02:03``); None for ``?``."""
-    parts = text.strip().split(":")
-    if not parts or not all(p.isascii() and p.isdigit() and len(p) <= 6 for p in parts) or len(parts) > 3:
+    m = _CLOCK.match(text)
+    if not m or not text.isascii():
         return None
     secs = 0
-    for p in parts:
-        secs = secs * 60 + int(p)
+    for p in m.groups():
+        if p is not None:
+            secs = secs * 60 + int(p)
     return float(secs)
 
 
+_RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(s/[a-z]+|[a-z]+/s)\s*$")
+_METRIC_NAME = re.compile(r"^[A-Za-z][\w/]{0,63}$")
+
+
+@functools.lru_cache(maxsize=4096)
 def _rate_s_per_it(text: str) -> float | None:
     """Seconds per iteration from tqdm's rate (``1.05s/it``, ``3.2it/s``, ``1.67step/s``); None for ``?``."""
-    m = re.match(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(s/[a-z]+|[a-z]+/s)\s*$", text)
+    m = _RATE.match(text)
     if not m:
         return None
     v = float(m.group(1))
@@ -308,30 +319,14 @@ def _bar(m: re.Match) -> TrainRecord:
     if total is not None and n > total:
         raise BadTrainLine(f"bar position {n} is past its total {total}")
     parts = [p.strip() for p in m.group("inner").split(",")]
-    elapsed = remaining = rate = None
+    elapsed = remaining = None
     if parts and parts[0]:
         el, _, rem = parts[0].partition("<")
         elapsed = _clock(el)
         remaining = _clock(rem) if rem else None
         if elapsed is None:
             raise BadTrainLine(f"tqdm elapsed time {parts[0][:40]!r} cannot be read")
-    metrics: dict[str, float] = {}
-    rejected: list[str] = []
-    for p in parts[1:]:
-        if "=" not in p:
-            if rate is None and ("/s" in p or "s/" in p):
-                rate = _rate_s_per_it(p)
-            continue
-        key, _, value = p.partition("=")
-        key = key.strip()
-        if not re.match(r"^[A-Za-z][\w/]{0,63}$", key):
-            rejected.append(f"{key[:40]!r}: not a metric name")
-            continue
-        name = _POSTFIX_NAMES.get(key, key)
-        try:
-            metrics[name] = check_value(name, value)
-        except ValueError as exc:
-            rejected.append(str(exc))
+    metrics, rejected, rate = _postfix(parts[1:])
     info: dict[str, Any] = {"n": n, "total": total, "remaining_s": remaining, "s_per_it": rate,
                             "desc": desc}
     kind = "metrics" if metrics else "progress"
@@ -339,7 +334,41 @@ def _bar(m: re.Match) -> TrainRecord:
     # "Training: …step/s" bar is also what other trainers draw (NeMo Automodel's EAGLE-3 recipe prints the
     # same description and unit).  The generation comes from lines only SpecForge prints.
     return TrainRecord(kind, "bar", generation=None, epoch=epoch, split=split, metrics=metrics, elapsed_s=elapsed,
-                       info=info, rejected=tuple(rejected))
+                       info=info, rejected=rejected)
+
+
+def _postfix(parts: Sequence[str]) -> tuple[dict[str, float], tuple[str, ...], float | None]:
+    """The metrics of a bar's postfix (``loss=1.11``, ``time=1.05s`` …), the values refused with why, and
+    tqdm's rate (s/it)."""
+    metrics: dict[str, float] = {}
+    rejected: list[str] = []
+    rate = None
+    for p in parts:
+        if "=" not in p:
+            if rate is None and ("/s" in p or "s/" in p):
+                rate = _rate_s_per_it(p)
+            continue
+        name, value, why = _postfix_pair(p)
+        if why is None:
+            metrics[name] = value
+        else:
+            rejected.append(why)
+    return metrics, tuple(rejected), rate
+
+
+@functools.lru_cache(maxsize=65536)
+def _postfix_pair(p: str) -> tuple[str, float, str | None]:
+    """One ``key=value`` of a postfix: (canonical name, value, None), or (name, 0.0, why it is refused); a
+    run prints the same pairs again and again, so they are read once."""
+    key, _, value = p.partition("=")
+    key = key.strip()
+    if not _METRIC_NAME.match(key):
+        return key, 0.0, f"{key[:40]!r}: not a metric name"
+    name = _POSTFIX_NAMES.get(key, key)
+    try:
+        return name, check_value(name, value), None
+    except ValueError as exc:
+        return name, 0.0, str(exc)
 
 
 _PAIR = r"'[A-Za-z0-9_/.-]{1,128}': -?(?:[0-9]+(?:\.[0-9]*)?(?:e[-+]?[0-9]+)?|nan|inf)"

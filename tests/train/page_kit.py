@@ -80,11 +80,30 @@ def chart_titles(at: AppTest) -> list[str]:
     return [json.loads(c.proto.spec)["layout"].get("title", {}).get("text") for c in at.get("plotly_chart")]
 
 
+def decoded(value):
+    """A trace's array as a list: plotly writes numpy arrays as typed arrays (``{"dtype", "bdata"}``, base64);
+    a missing value (NaN) is None, as in a list."""
+    import base64
+
+    import numpy as np
+
+    if isinstance(value, dict) and "bdata" in value:
+        arr = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
+        if "shape" in value:
+            arr = arr.reshape([int(n) for n in str(value["shape"]).split(",")])
+        return [None if isinstance(v, float) and v != v else v for v in arr.tolist()]
+    return value
+
+
 def figure(at: AppTest, title: str) -> dict:
     import json
     for c in at.get("plotly_chart"):
         fig = json.loads(c.proto.spec)
         if fig["layout"].get("title", {}).get("text") == title:
+            for t in fig["data"]:
+                for k in ("x", "y"):
+                    if k in t:
+                        t[k] = decoded(t[k])
             return fig
     raise AssertionError(f"no chart titled {title!r}: {chart_titles(at)}")
 

@@ -273,15 +273,23 @@ def test_a_restart_blanks_the_previous_runs_figures(workspace):
 def test_a_long_log_is_read_over_several_refreshes(workspace, monkeypatch):
     import ui.train.data
 
-    monkeypatch.setattr(ui.train.data, "POLL_BYTES", 1500)
+    monkeypatch.setattr(ui.train.data, "POLL_BYTES", 300)  # a page run polls up to four times: 1.2 of 4 kB
+    monkeypatch.setattr(ui.train.data, "SLICE_BYTES", 700)
+    start = ui.train.data.LogFollower._start_catching_up
+    monkeypatch.setattr(ui.train.data.LogFollower, "_start_catching_up", lambda self: None)  # held back at first
     log = workspace / "train.log"
     log.write_text(gen2_log(), encoding="utf-8")
-    size = log.stat().st_size
     at = follow(page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60)), log)
     bars = [p.proto.text for p in at.get("progress") if p.proto.text.startswith("reading the log")]
     assert bars, "the first refresh shows what it read so far and how far it is"
-    for _ in range(2 * size // 1500 + 2):
-        at.run()
+    # the rest is read in the background, a slice at a time; the page shows it when it runs again
+    monkeypatch.setattr(ui.train.data.LogFollower, "_start_catching_up", start)
+    at.run()
+    f = ui.train.data.follower(log)
+    if f._catching_up is not None:
+        f._catching_up.join(30)
+    assert not f.poll().catching_up
+    at.run()
     assert not [p for p in at.get("progress") if p.proto.text.startswith("reading the log")]
     assert metric(at, "step").value == "20" and metric(at, "predicted accept length").value == "2.30"
 

@@ -4,6 +4,8 @@ replace work (SpecForge 0.2.0's resume, which silently starts over, among them).
 
 from __future__ import annotations
 
+import os
+
 import shlex
 
 import streamlit as st
@@ -139,14 +141,26 @@ def run_controls(rt, name: str) -> None:
 
 
 
+_tails: dict[tuple, list[str]] = {}
+
+
 def display_lines(path, n: int) -> list[str]:
     """The last ``n`` lines of a log as a reader sees them: of a tqdm bar redrawn after carriage returns,
-    only its last drawing."""
+    only its last drawing.  Read again only when the log changed (its size or modification time)."""
     try:
+        st_ = os.stat(path)
+        key = (str(path), n, st_.st_size, st_.st_mtime_ns, st_.st_ino)
+        hit = _tails.get(key)
+        if hit is not None:
+            return hit
         lines = last_lines(path, n)
     except OSError:
         return []
-    return [ln.rsplit("\r", 1)[-1] if "\r" in ln else ln for ln in lines]
+    out = [ln.rsplit("\r", 1)[-1] if "\r" in ln else ln for ln in lines]
+    if len(_tails) >= 32:
+        _tails.clear()
+    _tails[key] = out
+    return out
 
 
 @live_fragment(run_every=REFRESH_S)

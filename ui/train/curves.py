@@ -1,8 +1,14 @@
 """The Training page's curves: progress and key figures of a run, its curves (several runs overlaid), and
-the accept length predicted from per-position acceptance beside the one benchmarks measured."""
+the accept length predicted from per-position acceptance beside the one benchmarks measured.
+
+A small live part refreshes every :data:`REFRESH_S`: each run's shared follower reads only what was
+appended (by byte offset), the log's status line is drawn, and only when a log gained records does the page
+run again to draw the figures and charts.  What is built from a log (curves, predictions, figures) is kept
+per version of what was read, so nothing is parsed or built twice and an idle tab costs a stat and a line.  The smoothing, x axis, log scale and outlier choices are in the URL's query."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pandas as pd
@@ -16,37 +22,88 @@ from ui import fmt
 from ui.train import charts as tc
 from ui.auth import data_lock, live_fragment
 from ui.components import freshness, path_text
-from ui.train.data import (AcceptView, Curves, Measured, RunRef, Snapshot, curves, eta, follower, latest_run,
-                           measured, predicted, step_times)
+from ui.overview_query import QueryState
+from ui.train.data import (AcceptView, Curves, Measured, RunRef, Snapshot, curves, curves_csv, eta, follower,
+                           latest_run, measured, predicted, step_times)
 
-REFRESH_S = 2
-CHART_REFRESH_S = 5
+REFRESH_S = 1
+FRESH_MIN_S = 2.0  # a log left alone for less than three times this is never called stale
 MAX_BENCH_RESULTS = 5000
+SLOW_READ_S = 15.0  # benchmark results and checkpoint folders are looked at again after this long
+SMOOTH_CHOICES = [round(i / 100, 2) for i in range(100)]
+FIGURES_KEPT = 16
 
 
 def controls() -> dict:
-    """Smoothing, x axis, and how the accept length is predicted (outside the live part: they are choices)."""
+    """Smoothing, x axis, y scale and how the accept length is predicted (outside the live part: they are
+    choices); all but the last two in the URL's query (``?smooth=0.8&x=relative&log=True&clip=True``)."""
+    query = QueryState("training-curves")
+    query.take("smooth", "train-smooth", SMOOTH_CHOICES, what="smoothing weight")
+    query.take("x", "train-x", tc.X_MODES, what="x axis")
+    query.take("log", "train-log-y", [True, False], what="log scale choice")
+    query.take("clip", "train-clip", [True, False], what="outlier choice")
+    query.show_notes()
     with st.container(horizontal=True, vertical_alignment="bottom"):
-        smooth = st.slider("Smoothing (EMA weight)", 0.0, 0.99, 0.6, 0.01, key="train-smooth", width=260,
+        smooth = st.slider("Smoothing (EMA weight)", 0.0, 0.99, 0.6, 0.01, key="train-smooth", width=240,
                            help="exponential moving average, as TensorBoard's slider: 0 shows the values as "
                                 "logged; the raw values stay faint under the smoothed line")
-        x_mode = st.segmented_control("x axis", [tc.STEP, tc.WALL], default=tc.STEP, key="train-x") or tc.STEP
+        x_mode = st.segmented_control(
+            "x axis", list(tc.X_MODES), default=tc.STEP, key="train-x",
+            help="step; relative: hours since each run's first logged point (overlaid runs start together); "
+                 "wall time: when each point was logged, local time") or tc.STEP
+        log_y = st.toggle("Log scale", key="train-log-y", help="a logarithmic y axis (loss, lr, grad norm)")
+        clip = st.toggle("Ignore outliers", key="train-clip",
+                         help="the y range leaves out the lowest and highest 2 % of the values drawn (a spike at "
+                              "the start no longer flattens the rest); the points stay on the chart")
         temp = st.segmented_control(
             "Serving", ["greedy", "sampling"], default="greedy", key="train-serving",
             help="greedy (temperature 0) accepts a draft token when it is the target's argmax: a_i = acc_i; "
                  "sampling accepts with probability Σ min(p_target, p_draft): a_i = acceptance_rate_i") or "greedy"
-        steps = st.number_input("Draft steps", 1, 64, 3, key="train-num-steps", width=130,
+        steps = st.number_input("Draft steps", 1, 64, 3, key="train-num-steps", width=120,
                                 help="--speculative-num-steps of the server: only that many positions can be "
                                      "accepted, so the prediction counts positions 0 … steps-1")
-    return {"smooth": float(smooth), "x_mode": x_mode, "temperature": 0.0 if temp == "greedy" else 1.0,
-            "num_steps": int(steps)}
+    query.put("smooth", round(float(smooth), 2), default=0.6)
+    query.put("x", x_mode, default=tc.STEP)
+    query.put("log", bool(log_y), default=False)
+    query.put("clip", bool(clip), default=False)
+    return {"smooth": float(smooth), "x_mode": x_mode, "log_y": bool(log_y), "clip": bool(clip),
+            "temperature": 0.0 if temp == "greedy" else 1.0, "num_steps": int(steps)}
+
+
+_slow: dict[object, tuple[float, object]] = {}
+_slow_lock = threading.Lock()
+
+
+def _every(key: object, make, ttl: float = SLOW_READ_S):
+    """``make()``, looked at again only after ``ttl`` seconds (shared by the page's sessions)."""
+    now = time.monotonic()
+    with _slow_lock:
+        hit = _slow.get(key)
+        if hit is not None and now - hit[0] < ttl:
+            return hit[1]
+    value = make()
+    with _slow_lock:
+        if len(_slow) >= 64:
+            _slow.clear()
+        _slow[key] = (now, value)
+    return value
 
 
 def bench_results(rt) -> list:
+    """The stored benchmark results: read again when their count changed (a result stored or deleted) or
+    after :data:`SLOW_READ_S`."""
     try:
-        return BenchStore(rt.store).list(limit=MAX_BENCH_RESULTS)
+        store = BenchStore(rt.store)
+        return _every(("bench", id(rt.store), store.count()), lambda: store.list(limit=MAX_BENCH_RESULTS))
     except Exception:  # a store that cannot be read leaves the measured side N/A, not the page broken
         return []
+
+
+def _checkpoints(ref: RunRef) -> tuple:
+    if not ref.output_dir:
+        return ()
+    return _every(("ckpt", str(ref.output_dir), ref.run_id),
+                  lambda: list_checkpoints(ref.output_dir, ref.run_id).checkpoints)
 
 
 def _snapshot(ref: RunRef) -> Snapshot | None:
@@ -75,7 +132,7 @@ def _status_line(rt, ref: RunRef, snap: Snapshot | None) -> None:
 
 def expected_gap_s(snap: Snapshot) -> float:
     """How long a healthy run may leave its log alone: a step (a tqdm bar redraws once a step), or for logs
-    that print only every N steps (Gen-3's step lines) N steps; never less than the page's refresh."""
+    that print only every N steps (Gen-3's step lines) N steps; never less than :data:`FRESH_MIN_S`."""
     s_per = snap.progress.s_per_step
     steps: list[int] = []
     for r in reversed(snap.records):
@@ -87,7 +144,7 @@ def expected_gap_s(snap: Snapshot) -> float:
             if len(steps) == 2 and s_per is not None:
                 break
     every = steps[0] - steps[1] if len(steps) == 2 and steps[0] > steps[1] else 1
-    return max(float(REFRESH_S), (s_per or 0.0) * every)
+    return max(FRESH_MIN_S, (s_per or 0.0) * every)
 
 
 def _key_figures(snap: Snapshot, c: Curves, view: AcceptView, meas: list[Measured], opts: dict) -> None:
@@ -193,38 +250,74 @@ Row = tuple[RunRef, "Snapshot | None", Curves, AcceptView, list[Measured]]
 
 def _rows(rt, refs: list[RunRef], opts: dict, *, newest_run: bool = False) -> list[Row]:
     """Each run's latest snapshot (its shared follower reads only what was appended), curves, prediction and
-    measured benchmarks; ``newest_run``: only what the newest run appended to the log wrote."""
+    measured benchmarks, each built once per version of what was read; ``newest_run``: only what the newest
+    run appended to the log wrote."""
     results = bench_results(rt)
     rows: list[Row] = []
     for ref in refs:
-        snap = _snapshot(ref)
-        if snap is None or not snap.exists:
+        if ref.log is None:
+            rows.append((ref, None, Curves(), AcceptView("acc", "", ()), []))
+            continue
+        f = follower(ref.log, ref.output_dir)
+        snap = f.poll()
+        if not snap.exists:
             rows.append((ref, snap, Curves(), AcceptView("acc", "", ()), []))
             continue
-        records, times = latest_run(snap.records, snap.times) if newest_run else (snap.records, snap.times)
-        c = curves(records, times, snap.tracker_records)
-        view = predicted(records, snap.generation, temperature=opts["temperature"], num_steps=opts["num_steps"])
-        ckpts = list_checkpoints(ref.output_dir, ref.run_id).checkpoints if ref.output_dir else ()
-        rows.append((ref, snap, c, view, measured(results, ckpts)))
+
+        def newest():
+            return latest_run(snap.records, snap.times) if newest_run else (snap.records, snap.times)
+
+        c = f.memo(snap, ("curves", newest_run),
+                   lambda: curves(*newest(), snap.tracker_records))
+        view = f.memo(snap, ("predicted", newest_run, opts["temperature"], opts["num_steps"]),
+                      lambda: predicted(newest()[0], snap.generation, temperature=opts["temperature"],
+                                        num_steps=opts["num_steps"]))
+        rows.append((ref, snap, c, view, measured(results, _checkpoints(ref))))
     return rows
 
 
 def live_curves(rt, refs: list[RunRef], opts: dict) -> None:
-    """The first run's progress and figures (every 2 s); every run's curves overlaid (every 5 s)."""
+    """The first run's progress and figures, and every run's curves overlaid: drawn when the page runs, and
+    again (the page runs again) when a run's log gained records; between, only the log's status refreshes."""
     if not refs:
         st.info("Choose a run to show above.", icon=":material/info:")
         return
-    _live_figures(rt, refs, opts)
-    _live_charts(rt, refs, opts)
+    _watch(rt, refs)
+    _figures_part(rt, refs, opts)
+    _charts_part(rt, refs, opts)
+
+
+def _versions(refs: list[RunRef]) -> tuple:
+    """What each run's follower has read (its version), reading what was appended; with the stored
+    benchmarks' count (a new measured accept_len)."""
+    return tuple(follower(r.log, r.output_dir).poll().version if r.log is not None else -1 for r in refs)
 
 
 @live_fragment(run_every=REFRESH_S)
-def _live_figures(rt, refs: list[RunRef], opts: dict) -> None:
+def _watch(rt, refs: list[RunRef]) -> None:
+    """Every :data:`REFRESH_S`: the first run's log status (which log, how fresh), and the page runs again
+    when any run's log gained records (or the stored benchmarks changed): a refresh with nothing new reads
+    a few bytes and draws one line."""
     from ui.train.follow import recheck_followed
 
     recheck_followed(rt, refs)
-    ref, snap, c, view, meas = _rows(rt, refs[:1], opts, newest_run=True)[0]
+    key = "train-curves-seen"
+    try:
+        results = BenchStore(rt.store).count()
+    except Exception:  # the measured side stays as it was
+        results = None
+    seen = (tuple(r.name for r in refs), _versions(refs), results)
+    before = st.session_state.get(key)
+    st.session_state[key] = seen
+    if before is not None and before[0] == seen[0] and before != seen:
+        st.rerun(scope="app")
+    ref = refs[0]
+    snap = follower(ref.log, ref.output_dir).poll() if ref.log is not None else None
     _status_line(rt, ref, snap)
+
+
+def _figures_part(rt, refs: list[RunRef], opts: dict) -> None:
+    ref, snap, c, view, meas = _rows(rt, refs[:1], opts, newest_run=True)[0]
     if snap is not None and snap.catching_up:
         st.progress(snap.offset / snap.size, text=f"reading the log: {snap.offset / 2**20:,.0f} of "
                                                   f"{snap.size / 2**20:,.0f} MiB (what is read so far is shown)")
@@ -241,59 +334,79 @@ def _live_figures(rt, refs: list[RunRef], opts: dict) -> None:
         _measured_table(view, meas)
 
 
-@live_fragment(run_every=CHART_REFRESH_S)
-def _live_charts(rt, refs: list[RunRef], opts: dict) -> None:
-    from ui.train.follow import recheck_followed
+_figures: dict[tuple, dict] = {}
+_figures_lock = threading.Lock()
 
-    recheck_followed(rt, refs)
-    rows = _rows(rt, refs, opts)
-    snap = rows[0][1]
+
+def _panels(rows: list[Row], opts: dict) -> dict:
+    """The charts of ``rows`` (title → figure, or the reason it is not drawn), built once per version of
+    every run's data and choice of axes (kept for the page's sessions)."""
+    key = (tuple((r.name, s.version if s is not None else -1, tuple(m.result_id for m in meas))
+                 for r, s, _, _, meas in rows),
+           opts["smooth"], opts["x_mode"], opts["log_y"], opts["clip"], opts["temperature"], opts["num_steps"])
+    with _figures_lock:
+        hit = _figures.get(key)
+    if hit is not None:
+        return hit
     shown = [(r.name, cv) for r, s, cv, _, _ in rows if s is not None and s.exists and s.records]
-    if not shown:
-        return
     smooth, x_mode = opts["smooth"], opts["x_mode"]
-    left, right = st.columns(2)
-    with left:
-        fig = tc.metric_chart("Loss", shown, "loss", x_mode, smooth=smooth, y_title="loss")
-        if fig is not None:
-            st.plotly_chart(fig, key="train-chart-loss")
-        else:
-            _missing("Loss", "no loss in the log (Gen-1 prints per-position pLoss only)")
-    with right:
-        accept = [(r.name, v, m, step_times(cv)) for r, s, cv, v, m in rows if s is not None and s.exists]
-        fig = tc.accept_chart(accept, x_mode, smooth=0.0)  # as computed: the figure above reads the same
-        if fig is not None:
-            st.plotly_chart(fig, key="train-chart-accept")
-        else:
-            _missing("Accept length", f"no {rows[0][3].metric}_i logged yet and no benchmark of this run's checkpoints")
-    panels = [
-        ("acc_i per TTT position", lambda: tc.position_chart("acc_i per TTT position", shown, "acc", x_mode,
-                                                              smooth=smooth),
-         "not in the log", "acc-pos"),
-        ("acceptance_rate_i per TTT position",
-         lambda: tc.position_chart("acceptance_rate_i per TTT position", shown, "acceptance_rate", x_mode,
-                                   smooth=smooth),
-         "not in the log (Gen-1 and SpecForge 0.2.0 log acc_i only)", "acceptance_rate-pos"),
-        ("Learning rate", lambda: tc.metric_chart("Learning rate", shown, "lr", x_mode, smooth=0.0, y_title="lr",
-                                                  fmt=".2e", eval_too=False),
-         "Gen-2 prints it to its tracker only: run with `--report-to tensorboard` and its files under "
-         "`<output>/runs` are read", "lr"),
-        ("Step time", lambda: tc.metric_chart("Step time", shown, "step_time_s", x_mode, smooth=smooth,
-                                              y_title="s per step", fmt=".2f", eval_too=False),
-         "not in the log", "time"),
-    ]
+    out: dict[str, tuple] = {}
+    out["loss"] = (tc.metric_chart("Loss", shown, "loss", x_mode, smooth=smooth, y_title="loss"),
+                   "Loss", "no loss in the log (Gen-1 prints per-position pLoss only)")
+    accept = [(r.name, v, m, step_times(cv), cv.t0) for r, s, cv, v, m in rows if s is not None and s.exists]
+    out["accept"] = (tc.accept_chart(accept, x_mode, smooth=0.0),  # as computed: the figure above reads the same
+                     "Accept length", f"no {rows[0][3].metric}_i logged yet and no benchmark of this run's checkpoints")
+    out["acc-pos"] = (tc.position_chart("acc_i per TTT position", shown, "acc", x_mode, smooth=smooth),
+                      "acc_i per TTT position", "not in the log")
+    out["acceptance_rate-pos"] = (
+        tc.position_chart("acceptance_rate_i per TTT position", shown, "acceptance_rate", x_mode, smooth=smooth),
+        "acceptance_rate_i per TTT position", "not in the log (Gen-1 and SpecForge 0.2.0 log acc_i only)")
+    out["lr"] = (tc.metric_chart("Learning rate", shown, "lr", x_mode, smooth=0.0, y_title="lr", fmt=".2e",
+                                 eval_too=False), "Learning rate",
+                 "Gen-2 prints it to its tracker only: run with `--report-to tensorboard` and its files under "
+                 "`<output>/runs` are read")
+    out["time"] = (tc.metric_chart("Step time", shown, "step_time_s", x_mode, smooth=smooth, y_title="s per step",
+                                   fmt=".2f", eval_too=False), "Step time", "not in the log")
     for m, title in (("acc", "acc (all positions)"), ("acceptance_rate", "acceptance_rate (mean)"),
                      ("grad_norm", "grad norm")):
         if any(m in cv.train for _, cv in shown):  # optional extras: shown only where the log has them
-            panels.append((title, lambda m=m, title=title: tc.metric_chart(title, shown, m, x_mode, smooth=smooth,
-                                                                           y_title=m), "", m))
-    for i in range(0, len(panels), 2):
-        for col, (title, make, why, key) in zip(st.columns(2), panels[i:i + 2]):
+            out[m] = (tc.metric_chart(title, shown, m, x_mode, smooth=smooth, y_title=m), title, "")
+    for key_, (fig, _, _) in out.items():
+        if fig is not None:
+            tc.scale_y(fig, log=opts["log_y"] and key_ not in ("acc-pos", "acceptance_rate-pos"), clip=opts["clip"])
+    with _figures_lock:
+        if len(_figures) >= FIGURES_KEPT:
+            _figures.pop(next(iter(_figures)))
+        _figures[key] = out
+    return out
+
+
+def _charts_part(rt, refs: list[RunRef], opts: dict) -> None:
+    rows = _rows(rt, refs, opts)
+    snap = rows[0][1]
+    if not any(s is not None and s.exists and s.records for _, s, _, _, _ in rows):
+        return
+    panels = _panels(rows, opts)
+    order = list(panels)
+    for i in range(0, len(order), 2):
+        for col, key in zip(st.columns(2), order[i:i + 2]):
+            fig, title, why = panels[key]
             with col:
-                fig = make()
                 if fig is not None:
                     st.plotly_chart(fig, key=f"train-chart-{key}")
                 else:
                     _missing(title, why)
-    if snap is not None and snap.exists:
-        _unparsed(snap, "train-log", lines=not data_lock(rt))
+    shown = [(r.name, cv) for r, s, cv, _, _ in rows if s is not None and s.exists and s.records]
+    with st.container(horizontal=True, vertical_alignment="center"):
+        st.download_button(
+            "Download CSV", data=lambda: curves_csv(shown), file_name=_csv_name(shown), mime="text/csv",
+            key="train-csv", icon=":material/download:", on_click="ignore",
+            help="every point of every curve of the runs shown (not only the points drawn): run, split, metric, "
+                 "step, wall time (UTC), seconds since the run's first point, value")
+        if snap is not None and snap.exists:
+            _unparsed(snap, "train-log", lines=not data_lock(rt))
+
+
+def _csv_name(shown: list[tuple[str, Curves]]) -> str:
+    names = "+".join(n for n, _ in shown)[:80] or "training"
+    return "".join(ch if ch.isalnum() or ch in "-_+." else "_" for ch in names) + "-curves.csv"

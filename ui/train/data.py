@@ -8,6 +8,11 @@ elsewhere the file's modification time less the elapsed time read) plus the elap
 (bars closed before the current one summed, evaluation bars included), or for Gen-3's ``step N: {…}``
 lines the optimizer step times logged.  The page's sessions share one follower per log, so a log is read
 once however many look at it.
+
+A long log is read in the background: the first poll reads :data:`POLL_BYTES` (what the page shows at once)
+and a thread reads the rest in slices, each slice a new :attr:`Snapshot.version`; a poll while it reads
+returns at once with what is read so far.  What is built from a snapshot (curves, predictions, figures) is
+kept per version (:meth:`LogFollower.memo`), so a refresh with nothing appended builds nothing.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import os
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from backend.train.accept import Prediction, metric_for, predictions
@@ -27,7 +32,10 @@ from backend.train.trackers import TensorboardReader, find_tracker_files
 from specdeck_types.eta import Eta
 
 
-POLL_BYTES = 4 * 1024 * 1024  # per refresh: about a second of parsing on a slow machine
+POLL_BYTES = 4 * 1024 * 1024  # read before the first answer: about half a second of parsing
+SLICE_BYTES = 1024 * 1024  # what the background reading reads between two versions
+TRACKER_LOOK_S = 10.0  # how often an output folder without TensorBoard files is looked at again
+MEMO_ENTRIES = 32  # results kept per follower (each for its snapshot's version)
 
 
 @dataclass(frozen=True)
@@ -62,6 +70,7 @@ class Snapshot:
     tracker_note: str | None = None
     size: int = 0  # the log's size in bytes
     offset: int = 0  # how far it has been read
+    version: int = 0  # changes whenever what was read changes (records, a reset, tracker records)
 
     @property
     def catching_up(self) -> bool:
@@ -86,6 +95,13 @@ class LogFollower:
         self._reset_time_state()
         self._tb: TensorboardReader | None = None
         self._tb_records: list[TrainRecord] = []
+        self._tb_next_look = 0.0
+        self.version = 0
+        self._snap: Snapshot | None = None
+        self._snap_key: tuple | None = None
+        self._memo: dict[object, tuple[int, object]] = {}
+        self._memo_lock = threading.Lock()
+        self._catching_up: threading.Thread | None = None
 
     def _reset_time_state(self) -> None:
         self._closed_s = 0.0  # elapsed time of the bars already closed in this run
@@ -95,36 +111,98 @@ class LogFollower:
         self._last_step3: int | None = None  # Gen-3: step of the previous dict line
 
     def poll(self, max_bytes: int | None = None) -> Snapshot:
-        """Read what was appended, at most ``max_bytes`` of it (a long log is read over several polls, so a
-        page showing it never waits long)."""
+        """Read what was appended, at most ``max_bytes`` of it; without ``max_bytes`` at most
+        :data:`POLL_BYTES`, the rest read by a background thread (a poll while it reads answers at once)."""
+        if max_bytes is None:
+            t = self._catching_up
+            if t is not None and t.is_alive():
+                with self._lock:
+                    return self._snapshot()
         with self._lock:
-            try:
-                st = self.path.stat()
-                mtime: float | None = st.st_mtime
-                size = st.st_size
-            except OSError:
-                mtime, size = None, 0
-            if mtime is not None:
-                chunk = self._reader.poll(max_bytes or POLL_BYTES)
-                if chunk.reset:
-                    self._records.clear()
-                    self._rel.clear()
-                    self._own.clear()
-                    self._seg.clear()
-                    self._anchor = [None]
-                    self._first_read = None
-                    self._reset_time_state()
-                for r in chunk.records:
-                    self._add(r)
-                if self._first_read is None and self._records:
-                    self._first_read = (mtime, self._last_rel or 0.0)
-            self._poll_tracker()
-            return Snapshot(
-                path=self.path, records=tuple(self._records), times=self._times(),
-                progress=self._reader.progress(), stats=self._reader.stats, unparsed=tuple(self._reader.unparsed),
-                generation=self._reader.generation, read_at=time.time(), written_at=mtime,
-                exists=mtime is not None, tracker_records=tuple(self._tb_records),
-                tracker_note=self._tracker_note(), size=size, offset=self._reader.offset)
+            self._read(max_bytes or POLL_BYTES)
+            snap = self._snapshot()
+        if max_bytes is None and snap.catching_up:
+            self._start_catching_up()
+        return snap
+
+    def _start_catching_up(self) -> None:
+        with self._memo_lock:
+            t = self._catching_up
+            if t is not None and t.is_alive():
+                return
+            t = self._catching_up = threading.Thread(target=self._catch_up, name=f"train-log {self.path.name}",
+                                                     daemon=True)
+            t.start()
+
+    def _catch_up(self) -> None:
+        """Read the rest of a long log a slice at a time (the page shows each slice as it comes)."""
+        while True:
+            with self._lock:
+                before = self._reader.offset
+                self._read(SLICE_BYTES)
+                behind = self._size > self._reader.offset
+                moved = self._reader.offset != before
+            if not behind or not moved:
+                return
+
+    def _read(self, max_bytes: int) -> None:
+        try:
+            st = self.path.stat()
+            self._mtime: float | None = st.st_mtime
+            self._size = st.st_size
+        except OSError:
+            self._mtime, self._size = None, 0
+        mtime = self._mtime
+        if mtime is not None:
+            chunk = self._reader.poll(max_bytes)
+            if chunk.reset:
+                self._records.clear()
+                self._rel.clear()
+                self._own.clear()
+                self._seg.clear()
+                self._anchor = [None]
+                self._first_read = None
+                self._reset_time_state()
+                self.version += 1
+            if chunk.records:
+                self.version += 1
+            for r in chunk.records:
+                self._add(r)
+            if self._first_read is None and self._records:
+                self._first_read = (mtime, self._last_rel or 0.0)
+        if self._poll_tracker():
+            self.version += 1
+
+    def _snapshot(self) -> Snapshot:
+        """The snapshot of what is read now: the same object while nothing changed but the clock."""
+        key = (self.version, getattr(self, "_mtime", None), getattr(self, "_size", 0), self._reader.offset,
+               self._reader.stats.lines)
+        if self._snap is not None and self._snap_key == key:
+            return replace(self._snap, read_at=time.time())
+        mtime = getattr(self, "_mtime", None)
+        self._snap = Snapshot(
+            path=self.path, records=tuple(self._records), times=self._times(),
+            progress=self._reader.progress(), stats=replace(self._reader.stats),
+            unparsed=tuple(self._reader.unparsed), generation=self._reader.generation, read_at=time.time(),
+            written_at=mtime, exists=mtime is not None, tracker_records=tuple(self._tb_records),
+            tracker_note=self._tracker_note(), size=getattr(self, "_size", 0), offset=self._reader.offset,
+            version=self.version)
+        self._snap_key = key
+        return self._snap
+
+    def memo(self, snap: Snapshot, key: object, make):
+        """``make()``, computed once per version of what was read (``snap``'s) and ``key``: a refresh with
+        nothing appended builds nothing again."""
+        with self._memo_lock:
+            hit = self._memo.get(key)
+            if hit is not None and hit[0] == snap.version:
+                return hit[1]
+        value = make()
+        with self._memo_lock:
+            if key not in self._memo and len(self._memo) >= MEMO_ENTRIES:
+                self._memo.pop(next(iter(self._memo)))
+            self._memo[key] = (snap.version, value)
+        return value
 
     def _add(self, r: TrainRecord) -> None:
         if r.kind == "run_start":
@@ -216,15 +294,22 @@ class LogFollower:
                 adj[i] = last[1]
         return adj
 
-    def _poll_tracker(self) -> None:
+    def _poll_tracker(self) -> bool:
+        """Read what the run's TensorBoard files gained; whether they gave records."""
         if self.output_dir is None:
-            return
+            return False
         if self._tb is None:
+            now = time.monotonic()
+            if now < self._tb_next_look:
+                return False
+            self._tb_next_look = now + TRACKER_LOOK_S  # a folder without tracker files is not walked each refresh
             found = [t for t in find_tracker_files(self.output_dir) if t.kind == "tensorboard"]
             if not found:
-                return
+                return False
             self._tb = TensorboardReader(found[0].path)
-        self._tb_records.extend(self._tb.poll())
+        new = self._tb.poll()
+        self._tb_records.extend(new)
+        return bool(new)
 
     def _tracker_note(self) -> str | None:
         if self._tb is None:
@@ -288,6 +373,7 @@ class Curves:
     eval: dict[str, Series] = field(default_factory=dict)
     restarts: list[tuple[float | None, float | None]] = field(default_factory=list)  # (step, time) of each start
     x_is_epoch: bool = False
+    t0: float | None = None  # the time of the run's first point (0 on the relative-time axis)
 
     def positions(self, base: str, split: str = "train") -> list[int]:
         src = self.train if split == "train" else self.eval
@@ -324,6 +410,8 @@ def curves(records: Sequence[TrainRecord], times: Sequence[float | None],
         if x is None:
             continue
         dest = out.eval if r.split == "eval" else out.train
+        if out.t0 is None and t is not None:
+            out.t0 = t
         for name, v in r.metrics.items():
             s = dest.get(name)
             if s is None:
@@ -473,3 +561,32 @@ def latest_run(records: Sequence[TrainRecord], times: Sequence[float | None]
         if records[i].kind == "run_start":
             return records[i:], times[i:]
     return records, times
+
+
+# -- download ------------------------------------------------------------------------------------------
+
+CSV_HEADER = ("run", "split", "metric", "step", "wall_time_utc", "relative_s", "value")
+
+
+def curves_csv(runs: Sequence[tuple[str, Curves]]) -> str:
+    """Every point of every curve of ``runs`` (the full data, not what the charts draw): one row per run,
+    split, metric and step, with the point's wall time (ISO 8601, UTC) and its seconds since the run's
+    first point; a value or time the log does not give is empty."""
+    import csv
+    import io
+    from datetime import datetime, timezone
+
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(CSV_HEADER)
+    for name, c in runs:
+        for split, src in (("train", c.train), ("eval", c.eval)):
+            for metric, s in src.items():
+                for x, t, v in zip(s.steps, s.times, s.values):
+                    if v is None or x is None:
+                        continue
+                    w.writerow((name, split, metric, f"{x:g}",
+                                datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="milliseconds")
+                                .replace("+00:00", "Z") if t is not None else "",
+                                f"{t - c.t0:.3f}" if t is not None and c.t0 is not None else "", repr(v)))
+    return buf.getvalue()

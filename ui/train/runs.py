@@ -139,3 +139,59 @@ def follow_form(rt) -> None:
     _typed()[name] = (log.strip(), out.strip())
     st.session_state["train-run-wanted"] = name
     st.rerun()
+
+
+OVERLAY_PATHS = "train-overlay-paths"
+
+
+def overlay_paths() -> list[str]:
+    """The paths typed to overlay (logs or folders), in the order they were added."""
+    return st.session_state.setdefault(OVERLAY_PATHS, [])
+
+
+def overlay_path_input(rt) -> None:
+    """A log or a folder (another workspace, a run's folder) to overlay by path: read under the workspace's
+    roots only, as an operator's action."""
+    lock = control_lock(rt)
+    with st.form("train-overlay-path", border=False, clear_on_submit=True):
+        with st.container(horizontal=True, vertical_alignment="bottom"):
+            text = st.text_input("Overlay a log or folder by path", key="train-overlay-path-text",
+                                 disabled=bool(lock), placeholder="/runs/other-workspace  or  /runs/a/train.log",
+                                 help="a training log, or a folder whose *.log and logs/*.log files are training "
+                                      "logs (another workspace's runs); a relative path is taken from the "
+                                      "workspace folder")
+            add = st.form_submit_button("Overlay", icon=":material/stacked_line_chart:", disabled=bool(lock),
+                                        help=lock or None)
+    if add and text.strip():
+        if text.strip() not in overlay_paths():
+            overlay_paths().append(text.strip())
+        st.rerun()
+
+
+def path_overlays(rt, texts: list[str], taken: set[str]) -> tuple[dict[str, RunRef], dict[str, list[str]], list[str]]:
+    """The runs the typed ``texts`` name (a log, or each training log of a folder) by label, the labels of
+    each text, and a line for each text that gave none; a path refused (outside the roots, not an
+    operator) says why."""
+    from backend.train.discover import overlay_label, training_logs
+
+    out: dict[str, RunRef] = {}
+    by_text: dict[str, list[str]] = {}
+    problems: list[str] = []
+    for text in texts:
+        try:
+            p = rt.typed_path(actor(), text, source="dashboard")
+        except (NotAuthorised, PathRefused) as exc:
+            problems.append(f"{text}: {exc}")
+            continue
+        logs = [p] if p.is_file() else training_logs(p) if p.is_dir() else []
+        if not logs:
+            problems.append(f"{text}: " + ("no training log in this folder (its *.log and logs/*.log were looked at)"
+                                           if p.is_dir() else "no such file or folder"))
+        for log in logs:
+            label = base = overlay_label(log)
+            n = 2
+            while label in taken or label in out:
+                label, n = f"{base} ({n})", n + 1
+            out[label] = RunRef(label, log, None, source="followed")
+            by_text.setdefault(text, []).append(label)
+    return out, by_text, problems
