@@ -20,6 +20,7 @@ from ui.train.data import AcceptView, Curves, Measured, Series, ema
 STEP, REL, WALL = "step", "relative", "wall time"
 X_MODES = (STEP, REL, WALL)
 MAX_POINTS = 2000  # per trace on screen (min/max buckets: spikes survive)
+LAYOUT_TITLE = "Training chart"  # the title of the one shared layout (each chart sets its own)
 CLIP_QUANTILES = (0.02, 0.98)  # the y range with outliers left out: these quantiles of the values shown, padded
 # positions in a fixed order of well-separated colours (position 0 always the same blue)
 POSITION_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
@@ -29,7 +30,12 @@ DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
 
 def new_figure(title: str, x_mode: str, *, y_title: str | None = None, x_is_epoch: bool = False,
                height: int = 300) -> go.Figure:
-    fig = charts.figure(title, y_title=y_title, height=height, range_buttons=x_mode == WALL)
+    # the shared layout is built (and checked by plotly, a third of a second) once per kind of figure: one
+    # layout for every training chart, the title and y title set on the copy
+    fig = charts.figure(LAYOUT_TITLE, y_title=None, height=height, range_buttons=x_mode == WALL)
+    fig.layout.title.text = title
+    if y_title:
+        fig.layout.yaxis.title.text = y_title
     if x_mode == STEP:
         fig.update_xaxes(title_text="epoch" if x_is_epoch else "step")
     elif x_mode == REL:

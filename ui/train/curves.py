@@ -341,7 +341,8 @@ _figures_lock = threading.Lock()
 def _panels(rows: list[Row], opts: dict) -> dict:
     """The charts of ``rows`` (title → figure, or the reason it is not drawn), built once per version of
     every run's data and choice of axes (kept for the page's sessions)."""
-    key = (tuple((r.name, s.version if s is not None else -1, tuple(m.result_id for m in meas))
+    key = (tuple((r.name, str(r.log), str(r.output_dir), id(follower(r.log, r.output_dir)) if r.log else None,
+                  s.version if s is not None else -1, tuple(m.result_id for m in meas))
                  for r, s, _, _, meas in rows),
            opts["smooth"], opts["x_mode"], opts["log_y"], opts["clip"], opts["temperature"], opts["num_steps"])
     with _figures_lock:
