@@ -59,6 +59,7 @@ ANSWER = {
     "gpus": PLOT,
 }
 BUDGET_MS = 500.0
+FREEZE_ENV = "SPECDECK_PERF_GC_FREEZE"  # "1": the timed server calls gc.freeze() after its first script run
 FIRST_ANSWER_JS = """(sel) => {
   for (const e of document.querySelectorAll(sel)) {
     const r = e.getBoundingClientRect();
@@ -93,6 +94,10 @@ def serve_timed(log_path: str, tree: str, streamlit_argv: list[str]) -> None:
 
     real = script_runner.exec_func_with_error_handling
     lock = threading.Lock()
+    # the fix measured beside the release by perf/soak.py --against-freeze: gc.freeze() once the first script
+    # run is over, so the full collection Streamlit makes after every run skips what start-up allocated
+    freeze = os.environ.get(FREEZE_ENV) == "1"
+    frozen = threading.Event()
     out = open(log_path, "a", encoding="utf-8")  # noqa: SIM115 - open for the server's life
 
     def timed(*a, **k):
@@ -114,6 +119,11 @@ def serve_timed(log_path: str, tree: str, streamlit_argv: list[str]) -> None:
                 out.write(json.dumps({"t": time.time(), "wall": wall, "cpu": cpu, "page": page,
                                       "fragment": fragment}) + "\n")
                 out.flush()
+                if freeze and not frozen.is_set():
+                    import gc
+
+                    gc.freeze()
+                    frozen.set()
 
     script_runner.exec_func_with_error_handling = timed
     from streamlit.web import cli
@@ -148,7 +158,7 @@ class Server:
 
 @contextmanager
 def start(name: str, tree: Path, script: str, home: Path, workspace: Path | None, timeout_s: float = 120.0,
-          *, token: bool | None = None, args: tuple[str, ...] = ()):
+          *, token: bool | None = None, args: tuple[str, ...] = (), env: dict[str, str] | None = None):
     """The timed server of ``script`` in ``tree`` on a free 127.0.0.1 port (the dashboard on ``workspace``,
     or on the demo workspace under ``home`` when None; with a fresh loopback token when ``token``, by default
     when a workspace is given); stopped (SIGTERM to its group, then SIGKILL after 15 s) at the end, with the
@@ -156,8 +166,10 @@ def start(name: str, tree: Path, script: str, home: Path, workspace: Path | None
     home.mkdir(parents=True, exist_ok=True)
     port = _free_port()
     token = secrets.token_urlsafe(24) if (workspace is not None if token is None else token) else ""
+    env_extra = env
     env = dict(os.environ, SPECDECK_HOME=str(home), PYTHONUNBUFFERED="1")
     env.pop("SPECDECK_WORKSPACE", None)
+    env.update(env_extra or {})
     if workspace is not None:
         env["SPECDECK_WORKSPACE"] = str(workspace)
     if token:
@@ -258,6 +270,51 @@ def new_context(browser):
     return browser.new_context(viewport={"width": 1440, "height": 900})
 
 
+def report(args, pages, dash, trivial, times, pairs, t_start: float, rounds: int) -> None:
+    """The table of the rounds so far."""
+    def med(xs: list[float | None]) -> float | None:
+        got = [x for x in xs if x is not None]
+        return statistics.median(got) if got else None
+
+    def show(x: float | None) -> str:
+        return "none" if x is None else f"{x:,.0f}"
+
+    print(f"\ntime to the page's answer in Chromium, ms from navigation start, median of {rounds} "
+          "(cold: new profile; warm: cached), against the trivial page measured beside it; server: the "
+          "page's full script runs (frame included), median and max, wall ms")
+    print(f"{'version':<9}{'page':<14}{'cold':>7}{'triv':>6}{'ratio':>7}{'warm':>7}{'triv':>6}{'ratio':>7}"
+          f"{'server med':>11}{'max':>7}{'cpu med':>8}  budget 500 ms   answer")
+    for page in pages:
+        for name, s in dash.items():
+            row = f"{name:<9}{page:<14}"
+            for mode in ("cold", "warm"):
+                m, b = med(times[(name, page, mode)]), med(pairs[(name, page, mode)])
+                ratio = f"{m / b:.2f}x" if m is not None and b else "n/a"
+                row += f"{show(m):>7}{show(b):>6}{ratio:>7}"
+            runs = [x for x in s.runs(t_start) if x["page"] in ({"overview", ""} if page == "overview" else {page})
+                    and not x["fragment"]]
+            walls = [x["wall"] * 1000 for x in runs]
+            cpus = [x["cpu"] * 1000 for x in runs]
+            if walls:
+                verdict = "under" if max(walls) < BUDGET_MS else ("median under" if statistics.median(walls)
+                                                                 < BUDGET_MS else "OVER")
+                row += (f"{statistics.median(walls):>11,.0f}{max(walls):>7,.0f}{statistics.median(cpus):>8,.0f}"
+                        f"  {verdict:<14}")
+            else:
+                row += f"{'no runs':>26}  {'':<14}"
+            missing = sum(x is None for x in times[(name, page, 'cold')] + times[(name, page, 'warm')])
+            row += f" {ANSWER[page]}" + (f" ({missing} visits saw none in {args.timeout:.0f} s)" if missing else "")
+            print(row, flush=True)
+    triv = [x for x in trivial.runs(t_start) if not x["fragment"]]
+    if triv:
+        print(f"trivial page's script runs: median {statistics.median(x['wall'] for x in triv) * 1000:,.0f} ms")
+    frag = {name: [x for x in s.runs(t_start) if x["fragment"]] for name, s in dash.items()}
+    for name, xs in frag.items():
+        if xs:
+            print(f"{name}: {len(xs)} live fragment runs, median {statistics.median(x['wall'] for x in xs) * 1000:,.0f}"
+                  f" ms, max {max(x['wall'] for x in xs) * 1000:,.0f} ms")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--serve-timed"]:
@@ -321,8 +378,8 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 warm = new_context(browser)
                 for s in [trivial, *dash.values()]:  # the warm profile has visited each server once
-                    for page in pages if s is not trivial else ["trivial"]:
-                        first_answer(warm, s.page_url(page), ANSWER[page], args.timeout * 1000)
+                    page = "trivial" if s is trivial else pages[0]
+                    first_answer(warm, s.page_url(page), ANSWER[page], args.timeout * 1000)
                 for r in range(args.rounds):
                     for page in pages:
                         for mode in ("cold", "warm"):
@@ -340,51 +397,13 @@ def main(argv: list[str] | None = None) -> int:
                                     ctx.close()
                                 times.setdefault((name, page, mode), []).append(ms)
                                 pairs.setdefault((name, page, mode), []).append(base)
+                                print(f"  round {r + 1} {name} {page} {mode}: {'none' if ms is None else f'{ms:,.0f}'}"
+                                      f" ms, trivial {'none' if base is None else f'{base:,.0f}'} ms", flush=True)
                     print(f"round {r + 1} of {args.rounds} done", flush=True)
+                    report(args, pages, dash, trivial, times, pairs, t_start, r + 1)
             finally:
                 browser.close()
 
-        def med(xs: list[float | None]) -> float | None:
-            got = [x for x in xs if x is not None]
-            return statistics.median(got) if got else None
-
-        def show(x: float | None) -> str:
-            return "none" if x is None else f"{x:,.0f}"
-
-        print(f"\ntime to the page's answer in Chromium, ms from navigation start, median of {args.rounds} "
-              "(cold: new profile; warm: cached), against the trivial page measured beside it; server: the "
-              "page's full script runs (frame included), median and max, wall ms")
-        print(f"{'version':<9}{'page':<14}{'cold':>7}{'triv':>6}{'ratio':>7}{'warm':>7}{'triv':>6}{'ratio':>7}"
-              f"{'server med':>11}{'max':>7}{'cpu med':>8}  budget 500 ms   answer")
-        for page in pages:
-            for name, s in dash.items():
-                row = f"{name:<9}{page:<14}"
-                for mode in ("cold", "warm"):
-                    m, b = med(times[(name, page, mode)]), med(pairs[(name, page, mode)])
-                    ratio = f"{m / b:.2f}x" if m is not None and b else "n/a"
-                    row += f"{show(m):>7}{show(b):>6}{ratio:>7}"
-                runs = [x for x in s.runs(t_start) if x["page"] in ({"overview", ""} if page == "overview" else {page})
-                        and not x["fragment"]]
-                walls = [x["wall"] * 1000 for x in runs]
-                cpus = [x["cpu"] * 1000 for x in runs]
-                if walls:
-                    verdict = "under" if max(walls) < BUDGET_MS else ("median under" if statistics.median(walls)
-                                                                     < BUDGET_MS else "OVER")
-                    row += (f"{statistics.median(walls):>11,.0f}{max(walls):>7,.0f}{statistics.median(cpus):>8,.0f}"
-                            f"  {verdict:<14}")
-                else:
-                    row += f"{'no runs':>26}  {'':<14}"
-                missing = sum(x is None for x in times[(name, page, 'cold')] + times[(name, page, 'warm')])
-                row += f" {ANSWER[page]}" + (f" ({missing} visits saw none in {args.timeout:.0f} s)" if missing else "")
-                print(row, flush=True)
-        triv = [x for x in trivial.runs(t_start) if not x["fragment"]]
-        if triv:
-            print(f"trivial page's script runs: median {statistics.median(x['wall'] for x in triv) * 1000:,.0f} ms")
-        frag = {name: [x for x in s.runs(t_start) if x["fragment"]] for name, s in dash.items()}
-        for name, xs in frag.items():
-            if xs:
-                print(f"{name}: {len(xs)} live fragment runs, median {statistics.median(x['wall'] for x in xs) * 1000:,.0f}"
-                      f" ms, max {max(x['wall'] for x in xs) * 1000:,.0f} ms")
     return 0
 
 

@@ -17,7 +17,9 @@ fragments, with their median time) and the ratios to the trivial page.
 ``--against DIR``: a checkout of another version (``git archive REV | tar -x -C DIR``) runs beside this
 one with its own demo workspace and its own three tabs, sampled the same way: before and after in one run;
 ``--against-arg`` gives it streamlit options of its own (``--against . --against-arg=--runner.postScriptGC=false``:
-this version with another setting).
+this version with another setting); ``--against-freeze``: it calls ``gc.freeze()`` after its first script
+run (how much of the tabs' cost is Streamlit's full garbage collection after every run, over the objects
+the dashboard's start-up allocated).
 """
 
 from __future__ import annotations
@@ -101,6 +103,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--against-arg", action="append", default=[], metavar="ARG",
                     help="a streamlit option for the --against server only (--against . "
                          "--against-arg=--runner.postScriptGC=false: this version with another setting)")
+    ap.add_argument("--against-freeze", action="store_true",
+                    help="the --against server calls gc.freeze() after its first script run (a fix measured "
+                         "beside the release: Streamlit's full collection after every run then skips start-up's "
+                         "objects)")
     ap.add_argument("--settle", type=float, default=60.0, help="seconds after the tabs open before sampling")
     ap.add_argument("--idle", type=float, default=60.0,
                     help="seconds sampled before any tab opens: what each server costs with no tab")
@@ -111,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--against {args.against}: no app.py there")
     pages = [p for p in args.pages.split(",") if p]
 
-    from perf.bench_pages_browser import start
+    from perf.bench_pages_browser import FREEZE_ENV, start
     from tests.e2e._dashboard import _first_run
 
     trees = {"this": REPO} | ({"against": args.against.resolve()} if args.against else {})
@@ -127,7 +133,9 @@ def main(argv: list[str] | None = None) -> int:
             home = Path(tmp) / name
             # no workspace: the demo one, created under SPECDECK_HOME as scripts/dashboard does it
             s = stack.enter_context(start(name, tree, "app.py", home, None, token=True,
-                                          args=tuple(args.against_arg) if name == "against" else ()))
+                                          args=tuple(args.against_arg) if name == "against" else (),
+                                          env={FREEZE_ENV: "1"} if name == "against" and args.against_freeze
+                                          else None))
             _first_run(int(s.url.rsplit(":", 1)[1]), s.token, timeout_s=300.0)
             servers[name] = s
         # with no tab open: the servers' own background work (the dashboard's sampler, monitors, supervisor)
