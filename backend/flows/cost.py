@@ -32,7 +32,6 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 from urllib.parse import urlsplit
 
-from backend.telemetry.energy import rise
 
 MIN_COVERAGE = 0.9  # share of the job's GPU-time the power readings must cover for an energy figure
 
@@ -141,6 +140,8 @@ def measure_energy(power: PowerReader | None, gpus: Sequence[int], start: float,
     if span <= 0:
         return Energy(None, "the job has no duration")
     counter = getattr(power, "energy", None)
+    if counter is not None:  # here, not at the top: the command lines that import this module need no telemetry
+        from backend.telemetry.energy import rise
     joules = 0.0
     used: dict[str, list[int]] = {COUNTER: [], POWER: []}
     notes: list[str] = []
@@ -260,7 +261,8 @@ def span_cost(start: float | None, end: float | None, gpus: tuple[int, ...] | No
         return unknown(gpus_from, NO_GPUS, running=running, seconds=seconds)
     hours = len(gpus) * seconds / 3600.0
     e = measure_energy(power, gpus, start, stop)
-    shared = shared_with(attribution, gpus, own or (what,))
+    # the attribution is of now: it tells who shares a running job's GPUs, not who held a finished job's
+    shared = shared_with(attribution, gpus, own or (what,)) if running else ()
     how = e.how
     if shared and e.kwh is not None:
         how += ("; not split with the other jobs seen on its GPUs (" + ", ".join(shared) +

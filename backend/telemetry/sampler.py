@@ -109,8 +109,10 @@ class Sampler:
         self.slow_interval_s = slow_interval_s
         self.energy_interval_s = energy_interval_s  # None: the energy counter is not read
         every = energy_interval_s or slow_interval_s
+        # a reading waits for the gap after a core pass, and a slow-field pass in between for one more: two
+        # readings lie up to ``every`` plus two core intervals apart, which a slow core cadence makes long
         self.energy = EnergyLog(capacity=max(2, int(math.ceil(ring_s / every)) + 1), bucket_s=bucket_s,
-                                history=self._history, interval_s=every)
+                                history=self._history, interval_s=every + 2 * interval_s)
         self.pcie_interval_s = pcie_interval_s
         self._attr_interval_s = attribution_interval_s
         self._idle_samples = idle_samples
@@ -230,16 +232,20 @@ class Sampler:
         every, slow_at = self.energy_interval_s, 0.0  # slow_at: monotonic time the next slow pass is due
         while not self._stop.is_set():
             c0 = time.thread_time()
-            try:
-                if every:
+            if every:
+                try:  # on its own: a failing energy read must not stop the slow fields
                     self.read_energy_once()
-                if self._slow_wake.is_set() or time.monotonic() >= slow_at:
-                    self._slow_wake.clear()
-                    slow_at = time.monotonic() + self.slow_interval_s
+                except Exception as e:  # noqa: BLE001
+                    log.exception("energy counter read failed")
+                    self._note_error(f"energy counter read failed: {e!r}")
+            if self._slow_wake.is_set() or time.monotonic() >= slow_at:
+                self._slow_wake.clear()
+                slow_at = time.monotonic() + self.slow_interval_s
+                try:
                     self.read_slow_once()
-            except Exception as e:  # noqa: BLE001
-                log.exception("slow telemetry read failed")
-                self._note_error(f"slow read failed: {e!r}")
+                except Exception as e:  # noqa: BLE001
+                    log.exception("slow telemetry read failed")
+                    self._note_error(f"slow read failed: {e!r}")
             self._cpu_slow += time.thread_time() - c0
             self._slow_wake.wait(min(every or self.slow_interval_s, max(0.0, slow_at - time.monotonic())))
 

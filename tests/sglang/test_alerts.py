@@ -27,6 +27,24 @@ def test_not_before_three_lines_or_sixty_seconds():
     assert a is not None and a.since == READY + 60
 
 
+def test_the_window_judges_the_mean_as_the_alerts_engine_does():
+    """A draft that accepts next to nothing shows an odd line above the floor: after the window the mean
+    decides, as in the alerts engine's accept-stuck rule (the page and the notification agree)."""
+    from backend.alerts import rules
+    from backend.alerts.model import ServerState, Snapshot, Thresholds
+
+    noisy = pts(1.02, 1.07, 1.0, 1.03)
+    a = spec_accept_alert(noisy, spec_on=True, ready_ts=READY, now=READY + 61)
+    assert a is not None and a.since == READY + 60 and "averaged 1.03" in a.message and "highest 1.07" in a.message
+    server = ServerState("glm5", "RUNNING", spec_on=True, ready_at=READY, accept=tuple(noisy))
+    assert [x.rule for x in rules.accept_stuck(Snapshot(READY + 61, servers=(server,)), Thresholds())] == ["accept-stuck"]
+    # a draft that accepts a little: quiet on both
+    little = pts(1.02, 1.3, 1.1, 1.05)
+    assert spec_accept_alert(little, spec_on=True, ready_ts=READY, now=READY + 61) is None
+    server = ServerState("glm5", "RUNNING", spec_on=True, ready_at=READY, accept=tuple(little))
+    assert rules.accept_stuck(Snapshot(READY + 61, servers=(server,)), Thresholds()) == []
+
+
 def test_never_for_a_working_draft_or_without_speculation():
     good = pts(2.1, 1.9, 2.3, 2.0)
     assert spec_accept_alert(good, spec_on=True, ready_ts=READY, now=READY + 120) is None

@@ -187,14 +187,19 @@ def test_a_shared_gpu_says_its_figure_is_the_whole_gpus_and_names_the_other_jobs
     clock, fake, s = rig()
     run(clock, s, 100)
     attr = SimpleNamespace(jobs=(), jobs_on=lambda g: {0: ("train-a", "bench-b"), 1: ("train-a",)}[g])
-    c = cost.span_cost(T0 + 10, T0 + 90, (0, 1), gpus_from="CUDA_VISIBLE_DEVICES", power=cost.telemetry_power(s),
-                       what="train-a", attribution=attr)
+    # a running job (no end yet): who the attribution sees on its GPUs now shares them
+    c = cost.span_cost(T0 + 10, None, (0, 1), gpus_from="CUDA_VISIBLE_DEVICES", power=cost.telemetry_power(s),
+                       what="train-a", attribution=attr, now=T0 + 90)
     assert c.shared_with == ("bench-b",) and c.energy_method == "energy counter"
     assert "not split with the other jobs seen on its GPUs (bench-b)" in c.energy_why
     assert c.to_dict()["energy_method"] == "energy counter" and c.to_dict()["shared_with"] == ["bench-b"]
-    alone = cost.span_cost(T0 + 10, T0 + 90, (1,), gpus_from="x", power=cost.telemetry_power(s), what="train-a",
-                           attribution=attr)
+    alone = cost.span_cost(T0 + 10, None, (1,), gpus_from="x", power=cost.telemetry_power(s), what="train-a",
+                           attribution=attr, now=T0 + 90)
     assert alone.shared_with == () and "not split" not in alone.energy_why
+    # a finished job: today's holders of its GPUs say nothing of who shared them then, so none is named
+    done = cost.span_cost(T0 + 10, T0 + 90, (0, 1), gpus_from="CUDA_VISIBLE_DEVICES", power=cost.telemetry_power(s),
+                          what="train-a", attribution=attr)
+    assert done.shared_with == () and done.energy_method == "energy counter" and "not split" not in done.energy_why
 
 
 def test_the_running_sampler_reads_the_counter_on_its_own_cadence_and_the_slow_fields_on_theirs():
@@ -209,3 +214,18 @@ def test_the_running_sampler_reads_the_counter_on_its_own_cadence_and_the_slow_f
     assert fake.calls["nvmlDeviceGetTotalEccErrors"] == 2 * 2  # one slow pass (two ECC calls a GPU) in 30 s
     latest = s.latest()
     assert latest is not None and latest.energy_mj[0] is not None and latest.energy_mj[1] is not None
+
+
+def test_a_slow_core_cadence_still_uses_the_counter():
+    """At ``[telemetry] interval_s = 8`` a reading waits for the gap after a core pass and a slow-field pass for
+    another one: readings come 16 s apart.  Those steps still count (they were refused as gaps before)."""
+    clock, fake, s = rig(gpus=1, interval_s=8.0)
+    fake.set_util(0, 50)
+    for k in range(12):  # a reading every 16 s, as the running sampler gives them at this cadence
+        clock.t += 16
+        s.energy.record(clock.t, {0: (1_000_000 + 16_000 * 400 * k, None)})  # 400 W
+    trace = s.energy_trace(0, T0 + 16, clock.t)
+    assert trace.steps and all(st.ok for st in trace.steps if st.t1 > st.t0)
+    e = cost.measure_energy(cost.telemetry_power(s), [0], T0 + 16, T0 + 16 * 12)
+    assert e.method == "energy counter"
+    assert e.kwh == pytest.approx(400 * 16 * 11 / 3.6e6, rel=1e-6)
