@@ -1,5 +1,9 @@
-"""Overview: the answer at first sight — how far each regeneration is, whether speculation pays on each server
-(and a relaunch a click away), the active alerts, the GPUs and what the jobs cost; every tile opens its page."""
+"""Overview: the answer at first sight — the pipeline (regenerate → train → deploy → benchmark, where each stage
+stands), how far each regeneration is, whether speculation pays on each server (and a relaunch a click away),
+the active alerts, the GPUs, the training run's step, loss and predicted accept length, the newest benchmark
+verdict and what the jobs cost; every stage and tile opens its page.  Everything fits the first screen at
+1024x768: more than three alerts show the two most severe and "+K more", more than two servers a compact
+block each (those in trouble first) and "+K more" beyond three."""
 
 from __future__ import annotations
 

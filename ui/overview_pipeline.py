@@ -2,8 +2,8 @@
 stands (running with its progress, done, failed, stopped, or not run yet), its one-line figure, and the page
 (with the run, job or tab in its query) it opens.  The stages' states are read from what each page reads:
 the regeneration jobs' progress logs, the training run's log and process, the deploy jobs' state files,
-the benchmark jobs' progress files and the stored results.  No Streamlit here; :func:`stage_html` draws a
-stage's body, in the status colours every page uses (a word and an icon beside each colour).
+the benchmark jobs' progress files and the stored results.  Nothing here calls Streamlit; :func:`stage_html`
+gives a stage's body as HTML, in the status colours every page uses (a word and an icon beside each colour).
 """
 
 from __future__ import annotations
