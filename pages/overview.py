@@ -407,8 +407,8 @@ def _train_lines(figs: train.TrainFigures | None, runs: int) -> None:
 
 
 COST_HELP = ("GPU-hours = the job's GPUs × its hours (a regeneration job: its servers' GPUs; a benchmark: its "
-             "server's); energy (kWh) from the GPUs' power readings over that time, where they cover it. N/A: not "
-             "known; hover a dotted figure for why.")
+             "server's); energy (kWh) from NVML's energy counter over that time, else the GPUs' power readings, where "
+             "they cover it (the whole GPUs' draw). N/A: not known; hover a dotted figure for why.")
 
 
 def _cost_lines() -> list[data.CostLine]:

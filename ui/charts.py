@@ -205,17 +205,28 @@ def add_baseline(fig: go.Figure, value: float | None, label: str) -> None:
 
 def mark_restarts(fig: go.Figure, starts: Sequence[float], label: str = "restart") -> None:
     """A dotted vertical line at each run start; the latest is labelled with its time, the
-    earlier ones with ↻ (their time on hover), so close restarts do not write over each other."""
-    marks = sorted(starts)
-    for i, t in enumerate(marks):
-        x = datetime.fromtimestamp(t)
-        fig.add_vline(x=x, line_dash="dot", line_color="#9333ea", line_width=1)
-        latest = i == len(marks) - 1
-        # inside the plot, at its top: above it are the range buttons, at its foot the baseline labels
-        fig.add_annotation(x=x, y=1, yref="paper", yanchor="top", xanchor="left", showarrow=False,
-                           text=f"{label} {x:%H:%M:%S}" if latest else "↻",
-                           hovertext=f"{label} at {x:%Y-%m-%d %H:%M:%S}",
-                           font=dict(size=10, color="#9333ea"), bgcolor="rgba(255,255,255,0.7)")
+    earlier ones with ↻ (their time on hover), so close restarts do not write over each other.
+    On a one-plot figure the lines and labels go in with one layout update: adding them one at a
+    time re-checks every shape already there, which a server relaunched twenty times paid on each
+    of its four charts at every refresh."""
+    marks = [datetime.fromtimestamp(t) for t in sorted(starts)]
+    if not marks:
+        return
+    line = dict(dash="dot", color="#9333ea", width=1)
+    anns = [dict(x=x, y=1, yref="paper", yanchor="top", xanchor="left", showarrow=False,
+                 text=f"{label} {x:%H:%M:%S}" if i == len(marks) - 1 else "↻",
+                 hovertext=f"{label} at {x:%Y-%m-%d %H:%M:%S}",
+                 font=dict(size=10, color="#9333ea"), bgcolor="rgba(255,255,255,0.7)")
+            for i, x in enumerate(marks)]
+    if getattr(fig, "_grid_ref", None) is not None:  # subplots: a line on each, as plotly places them
+        for x in marks:
+            fig.add_vline(x=x, line_dash=line["dash"], line_color=line["color"], line_width=line["width"])
+        for a in anns:
+            fig.add_annotation(**a)
+        return
+    # inside the plot, at its top: above it are the range buttons, at its foot the baseline labels
+    shapes = [dict(type="line", x0=x, x1=x, xref="x", y0=0, y1=1, yref="y domain", line=line) for x in marks]
+    fig.update_layout(shapes=[*fig.layout.shapes, *shapes], annotations=[*fig.layout.annotations, *anns])
 
 
 def legend_below(fig: go.Figure) -> None:

@@ -58,10 +58,9 @@ def _num(v: Any) -> int | None:
 
 
 def power_reader(rt) -> job_cost.PowerReader | None:
-    tele = getattr(rt, "telemetry", None)
-    if tele is None:
-        return None
-    return lambda gpu, since, until: tele.history(gpu, "power_w", since, until)
+    """The dashboard sampler's readings: its energy counter first, its power history where the counter falls
+    short (the Regeneration page and the command line read the same)."""
+    return job_cost.telemetry_power(getattr(rt, "telemetry", None))
 
 
 def attribution(rt) -> Any:

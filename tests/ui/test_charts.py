@@ -121,3 +121,42 @@ def test_restarts_are_marked_and_only_the_latest_is_labelled_with_its_time():
     texts = [a.text for a in fig.layout.annotations]
     assert texts == ["↻", "↻", "restart 09:01:10"]
     assert [a.hovertext for a in fig.layout.annotations][0] == "restart at 2026-11-30 09:00:10"
+
+
+def test_restart_marks_in_one_update_equal_plotlys_own_vlines():
+    """The marks go in with one layout update; they are the lines and labels plotly's add_vline and
+    add_annotation give, on a one-plot chart and on each plot of a chart with subplots."""
+    import json
+    import time
+    from datetime import datetime
+
+    from plotly.subplots import make_subplots
+
+    from ui.charts import figure, mark_restarts
+
+    base = time.time() - 3600
+    starts = [base + 70 * i for i in range(12)]
+
+    def by_plotly(fig):
+        for i, t in enumerate(starts):
+            x = datetime.fromtimestamp(t)
+            fig.add_vline(x=x, line_dash="dot", line_color="#9333ea", line_width=1)
+            fig.add_annotation(x=x, y=1, yref="paper", yanchor="top", xanchor="left", showarrow=False,
+                               text=f"restart {x:%H:%M:%S}" if i == len(starts) - 1 else "↻",
+                               hovertext=f"restart at {x:%Y-%m-%d %H:%M:%S}",
+                               font=dict(size=10, color="#9333ea"), bgcolor="rgba(255,255,255,0.7)")
+        return json.loads(fig.to_json())["layout"]
+
+    ours = figure("x")
+    mark_restarts(ours, list(reversed(starts)))
+    assert json.loads(ours.to_json())["layout"] == by_plotly(figure("x"))
+    def grid():
+        g = make_subplots(rows=2, cols=1)
+        for row in (1, 2):
+            g.add_scatter(x=[datetime.fromtimestamp(base), datetime.fromtimestamp(base + 900)], y=[1, 2], row=row, col=1)
+        return g
+
+    ours = grid()
+    mark_restarts(ours, starts)
+    assert len(ours.layout.shapes) == 2 * len(starts)  # a line on each plot
+    assert json.loads(ours.to_json())["layout"] == by_plotly(grid())

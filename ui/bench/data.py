@@ -237,8 +237,9 @@ HELP = {
     "CUDA graph": "on / off; N/A: not recorded",
     "GPU-hours": "the server's GPUs × the run's duration (its tensor parallelism where the server is not in this "
                  "workspace); N/A: no start and end time recorded, or no GPU known",
-    "energy kWh": "the server's GPUs' power readings over the run (the whole GPUs' draw); N/A: the GPUs are not "
-                  "known or the readings cover less than 90 % of the run (telemetry kept while the dashboard ran)",
+    "energy kWh": "the server's GPUs' energy over the run from NVML's energy counter, else their power readings "
+                  "(the whole GPUs' draw); N/A: the GPUs are not known or the readings cover less than 90 % of the "
+                  "run (telemetry kept while the dashboard ran)",
     "tool": "the program that wrote an imported result (SGLang bench_serving, vLLM bench serve, SpecForge ...); "
             "N/A: the file did not show which",
 }
