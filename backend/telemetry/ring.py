@@ -22,9 +22,14 @@ class Ring:
         self.cols = {f: array("d", [NAN]) * capacity for f in fields}
         self.n = 0  # total appended
         self.tail = 0  # next write position
+        self._back = 0  # appends whose time went back (a clock set back): a scan then, not a bisection
 
     def append(self, t: float, values: dict[str, float | None]) -> None:
         i = self.tail
+        if self.n and t < self.t[(i - 1) % self.capacity]:
+            self._back = self.capacity  # until every reading from before the step has been overwritten
+        elif self._back:
+            self._back -= 1
         self.t[i] = t
         for f, col in self.cols.items():
             v = values.get(f)
@@ -45,10 +50,37 @@ class Ring:
             return None
         return self.t[(self.tail - len(self)) % self.capacity]
 
+    def _first_at(self, t: float) -> int:
+        """The logical index (0: the oldest) of the first reading at or after ``t``, by bisection."""
+        size, cap = len(self), self.capacity
+        start = (self.tail - size) % cap
+        lo, hi = 0, size
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.t[(start + mid) % cap] < t:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
     def read(self, field: str, since: float, until: float | None = None) -> tuple[list[float], list[float | None]]:
+        """The readings with ``since <= t < until``, oldest first.  Times only go forward (but for a clock set
+        back), so the span is found by bisection: a chart of the last minutes, or a span older than the ring's
+        hour, does not walk the whole hour."""
         col = self.cols[field]
         ts: list[float] = []
         vs: list[float | None] = []
+        if not self._back:
+            size, cap = len(self), self.capacity
+            start = (self.tail - size) % cap
+            k0 = self._first_at(since)
+            k1 = self._first_at(until) if until is not None else size
+            for k in range(k0, max(k0, k1)):
+                i = (start + k) % cap
+                v = col[i]
+                ts.append(self.t[i])
+                vs.append(None if math.isnan(v) else v)
+            return ts, vs
         for i in self._order():
             t = self.t[i]
             if t < since or (until is not None and t >= until):
