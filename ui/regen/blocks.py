@@ -277,11 +277,12 @@ def length_histogram(hist: dict[str, Any] | None, *, unit: str, key: str) -> Non
     last = max(i for i, c in enumerate(counts) if c) + 1
     # the last bin also holds every answer above its upper edge (the job's histogram and SpecForge's)
     labels = [f"≥ {edges[i]:,}" if i == len(counts) - 1 else f"{edges[i]:,}-{edges[i + 1]:,}" for i in range(last)]
-    fig = go.Figure(go.Bar(x=labels, y=counts[:last], marker_color=charts.colour_for("answer length"),
-                           hovertemplate="%{x} " + unit + ": %{y:,} rows<extra></extra>"))
-    fig.update_layout(template="plotly_white", height=300, margin=dict(l=10, r=10, t=40, b=10),
-                      title=dict(text=f"Answer lengths ({unit})", font=dict(size=14)),
-                      xaxis_title=unit, yaxis_title="rows", bargap=0.05)
+    # the layout checked once per unit (charts.white_figure), not on every refresh
+    fig = charts.white_figure(height=300, margin=dict(l=10, r=10, t=40, b=10),
+                              title=dict(text=f"Answer lengths ({unit})", font=dict(size=14)),
+                              xaxis_title=unit, yaxis_title="rows", bargap=0.05)
+    fig.add_trace(go.Bar(x=labels, y=counts[:last], marker_color=charts.colour_for("answer length"),
+                         hovertemplate="%{x} " + unit + ": %{y:,} rows<extra></extra>"))
     st.plotly_chart(fig, width="stretch", key=f"{key}-hist")
 
 
