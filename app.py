@@ -14,7 +14,7 @@ import streamlit as st
 from ui import fmt
 from ui.auth import frame_gate, gate, live_fragment
 from ui.components import store_banner
-from ui.context import WANTED_PAGE, mark_frame, runtime
+from ui.context import WANTED_PAGE, freeze_startup, mark_frame, runtime
 
 HERE = Path(__file__).resolve().parent
 
@@ -120,3 +120,4 @@ try:
 except sqlite3.DatabaseError as exc:  # a page that met a damaged or unwritable store says so, never a traceback
     st.error(f"This page could not read the state store: {exc}" if access.can_see_data else
              "This page could not read the state store; an operator can see why above.", icon=":material/error:")
+freeze_startup()  # once per process: the collection after each run no longer walks start-up's objects
