@@ -328,7 +328,9 @@ def wait_for(page, kind: str, want: int, timeout: float) -> float | None:
 
 
 def measure(kind: str, base: Path, steps: int, a: argparse.Namespace, tb: Path, pw) -> dict:
-    run = copy_run(base, ROOT / f"work-{kind}")
+    import tempfile
+
+    run = copy_run(base, Path(tempfile.mkdtemp(prefix=f"work-{kind}-", dir=ROOT)))
     res: dict = {"server": kind, "steps": steps}
     with serve(kind, run, tb) as (proc, url):
         browser = pw.chromium.launch(executable_path="/usr/bin/chromium", headless=True,
@@ -361,6 +363,7 @@ def measure(kind: str, base: Path, steps: int, a: argparse.Namespace, tb: Path, 
             res["append_s"] = (shown - t_app) / 1000 if shown is not None else None
         finally:
             browser.close()
+    shutil.rmtree(run, ignore_errors=True)
     return res
 
 
