@@ -14,7 +14,7 @@ import streamlit as st
 from ui import fmt
 from ui.auth import frame_gate, gate, live_fragment
 from ui.components import store_banner
-from ui.context import WANTED_PAGE, freeze_startup, mark_frame, runtime
+from ui.context import WANTED_PAGE, WANTED_QUERY, freeze_startup, mark_frame, runtime
 
 HERE = Path(__file__).resolve().parent
 
@@ -56,10 +56,11 @@ def _early_frame() -> tuple:
     overview = _overview()
     st.navigation([overview, *pages, *hidden])  # the names at once; the navigation below replaces it
     wanted = st.session_state.pop(WANTED_PAGE, None)
+    query = st.session_state.pop(WANTED_QUERY, None) or None
     if wanted is not None:
         for page in [overview, *pages]:
             if page.url_path == Path(wanted).stem:
-                st.switch_page(page)
+                st.switch_page(page, query_params=query)  # with the link's run, tab and filters
     head = st.sidebar.empty()
     head.markdown("### Specdeck")
     opening = st.empty()

@@ -12,9 +12,10 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from ui.auth import FRAME_SEEN, PENDING_TOKEN_KEY, actor, runtime
 
-__all__ = ["FRAME_SEEN", "WANTED_PAGE", "actor", "freeze_startup", "mark_frame", "require_frame", "runtime"]
+__all__ = ["FRAME_SEEN", "WANTED_PAGE", "WANTED_QUERY", "actor", "freeze_startup", "mark_frame", "require_frame", "runtime"]
 
 WANTED_PAGE = "_specdeck_wanted_page"
+WANTED_QUERY = "_specdeck_wanted_query"  # the query of a page's URL opened first, for the frame to give back
 
 
 _FROZEN = threading.Lock()
@@ -66,4 +67,7 @@ def require_frame(page_file: str) -> None:
     token = st.query_params.get("token")
     if token:  # switching pages drops the query string: keep the loopback token for the frame's gate
         st.session_state[PENDING_TOKEN_KEY] = token
+    # and the view's state (run, tab, filters: a shared link), which the frame gives back to the page
+    st.session_state[WANTED_QUERY] = {k: (vs if len(vs) > 1 else vs[0]) for k in st.query_params
+                                      if k != "token" and (vs := st.query_params.get_all(k))}
     st.switch_page("app.py")

@@ -29,7 +29,8 @@ def test_a_fresh_dashboard_opened_at_a_page_keeps_its_path_and_names(tmp_path):
 
     with _serve(tmp_path, warm=False) as url, _browser(1024, 768) as page:  # this visit is the server's first
         t0 = time.time()
-        page.goto(url.page("/gpus"), wait_until="domcontentloaded")
+        # a shared link: the page and its view's state (the history's range) in the query
+        page.goto(url.page("/gpus") + "&range=6+h", wait_until="domcontentloaded")
         # the frame while the workspace opens: the page names and a line, not a blank page of file names
         expect(page.locator("[data-testid='stSidebarNav'] a").filter(has_text=re.compile("Regeneration")).first) \
             .to_be_visible(timeout=30_000)
@@ -37,7 +38,7 @@ def test_a_fresh_dashboard_opened_at_a_page_keeps_its_path_and_names(tmp_path):
         expect(page.get_by_role("heading", name="GPUs").first).to_be_visible(timeout=120_000)
         expect(page.get_by_text("Workspace:").first).to_be_visible(timeout=30_000)
         settle(page)
-        expect(page).to_have_url(re.compile(r"/gpus(\?|$)"))
+        expect(page).to_have_url(re.compile(r"/gpus\?(.*&)?range=6(\+|%20)h"))  # the link's view kept
         names = _nav_texts(page)
         assert names[:len(TITLES)] == TITLES, names
         assert not FILE_NAMES & {n.lower() for n in names if n not in TITLES}, names
