@@ -70,3 +70,44 @@ def test_health_of_the_old_endpoint_is_dropped_after_a_config_change(tmp_path: P
     mon.client = SlowOldClient()
     mon._poll_http()
     assert mon.snapshot().health is None  # not the old server's "ok"
+
+
+def test_a_snapshot_during_a_long_slice_is_the_last_one_of_the_run_not_a_wait(tmp_path: Path):
+    """While a catch-up slice holds the lock, a page's snapshot does not wait for it: it gets the last
+    snapshot of the same run and config.  Another run (a relaunch) or a changed config waits for the lock."""
+    import threading
+    import time
+
+    from backend.sglang.runs import RunInfo
+
+    log = tmp_path / "s.log"
+    log.write_text(LINE * 10)
+    cfg = ServerConfig(name="s", model_path="/m", sglang_version="0.5.23")
+    mon = ServerMonitor(cfg, log, "0.5.23", watch=False, http=False)
+    mon.refresh()
+    run = RunInfo("r1", 1000.0, True)
+    first = mon.snapshot(run)
+    held, release = threading.Event(), threading.Event()
+
+    def slice_holding_the_lock():
+        with mon._lock:
+            held.set()
+            release.wait(10)
+
+    t = threading.Thread(target=slice_holding_the_lock)
+    t.start()
+    held.wait(5)
+    t0 = time.monotonic()
+    assert mon.snapshot(run) is first  # the last one of this run, at once
+    assert time.monotonic() - t0 < 2.0
+    got: list = []
+    other = threading.Thread(target=lambda: got.append(mon.snapshot(RunInfo("r2", 2000.0, True))))
+    other.start()
+    other.join(0.5)
+    assert other.is_alive() and not got  # another run waits for the slice to end
+    release.set()
+    other.join(5)
+    t.join(5)
+    assert got and got[0] is not first
+    # a fresh snapshot once the lock is free
+    assert mon.snapshot(run) is not first
