@@ -391,3 +391,41 @@ def test_the_page_names_the_trainer_only_from_evidence(workspace):
 
     assert status(AUTOMODEL).startswith("unknown trainer log")
     assert status(GEN3_STEP).startswith("SpecForge Gen-3 log")
+
+
+def test_accept_len_per_dataset_of_each_checkpoint(workspace):
+    """Benchmarks of a run's checkpoints on held-out prompts of each dataset: one row per checkpoint and load,
+    a column per dataset, newest checkpoint first, and the dataset the newest one accepts least on named."""
+    from specdeck_types.bench import BenchConfig, BenchFigures, BenchLoad, BenchResult
+    from state.bench import BenchStore
+
+    out = workspace / "out"
+    write_checkpoint(out / "epoch_0_step_10")
+    write_checkpoint(out / "epoch_0_step_20")
+    log = workspace / "train.log"
+    log.write_text(gen2_log(), encoding="utf-8")
+    at = follow(page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60)), log, out)
+    assert any("no benchmark of these checkpoints records the dataset" in c.value for c in at.caption)
+    store = BenchStore(runtime_of(workspace).store)
+    for ck, ds, acc in (("epoch_0_step_10", "math", 2.1), ("epoch_0_step_10", "chat", 1.7),
+                        ("epoch_0_step_20", "math", 2.9), ("epoch_0_step_20", "chat", 1.9),
+                        ("epoch_0_step_20", "code", 2.4), ("epoch_0_step_20", "", 3.3)):  # no dataset: left out
+        store.insert(BenchResult("run", config=BenchConfig(target_model="t", draft_model=str(out / ck),
+                                                           algorithm="EAGLE3"),
+                                 load=BenchLoad(concurrency=1, input_len=256, output_len=256, dataset=ds or None),
+                                 results=BenchFigures(accept_len=acc, output_tok_s=100 * acc), server="demo"))
+    # a benchmark of another run's checkpoint of the same name is not this run's
+    store.insert(BenchResult("run", config=BenchConfig(target_model="t", draft_model=str(workspace / "other" /
+                                                                                          "epoch_0_step_20"),
+                                                       algorithm="EAGLE3"),
+                             load=BenchLoad(concurrency=1, input_len=256, output_len=256, dataset="math"),
+                             results=BenchFigures(accept_len=9.0), server="demo"))
+    at.slider(key="train-smooth").set_value(0.0).run()
+    df = next(d.value for d in at.dataframe if "math · accept_len" in d.value.columns)
+    assert list(df["checkpoint"]) == ["epoch_0_step_20", "epoch_0_step_10"]
+    rows = df.set_index("checkpoint")
+    assert rows.loc["epoch_0_step_20", "math · accept_len"] == 2.9 and rows.loc["epoch_0_step_20", "chat · accept_len"] == 1.9
+    assert rows.loc["epoch_0_step_10", "chat · accept_len"] == 1.7
+    assert str(rows.loc["epoch_0_step_10", "code · accept_len"]) == "nan"  # not measured there
+    assert any("Lowest on the newest checkpoint measured: **chat (1.90, epoch_0_step_20)**" in c.value
+               for c in at.caption)

@@ -16,6 +16,7 @@ from backend.train.checkpoints import CheckpointInfo, RunCheckpoints, inspect_ch
 from ui import fmt
 from ui.auth import control_lock, data_lock, live_fragment, typed_path
 from ui.components import code_span, findings_list, path_text
+from ui.train import per_dataset
 from ui.train.curves import bench_results
 from ui.train.data import RunRef, measured
 from ui.train.follow import recheck_followed
@@ -120,6 +121,7 @@ def checkpoints_tab(rt, ref: RunRef) -> None:
                      help="the latest benchmark whose draft was this checkpoint; N/A: none yet")})
     st.download_button("Download CSV", table.to_csv(index=False).encode(), file_name=f"{ref.name}-checkpoints.csv",
                        mime="text/csv", key="train-ckpt-csv", icon=":material/download:")
+    per_dataset.panel(bench_results(rt), run.checkpoints, key=f"{_key(ref)}-ckpt")
     if run.best_meta:
         with st.expander("Best checkpoint metadata (best_meta.json)"):
             st.json(run.best_meta)
