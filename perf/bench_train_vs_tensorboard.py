@@ -51,6 +51,9 @@ from pathlib import Path
 import psutil
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from perf.bench_pages_browser import tree_cpu  # noqa: E402  (a server's process tree's CPU seconds)
+
 ROOT = Path("/tmp/specdeck-train-vs-tb")
 TTT = 7
 APPEND_TIMEOUT_S = 60.0
@@ -277,21 +280,6 @@ def serve(kind: str, run: Path, tb: Path):
             proc.wait()
         out.close()
 
-
-def tree_cpu(pid: int) -> float:
-    total = 0.0
-    try:
-        p = psutil.Process(pid)
-        procs = [p, *p.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return 0.0
-    for q in procs:
-        try:
-            c = q.cpu_times()
-            total += c.user + c.system
-        except psutil.NoSuchProcess:
-            pass
-    return total
 
 
 def tree_rss(pid: int) -> int:
