@@ -195,12 +195,23 @@ def test_restart_killed_half_way_is_finished_by_the_next_supervisor(tmp_path, cl
         wait_for(lambda: gone(pid), timeout_s=30)
         assert listed(w)["slow"]["state"] == "STOPPING"
         # ... the next supervisor that acts does.
-        sup = _cli(ws, "supervise", "--interval", "0.1")
+        err = tmp_path / f"supervise-{n}.err"
+        with open(err, "wb") as err_file:
+            # faulthandler: a supervise that does not end is made to print every thread's stack (SIGABRT)
+            sup = subprocess.Popen([PY, "-X", "faulthandler", "-m", "backend.cli", "-w", w, "supervise",
+                                    "--interval", "0.1"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=err_file,
+                                   start_new_session=True, preexec_fn=_default_hangup)
         try:
             new_pid = wait_for(lambda: (r := listed(w)["slow"])["state"] == "RUNNING" and r["pid"], timeout_s=60)
         finally:
             os.killpg(sup.pid, signal.SIGINT)
-            sup.wait(timeout=30)
+            try:
+                sup.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.kill(sup.pid, signal.SIGABRT)
+                sup.wait(timeout=30)
+                raise AssertionError("supervise did not end within 30 s of SIGINT; its threads:\n"
+                                     + err.read_text(errors="replace")[-6000:]) from None
         assert new_pid != pid
         pid = new_pid
     (ws / f"release-{pid}").touch()  # lets the teardown's stop end the last run at once
