@@ -92,7 +92,19 @@ def pytest_collection_modifyitems(config, items):
 _GROUPS_ENV = "SPECDECK_XDIST_GROUPS"
 
 
+def _hear_sigint() -> None:
+    """A suite started in the background of a non-interactive shell (``scripts/test &``, a CI runner's step)
+    inherits SIGINT ignored, and an ignored signal stays ignored through exec: the command lines the tests
+    start and stop with Ctrl-C (``supervise``, ``processes log --follow``) would never hear it.  Every test
+    process takes SIGINT back, so what it starts gets the default, as from a terminal."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def pytest_configure(config):
+    _hear_sigint()  # in the controller and in every worker
     if hasattr(config, "workerinput") or getattr(config.option, "dist", "no") != "loadgroup":
         return
     import shutil
