@@ -20,6 +20,7 @@ from ui.train import control as train_control
 from ui.train import ckpt as train_ckpt
 from ui.train import cost as train_cost
 from ui.components import page_header
+from ui.overview_train import focus_run
 from ui.train.deploy import deploy_panel
 from ui.context import runtime
 from ui.overview_query import QueryState
@@ -43,6 +44,22 @@ if not runs:
     st.stop()
 
 names = list(runs)
+
+
+def _first_run(names: list[str]) -> str:
+    """A first visit's run: the one the Overview shows where it is running or has a log (a running run, else the
+    one whose log was written last), not a run that never started; else the newest entry."""
+    focus = focus_run(rt)
+    if focus in names:
+        view = rt.supervisor.view(focus)
+        try:
+            logged = rt.train.log_path(focus).exists()
+        except (OSError, KeyError, ValueError):
+            logged = False
+        if (view is not None and view.live) or logged:
+            return focus
+    return names[-1]
+
 # the run, the overlaid runs (and paths) and the tab are in the URL's query (?run=NAME&overlay=A&overlay_path=
 # /runs/b&tab=Checkpoints): a view can be reloaded and shared; a value that is not a run or tab here is ignored
 # with a note
@@ -56,7 +73,7 @@ wanted = st.session_state.pop("train-run-wanted", None)
 if wanted in names:
     st.session_state["train-run"] = wanted
 if st.session_state.get("train-run") not in names:
-    st.session_state["train-run"] = names[-1]
+    st.session_state["train-run"] = _first_run(names)
 new_paths = [n for n in by_path if n not in st.session_state.get("train-overlay-offered", [])]
 st.session_state["train-overlay-offered"] = list(by_path)
 if new_paths:  # a path just added is drawn at once

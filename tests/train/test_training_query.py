@@ -73,3 +73,23 @@ def test_bad_values_are_ignored_with_a_note_and_the_cost_says_why_it_is_unknown(
     cost = next(c for c in at.caption if "Cost of this run" in str(c.value))
     assert "N/A" in str(cost.value) and "0.00" not in str(cost.value)
     assert "not started" in (cost.proto.help or "")
+
+
+@pytest.mark.timeout(240)
+def test_a_first_visit_opens_the_run_with_a_log_not_a_run_never_started(workspace):
+    """Without a link the page opens the run the Overview shows: one with a log (beta never started, alpha wrote
+    its log), not the newest entry, whose curves would be an empty 'no log yet'."""
+    from backend import runtime as runtime_mod
+    from backend.flows.workspace import load_workspace
+
+    rt = runtime_mod.Runtime(load_workspace(workspace), background=False)
+    try:
+        log = rt.train.log_path("alpha")
+    finally:
+        rt.close()
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("Training Epoch 0:   1%|          | 1/100 [00:01<01:39,  1.00it/s, loss=5.0]\n")
+    at = _page()
+    assert at.selectbox(key="train-run").value == "alpha"
+    at.selectbox(key="train-run").select("beta").run()  # the user's choice stays
+    assert at.selectbox(key="train-run").value == "beta"
