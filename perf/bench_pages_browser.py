@@ -31,7 +31,6 @@ import argparse
 import json
 import os
 import secrets
-import signal
 import socket
 import statistics
 import subprocess
@@ -198,12 +197,9 @@ def start(name: str, tree: Path, script: str, home: Path, workspace: Path | None
             time.sleep(0.5)
         yield server
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        from tests.e2e._dashboard import stop_group
+
+        stop_group(proc)
         out.close()
         ws = workspace if workspace is not None else home / "demo"
         if (ws / "specdeck.toml").exists():

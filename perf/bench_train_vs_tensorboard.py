@@ -38,7 +38,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -53,6 +52,7 @@ import psutil
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from perf.bench_pages_browser import tree_cpu  # noqa: E402  (a server's process tree's CPU seconds)
+from tests.e2e._dashboard import stop_group  # noqa: E402
 
 ROOT = Path("/tmp/specdeck-train-vs-tb")
 TTT = 7
@@ -269,15 +269,7 @@ def serve(kind: str, run: Path, tb: Path):
             time.sleep(0.2)
         yield proc, url
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_group(proc)
         out.close()
 
 

@@ -54,6 +54,20 @@ def _first_run(port: int, token: str, *, timeout_s: float) -> None:
         raise RuntimeError(f"the dashboard's first run raised: {run['exceptions'][:3]}")
 
 
+def stop_group(proc: subprocess.Popen, grace_s: float = 15.0) -> None:
+    """End the process group ``proc`` leads (started with ``start_new_session``): SIGTERM, ``grace_s``, then
+    SIGKILL.  Used by the browser tests and the perf scripts that start a dashboard or a server."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 @contextmanager
 def serve(home: Path, env_extra: dict[str, str] | None = None, *, workspace: Path | None = None,
           timeout_s: float = 60.0, address: str = "127.0.0.1", args: tuple[str, ...] = (),
@@ -102,12 +116,7 @@ def serve(home: Path, env_extra: dict[str, str] | None = None, *, workspace: Pat
             _first_run(port, token, timeout_s=max(timeout_s, 240.0))
         yield url
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_group(proc)
         log.close()
         # end the workspace's managed processes too
         if (ws / "specdeck.toml").exists():

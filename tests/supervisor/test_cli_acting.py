@@ -122,9 +122,9 @@ def _default_hangup() -> None:
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
-def _cli(ws: Path, *argv: str) -> subprocess.Popen:
-    return subprocess.Popen([PY, "-m", "backend.cli", "-w", str(ws), *argv], cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+def _cli(ws: Path, *argv: str, stderr=subprocess.DEVNULL, python_flags: tuple[str, ...] = ()) -> subprocess.Popen:
+    return subprocess.Popen([PY, *python_flags, "-m", "backend.cli", "-w", str(ws), *argv], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True,
                             preexec_fn=_default_hangup)
 
 
@@ -198,9 +198,7 @@ def test_restart_killed_half_way_is_finished_by_the_next_supervisor(tmp_path, cl
         err = tmp_path / f"supervise-{n}.err"
         with open(err, "wb") as err_file:
             # faulthandler: a supervise that does not end is made to print every thread's stack (SIGABRT)
-            sup = subprocess.Popen([PY, "-X", "faulthandler", "-m", "backend.cli", "-w", w, "supervise",
-                                    "--interval", "0.1"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=err_file,
-                                   start_new_session=True, preexec_fn=_default_hangup)
+            sup = _cli(ws, "supervise", "--interval", "0.1", stderr=err_file, python_flags=("-X", "faulthandler"))
         try:
             new_pid = wait_for(lambda: (r := listed(w)["slow"])["state"] == "RUNNING" and r["pid"], timeout_s=60)
         finally:

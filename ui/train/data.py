@@ -483,7 +483,8 @@ class Measured:
     started_at: float | None
 
 
-def _norm(p: str | os.PathLike[str]) -> str:
+def norm_path(p: str | os.PathLike[str]) -> str:
+    """A path as one string per file: ``~`` expanded, resolved (links followed); as given where that fails."""
     try:
         return str(Path(p).expanduser().resolve())
     except (OSError, RuntimeError):
@@ -494,13 +495,13 @@ def measured(results: Iterable, checkpoints: Iterable) -> list[Measured]:
     """Benchmarks whose draft is one of ``checkpoints`` (a result's ``config.draft_model`` names the
     checkpoint folder, compared as resolved paths), oldest first; results without an accept length are
     left out (N/A is not a measurement)."""
-    by_path = {_norm(c.path): c for c in checkpoints}
+    by_path = {norm_path(c.path): c for c in checkpoints}
     out = []
     for r in results:
         draft = r.config.draft_model
         if not draft or r.accept_len is None:
             continue
-        c = by_path.get(_norm(draft))
+        c = by_path.get(norm_path(draft))
         if c is None:
             continue
         x = c.step if c.step is not None else c.epoch

@@ -5,7 +5,6 @@ kind of data than on the others is what the next draft's training data needs mor
 
 from __future__ import annotations
 
-import os
 from typing import Iterable
 
 import streamlit as st
@@ -14,24 +13,21 @@ from backend.bench import per_dataset
 from ui import fmt
 from ui.bench.data import load_short, when
 from ui.bench.datasets import frame
+from ui.train.data import norm_path
 
 NAME = "checkpoints"
-
-
-def _real(p: str | os.PathLike[str]) -> str:
-    return os.path.realpath(os.path.expanduser(str(p)))
 
 
 def checkpoint_table(results: Iterable, checkpoints: Iterable) -> tuple[per_dataset.Table, dict[str, int]] | None:
     """The table (its rows' configuration is the checkpoint's name) and each checkpoint's place in the run, or
     None where no valid benchmark of these checkpoints records its dataset."""
     cks = list(checkpoints)
-    by_path = {_real(c.path): c.name for c in cks}
-    mine = [r for r in results if r.config.draft_model and _real(r.config.draft_model) in by_path]
+    by_path = {norm_path(c.path): c.name for c in cks}
+    mine = [r for r in results if r.config.draft_model and norm_path(r.config.draft_model) in by_path]
     if not any(not r.invalid and (r.load.dataset or "").strip() for r in mine):
         return None
     t = per_dataset.table(mine, NAME, server_of=lambda r: NAME,
-                          config_of=lambda r: by_path[_real(r.config.draft_model)], load_of=load_short, when=when)
+                          config_of=lambda r: by_path[norm_path(r.config.draft_model)], load_of=load_short, when=when)
     return t, {c.name: i for i, c in enumerate(cks)}
 
 
