@@ -93,13 +93,23 @@ _FOLLOW_MEM = {"server": 61 * GIB + 512 * 1024**2, "training": 38 * GIB}
 
 
 def _alive(pid: int) -> bool:
+    """A process a GPU would still list: it exists and has not ended.  An
+    ended child its parent has not reaped yet (a zombie) holds no GPU memory:
+    the supervisor's wrapper keeps its child unreaped while it ends what the
+    child left behind, and a relaunch can start the next server meanwhile."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except (PermissionError, OSError):
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return True  # no procfs: existence is all there is to know
+    state = stat[stat.rfind(b")") + 2:][:1]  # the field after the command, which may hold ')'
+    return state not in (b"Z", b"X")
 
 
 @dataclass(frozen=True)

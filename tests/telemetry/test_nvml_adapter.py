@@ -471,3 +471,25 @@ def test_the_fake_places_demo_servers_by_tensor_parallelism_and_visible_devices(
 def test_the_fake_places_a_plain_server_tuple_on_one_gpu():
     fake = FakeNvml(gpus=2, follow=lambda: [("main", "server", 7, "RUNNING")])
     assert _holders_by_gpu(fake) == {0: [7]}
+
+
+def test_the_fake_drops_a_relaunched_servers_ended_pid_while_it_is_still_unreaped():
+    """A relaunch: the old server has ended but its parent has not reaped it yet (the wrapper
+    keeps it so while it ends leftovers) and the supervisor already lists the new pid.  A GPU
+    lists the new pid only; the placement cached a moment ago must not keep the old one."""
+    import os
+    import subprocess
+    import sys
+
+    old = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        current = [("main", "server", old.pid, "RUNNING")]
+        fake = FakeNvml(gpus=2, follow=lambda: current)
+        assert _holders_by_gpu(fake) == {0: [old.pid]}
+        old.terminate()
+        os.waitid(os.P_PID, old.pid, os.WEXITED | os.WNOWAIT)  # ended, pid still taken
+        current = [("main", "server", os.getpid(), "RUNNING")]
+        assert _holders_by_gpu(fake) == {0: [os.getpid()]}
+    finally:
+        old.kill()
+        old.wait()
