@@ -12,7 +12,6 @@ from dataclasses import replace
 
 import streamlit as st
 
-from state.bench import BenchStore
 from ui import fmt
 from ui.bench import run as bench_run
 from ui.bench import imports as bench_import
@@ -20,6 +19,7 @@ from ui.bench import charts as bench_charts
 from ui.bench import breakeven as bench_breakeven
 from ui.bench import data as data
 from ui.bench import cost as bench_cost
+from ui.bench import stored as bench_stored
 from ui.bench import datasets as bench_datasets
 from ui.bench.sweep import sweep_panel
 from ui.components import page_header
@@ -34,7 +34,7 @@ rt = runtime()
 page_header("Benchmarks", "Does speculation pay on this server? Every benchmark run here or imported, each compared "
             "with the run without speculation at the same load, and the model that says why.")
 
-stored = BenchStore(rt.store).list()
+stored = bench_stored.results(rt.store)
 st.session_state[bench_run.SEEN] = [r.id for r in stored]
 bench_run.space_alert(rt)
 # A result measured across two server runs stays in the table, marked, and out of every comparison.

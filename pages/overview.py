@@ -21,13 +21,13 @@ import time  # noqa: E402
 import streamlit as st  # noqa: E402
 
 from backend.bench import baseline  # noqa: E402
-from state.bench import BenchStore  # noqa: E402
 from ui import fmt  # noqa: E402
 from ui import overview_data as data  # noqa: E402
 from ui import overview_pipeline as pipe  # noqa: E402
 from ui import overview_train as train  # noqa: E402
 from ui.auth import control_lock, data_lock, live_fragment  # noqa: E402
 from ui.bench import data as bench_data  # noqa: E402
+from ui.bench import stored as bench_stored  # noqa: E402
 from ui.components import page_header  # noqa: E402
 from ui.context import runtime  # noqa: E402
 from ui.regen.blocks import STATE_TEXT  # noqa: E402
@@ -346,7 +346,7 @@ def gpus_tile() -> None:
 
 def _newest_verdict() -> pipe.NewestVerdict:
     """The newest speculative result's verdict, computed again only when the stored results change."""
-    results = BenchStore(rt.store).list()
+    results = bench_stored.results(rt.store)
     key = (len(results), results[0].id if results else None)
     cached = st.session_state.get("ov-bench-verdict")
     if cached is None or cached[0] != key:
@@ -415,7 +415,7 @@ def _cost_lines() -> list[data.CostLine]:
     now = time.time()
     lines = [data.cost_line("Regeneration", data.regen_costs(rt, now=now), none="no run yet"),
              data.cost_line("Training", list(data.train_costs(rt, now=now).values()), none="no run in the workspace")]
-    results = BenchStore(rt.store).list()
+    results = bench_stored.results(rt.store)
     key = (len(results), results[0].id if results else None)
     cached = st.session_state.get("ov-bench-cost")
     if cached is None or cached[0] != key:  # each result's cost reads its power history once

@@ -22,10 +22,10 @@ from backend.flows.bench_job import (DONE, FAILED, RUNNING, STOPPED, Progress, b
                                load_dict, preview, progress_path, read_progress)
 from backend.diskspace import low_space
 from specdeck_types.bench import BenchResult
-from state.bench import BenchStore
 from ui import fmt
 from ui.bench import charts as bench_charts
 from ui.bench import data
+from ui.bench import stored as bench_stored
 from ui.auth import control_lock, data_lock, live_fragment, show_data_lock
 from ui.components import freshness, path_text, stop_control
 from ui.context import actor
@@ -370,7 +370,7 @@ def stored_results(rt, ids) -> None:
     fleet = rt.fleet
     configured = {n: (fleet.config(n).model_path, fleet.config(n).served_model_name, fleet.config(n).baseline_tok_s)
                   for n in fleet.names()}
-    rows = result_rows(BenchStore(rt.store).list(), ids, configured, fleet.router_names())
+    rows = result_rows(bench_stored.results(rt.store), ids, configured, fleet.router_names())
     if not rows:
         return
     st.markdown("**Stored results**")
