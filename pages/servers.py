@@ -22,7 +22,7 @@ from backend.sglang import livefigures
 from backend.sglang.alerts import ACCEPT_FLOOR
 from backend.sglang.monitor import PAR_TOLERANCE, SLOW_RATIO, STEADY_WINDOW_S, steady_verdict
 from backend.sglang.preflight import has_errors
-from ui import charts, fmt
+from ui import fmt, servers_charts
 from ui.bench import baseline as baseline_measure
 from backend.logview import newest_line_age
 from ui.auth import control_lock, data_lock, live_fragment, show_data_lock
@@ -201,43 +201,6 @@ def live_figures(snap, server: str) -> baseline.BaselineChoice:
     return choice
 
 
-def live_charts(snap, choice: baseline.BaselineChoice) -> None:
-    """Every run in the series; each restart breaks the lines and is marked."""
-    dec = snap.decode
-    ts, starts = dec["ts"], snap.run_starts
-    fig = charts.figure("accept_len", y_title="tokens per step", height=260)
-    charts.add_series(fig, "accept_len", ts, dec["accept_len"], fmt=".2f", breaks=starts)
-    fig.add_hline(y=1.0, line_dash="dot", line_color="#dc2626",
-                  annotation_text="1.0 = no draft token accepted", annotation_position="bottom left")
-    fig2 = charts.figure("Per-request decode (tok/s)", y_title="tok/s per request", height=260)
-    per_req = [None if t is None or not r else t / r for t, r in zip(dec["gen_throughput"], dec["running_req"])]
-    charts.add_series(fig2, "per request", ts, per_req, fmt=",.1f", breaks=starts)
-    fig3 = charts.figure("Aggregate tok/s (all requests)", y_title="tok/s", height=260)
-    charts.add_series(fig3, "aggregate tok/s", ts, dec["gen_throughput"], fmt=",.1f", breaks=starts)
-    if choice.stored:  # measured: it meets the aggregate, at the concurrency it was measured at
-        if choice.tok_s is not None:
-            charts.add_baseline(fig3, choice.tok_s, f"baseline at concurrency {choice.concurrency}")
-    else:
-        charts.add_baseline(fig2, snap.baseline_tok_s, "configured single-stream baseline")
-    fig4 = charts.figure("Requests", y_title="requests", height=260)
-    charts.add_series(fig4, "running", ts, dec["running_req"], fmt=".0f", breaks=starts)
-    charts.add_series(fig4, "queued", ts, dec["queue_req"], fmt=".0f", breaks=starts)
-    charts.legend_below(fig4)
-    for f in (fig, fig2, fig3, fig4):
-        charts.mark_restarts(f, starts)
-    left, right = st.columns(2)
-    left.plotly_chart(fig, width="stretch", key="srv-acc-chart")
-    right.plotly_chart(fig2, width="stretch", key="srv-tput-chart")
-    left, right = st.columns(2)
-    left.plotly_chart(fig3, width="stretch", key="srv-agg-chart")
-    right.plotly_chart(fig4, width="stretch", key="srv-req-chart")
-    if starts:
-        st.caption(f"{len(starts)} restart(s) in this history, marked by dotted lines: each run's line starts afresh.")
-    if snap.accept_rate_meaning != "none":
-        st.caption(f"accept rate in this log means {snap.accept_rate_description}; compare accept_len "
-                   "across versions, not accept rate.")
-
-
 # -- live status ------------------------------------------------------------------
 
 def _setting(v) -> str:
@@ -315,7 +278,7 @@ def live(server: str) -> None:
     choice = live_figures(snap, server)
     baseline_measure.progress(rt, server)
     if snap.decode["ts"]:
-        live_charts(snap, choice)
+        servers_charts.live_charts(snap, choice)
     elif snap.status == "ready":
         st.info("Ready, but no decode line yet: lines appear every `decode_log_interval` decode steps "
                 "once requests arrive.", icon=":material/info:")

@@ -160,3 +160,64 @@ def test_restart_marks_in_one_update_equal_plotlys_own_vlines():
     mark_restarts(ours, starts)
     assert len(ours.layout.shapes) == 2 * len(starts)  # a line on each plot
     assert json.loads(ours.to_json())["layout"] == by_plotly(grid())
+
+
+def test_long_lines_in_time_order_take_the_numpy_path_to_the_same_points():
+    """charts.points on a line longer than MAX_POINTS (a server's 20,000 decode lines) gives exactly what
+    with_breaks and downsample give in Python: the same kept points, gaps and restart breaks."""
+    import random
+
+    from ui import charts
+
+    def python(ts, ys, breaks, max_points):
+        timed = [(t, y) for t, y in zip(ts, ys) if t is not None]
+        return charts.downsample(*charts.with_breaks([t for t, _ in timed], [y for _, y in timed], breaks), max_points)
+
+    rng = random.Random(7)
+    took_numpy = 0
+    for _ in range(120):
+        n = rng.choice([2_001, 2_500, 7_777, 20_000])
+        max_points = rng.choice([4, 10, 100, 2_000])
+        t0 = 1.7e9
+        ts = sorted(t0 + rng.random() * 1e4 for _ in range(n)) if rng.random() < 0.5 else [t0 + i for i in range(n)]
+        p_none = rng.choice([0, 0.01, 0.3, 0.9, 1.0])
+        ys = [None if rng.random() < p_none else rng.choice([float(rng.randint(0, 5)), rng.random(), rng.randint(0, 9)])
+              for _ in range(n)]
+        if rng.random() < 0.3:  # points without a time
+            for i in rng.sample(range(n), n // 100):
+                ts[i] = None
+        breaks = [t0 + rng.random() * 1.2e4 - 1e3 for _ in range(rng.choice([0, 1, 3, 20]))]
+        if ts[3] is not None and rng.random() < 0.3:
+            breaks.append(ts[3])  # a restart at a point's own time
+        fast = charts._points_np(ts, ys, breaks, max_points)
+        assert fast is not None
+        took_numpy += 1
+        fast = (fast[0].tolist(), [None if v != v else v for v in fast[1].tolist()])  # NaN: missing
+        xs, vals = python(ts, ys, breaks, max_points)
+        assert fast == ([float(x) for x in xs], [None if v is None else float(v) for v in vals])
+        assert charts.points(ts, ys, breaks, max_points) == fast
+    assert took_numpy == 120
+    # times out of order: the Python path, whose order-dependent breaks are the reference
+    assert charts._points_np([3.0, 1.0, 2.0] * 1_000, [1.0] * 3_000, (), 100) is None
+
+
+def test_a_long_line_goes_to_plotly_as_arrays_with_its_gaps_and_local_times():
+    """add_series on 20,000 points: numpy arrays (no check per point), the same kept points as the Python path,
+    a missing value NaN (a gap in plotly.js), the times in local time."""
+    from datetime import datetime
+
+    import numpy as np
+    import plotly.graph_objects as go
+
+    from ui import charts
+
+    ts = [1.7e9 + i * 0.5 for i in range(20_000)]
+    ys = [None if i % 500 == 0 else float(i % 97) for i in range(20_000)]
+    fig = go.Figure()
+    charts.add_series(fig, "x", ts, ys, breaks=[ts[9_999] + 0.1])
+    trace = fig.data[0]
+    xs, vals = charts.points(ts, ys, [ts[9_999] + 0.1])
+    assert len(trace.y) == len(vals) <= charts.MAX_POINTS + 1_000
+    assert [None if v != v else float(v) for v in np.asarray(trace.y).tolist()] == vals
+    assert np.isnan(np.asarray(trace.y)).sum() == vals.count(None) > 20  # the gaps and the restart's break
+    assert str(trace.x[1]).startswith(datetime.fromtimestamp(xs[1]).isoformat(timespec="milliseconds"))
