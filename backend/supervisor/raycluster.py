@@ -247,15 +247,15 @@ def load_cluster(root: str | os.PathLike[str]) -> Cluster | None:
 
 # Runs the argv in its own process group, passes SIGTERM/SIGINT on to that group, and when the
 # child ends ends what is left of its group (SIGTERM, the grace, SIGKILL): Ray leaves background
-# children of a job that exits.  A stop that arrives before the child started means it never starts.
+# children of a job that exits.  A stop that arrives before the child started means it never starts;
+# the stop signals are blocked while the child starts (and unblocked in it before its exec), so a stop
+# that arrives meanwhile reaches the child's group once ``child`` is set, never a child not yet known.
 # Killed by signal N, it exits 128+N.  Standard library only: it runs on the cluster's nodes.
 _WRAPPER = r"""
 import base64, json, os, signal, subprocess, sys, time
 c = json.loads(base64.b64decode(sys.argv[2]))
-got = []
 child = None
 def on_signal(sig, frame):
-    got.append(sig)
     if child is None:
         sys.exit(128 + sig)
     try:
@@ -266,13 +266,20 @@ signal.signal(signal.SIGTERM, on_signal)
 signal.signal(signal.SIGINT, on_signal)
 if c.get("cwd"):
     os.chdir(c["cwd"])
+stops = {signal.SIGTERM, signal.SIGINT}
+signal.pthread_sigmask(signal.SIG_BLOCK, stops)
+pending = sorted(signal.sigpending() & stops)
+if pending:
+    sys.exit(128 + pending[0])
+def unblock():
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
 try:
-    child = subprocess.Popen(c["argv"], start_new_session=True)
+    child = subprocess.Popen(c["argv"], start_new_session=True, preexec_fn=unblock)
 except OSError as exc:
     print("cannot start %s: %s" % (c["argv"][0], exc), file=sys.stderr, flush=True)
     sys.exit(127)
-for sig in got:
-    os.killpg(child.pid, sig)
+finally:
+    unblock()
 rc = child.wait()
 def group_alive():
     try:

@@ -143,6 +143,57 @@ def test_entrypoint_passes_sigterm_to_the_group_and_reports_the_signal(tmp_path)
             p.kill()
 
 
+def test_a_stop_at_any_moment_of_the_entrypoints_start_never_leaves_the_program_running(tmp_path):
+    """Ray stops a queued job as soon as it places it, so the stop can reach the wrapper while it starts the
+    program.  Whenever it comes, the program either never starts or ends with the wrapper: never an orphan
+    in its own session (a stop during the child's start used to exit the wrapper and leave it running)."""
+    import os
+    import random
+    import shlex
+
+    import psutil
+
+    def argv_for(pidfile):
+        code = f"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+        return shlex.split(entrypoint(_spec(code), python=PY, cwd=None))
+
+    starts = []  # how long the wrapper takes to start the program, on this machine now
+    for k in range(3):
+        pidfile = tmp_path / f"t{k}.pid"
+        t0 = time.monotonic()
+        p = subprocess.Popen(argv_for(pidfile))
+        wait_for(lambda: pidfile.exists() and pidfile.read_text(), timeout_s=20, interval_s=0.001)
+        starts.append(time.monotonic() - t0)
+        p.terminate()
+        p.wait(timeout=20)
+    start = sorted(starts)[1]
+    rng = random.Random(20261202)
+    pidfiles = []
+    try:
+        for k in range(100):
+            pidfiles.append(tmp_path / f"r{k}.pid")
+            p = subprocess.Popen(argv_for(pidfiles[-1]))
+            time.sleep(rng.uniform(0.2, 1.0) * start)
+            p.send_signal(signal.SIGTERM)
+            assert p.wait(timeout=20) in (0, 128 + signal.SIGTERM, -signal.SIGTERM)
+        time.sleep(1.0)  # a program the wrapper lost would have written its pid by now
+        left = []
+        for f in pidfiles:
+            if f.exists() and f.read_text():
+                pid = int(f.read_text())
+                if not gone(pid):
+                    left.append(pid)
+        assert not left, f"{len(left)} of 100 programs outlived their stopped entrypoint"
+    finally:
+        for f in pidfiles:
+            try:
+                pid = int(f.read_text())
+                if psutil.pid_exists(pid) and "time.sleep(60)" in " ".join(psutil.Process(pid).cmdline()):
+                    os.kill(pid, signal.SIGTERM)
+            except (OSError, ValueError, psutil.Error):
+                pass
+
+
 def test_exit_code_of_maps_128_plus_signal():
     assert exit_code_of(137) == -9 and exit_code_of(3) == 3 and exit_code_of(None) is None and exit_code_of(255) == 255
 
