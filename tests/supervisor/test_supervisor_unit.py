@@ -489,7 +489,12 @@ def test_adopt_runs_due_http_probes_synchronously(env):
     assert prober.timeouts and max(prober.timeouts) <= 0.5
 
 
-def test_poll_with_sync_probes_and_without(env):
+def test_poll_with_sync_probes_and_without(env, monkeypatch):
+    from backend.supervisor import ticking
+
+    # the one-shot wait (0.5 s) made long: a loaded machine can run the prober's thread late, and this
+    # test is about whether the poll waits at all, not about how long it may
+    monkeypatch.setattr(ticking, "_SYNC_PROBE_S", 10.0)
     sup, clock, fos, _, store, _, tmp = env
     probe = ReadinessProbe(kind="http", url="http://127.0.0.1:9/health", interval_s=5, timeout_s=60)
     sup.sync_specs([spec(tmp, readiness=probe)])
