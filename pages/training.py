@@ -83,7 +83,9 @@ if st.session_state.get("train-overlay"):  # never the chosen run itself
                                          if (n in names or n in by_path) and n != st.session_state["train-run"]]
 query.take("tab", TAB_KEY, SECTION_NAMES, what="tab")  # into the tabs' state: their default stays the same
 query.show_notes()
-left, mid, right = st.columns([2, 3, 3], vertical_alignment="bottom")
+# the path column is the widest: at 1024 px its field and Overlay button must share one row (in a column of
+# 3/8 the button fell under the field)
+left, mid, right = st.columns([2, 3, 4], vertical_alignment="bottom")
 name = left.selectbox("Run", names, key="train-run")
 overlay = mid.multiselect("Overlay runs", [n for n in names if n != name] + list(by_path), key="train-overlay",
                           help="their curves drawn with this run's, a colour per run (runs of this workspace, "

@@ -155,10 +155,10 @@ def overlay_path_input(rt) -> None:
     lock = control_lock(rt)
     with st.form("train-overlay-path", border=False, clear_on_submit=True):
         with st.container(horizontal=True, vertical_alignment="bottom"):
-            text = st.text_input("Overlay a log or folder by path", key="train-overlay-path-text",
+            text = st.text_input("Overlay a log or folder", key="train-overlay-path-text",
                                  disabled=bool(lock), placeholder="/runs/other-workspace  or  /runs/a/train.log",
-                                 help="a training log, or a folder whose *.log and logs/*.log files are training "
-                                      "logs (another workspace's runs); a relative path is taken from the "
+                                 help="by path: a training log, or a folder whose *.log and logs/*.log files are "
+                                      "training logs (another workspace's runs); a relative path is taken from the "
                                       "workspace folder")
             add = st.form_submit_button("Overlay", icon=":material/stacked_line_chart:", disabled=bool(lock),
                                         help=lock or None)
