@@ -13,6 +13,7 @@ from ui.context import require_frame, runtime
 from ui.overview_query import QueryState
 
 SPECDECK, SPECFORGE = "Specdeck job", "SpecForge's regenerate_train_data.py"
+START_OPEN = "regen-start-open"  # the "Start a regeneration" expander below a run is open
 
 require_frame(__file__)
 rt = runtime()
@@ -83,5 +84,10 @@ query.put("job", runs[chosen])
 # the run's state, its Pause / Resume / Stop and its ETA come first: in the first screen at 1024x768
 live.live_job(rt, chosen, controls=regen_control.job_controls)
 live.sample_viewer(chosen, None, key="regen-sample", rt=rt)
-with st.expander("Start a regeneration", expanded=False, icon=":material/add:"):
-    regen_control.start_form(rt)
+# below a run, closed: its form is built only while it is open (opening it runs the page again), so a visit
+# draws the run's figures without a hidden form of a dozen fields
+start_box = st.expander("Start a regeneration", expanded=False, icon=":material/add:", key=START_OPEN,
+                        on_change="rerun")
+if start_box.open:
+    with start_box:
+        regen_control.start_form(rt)

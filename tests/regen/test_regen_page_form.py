@@ -63,6 +63,12 @@ def test_review_counts_the_rows_estimates_the_time_and_wraps_the_command(ws):
     prev.parent.mkdir(parents=True)
     append(prev, snap(time.time() - 5, 10, total=10, state="done", req_s=2.0))
     at = _page()
+    # below that run the form is closed, and not built until it is opened
+    assert [e.label for e in at.expander][-1] == "Start a regeneration"
+    assert "regen-f-urls" not in {w.key for w in at.text_input}
+    at.session_state["regen-start-open"] = True  # what opening the expander does (it runs the page again)
+    at.run()
+    assert not at.exception, at.exception
     at.text_input(key="regen-f-urls").input("http://127.0.0.1:30011")
     at.text_input(key="regen-f-out").input("outputs/regen/new.jsonl")
     at.checkbox(key="regen-f-stream").check()
