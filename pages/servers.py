@@ -500,8 +500,10 @@ left, right = st.columns([3, 2])
 with left:
     if not show_data_lock(rt):  # a command line and the workspace's paths
         st.code(shlex.join(fleet.argv(cfg)), language="bash", wrap_lines=True)
-        with st.expander("Launch config (from the workspace file)"):
-            st.json(cfg.model_dump(mode="json", exclude_none=True))
+        config_box = st.expander("Launch config (from the workspace file)", key="srv-config-open", on_change="rerun")
+        if config_box.open:  # the JSON viewer only while open: opening it runs the page again
+            with config_box:
+                st.json(cfg.model_dump(mode="json", exclude_none=True))
 findings: list = []
 with right:
     key = f"srv-preflight-{name}"

@@ -179,3 +179,16 @@ def test_server_log_hides_the_dashboards_own_probe_requests_until_asked(make_ws)
     at.toggle(key="srv-log-probes").set_value(True).run()
     shown = "\n".join(c.value for c in at.code)
     assert '"GET /health HTTP/1.1" 200' in shown
+
+
+@pytest.mark.timeout(60)
+def test_launch_config_json_is_built_only_while_its_expander_is_open(make_ws):
+    make_ws("EAGLE3")
+    at = AppTest.from_file(PAGE, default_timeout=30).run()
+    assert not at.exception, at.exception
+    assert "Launch config (from the workspace file)" in [e.label for e in at.expander]
+    assert not at.json  # closed: no JSON viewer sent to the browser
+    at.session_state["srv-config-open"] = True  # what opening it does (the page runs again)
+    at.run()
+    assert not at.exception, at.exception
+    assert len(at.json) == 1 and '"EAGLE3"' in at.json[0].value
