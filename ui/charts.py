@@ -126,6 +126,10 @@ def points(ts: Sequence[float | None], ys: Sequence[float | None], breaks: Seque
         if fast is not None:
             xs, vals = fast
             return xs.tolist(), [None if v != v else v for v in vals.tolist()]
+    return _points_py(ts, ys, breaks, max_points)
+
+
+def _points_py(ts, ys, breaks, max_points: int) -> tuple[list, list]:
     timed = [(t, y) for t, y in zip(ts, ys) if t is not None]  # a point without a time has no place
     return downsample(*with_breaks([t for t, _ in timed], [y for _, y in timed], breaks), max_points)
 
@@ -279,7 +283,7 @@ def add_series(fig: go.Figure, name: str, ts: Sequence[float], ys: Sequence[floa
     if fast is not None:  # a long line: numpy arrays to plotly, which takes them without a check per point
         x, y = _local_np(fast[0]), fast[1]
     else:
-        xs, y = points(ts, ys, breaks)
+        xs, y = _points_py(ts, ys, breaks, MAX_POINTS)
         # the local times as the text plotly would write for them: an array of text plotly takes as it is,
         # where a list of datetimes is checked and converted point by point (about 5 times slower)
         x = local_text(xs)
