@@ -186,9 +186,14 @@ def _int_value(text: str, what: str, limit: int) -> int:
 _CLOCK = re.compile(r"^\s*([0-9]{1,6})(?::([0-9]{1,6}))?(?::([0-9]{1,6}))?\s*$")
 
 
-@functools.lru_cache(maxsize=8192)
 def _clock(text: str) -> float | None:
     """Seconds of a tqdm interval (``09:28``, ``1:02:03``); None for ``?``."""
+    parts = text.split(":")
+    if len(parts) <= 3 and all(0 < len(p) <= 6 and p.isdigit() and p.isascii() for p in parts):
+        secs = 0  # the plain form, without the regular expression (each redraw prints two new ones)
+        for p in parts:
+            secs = secs * 60 + int(p)
+        return float(secs)
     m = _CLOCK.match(text)
     if not m or not text.isascii():
         return None
@@ -318,14 +323,15 @@ def _bar(m: re.Match) -> TrainRecord:
     total = _int(m.group("total"), "bar total", MAX_STEP) if m.group("total") is not None else None
     if total is not None and n > total:
         raise BadTrainLine(f"bar position {n} is past its total {total}")
-    parts = [p.strip() for p in m.group("inner").split(",")]
+    parts = m.group("inner").split(",")  # the postfix pairs are stripped where they are read (cached)
     elapsed = remaining = None
-    if parts and parts[0]:
-        el, _, rem = parts[0].partition("<")
-        elapsed = _clock(el)
-        remaining = _clock(rem) if rem else None
+    head = parts[0].strip()
+    if head:
+        el, _, rem = head.partition("<")
+        elapsed = _clock(el.strip())
+        remaining = _clock(rem.strip()) if rem else None
         if elapsed is None:
-            raise BadTrainLine(f"tqdm elapsed time {parts[0][:40]!r} cannot be read")
+            raise BadTrainLine(f"tqdm elapsed time {head[:40]!r} cannot be read")
     metrics, rejected, rate = _postfix(parts[1:])
     info: dict[str, Any] = {"n": n, "total": total, "remaining_s": remaining, "s_per_it": rate,
                             "desc": desc}
@@ -346,7 +352,7 @@ def _postfix(parts: Sequence[str]) -> tuple[dict[str, float], tuple[str, ...], f
     for p in parts:
         if "=" not in p:
             if rate is None and ("/s" in p or "s/" in p):
-                rate = _rate_s_per_it(p)
+                rate = _rate_s_per_it(p.strip())
             continue
         name, value, why = _postfix_pair(p)
         if why is None:
@@ -360,7 +366,7 @@ def _postfix(parts: Sequence[str]) -> tuple[dict[str, float], tuple[str, ...], f
 def _postfix_pair(p: str) -> tuple[str, float, str | None]:
     """One ``key=value`` of a postfix: (canonical name, value, None), or (name, 0.0, why it is refused); a
     run prints the same pairs again and again, so they are read once."""
-    key, _, value = p.partition("=")
+    key, _, value = p.strip().partition("=")
     key = key.strip()
     if not _METRIC_NAME.match(key):
         return key, 0.0, f"{key[:40]!r}: not a metric name"

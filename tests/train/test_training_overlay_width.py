@@ -31,7 +31,10 @@ BOXES_JS = """() => {
   const label = [...document.querySelectorAll("[data-testid='stWidgetLabel']")]
     .find(l => l.innerText.trim().startsWith('Overlay a log'));
   const p = label.querySelector('p') || label;
-  const box = (e) => { const r = e.getBoundingClientRect(); return {top: r.top, bottom: r.bottom, left: r.left, right: r.right}; };
+  const box = (e) => {
+    const r = e.getBoundingClientRect();
+    return {top: r.top, bottom: r.bottom, left: r.left, right: r.right};
+  };
   return {button: box(button), field: box(field), label: p.getBoundingClientRect().height,
           line: parseFloat(getComputedStyle(p).lineHeight)};
 }"""

@@ -274,6 +274,7 @@ def test_a_long_log_is_read_over_several_refreshes(workspace, monkeypatch):
     import ui.train.data
 
     monkeypatch.setattr(ui.train.data, "POLL_BYTES", 300)  # a page run polls up to four times: 1.2 of 4 kB
+    monkeypatch.setattr(ui.train.data, "POLL_S", 0.0)  # a poll reads one slice of POLL_BYTES, not more
     monkeypatch.setattr(ui.train.data, "SLICE_BYTES", 700)
     start = ui.train.data.LogFollower._start_catching_up
     monkeypatch.setattr(ui.train.data.LogFollower, "_start_catching_up", lambda self: None)  # held back at first

@@ -19,7 +19,7 @@ from ui.train.data import AcceptView, Curves, Measured, Series, ema
 
 STEP, REL, WALL = "step", "relative", "wall time"
 X_MODES = (STEP, REL, WALL)
-MAX_POINTS = 2000  # per trace on screen (min/max buckets: spikes survive)
+MAX_POINTS = 1500  # per trace: min/max buckets (spikes survive), about one bucket per pixel of a half-page chart
 LAYOUT_TITLE = "Training chart"  # the title of the one shared layout (each chart sets its own)
 CLIP_QUANTILES = (0.02, 0.98)  # the y range with outliers left out: these quantiles of the values shown, padded
 # positions in a fixed order of well-separated colours (position 0 always the same blue)

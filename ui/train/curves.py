@@ -264,13 +264,11 @@ def _rows(rt, refs: list[RunRef], opts: dict, *, newest_run: bool = False) -> li
             rows.append((ref, snap, Curves(), AcceptView("acc", "", ()), []))
             continue
 
-        def newest():
-            return latest_run(snap.records, snap.times) if newest_run else (snap.records, snap.times)
-
-        c = f.memo(snap, ("curves", newest_run),
-                   lambda: curves(*newest(), snap.tracker_records))
-        view = f.memo(snap, ("predicted", newest_run, opts["temperature"], opts["num_steps"]),
-                      lambda: predicted(newest()[0], snap.generation, temperature=opts["temperature"],
+        recs, times = latest_run(snap.records, snap.times) if newest_run else (snap.records, snap.times)
+        part = len(recs) != len(snap.records)  # a log of one run: the whole log's curves serve both parts
+        c = f.memo(snap, ("curves", part), lambda: curves(recs, times, snap.tracker_records))
+        view = f.memo(snap, ("predicted", part, opts["temperature"], opts["num_steps"]),
+                      lambda: predicted(recs, snap.generation, temperature=opts["temperature"],
                                         num_steps=opts["num_steps"]))
         rows.append((ref, snap, c, view, measured(results, _checkpoints(ref))))
     return rows
@@ -314,13 +312,13 @@ def _watch(rt, refs: list[RunRef]) -> None:
     ref = refs[0]
     snap = follower(ref.log, ref.output_dir).poll() if ref.log is not None else None
     _status_line(rt, ref, snap)
+    if snap is not None and snap.catching_up and snap.size:  # here, as the page runs again only once it is read
+        st.progress(min(1.0, snap.offset / snap.size), text=f"reading the log: {snap.offset / 2**20:,.0f} of "
+                    f"{snap.size / 2**20:,.0f} MiB (what is read so far is shown)")
 
 
 def _figures_part(rt, refs: list[RunRef], opts: dict) -> None:
     ref, snap, c, view, meas = _rows(rt, refs[:1], opts, newest_run=True)[0]
-    if snap is not None and snap.catching_up:
-        st.progress(snap.offset / snap.size, text=f"reading the log: {snap.offset / 2**20:,.0f} of "
-                                                  f"{snap.size / 2**20:,.0f} MiB (what is read so far is shown)")
     where = path_text(ref.log, bool(data_lock(rt)))
     if snap is None or not snap.exists:
         st.info(fmt.data_markdown(f"No log yet at {where}: the run writes it when it starts.") if ref.log else

@@ -9,10 +9,12 @@ elsewhere the file's modification time less the elapsed time read) plus the elap
 lines the optimizer step times logged.  The page's sessions share one follower per log, so a log is read
 once however many look at it.
 
-A long log is read in the background: the first poll reads :data:`POLL_BYTES` (what the page shows at once)
-and a thread reads the rest in slices, each slice a new :attr:`Snapshot.version`; a poll while it reads
-returns at once with what is read so far.  What is built from a snapshot (curves, predictions, figures) is
-kept per version (:meth:`LogFollower.memo`), so a refresh with nothing appended builds nothing.
+A long log is read in the background: the first poll reads :data:`POLL_BYTES` at a time for up to
+:data:`POLL_S` (most logs whole: the page is drawn once) and a thread reads the rest in slices; a poll while
+it reads returns at once the first poll's snapshot with how far the reading has got (same version: nothing is
+built or drawn again while it reads, which would take the CPU from the reading), and the first poll after it
+ends builds the whole snapshot, a new version.  What is built from a snapshot (curves, predictions, figures)
+is kept per version (:meth:`LogFollower.memo`), so a refresh with nothing appended builds nothing.
 """
 
 from __future__ import annotations
@@ -26,14 +28,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from backend.train.accept import Prediction, metric_for, predictions
+from backend.train.gcpin import pin
 from backend.train.logparse import TrainRecord
 from backend.train.reader import Progress, ReadStats, TrainLogReader, UnparsedLine
 from backend.train.trackers import TensorboardReader, find_tracker_files
 from specdeck_types.eta import Eta
 
 
-POLL_BYTES = 4 * 1024 * 1024  # read before the first answer: about half a second of parsing
-SLICE_BYTES = 1024 * 1024  # what the background reading reads between two versions
+POLL_BYTES = 1024 * 1024  # read at a time by a poll
+POLL_S = 1.0  # a poll reads more slices of POLL_BYTES while it has taken less than this; the rest in the background
+SLICE_BYTES = 1024 * 1024  # what the background reading reads at a time (between two takes of the lock)
 TRACKER_LOOK_S = 10.0  # how often an output folder without TensorBoard files is looked at again
 MEMO_ENTRIES = 32  # results kept per follower (each for its snapshot's version)
 
@@ -111,19 +115,37 @@ class LogFollower:
         self._last_step3: int | None = None  # Gen-3: step of the previous dict line
 
     def poll(self, max_bytes: int | None = None) -> Snapshot:
-        """Read what was appended, at most ``max_bytes`` of it; without ``max_bytes`` at most
-        :data:`POLL_BYTES`, the rest read by a background thread (a poll while it reads answers at once)."""
+        """Read what was appended, at most ``max_bytes`` of it; without ``max_bytes`` :data:`POLL_BYTES` at a
+        time for up to :data:`POLL_S`, the rest read by a background thread (a poll while it reads answers at
+        once)."""
         if max_bytes is None:
             t = self._catching_up
             if t is not None and t.is_alive():
-                with self._lock:
-                    return self._snapshot()
+                return self._reading()
         with self._lock:
             self._read(max_bytes or POLL_BYTES)
+            if max_bytes is None:
+                until = time.monotonic() + POLL_S
+                while self._size > self._reader.offset and time.monotonic() < until:
+                    before = self._reader.offset
+                    self._read(POLL_BYTES)
+                    if self._reader.offset == before:
+                        break
             snap = self._snapshot()
         if max_bytes is None and snap.catching_up:
             self._start_catching_up()
         return snap
+
+    def _reading(self) -> Snapshot:
+        """While the background thread reads: the last snapshot with how far the reading has got, at once and
+        without building anything (its version stays, so nothing is drawn again until the reading ends and
+        the next poll builds the whole snapshot once)."""
+        snap = self._snap
+        if snap is None:
+            with self._lock:
+                return self._snapshot()
+        return replace(snap, offset=self._reader.offset, size=max(getattr(self, "_size", 0), snap.size),
+                       read_at=time.time())
 
     def _start_catching_up(self) -> None:
         with self._memo_lock:
@@ -170,8 +192,11 @@ class LogFollower:
                 self._add(r)
             if self._first_read is None and self._records:
                 self._first_read = (mtime, self._last_rel or 0.0)
+            if chunk.records:
+                pin()  # what was read stays: out of the full collections (backend.train.gcpin)
         if self._poll_tracker():
             self.version += 1
+            pin()
 
     def _snapshot(self) -> Snapshot:
         """The snapshot of what is read now: the same object while nothing changed but the clock."""
@@ -198,6 +223,7 @@ class LogFollower:
             if hit is not None and hit[0] == snap.version:
                 return hit[1]
         value = make()
+        pin()  # kept until the next version: out of the full collections
         with self._memo_lock:
             if key not in self._memo and len(self._memo) >= MEMO_ENTRIES:
                 self._memo.pop(next(iter(self._memo)))
@@ -355,7 +381,12 @@ class Series:
             self.add(None, None, None)
 
     def __len__(self) -> int:
-        return sum(v is not None for v in self.values)
+        """The points that have a value (gaps not counted); counted again only when the values changed length."""
+        n = len(self.values)
+        cached = self.__dict__.get("_count")
+        if cached is None or cached[0] != n:
+            cached = self.__dict__["_count"] = (n, n - self.values.count(None))
+        return cached[1]
 
     def last(self) -> float | None:
         return next((v for v in reversed(self.values) if v is not None), None)
@@ -412,11 +443,14 @@ def curves(records: Sequence[TrainRecord], times: Sequence[float | None],
         dest = out.eval if r.split == "eval" else out.train
         if out.t0 is None and t is not None:
             out.t0 = t
+        fx = float(x)
         for name, v in r.metrics.items():
             s = dest.get(name)
             if s is None:
                 s = dest[name] = Series()
-            s.add(float(x), t, v)
+            s.steps.append(fx)  # Series.add, inlined: a long log has a million of these
+            s.times.append(t)
+            s.values.append(v)
     console = set(out.train)
     extra: dict[str, Series] = {}
     for r in sorted((r for r in tracker if r.kind == "metrics" and r.step is not None), key=lambda r: r.step):
