@@ -17,10 +17,9 @@ _kept: dict[tuple[str, int], job_cost.Cost] = {}
 
 def result_costs(rt, results, *, now: float | None = None) -> dict[int, job_cost.Cost]:
     """{result id: its cost} for ``results``."""
-    from ui.overview_data import power_reader
-
     now = time.time() if now is None else now
-    power = power_reader(rt)
+    # the dashboard sampler's readings: its energy counter first, its power history where the counter falls short
+    power = job_cost.telemetry_power(getattr(rt, "telemetry", None))
     store = str(getattr(rt.store, "path", id(rt.store)))
     out: dict[int, job_cost.Cost] = {}
     for r in results:
