@@ -7,10 +7,24 @@ from __future__ import annotations
 
 import json
 
-import openai
 import pytest
 
 from tests.sim.simproc import Sim, spec_args
+
+
+class _OpenAI:
+    """The ``openai`` package, imported at its first use in a test (it takes about a second of CPU to
+    import, which every worker would otherwise pay when the suite is collected)."""
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):  # what collection asks of every module global
+            raise AttributeError(name)
+        import openai
+
+        return getattr(openai, name)
+
+
+openai = _OpenAI()
 
 MODEL = "llama-8b"
 STOPS = [" model", " the"]

@@ -14,12 +14,9 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
-from backend.flows.tiny import checkpoint
 from backend.flows.tiny.__main__ import main
 from backend.flows.tiny.demo_data import write_demo_data
-from backend.flows.tiny.target import make_target
 from backend.train.checkpoints import list_checkpoints, verify_checkpoint
 from backend.train.runs import failure_reason
 
@@ -32,8 +29,19 @@ def _train_argv(d, out, *extra):
 
 
 @pytest.fixture(scope="module")
+def checkpoint():
+    """The tiny trainer's checkpoint module (it loads torch: imported when a test runs, not when the
+    suite is collected in every worker)."""
+    from backend.flows.tiny import checkpoint
+
+    return checkpoint
+
+
+@pytest.fixture(scope="module")
 def base(tmp_path_factory):
     """A finished 4-step run: checkpoints epoch_0_step_2 and epoch_0_step_4."""
+    from backend.flows.tiny.target import make_target
+
     d = tmp_path_factory.mktemp("tinydisk")
     make_target(d / "target", "tiny")
     write_demo_data(d / "data.jsonl", rows=16)
@@ -44,13 +52,15 @@ def base(tmp_path_factory):
 
 
 def _small():
+    import torch
+
     lin = torch.nn.Linear(4, 4)
     opt = torch.optim.AdamW(lin.parameters(), lr=1e-3)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     return lin, opt, sched, argparse.Namespace(batch_size=1)
 
 
-def test_a_save_flushes_each_file_and_both_folders_before_and_after_the_rename(tmp_path, monkeypatch):
+def test_a_save_flushes_each_file_and_both_folders_before_and_after_the_rename(checkpoint, tmp_path, monkeypatch):
     synced: list[str] = []
     real = os.fsync
 
@@ -67,7 +77,7 @@ def test_a_save_flushes_each_file_and_both_folders_before_and_after_the_rename(t
     assert saved.path == tmp_path / "epoch_0_step_3" and verify_checkpoint(saved.path) == ()
 
 
-def test_enospc_in_a_save_is_disk_full_and_leaves_no_temp_folder(tmp_path, monkeypatch):
+def test_enospc_in_a_save_is_disk_full_and_leaves_no_temp_folder(checkpoint, tmp_path, monkeypatch):
     real = os.fsync
 
     def fsync(fd):
@@ -84,7 +94,7 @@ def test_enospc_in_a_save_is_disk_full_and_leaves_no_temp_folder(tmp_path, monke
     assert list(tmp_path.iterdir()) == []
 
 
-def test_torchs_unexpected_pos_is_disk_full_only_when_the_disk_is(tmp_path, monkeypatch):
+def test_torchs_unexpected_pos_is_disk_full_only_when_the_disk_is(checkpoint, tmp_path, monkeypatch):
     def short(obj, fh, *a, **k):
         raise RuntimeError("[enforce fail at inline_container.cc:603] . unexpected pos 4416 vs 4310")
 
@@ -99,7 +109,7 @@ def test_torchs_unexpected_pos_is_disk_full_only_when_the_disk_is(tmp_path, monk
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_run_that_fills_the_disk_ends_with_one_plain_line_and_resumes_after(base, tmp_path, monkeypatch,
+def test_a_run_that_fills_the_disk_ends_with_one_plain_line_and_resumes_after(checkpoint, base, tmp_path, monkeypatch,
                                                                               capsys):
     out = tmp_path / "out"
     real = checkpoint._write
@@ -143,7 +153,7 @@ def test_resume_passes_over_a_torn_checkpoint_to_the_newest_good_one(base, tmp_p
     assert list_checkpoints(out).latest.name == "epoch_1_step_8"
 
 
-def test_temp_folders_of_dead_runs_are_removed_at_start(tmp_path):
+def test_temp_folders_of_dead_runs_are_removed_at_start(checkpoint, tmp_path):
     import logging
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])

@@ -9,8 +9,6 @@ import json
 import shutil
 
 import pytest
-import torch
-from safetensors.torch import load_file, save_file
 
 from backend.regen.output import RunFiles, validate
 from backend.modelinfo import read_target
@@ -19,8 +17,6 @@ from backend.flows.checkpoint_check import preflight_checkpoint
 from backend.flows.tiny.__main__ import main
 from backend.flows.tiny.demo_data import write_demo_data
 from backend.flows.tiny.logio import Bar
-from backend.flows.tiny.target import make_target
-from backend.flows.tiny.tokenizer import Sample, decode, encode_chat, vocab_mapping
 
 
 class Clock:
@@ -60,6 +56,8 @@ def test_bar_text_is_tqdms():
 
 
 def test_vocab_mapping_is_specforges():
+    from backend.flows.tiny.tokenizer import Sample, vocab_mapping
+
     # loss-masked counts: 5 three times, 7 and 9 twice, 2 once; 4 is never masked in
     s = [Sample((5, 5, 7, 9, 4), (1, 1, 1, 1, 0)), Sample((5, 9, 7, 2, 4), (1, 1, 1, 1, 0))]
     m = vocab_mapping(s, vocab_size=12, draft_vocab_size=3)
@@ -72,6 +70,8 @@ def test_vocab_mapping_is_specforges():
 
 
 def test_loss_mask_covers_the_assistant_replies():
+    from backend.flows.tiny.tokenizer import decode, encode_chat
+
     conv = [("system", "be brief"), ("user", "hello there"), ("assistant", "the model"),
             ("user", "more"), ("assistant", "fast data")]
     s = encode_chat(conv, 512)
@@ -93,6 +93,8 @@ def test_demo_data_is_a_valid_regeneration_output(tmp_path):
 
 @pytest.fixture
 def paths(tmp_path):
+    from backend.flows.tiny.target import make_target
+
     target = make_target(tmp_path / "target", "tiny")
     data = write_demo_data(tmp_path / "data.jsonl", rows=8)
     return {"target": target, "data": data, "out": tmp_path / "out", "tmp": tmp_path}
@@ -165,6 +167,9 @@ def test_target_folder_reads_as_preflight_reads_a_target(paths, capsys):
 
 
 def test_broken_checkpoints_are_reported_by_inspection_and_refused_by_resume(paths, capsys):
+    import torch
+    from safetensors.torch import load_file, save_file
+
     assert main(_argv(paths, "--max-num-steps", "2")) == 0
     good = paths["out"] / "epoch_0_step_2"
     assert inspect_checkpoint(good).notes == ()
@@ -209,6 +214,8 @@ def test_an_output_folder_that_cannot_be_made_is_one_line(paths, capsys):
 
 
 def test_a_stop_during_evaluation_cuts_it_short_and_saves_the_step(paths, capsys, monkeypatch):
+    import torch
+
     import os
     import signal
 
@@ -232,6 +239,8 @@ def test_a_stop_during_evaluation_cuts_it_short_and_saves_the_step(paths, capsys
 
 
 def test_running_out_of_device_memory_is_one_line(paths, capsys, monkeypatch):
+    import torch
+
     import backend.flows.tiny.loop as loop
 
     def oom(*a, **k):

@@ -15,14 +15,11 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
-from safetensors.torch import load_file
 
 from backend.train.checkpoints import inspect_checkpoint, list_checkpoints
 from backend.flows.checkpoint_check import preflight_checkpoint
 from backend.train.reader import TrainLogReader
 from backend.flows.tiny.demo_data import write_demo_data
-from backend.flows.tiny.target import make_target
 from backend.train.trackers import TensorboardReader
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,6 +62,8 @@ def finish(p: subprocess.Popen, timeout: float = 240) -> int:
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> dict:
+    from backend.flows.tiny.target import make_target  # loads torch: at the first test, not at collection
+
     d = tmp_path_factory.mktemp("tiny")
     target = make_target(d / "target", "tiny")
     data = write_demo_data(d / "data.jsonl", rows=48)
@@ -161,6 +160,9 @@ def test_checkpoints_inspected_and_preflighted(run):
 
 
 def test_resume_from_mid_epoch_matches_the_uninterrupted_run(run):
+    import torch
+    from safetensors.torch import load_file
+
     out = run["dir"] / "resumed"
     out.mkdir()
     shutil.copytree(run["out"] / "epoch_1_step_16", out / "epoch_1_step_16")
