@@ -71,6 +71,14 @@ def follow(at: AppTest, log: Path | None, out: Path | None = None) -> AppTest:
     return at
 
 
+def open_tab(at: AppTest, name: str) -> AppTest:
+    """Switch the page to tab ``name`` (Curves, Checkpoints, Deploy, Run): only the tab on screen is built."""
+    at.session_state["train-tab"] = name
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
 def metric(at: AppTest, label: str):
     return next(m for m in at.metric if m.label == label)
 

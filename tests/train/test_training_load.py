@@ -14,6 +14,7 @@ import pytest
 from backend.train import gcpin
 from backend.train.logparse import _CLOCK, _clock, parse_line
 from backend.train.reader import TrainLogReader
+from tests.train.page_kit import workspace  # noqa: F401  (a fixture)
 
 
 def _log(path, steps: int) -> None:
@@ -172,3 +173,21 @@ def test_a_first_poll_reads_more_slices_while_it_has_time(tmp_path, monkeypatch)
     monkeypatch.setattr(data.LogFollower, "_start_catching_up", lambda self: None)
     part = data.LogFollower(log).poll()
     assert part.catching_up and 0 < part.offset <= 2 * 4096
+
+
+@pytest.mark.timeout(120)
+def test_only_the_tab_on_screen_is_built(workspace):
+    from streamlit.testing.v1 import AppTest
+
+    from tests.train.page_kit import REPO, chart_titles, follow, gen2_log, open_tab, page
+
+    log = workspace / "train.log"
+    log.write_text(gen2_log(), encoding="utf-8")
+    at = follow(page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60)), log, workspace / "out")
+    assert "Loss" in chart_titles(at)
+    assert not any(f"`{workspace / 'out'}` does not exist yet" in i.value for i in at.info)  # the Checkpoints tab's
+    open_tab(at, "Checkpoints")
+    assert any(f"`{workspace / 'out'}` does not exist yet" in i.value for i in at.info)
+    assert not chart_titles(at)  # the curves are not built behind another tab
+    open_tab(at, "Curves")
+    assert "Loss" in chart_titles(at)

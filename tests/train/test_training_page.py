@@ -8,8 +8,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from tests.train.ckpt_files import eagle3_tensors, write_checkpoint, write_rank_state, write_target
-from tests.train.page_kit import (REPO, chart_titles, ckpt_table, figure, follow, gen2_log, metric, page,  # noqa: F401
-                                  runtime_of, trace, workspace)
+from tests.train.page_kit import (REPO, chart_titles, ckpt_table, figure, follow, gen2_log,  # noqa: F401
+                                  metric, open_tab, page, runtime_of, trace, workspace)
 
 @pytest.mark.timeout(120)
 def test_curves_from_a_gen2_log(workspace):
@@ -108,6 +108,7 @@ def test_checkpoint_table_and_inspection(workspace):
     log = workspace / "train.log"
     log.write_text(gen2_log(), encoding="utf-8")
     at = follow(page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60)), log, out)
+    open_tab(at, "Checkpoints")
     table = ckpt_table(at)
     assert list(table["checkpoint"]) == ["epoch_1_step_30", "epoch_0_step_20", "epoch_0_step_10"]
     assert list(table["marks"]) == ["latest", "", ""]
@@ -143,7 +144,7 @@ def test_gen3_runtime_checkpoint_offers_the_export(workspace):
     os.symlink("llama-step200", out / "llama-best")
     at = page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60))
     at.text_input(key="train-follow-runid").input("llama")
-    follow(at, None, out)
+    open_tab(follow(at, None, out), "Checkpoints")
     table = ckpt_table(at)
     assert list(table["checkpoint"]) == ["llama-step200", "llama-step100"]
     assert list(table["marks"]) == ["best", "latest"]
@@ -165,6 +166,7 @@ def test_preflight_against_a_folder(workspace):
     write_checkpoint(out / "epoch_0_step_20", tensors=eagle3_tensors(fc_in=48))  # 3 × 16: another target's
     target = write_target(workspace / "target", hidden=8)
     at = follow(page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60)), None, out)
+    open_tab(at, "Checkpoints")
     at.text_input(key="train-pf-folder").input(str(target)).run()
     at.button(key="train-pf-run").click().run()
     assert any("Preflight of `epoch_0_step_20`" in e.value and "2 error(s)" in e.value for e in at.error)  # fc-width, fc-config-mismatch
@@ -197,8 +199,9 @@ def test_measured_accept_len_of_a_checkpoint(workspace):
     assert metric(at, "measured accept_len").value == "2.41"
     # against the prediction at that checkpoint's step (1.798 at step 10), not the latest one (2.30 at 20)
     assert metric(at, "measured accept_len").proto.delta == "+0.61 tokens vs predicted at step 10"
-    table = ckpt_table(at)
+    table = ckpt_table(open_tab(at, "Checkpoints"))
     assert list(table["measured accept_len"]) == ["N/A", "2.41"]
+    open_tab(at, "Curves")
     star = trace(figure(at, "Accept length: predicted and measured"), "measured (benchmark)")
     assert (star["x"], star["y"]) == ([10], [2.41])
     beside = next(d.value for d in at.dataframe if "predicted there" in d.value.columns)
@@ -234,6 +237,7 @@ def test_checkpoints_before_the_output_folder_exists(workspace):
     log = workspace / "train.log"
     log.write_text(gen2_log(steps=3), encoding="utf-8")
     at = follow(page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60)), log, out)
+    open_tab(at, "Checkpoints")
     assert any(f"`{out}` does not exist yet" in i.value for i in at.info)
     write_checkpoint(out / "epoch_0_step_2", state=(0, 2))
     at.run()
@@ -306,6 +310,7 @@ def test_preflight_against_a_managed_servers_target(workspace):
     out = workspace / "out"
     write_checkpoint(out / "epoch_0_step_10")
     at = follow(page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60)), None, out)
+    open_tab(at, "Checkpoints")
     assert at.segmented_control(key="train-pf-how").value == "a managed server's target"
     assert at.selectbox(key="train-pf-server").value == "sim"
     at.button(key="train-pf-run").click().run()
@@ -376,7 +381,7 @@ def test_a_relative_path_is_taken_from_the_workspace_folder(workspace):
     next(b for b in at.button if b.label == "Follow").click()
     at.run()
     assert metric(at, "step").value == "20"
-    assert list(ckpt_table(at)["checkpoint"]) == ["epoch_0_step_10"]
+    assert list(ckpt_table(open_tab(at, "Checkpoints"))["checkpoint"]) == ["epoch_0_step_10"]
 
 
 def test_the_page_names_the_trainer_only_from_evidence(workspace):
@@ -406,6 +411,7 @@ def test_accept_len_per_dataset_of_each_checkpoint(workspace):
     log = workspace / "train.log"
     log.write_text(gen2_log(), encoding="utf-8")
     at = follow(page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60)), log, out)
+    open_tab(at, "Checkpoints")
     assert any("no benchmark of these checkpoints records the dataset" in c.value for c in at.caption)
     store = BenchStore(runtime_of(workspace).store)
     for ck, ds, acc in (("epoch_0_step_10", "math", 2.1), ("epoch_0_step_10", "chat", 1.7),
@@ -421,7 +427,7 @@ def test_accept_len_per_dataset_of_each_checkpoint(workspace):
                                                        algorithm="EAGLE3"),
                              load=BenchLoad(concurrency=1, input_len=256, output_len=256, dataset="math"),
                              results=BenchFigures(accept_len=9.0), server="demo"))
-    at.slider(key="train-smooth").set_value(0.0).run()
+    at.run()
     df = next(d.value for d in at.dataframe if "math · accept_len" in d.value.columns)
     assert list(df["checkpoint"]) == ["epoch_0_step_20", "epoch_0_step_10"]
     rows = df.set_index("checkpoint")

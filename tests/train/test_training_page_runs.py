@@ -8,14 +8,15 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from backend import runtime as runtime_mod
-from tests.train.page_kit import REPO, metric, page, run_state, runtime_of, train_ws, workspace  # noqa: F401
+from tests.train.page_kit import (REPO, metric, open_tab, page, run_state, runtime_of, train_ws,  # noqa: F401
+                                  workspace)
 
 @pytest.mark.timeout(180)
 def test_start_stop_and_resume_with_the_020_warning(train_ws):
     from state import audit
     from tests.supervisor.conftest import wait_for
 
-    at = page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60))
+    at = open_tab(page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60)), "Run")
     assert at.selectbox(key="train-run").value == "sf"
     assert any("**SpecForge generation:** Gen-2 (detected, SpecForge 0.2.0)" == m.value for m in at.markdown)
     assert any("scripts/train_eagle3.py --target-model-path /models/target" in c.value for c in at.code)
@@ -24,7 +25,7 @@ def test_start_stop_and_resume_with_the_020_warning(train_ws):
     log = train_ws / "logs" / "sf.log"
     wait_for(lambda: run_state(train_ws) == "RUNNING" and log.exists() and "epoch_0_step_4" in log.read_text(),
              timeout_s=60)
-    at.run()
+    open_tab(at, "Curves")
     assert any("RUNNING" in m.value and "**sf**" in m.value for m in at.markdown)
     assert int(metric(at, "step").value.replace(",", "")) >= 4  # the curves follow the run's own log
     assert at.button(key="train-start").disabled and at.button(key="train-resume").disabled
@@ -161,7 +162,7 @@ def test_a_failed_run_says_why_and_shows_its_log(tmp_path, monkeypatch):
         at = page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60))
         at.button(key="train-start").click().run()
         wait_for(lambda: (runtime_of(ws).supervisor.view("bad").state.value == "EXITED"), timeout_s=30)
-        at.run()
+        open_tab(at, "Run")
         err = next(e.value for e in at.error if e.value.startswith("The run ended with exit code 1"))
         assert "ERROR - /data/train.jsonl: training data file not found" in err
         assert f"`{ws / 'logs' / 'bad.log'}`" in err
@@ -180,7 +181,7 @@ def test_form_edits_a_run_and_keeps_the_rest(workspace):
         '[workspace]\nname = "edit"\n\n# the draft we serve\n[[train]]\nname = "d1"\ngeneration = "gen2"\n'
         'entry = "module:backend.flows.tiny train"\ntarget_model = "/models/t"\ntrain_data = "data.jsonl"\n'
         'learning_rate = 1e-4\nextra_args = ["--size", "tiny"]  # kept by hand\n', encoding="utf-8")
-    at = page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60))
+    at = open_tab(page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60)), "Run")
     assert at.selectbox(key="train-run").value == "d1"
     k = "train-form-d1"
     assert at.text_input(key=f"{k}-name").disabled and at.text_input(key=f"{k}-name").value == "d1"
@@ -211,7 +212,7 @@ def test_generation_detected_again_after_an_install(tmp_path, monkeypatch):
                                       'capture_servers = ["http://127.0.0.1:30000"]\n')
     monkeypatch.setenv("SPECDECK_WORKSPACE", str(ws))
     try:
-        at = page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60))
+        at = open_tab(page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60)), "Run")
         assert any("`generation`: the SpecForge generation is not known" in e.value and
                    "no specforge package installed" in e.value for e in at.error)
         # SpecForge 0.2.0's wheel installed into the environment (package, metadata, console script)
