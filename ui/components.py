@@ -151,12 +151,14 @@ def stop_control(rt, view, *, key: str, question: str, done: str, label: str = "
 
 
 def log_block(lines: list[str], *, newest_age_s: float | None, toggle_key: str, latest: int = 15,
-              earlier: int = 200) -> None:
+              earlier: int = 200, earlier_key: str | None = None) -> None:
     """A log tail with the newest lines where the eye lands.
 
     The last ``latest`` lines show in full (no scrolling, newest at the bottom),
     under a caption saying how old the newest line is; up to ``earlier`` lines
-    before them sit in an expander.  The dashboard's own /health, /metrics and
+    before them sit in an expander, built and sent only while it is open
+    (``earlier_key``, by default ``toggle_key`` + "-earlier", keeps its state; opening
+    it runs the page or fragment again).  The dashboard's own /health, /metrics and
     /server_info requests are hidden unless the toggle is on.
     """
     from backend.logview import filter_probe_lines
@@ -171,8 +173,15 @@ def log_block(lines: list[str], *, newest_age_s: float | None, toggle_key: str, 
     st.code("\n".join(shown[-latest:]) or "(log is empty)", language=None, wrap_lines=True)
     before = shown[:-latest][-earlier:]
     if before:
-        with st.expander(f"Earlier lines ({fmt.count(len(before))})"):
-            st.code("\n".join(before), language=None, height=320)
+        # closed, it holds nothing: a 200-line code block behind it cost the browser's highlighter
+        # about 366 ms on each Servers visit and again at each refresh of the log.  Its label (with the
+        # count) is part of its identity, so a growing log would close it: it starts as it was left.
+        key = earlier_key or f"{toggle_key}-earlier"
+        box = st.expander(f"Earlier lines ({fmt.count(len(before))})", expanded=bool(st.session_state.get(key)),
+                          key=key, on_change="rerun")
+        if box.open:
+            with box:
+                st.code("\n".join(before), language=None, height=320)
 
 
 def findings_list(findings, *, info: bool = True) -> None:
