@@ -20,9 +20,10 @@ are printed against the 500 ms budget.
 
 ``--against DIR``: a checkout of another version of the dashboard (``git archive REV | tar -x -C DIR``)
 runs beside this one on its own copy of the workspace, measured in the same rounds: before and after
-side by side; ``--against-arg`` gives that server streamlit options of its own (``--against .
---against-arg=--runner.postScriptGC=false``: this version with another setting).  ``--shots DIR``: a
-screenshot of each page at its first cold answer.
+side by side, their order alternating (this version first in odd rounds, the other first in even rounds, so
+neither always comes first, after the other's visit); ``--against-arg`` gives that server streamlit options
+of its own (``--against . --against-arg=--runner.postScriptGC=false``: this version with another setting).
+``--shots DIR``: a screenshot of each page at its first cold answer.
 """
 
 from __future__ import annotations
@@ -376,10 +377,14 @@ def main(argv: list[str] | None = None) -> int:
                 for s in [trivial, *dash.values()]:  # the warm profile has visited each server once
                     page = "trivial" if s is trivial else pages[0]
                     first_answer(warm, s.page_url(page), ANSWER[page], args.timeout * 1000)
+                if len(dash) > 1:
+                    print("the versions' order alternates: this first in odd rounds, against first in even "
+                          "rounds", flush=True)
                 for r in range(args.rounds):
+                    order = list(dash.items()) if r % 2 == 0 else list(reversed(dash.items()))
                     for page in pages:
                         for mode in ("cold", "warm"):
-                            for name, s in dash.items():
+                            for name, s in order:
                                 ctx = new_context(browser) if mode == "cold" else warm
                                 shot = (args.shots / f"{name}-{page}.png" if args.shots and r == 0
                                         and mode == "cold" else None)
