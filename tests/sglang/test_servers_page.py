@@ -173,6 +173,9 @@ def test_server_log_hides_the_dashboards_own_probe_requests_until_asked(make_ws)
         time.sleep(0.2)
     at = AppTest.from_file(PAGE, default_timeout=30).run()
     assert not at.exception, at.exception
+    at.session_state["srv-log-probes-earlier"] = True  # "Earlier lines" open: every line read is on the page
+    at.run()
+    assert not at.exception, at.exception
     shown = "\n".join(c.value for c in at.code)
     assert '"GET /health HTTP/1.1" 200' not in shown
     assert any("probe request line(s) hidden" in c.value and "newest line written" in c.value for c in at.caption)
