@@ -14,7 +14,9 @@ import streamlit as st
 from ui import fmt
 from ui.auth import frame_gate, gate, live_fragment
 from ui.components import store_banner
-from ui.context import WANTED_PAGE, WANTED_QUERY, freeze_startup, mark_frame, runtime
+from ui.context import WANTED_PAGE, WANTED_QUERY, freeze_startup, limit_malloc_arenas, mark_frame, runtime
+
+limit_malloc_arenas()  # once per process, before the runtime's threads start (ui.context says why)
 
 HERE = Path(__file__).resolve().parent
 

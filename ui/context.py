@@ -4,6 +4,7 @@ gates the page), who asks (:func:`actor`), and the frame every page runs in."""
 from __future__ import annotations
 
 import gc
+import os
 import threading
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from ui.auth import FRAME_SEEN, PENDING_TOKEN_KEY, actor, runtime
 
-__all__ = ["FRAME_SEEN", "WANTED_PAGE", "WANTED_QUERY", "actor", "freeze_startup", "mark_frame", "require_frame", "runtime"]
+__all__ = ["FRAME_SEEN", "WANTED_PAGE", "WANTED_QUERY", "actor", "freeze_startup", "limit_malloc_arenas", "mark_frame", "require_frame", "runtime"]
 
 WANTED_PAGE = "_specdeck_wanted_page"
 WANTED_QUERY = "_specdeck_wanted_query"  # the query of a page's URL opened first, for the frame to give back
@@ -42,6 +43,45 @@ def freeze_startup() -> bool:
         gc.freeze()
         _frozen = True
     return True
+
+
+MALLOC_ARENAS = 2
+SET_BY_SCRIPT = "SPECDECK_MALLOC_ARENA_MAX_SET"
+_ARENAS = threading.Lock()
+_arenas_set: bool | None = None
+
+
+def limit_malloc_arenas(n: int = MALLOC_ARENAS) -> bool:
+    """Once per dashboard process: let glibc's malloc keep at most ``n`` arenas.  By default it makes up to
+    eight per core, one for each of the server's threads that allocates while another does, and memory freed
+    in one is not reused by the others: with three tabs open on the demo the dashboard's malloc heap held a
+    flat 139 MB in use while its free but kept part grew 14 -> 23 MB in 7 minutes and its resident memory
+    1.4 MB a minute; with two arenas from the process's start the free part stayed at 11 MB and the resident
+    memory flat (441.1 -> 441.5 MB from the second minute on).
+
+    scripts/dashboard sets ``MALLOC_ARENA_MAX`` for the process's start, marked by ``SPECDECK_MALLOC_ARENA_MAX_SET``:
+    both are taken out of the environment here (before any process is started), so that the servers and jobs
+    the dashboard starts keep glibc's default.  Started otherwise (``streamlit run app.py``),
+    ``mallopt(M_ARENA_MAX)`` sets it now: the arenas already made stay and the limit stops new ones (+0.83 MB
+    a minute against +1.31 on the same soak).  True when this call set it."""
+    global _arenas_set
+    with _ARENAS:
+        if _arenas_set is not None:
+            return False
+        _arenas_set = False
+        if os.environ.pop(SET_BY_SCRIPT, None):
+            os.environ.pop("MALLOC_ARENA_MAX", None)  # glibc read it at the start; not for the children
+            return False
+        if os.environ.get("MALLOC_ARENA_MAX"):
+            return False  # the user's own setting, read by glibc at the start
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL("libc.so.6")
+            _arenas_set = bool(libc.mallopt(-8, int(n)))  # M_ARENA_MAX is -8 in glibc's malloc.h
+        except (OSError, AttributeError):
+            pass  # not glibc (macOS, musl): nothing to set
+    return bool(_arenas_set)
 
 
 def mark_frame() -> None:
