@@ -3,7 +3,7 @@
     python perf/soak.py [--minutes 10] [--interval 5] [--pages servers,regeneration,gpus] [--against DIR]
 
 Starts the demo dashboard (``streamlit run app.py`` with no workspace chosen, as ``scripts/dashboard``
-does, on 127.0.0.1 with the loopback token) and a trivial live page (a 1 s fragment that draws a metric and
+does, with the environment it sets, on 127.0.0.1 with the loopback token) and a trivial live page (a 1 s fragment that draws a metric and
 a 300-point plotly chart), opens three tabs on each in Debian's Chromium (the dashboard's Servers,
 Regeneration and GPUs pages; the trivial page three times) and leaves them open for ``--minutes``
 (before, ``--idle`` seconds with no tab open measure each server's own background work).  Every
@@ -93,6 +93,20 @@ def slope(ts: list[float], ys: list[float]) -> float:
     return sum((t - mt) * (y - my) for t, y in zip(ts, ys)) / den if den else 0.0
 
 
+def _script_env(tree: Path) -> dict[str, str]:
+    """What the tree's scripts/dashboard sets in the environment of the process it starts (a malloc arena
+    limit, read by glibc at the start; see ui.context.limit_malloc_arenas), so each version is started as
+    its own script starts it."""
+    import os
+
+    script = tree / "scripts" / "dashboard"
+    if os.environ.get("MALLOC_ARENA_MAX") or not script.is_file():
+        return {}
+    if "SPECDECK_MALLOC_ARENA_MAX_SET" not in script.read_text(encoding="utf-8"):
+        return {}
+    return {"MALLOC_ARENA_MAX": "2", "SPECDECK_MALLOC_ARENA_MAX_SET": "1"}
+
+
 def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(REPO))
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -132,10 +146,9 @@ def main(argv: list[str] | None = None) -> int:
         for name, tree in trees.items():
             home = Path(tmp) / name
             # no workspace: the demo one, created under SPECDECK_HOME as scripts/dashboard does it
+            env = _script_env(tree) | ({FREEZE_ENV: "1"} if name == "against" and args.against_freeze else {})
             s = stack.enter_context(start(name, tree, "app.py", home, None, token=True,
-                                          args=tuple(args.against_arg) if name == "against" else (),
-                                          env={FREEZE_ENV: "1"} if name == "against" and args.against_freeze
-                                          else None))
+                                          args=tuple(args.against_arg) if name == "against" else (), env=env))
             _first_run(int(s.url.rsplit(":", 1)[1]), s.token, timeout_s=300.0)
             servers[name] = s
         # with no tab open: the servers' own background work (the dashboard's sampler, monitors, supervisor)
