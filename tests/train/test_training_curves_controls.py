@@ -114,7 +114,8 @@ def test_a_path_outside_the_roots_is_refused_and_not_overlaid(workspace, tmp_pat
 
 
 def test_the_csv_holds_every_point_with_its_step_time_and_relative_time(tmp_path):
-    from ui.train.data import CSV_HEADER, LogFollower, curves, curves_csv
+    from ui.train.data import LogFollower
+    from ui.train.series import CSV_HEADER, curves, curves_csv
 
     log = tmp_path / "train.log"
     log.write_text("===== specdeck: r run r-1 starting at 2026-01-01 00:00:00: python -m specforge\n"
@@ -173,6 +174,7 @@ def _append_steps(path, first: int, count: int, spe: int) -> int:
 @pytest.mark.timeout(300)
 def test_appends_to_a_100k_step_log_are_read_alone_in_one_refresh(tmp_path):
     import ui.train.data as data
+    import ui.train.series as series
 
     steps = 100_000
     log = tmp_path / "train.log"
@@ -187,7 +189,7 @@ def test_appends_to_a_100k_step_log_are_read_alone_in_one_refresh(tmp_path):
     assert after.offset == snap.offset + added and not after.catching_up
     # by byte offset: only the appended bytes were read (the last redraw, unfinished, was parsed early)
     assert f._reader.stats.bytes_read - read_before == added
-    c = data.curves(after.records, after.times)
+    c = series.curves(after.records, after.times)
     assert c.train["loss"].steps[-1] == steps + 1000
     assert c.train["loss"].values[-1] == pytest.approx(1 + (steps + 1000) % 1000 / 1000)
     assert len(c.train["loss"]) == steps + 1000  # one point a step, none lost or read twice
@@ -196,24 +198,25 @@ def test_appends_to_a_100k_step_log_are_read_alone_in_one_refresh(tmp_path):
 def test_nothing_is_parsed_or_built_again_when_nothing_was_appended(tmp_path, monkeypatch):
     import backend.train.reader as reader
     import ui.train.data as data
+    import ui.train.series as series
 
     log = tmp_path / "train.log"
     log.write_text(gen2_log(), encoding="utf-8")
     f = data.LogFollower(log)
     snap = f.poll()
     built = []
-    c1 = f.memo(snap, "curves", lambda: built.append(1) or data.curves(snap.records, snap.times))
+    c1 = f.memo(snap, "curves", lambda: built.append(1) or series.curves(snap.records, snap.times))
     parsed = []
     real = reader.parse_line
     monkeypatch.setattr(reader, "parse_line", lambda seg: parsed.append(seg) or real(seg))
     again = f.poll()
     assert parsed == [] and again.version == snap.version and again.records is snap.records
-    assert f.memo(again, "curves", lambda: built.append(1) or data.curves(again.records, again.times)) is c1
+    assert f.memo(again, "curves", lambda: built.append(1) or series.curves(again.records, again.times)) is c1
     assert built == [1]
     with open(log, "a", encoding="utf-8") as fh:  # a new step: read, and the curves built once more
         fh.write("\n" + "Eval - Step 21 [22/2], position 0,  Acc: 0.90\n")
     newer = f.poll()
     assert parsed and newer.version > snap.version
-    c2 = f.memo(newer, "curves", lambda: built.append(1) or data.curves(newer.records, newer.times))
+    c2 = f.memo(newer, "curves", lambda: built.append(1) or series.curves(newer.records, newer.times))
     assert c2 is not c1 and built == [1, 1] and c2.train["acc_0"].values[-1] == pytest.approx(0.9)
     assert not math.isnan(c2.train["loss"].values[-1])

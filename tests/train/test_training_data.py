@@ -11,7 +11,8 @@ def test_a_run_appended_to_the_log_breaks_the_lines(tmp_path):
     """The supervisor's line before each run anchors wall time; a second run starts a new line."""
     from datetime import datetime
 
-    from ui.train.data import curves, follower
+    from ui.train.data import follower
+    from ui.train.series import curves
 
     mark = "===== specdeck: sf run {n} starting at 2026-11-30 10:00:{s:02d}: python train.py\n"
     log = tmp_path / "sf.log"
@@ -32,7 +33,8 @@ def test_tensorboard_fills_in_the_learning_rate(tmp_path):
     """Gen-2 prints no lr: its TensorBoard files under <output>/runs have train/lr; a metric the console has
     is not taken twice."""
     from tests.train.test_trackers import frame, scalar_event, version_event
-    from ui.train.data import curves, follower
+    from ui.train.data import follower
+    from ui.train.series import curves
 
     out = tmp_path / "out"
     (out / "runs").mkdir(parents=True)
@@ -51,7 +53,7 @@ def test_tensorboard_fills_in_the_learning_rate(tmp_path):
 
 def test_eta_band_and_ema():
     from backend.train.reader import Progress
-    from ui.train.data import Curves, Series, ema, eta
+    from ui.train.series import Curves, Series, ema, eta
 
     # by hand: n=1 → 1.0; n=2 → (0.5·0.5·1 + 0.5·3) / 0.75 = 2.3333; a gap restarts it
     got = ema([1.0, 3.0, None, 2.0], 0.5)

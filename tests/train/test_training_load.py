@@ -111,7 +111,7 @@ def test_what_was_read_is_pinned_and_a_later_pin_collects(monkeypatch):
 
 
 def test_a_series_counts_its_values_as_they_are_added():
-    from ui.train.data import Series
+    from ui.train.series import Series
 
     s = Series()
     assert len(s) == 0
@@ -148,7 +148,7 @@ def test_each_bucket_keeps_its_lowest_and_highest_and_the_last_point():
 
 def test_the_charts_of_a_long_run_draw_at_most_max_points_a_trace():
     from ui.train import charts as tc
-    from ui.train.data import Curves, Series
+    from ui.train.series import Curves, Series
 
     c = Curves()
     s = c.train["loss"] = Series()

@@ -17,7 +17,8 @@ from ui import fmt
 from ui import overview_pipeline as pipe
 from ui import overview_train as train
 from ui.overview_data import RegenTile
-from ui.train.data import curves, follower, latest_run, predicted
+from ui.train.data import follower, predicted
+from ui.train.series import curves, latest_run
 
 
 def _regen(state="running", asked=400, to_ask=1000, ended=False, eta=Eta(1800.0, 1500.0, 2400.0, "b"), failed=3):

@@ -15,7 +15,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from ui import charts
-from ui.train.data import AcceptView, Curves, Measured, Series, ema
+from ui.train.series import Curves, Series, ema
 
 STEP, REL, WALL = "step", "relative", "wall time"
 X_MODES = (STEP, REL, WALL)

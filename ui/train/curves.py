@@ -23,8 +23,8 @@ from ui.train import charts as tc
 from ui.auth import data_lock, live_fragment
 from ui.components import freshness, path_text
 from ui.overview_query import QueryState
-from ui.train.data import (AcceptView, Curves, Measured, RunRef, Snapshot, curves, curves_csv, eta, follower,
-                           latest_run, measured, predicted, step_times)
+from ui.train.data import AcceptView, Measured, RunRef, Snapshot, follower, measured, predicted
+from ui.train.series import Curves, curves, curves_csv, eta, latest_run, step_times
 
 REFRESH_S = 1
 FRESH_MIN_S = 2.0  # a log left alone for less than three times this is never called stale
