@@ -409,3 +409,27 @@ def test_layer_rules_count_planted_imports_for_type_hints(module, source, expect
     assert layer_violations({module: imports_of(source, module, mods)}) == []  # unseen without type_checking
     typed = {module: imports_of(source, module, mods, type_checking=True)}
     assert [v.split(" (")[0] for v in layer_violations(typed)] == expected
+
+
+MAX_LINES = 600
+SIZED = ("app.py", "backend", "state", "specdeck_types", "ui", "pages")
+
+
+def _oversized(root: Path, limit: int = MAX_LINES) -> list[str]:
+    paths = [root / s for s in SIZED]
+    files = [p for base in paths for p in ([base] if base.is_file() else sorted(base.rglob("*.py")) if base.is_dir()
+                                            else [])]
+    return [f"{p.relative_to(root)}: {n} lines" for p in files
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > limit]
+
+
+def test_no_module_is_over_600_lines():
+    """Small modules: one that grows past 600 lines is split where its seam is."""
+    assert _oversized(REPO) == []
+
+
+def test_the_size_rule_catches_a_long_module(tmp_path):
+    (tmp_path / "ui").mkdir()
+    (tmp_path / "ui" / "long.py").write_text("x = 1\n" * (MAX_LINES + 1))
+    (tmp_path / "ui" / "short.py").write_text("x = 1\n" * MAX_LINES)
+    assert _oversized(tmp_path) == [f"ui/long.py: {MAX_LINES + 1} lines"]
