@@ -116,7 +116,7 @@ SECTIONS = {
 tabs = st.tabs(list(SECTIONS), key=TAB_KEY, on_change="rerun")
 query.put("tab", st.session_state.get(TAB_KEY), default=SECTION_NAMES[0])  # before the tabs' content, which may stop the run
 for tab, render in zip(tabs, SECTIONS.values()):
-    if tab.open is False:  # only the tab on screen is built and sent (switching tabs runs the page again)
-        continue
+    # every tab is built on every run: Streamlit drops the state of a widget a run does not draw, so a tab
+    # skipped while another is open would lose its fields (smoothing, draft steps, the deploy form)
     with tab:
         render()
