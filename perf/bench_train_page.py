@@ -25,7 +25,8 @@ sys.path.insert(0, str(REPO))
 
 from ui.train import charts as tc  # noqa: E402
 from ui.train import data as train_data  # noqa: E402
-from ui.train.data import LogFollower, curves, predicted  # noqa: E402
+from ui.train.data import LogFollower, predicted  # noqa: E402
+from ui.train.series import curves  # noqa: E402
 
 
 def write_log(path: Path, steps: int, ttt: int) -> None:

@@ -1,6 +1,6 @@
 """The time left for a job, as a point and a band: what the Regeneration and Training pages show.
 
-Regeneration (:func:`backend.regen.follow.eta_band`) and training (``ui.train.data.eta``) make it
+Regeneration (:func:`backend.regen.follow.eta_band`) and training (``ui.train.series.eta``) make it
 their own way; both give this one shape, so the pages format it alike.
 
 The band always contains its point: an :class:`Eta` widens a band made on one side of its point

@@ -11,6 +11,7 @@ from pathlib import Path
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
+from backend.train import gcpin
 from ui.auth import FRAME_SEEN, PENDING_TOKEN_KEY, actor, runtime
 
 __all__ = ["FRAME_SEEN", "WANTED_PAGE", "WANTED_QUERY", "actor", "freeze_startup", "limit_malloc_arenas", "mark_frame", "require_frame", "runtime"]
@@ -42,6 +43,7 @@ def freeze_startup() -> bool:
         gc.collect()  # what start-up left as garbage goes first, not into the frozen set
         gc.freeze()
         _frozen = True
+        gcpin.enable()  # the Training page's readers pin what they read from now on (backend.train.gcpin)
     return True
 
 

@@ -20,11 +20,23 @@ CLEAN_S = 300.0  # the longest that pinned garbage waits for a collection
 
 _lock = threading.Lock()
 _last_clean: float | None = None
+_enabled = False
+
+
+def enable() -> None:
+    """Pins take effect from now on in this process: the dashboard's server calls it once it runs for real
+    (``ui.context.freeze_startup``).  Elsewhere (a test process running pages under AppTest, a script) a pin
+    does nothing: freezing would keep every test's garbage cycles alive with the page's."""
+    global _enabled
+    _enabled = True
 
 
 def pin(*, now: float | None = None) -> bool:
-    """Pin every object alive now; every :data:`CLEAN_S`, first unpin and collect.  Whether it collected."""
+    """Pin every object alive now; every :data:`CLEAN_S`, first unpin and collect.  Whether it collected.
+    Nothing before :func:`enable`."""
     global _last_clean
+    if not _enabled:
+        return False
     t = time.monotonic() if now is None else now
     with _lock:
         clean = _last_clean is None or t - _last_clean >= CLEAN_S
