@@ -302,8 +302,21 @@ def drain(fleet, supervisor, run_dir: Path | str, server: str, *, clock: Callabl
         on_phase("draining", f"{server} left {', '.join(taken) or 'no running router'}; waiting up to "
                              f"{timeout:g} s for its requests in flight")
     t0 = clock()
-    left = in_flight(url)
+    live = False
+
+    def read(last: int | None) -> int | None:
+        # Once the server's live count (/get_load) has answered, a miss (a slow answer on a loaded machine)
+        # is not read from the /metrics gauges: those change only at each decode log line and can say 0
+        # while a request runs, which ended a drain 3 s before its request did.
+        nonlocal live
+        n = in_flight(url, live_only=True)
+        if n is not None:
+            live = True
+            return n
+        return last if live else in_flight(url)
+
+    left = read(None)
     while left and clock() - t0 < timeout:
         sleep(0.2)
-        left = in_flight(url)
+        left = read(left)
     return DrainResult(server, tuple(taken), clock() - t0, left)

@@ -119,11 +119,11 @@ class RouterClient:
         return payload
 
 
-def in_flight(server_url: str, timeout_s: float = 2.0) -> int | None:
+def in_flight(server_url: str, timeout_s: float = 2.0, *, live_only: bool = False) -> int | None:
     """Requests a server is running or queueing now: ``GET /get_load`` (``num_reqs`` summed over its
     data-parallel ranks, live), else its ``/metrics`` gauges ``sglang:num_running_reqs`` +
     ``sglang:num_queue_reqs`` (updated at each decode log line, so stale when idle); None when it
-    cannot tell."""
+    cannot tell.  ``live_only``: ``/get_load`` or None, never the gauges."""
     base = _norm(server_url)
     try:
         with urllib.request.urlopen(base + "/get_load", timeout=timeout_s) as r:
@@ -134,6 +134,8 @@ def in_flight(server_url: str, timeout_s: float = 2.0) -> int | None:
             return sum(counts)
     except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException):
         pass
+    if live_only:
+        return None
     try:
         with urllib.request.urlopen(base + "/metrics", timeout=timeout_s) as r:
             text = r.read().decode("utf-8", "replace")
