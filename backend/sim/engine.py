@@ -274,11 +274,13 @@ class Engine:
         self._thread.start()
 
     def stop(self, timeout: float = 1.0) -> None:
-        self._stop.set()
+        """End the scheduler; every request still queued or running finishes with ``abort``, as
+        SGLang answers the requests it holds when it shuts down (``finish_reason: "abort"``)."""
         with self._cv:
-            self._cv.notify_all()
             for r in self._waiting + self._running:
-                r.events.put(("abort", r))
+                self._finish(r, "abort")
+            self._stop.set()
+            self._cv.notify_all()
         if self._thread is not None:
             self._thread.join(timeout)
 
@@ -384,10 +386,12 @@ class Engine:
         new_tokens = sum(r.prompt_tokens - r.cached_tokens for r in reqs)
         cached = sum(r.cached_tokens for r in reqs)
         self._sleep_until(0.006 + new_tokens / PREFILL_TOK_S)
-        if self._stop.is_set():
-            return
         now = time.monotonic()
         with self._cv:
+            if self._stop.is_set():  # taken off the queue, not yet running: stop() did not see them
+                for r in reqs:
+                    self._finish(r, "abort")
+                return
             running_before = len(self._running)
             self._running.extend(reqs)
             queue_len = len(self._waiting)

@@ -87,7 +87,10 @@ class Handler(BaseHTTPRequestHandler):
             try:
                 kind, req = q.get(timeout=0.2)
             except queue.Empty:
-                if self.sim.stop.is_set():
+                eng = self.sim.engine
+                # the engine's stop finishes what it holds (abort) before it is stopping: once it
+                # is, an empty queue means nothing more comes
+                if self.sim.stop.is_set() and (eng is None or eng.stopping):
                     return
                 continue
             if kind != "tokens":

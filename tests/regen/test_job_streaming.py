@@ -75,7 +75,8 @@ class Streamer:
             await send(chunk({"content": piece}))
             if i == 0 and ("stall-always" in last or ("stall-once" in last and n == 1)):
                 await asyncio.sleep(3.0)  # longer than the test's chunk timeout
-        await send(chunk({}, finish="stop"))
+        if not ("no-finish-always" in last or ("no-finish-once" in last and n == 1)):
+            await send(chunk({}, finish="stop"))
         if (body.get("stream_options") or {}).get("include_usage"):
             await send(chunk(usage={"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}))
         await send(b"[DONE]")
@@ -185,6 +186,27 @@ def test_a_stalled_stream_and_a_slow_first_byte_are_timeouts_noticed_in_their_wi
                                        "(chunk timeout) after 2 chunks")
     assert errs["first"]["error"] == "gave up after 2 attempts: no answer within the first-byte timeout (0.5 s)"
     assert errs["err"]["regen"]["class"] == "context_length" and stand.seen["error-chunk"] == 1
+
+
+def test_a_stream_that_ends_with_done_but_no_finish_reason_is_asked_again_never_kept(tmp_path):
+    """[DONE] without a finish_reason on any choice: the text may be cut short (a server stopping
+    between chunks), so it is asked again, and after max_attempts it is an error, never a kept row."""
+    inp = tmp_path / "in.jsonl"
+    _write(inp, [{"id": "once", "conversations": [_user("no-finish-once")]},
+                 {"id": "always", "conversations": [_user("no-finish-always")]},
+                 {"id": "ok", "conversations": [_user("fine")]}])
+    stand = Streamer()
+    out = tmp_path / "o.jsonl"
+    assert _run(stand, out=out, inputs=[str(inp)], max_attempts=2) == 0
+    rows = {r["id"]: r for r in read_jsonl(out)}
+    assert set(rows) == {"once", "ok"}
+    assert rows["once"]["regen"]["retries"] == 1 and rows["once"]["regen"]["finish_reason"] == "stop"
+    assert rows["once"]["conversations"][-1]["content"] == "answer to: no-finish-once"
+    errs = {e["id"]: e for e in read_jsonl(sibling(out, "_error.jsonl"))}
+    assert set(errs) == {"always"} and stand.seen["no-finish-always"] == 2
+    assert errs["always"]["regen"]["class"] == "incomplete"
+    assert errs["always"]["error"] == ("gave up after 2 attempts: the answer's stream ended with [DONE] after 5 "
+                                       "chunks but no finish_reason: it may be cut short")
 
 
 def test_default_timeouts_fit_generation():

@@ -87,3 +87,55 @@ def test_a_held_server_stops_at_once(dirs, tmp_path):
     t0 = time.monotonic()
     assert sim.stop() == 0
     assert time.monotonic() - t0 < 5
+
+
+def test_requests_running_when_it_stops_end_with_finish_reason_abort(dirs, tmp_path):
+    """SGLang answers the requests it holds when it shuts down with ``finish_reason: "abort"``: a
+    stream in the middle of its answer and one still queued get an abort chunk (or lose the
+    connection), never an ordinary finish or a [DONE] with no finish at all, which a client would
+    keep as a whole (empty or cut) answer."""
+    import http.client
+    import threading
+
+    env = dict(FAST, SPECDECK_SIM_BASELINE_TOK_S="20", SPECDECK_SIM_PEAK_TOK_S="40")
+    sim = start_sim_thread(["--model-path", str(dirs["target"]), "--max-running-requests", "1"],
+                           tmp_path / "sim.log", env)
+    got: dict[int, list[bytes]] = {0: [], 1: []}
+    first = threading.Event()
+
+    def ask(i: int) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", sim.port, timeout=30)
+        conn.request("POST", "/v1/chat/completions", json.dumps({
+            "model": "m", "messages": [{"role": "user", "content": f"Count to {i}."}], "max_tokens": 400,
+            "stream": True}), {"content-type": "application/json"})
+        resp = conn.getresponse()
+        try:
+            for line in resp:
+                if line.startswith(b"data: "):
+                    got[i].append(line[6:].strip())
+                    if i == 0 and b'"content"' in line:
+                        first.set()
+        except OSError:
+            pass  # the connection dropped: no answer, which the client asks again
+        conn.close()
+
+    try:
+        sim.wait_ready()
+        running = threading.Thread(target=ask, args=(0,))
+        running.start()
+        assert first.wait(30), "the first stream's tokens"
+        queued = threading.Thread(target=ask, args=(1,))  # behind the one running request
+        queued.start()
+        wait_for(lambda: json.loads(sim.request("/get_load")[1])[0]["num_waiting_reqs"] == 1, 10,
+                 "the second request queued")
+        assert sim.stop() == 0
+        running.join(30), queued.join(30)
+    finally:
+        sim.stop()
+    for i, lines in got.items():
+        chunks = [json.loads(x) for x in lines if x != b"[DONE]"]
+        finishes = [c["finish_reason"] for ch in chunks for c in ch.get("choices") or () if c.get("finish_reason")]
+        assert finishes in ([], ["abort"]), (i, finishes)
+        if lines and lines[-1] == b"[DONE]":
+            assert finishes == ["abort"], (i, lines[-3:])
+    assert got[0][-1] == b"[DONE]"  # the running stream is told, not cut
