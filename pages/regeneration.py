@@ -8,7 +8,7 @@ from backend.regen.output import RunFiles
 from ui.regen import control as regen_control
 from ui.regen import live as live
 from ui.auth import control_lock, data_lock, typed_path
-from ui.components import page_header
+from ui.components import keep_values, page_header
 from ui.context import require_frame, runtime
 from ui.overview_query import QueryState
 
@@ -20,6 +20,11 @@ rt = runtime()
 
 page_header("Regeneration", "The target model answers the training prompts again: progress, speed, ETA, failures "
             "and samples of a running job, or of a run of SpecForge's own script.")
+
+# what was typed into the start form (drawn only while it is open) and the SpecForge view's fields (drawn
+# only in that view) is kept while they are not drawn
+keep_values("regen-f-")
+keep_values("regen-sf-")
 
 # the view and the run are in the URL's query (?job=NAME, ?view=specforge): a link opens the page on them;
 # a value that names nothing here is ignored, with a note

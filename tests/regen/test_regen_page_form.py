@@ -98,3 +98,43 @@ def test_run_argv_passes_streaming_and_the_timeouts(tmp_path):
         control.run_argv(control.RunForm(out="o.jsonl", servers=("s",), mix="m", chunk_timeout=0.0), tmp_path)
     assert control.duration_estimate(100, [("a", 0.5), ("b", 4.0)])[0] == 25.0
     assert control.duration_estimate(100, [])[0] is None
+
+
+def test_what_was_typed_survives_closing_the_form_switching_the_source_and_the_view(ws):
+    """The form's values count once it is sent (Review); they stay through runs that do not draw
+    the form (closed) or the field (another source chosen), and the SpecForge view's paths through
+    a visit to the job view."""
+    prev = ws / "outputs" / "regen" / "old.progress.jsonl"
+    prev.parent.mkdir(parents=True)
+    append(prev, snap(time.time() - 5, 10, total=10, state="done", req_s=2.0))
+    at = _page()
+    at.session_state["regen-start-open"] = True
+    at.run()
+    at.radio(key="regen-f-source").set_value("input files").run()
+    at.text_area(key="regen-f-files").input("datasets/code.jsonl")
+    at.text_input(key="regen-f-out").input("outputs/regen/typed.jsonl")
+    at.number_input(key="regen-f-conc").set_value(12)
+    next(b for b in at.button if b.label == "Review").click()
+    at.run()
+    assert not at.exception, at.exception
+    at.radio(key="regen-f-source").set_value("a mix").run()  # the files field is not drawn now
+    assert "regen-f-files" not in _keys(at)
+    at.session_state["regen-start-open"] = False  # closed: the form is not built at all
+    at.run()
+    assert "regen-f-out" not in {w.key for w in at.text_input}
+    at.run()  # a second run without it (a live refresh, another click)
+    at.session_state["regen-start-open"] = True
+    at.run()
+    assert not at.exception, at.exception
+    assert at.text_input(key="regen-f-out").value == "outputs/regen/typed.jsonl"
+    assert at.number_input(key="regen-f-conc").value == 12
+    at.radio(key="regen-f-source").set_value("input files").run()
+    assert at.text_area(key="regen-f-files").value == "datasets/code.jsonl"
+    # the SpecForge view's paths, kept while the job view is shown
+    at.segmented_control(key="regen-mode").set_value("SpecForge's regenerate_train_data.py").run()
+    at.text_input(key="regen-sf-in").input("datasets/code.jsonl").run()
+    at.segmented_control(key="regen-mode").set_value("Specdeck job").run()
+    at.run()
+    at.segmented_control(key="regen-mode").set_value("SpecForge's regenerate_train_data.py").run()
+    assert not at.exception, at.exception
+    assert at.text_input(key="regen-sf-in").value == "datasets/code.jsonl"
