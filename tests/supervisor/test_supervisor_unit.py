@@ -320,7 +320,8 @@ def test_loop_polls_in_the_background_and_stop_joins(env):
     loop.start()  # idempotent: still one thread
     assert threading.active_count() == before + 1
     deadline = time.monotonic() + 10
-    while sup.view("p").state != S.RUNNING and time.monotonic() < deadline:
+    # a poll sets the state before the loop counts it: wait for both
+    while (sup.view("p").state != S.RUNNING or loop.polls < 1) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert sup.view("p").state == S.RUNNING and loop.polls >= 1
     loop.stop()
