@@ -36,11 +36,11 @@ def _on_the_demo_dashboard(item) -> bool:
     return "demo_dashboard" in getattr(item, "fixturenames", ())
 
 
-def _group(item, workers: int) -> str:
+def _group(item, workers: int, browser_phase: bool) -> str:
     module = item.nodeid.split("::", 1)[0]
     if item.get_closest_marker("browser"):
-        if workers <= 2:  # scripts/test's browser phase: a group per module, the demo dashboard's tests one
-            return "browser-demo" if _on_the_demo_dashboard(item) else module
+        if browser_phase or workers <= 2:  # scripts/test's browser phase: a group per module, the demo
+            return "browser-demo" if _on_the_demo_dashboard(item) else module  # dashboard's tests one
         return "browser-1" if _on_the_demo_dashboard(item) or module in _FIRST_BROWSER_GROUP else "browser-2"
     if item.get_closest_marker("slow") and not _shares_a_module_fixture(item):
         return item.nodeid  # a long test on its own, so that a module's long tests run side by side
@@ -54,10 +54,10 @@ BROWSER_MARK = "pytest.mark.browser"
 def pytest_collection_modifyitems(config, items):
     """In an xdist worker (scripts/test: ``--dist loadgroup``): each module is one group, run by one
     worker, except that a ``slow`` test whose module has no module-scoped fixture is a group of its
-    own.  In a run of more than two workers the ``browser`` tests are in two groups (at most two
-    Chromiums and dashboards at a time, never one per worker at once); in a run of two (the browser
-    phase) each browser module is a group, but the tests on the shared demo dashboard are one, so
-    that one dashboard serves them.  The browser groups come first (the demo dashboard's first of
+    own.  In a run of more than two workers beside other tests the ``browser`` tests are in two groups
+    (at most two Chromiums and dashboards at a time, never one per worker at once); in scripts/test's
+    browser phase (SPECDECK_BROWSER_PHASE=1, or any run of two workers) each browser module is a group, but the
+    tests on the shared demo dashboard are one, so that one dashboard serves them.  The browser groups come first (the demo dashboard's first of
     all), then the slow tests, so that the long ones start early and the short ones fill in around them;
     among the rest a module of many tests (one group, on one worker) before a module of few.
 
@@ -72,9 +72,10 @@ def pytest_collection_modifyitems(config, items):
     if not hasattr(config, "workerinput"):
         return
     workers = int(config.workerinput.get("workercount", 0))
+    browser_phase = os.environ.get("SPECDECK_BROWSER_PHASE") == "1"  # set by scripts/test for that phase
     for item in items:
         if not any(item.iter_markers("xdist_group")):
-            item.add_marker(pytest.mark.xdist_group(_group(item, workers)))
+            item.add_marker(pytest.mark.xdist_group(_group(item, workers, browser_phase)))
     slow = {item.path for item in items if item.get_closest_marker("slow")}
     size = collections.Counter(item.path for item in items)
     items.sort(key=lambda item: (not item.get_closest_marker("browser"), not _on_the_demo_dashboard(item),

@@ -114,7 +114,11 @@ def serve(home: Path, env_extra: dict[str, str] | None = None, *, workspace: Pat
             time.sleep(0.5)
         if warm and address == "127.0.0.1":
             _first_run(port, token, timeout_s=max(timeout_s, 240.0))
-        yield url
+        try:
+            yield url
+        except Exception as e:  # a failed wait: what the dashboard wrote goes with the failure
+            tail = (home / "streamlit.log").read_text(errors="replace")[-3000:]
+            raise AssertionError(f"{e}\n--- the dashboard's log (its end):\n{tail}") from e
     finally:
         stop_group(proc)
         log.close()
@@ -138,9 +142,44 @@ def browser(width: int = 1600, height: int = 1200):
                   "--disable-component-update", "--no-first-run"],
         )
         try:
-            yield browser.new_page(viewport={"width": width, "height": height})
+            page = browser.new_page(viewport={"width": width, "height": height})
+            seen = _watch(page)
+            try:
+                yield page
+            except Exception as e:  # a failed wait: what the browser saw goes with the failure
+                raise AssertionError(f"{e}\n--- the browser at {page.url}: {_app_state(page)}\n"
+                                     + "\n".join(seen)) from e
         finally:
             browser.close()
+
+
+def _watch(page) -> "collections.deque[str]":
+    """The browser's last console lines, failed requests, error answers and websockets, for a failure's message."""
+    import collections
+
+    seen: collections.deque[str] = collections.deque(maxlen=40)
+    page.on("console", lambda m: seen.append(f"console {m.type}: {m.text[:300]}"))
+    page.on("requestfailed", lambda r: seen.append(f"failed {r.method} {r.url[:150]}: {r.failure}"))
+    page.on("response", lambda r: seen.append(f"HTTP {r.status} {r.url[:150]}") if r.status >= 400 else None)
+
+    def ws(w) -> None:
+        seen.append(f"websocket opened {w.url[:150]}")
+        w.on("close", lambda _w: seen.append(f"websocket closed {w.url[:150]}"))
+        w.on("socketerror", lambda err: seen.append(f"websocket error {w.url[:150]}: {err}"))
+
+    page.on("websocket", ws)
+    return seen
+
+
+def _app_state(page) -> str:
+    """The app's connection and script states, or the start of the body where the app is not there."""
+    try:
+        return str(page.evaluate(
+            "() => { const a = document.querySelector(\"[data-testid='stApp']\"); return a ? "
+            "'connection ' + a.getAttribute('data-test-connection-state') + ', script ' + "
+            "a.getAttribute('data-test-script-state') : 'no app; body: ' + document.body.innerHTML.slice(0, 400) }"))
+    except Exception as exc:  # the page itself is gone or hangs
+        return f"(cannot read the page: {exc})"
 
 
 def open_page(page, title: str) -> None:

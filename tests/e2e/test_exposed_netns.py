@@ -41,7 +41,9 @@ VIEWABLE = sorted(PAGES + ["Overview"])
 # and its command line, a file's content
 SECRETS = ("exposed", "ticker", "backend.demo", "root:x:0:0")
 
-pytestmark = pytest.mark.browser
+# netns: the veth pair each test adds and removes is a network change to every Chromium on this host, which
+# drops the page loads it has in flight (net::ERR_NETWORK_CHANGED): scripts/test runs these tests alone
+pytestmark = [pytest.mark.browser, pytest.mark.netns]
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
