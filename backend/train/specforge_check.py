@@ -73,17 +73,17 @@ if req["kind"] == "gen3":
     except BaseException as exc:
         answer("unavailable", "cannot import specforge.config: %s: %s" % (type(exc).__name__, exc))
     fd, path = tempfile.mkstemp(suffix=".yaml", prefix="specdeck-check-")
+    refusal = None
     try:
         with os.fdopen(fd, "w") as f:
             f.write(req["yaml"])
         try:
             load_config(path, req["overrides"])
         except Exception as exc:
-            text = str(exc)
-            answer("rejected", text.replace(path, "<config>"))
+            refusal = str(exc).replace(path, "<config>")
     finally:
-        os.unlink(path)
-    answer("accepted")
+        os.unlink(path)  # before answer(), whose os._exit skips every finally
+    answer("rejected", refusal) if refusal is not None else answer("accepted")
 script = req["script"]
 sys.argv = [script] + req["argv"]
 sys.path.insert(0, os.path.dirname(os.path.abspath(script)))

@@ -160,8 +160,11 @@ def _info() -> GenerationInfo:
     return GenerationInfo(generation="gen3", version="0.2.0", chosen=True)
 
 
-def test_preflight_asks_specforges_loader_with_the_overrides(specforge_python):
+def test_preflight_asks_specforges_loader_with_the_overrides(specforge_python, tmp_path, monkeypatch):
     sc.clear_cache()
+    scratch = tmp_path / "tmp"  # the check's temporary YAMLs go here, and must not stay
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
     cfg = _config("online", "wandb", python=specforge_python)
     cmd = build_command(cfg, "gen3", root=ROOT, outputs_dir=OUT, resume=True)
     notes = sc.review(cfg, cmd, _info(), _probe(specforge_python))
@@ -183,6 +186,7 @@ def test_preflight_asks_specforges_loader_with_the_overrides(specforge_python):
     with pytest.raises(CommandError, match=r"override path 'training.learning_rte' does not exist"):
         sc.review(typo, build_command(typo, "gen3", root=ROOT, outputs_dir=OUT), _info(),
                   _probe(specforge_python))
+    assert list(scratch.iterdir()) == []  # a refusal left its YAML behind, once per check
 
 
 def test_a_run_whose_python_has_no_specforge_config_is_not_checked_and_says_so(tmp_path):
