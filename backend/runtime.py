@@ -150,6 +150,10 @@ class Runtime:
                 log.exception("reloading %s failed", self.workspace.config_path)
 
     def _reload(self) -> bool:
+        with self.fleet.file_lock:  # a launch writes the file and sets its spec in between, never during
+            return self._reload_locked()
+
+    def _reload_locked(self) -> bool:
         stamp = _config_stamp(self.workspace)
         if stamp == self._stamp:
             return False

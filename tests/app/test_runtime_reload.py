@@ -105,3 +105,49 @@ def test_dashboard_runtime_follows_edits_in_the_background(ws: Path):
     while "later" not in rt.supervisor.names() and time.time() < deadline:
         time.sleep(0.1)
     assert "later" in rt.supervisor.names()
+
+
+@pytest.mark.timeout(60)
+def test_a_reload_that_read_the_file_before_a_launch_wrote_it_does_not_undo_the_launch(ws: Path, monkeypatch):
+    """The config watcher reads the file, then sets servers and specs from it; a relaunch with an edit writes
+    the file and sets the server's new spec.  Interleaved, the reload's older read used to land after the
+    launch: the relaunch started without the edit (seen once as a relaunch without --mem-fraction-static)."""
+    import threading
+
+    from backend.sglang.config import ServerConfig
+
+    server = '\n[[server]]\nname = "s1"\nmodel_path = "/models/x"\nport = 30999\nsimulate = true\n'
+    _touch(ws / "specdeck.toml", BASE + server)
+    rt = runtime_mod.get_runtime(background=False)
+    assert rt.fleet.names() == ["s1"]
+    started: list[tuple] = []
+    monkeypatch.setattr(rt.supervisor, "start", lambda name, **k: started.append(rt.supervisor.view(name).spec.argv))
+    # an edit by hand (another process added) that the watcher is about to take up
+    _touch(ws / "specdeck.toml", BASE + server + f'\n[[process]]\nname = "two"\nargv = ["{sys.executable}"]\n')
+    read, go = threading.Event(), threading.Event()
+    real_parse = runtime_mod.parse_config
+
+    def slow_parse(*a, **k):
+        cfg = real_parse(*a, **k)  # the file as it was before the launch writes it
+        read.set()
+        go.wait(10)
+        return cfg
+
+    monkeypatch.setattr(runtime_mod, "parse_config", slow_parse)
+    reload = threading.Thread(target=rt.maybe_reload)
+    reload.start()
+    assert read.wait(10)
+    edited = ServerConfig.model_validate({**rt.fleet.config("s1").model_dump(exclude_unset=True),
+                                          "mem_fraction_static": 0.85})
+    launch = threading.Thread(target=lambda: rt.launch("s1", edited, actor="tester", source="test", findings=[]))
+    launch.start()
+    launch.join(0.5)  # the reload holds what it read meanwhile
+    go.set()
+    reload.join(10), launch.join(10)
+    assert not reload.is_alive() and not launch.is_alive()
+    argv = list(rt.supervisor.view("s1").spec.argv)
+    assert argv[argv.index("--mem-fraction-static") + 1] == "0.85"
+    assert started and "--mem-fraction-static" in started[-1]
+    assert rt.fleet.config("s1").mem_fraction_static == 0.85
+    assert "mem_fraction_static = 0.85" in (ws / "specdeck.toml").read_text()
+    assert "two" in rt.supervisor.names()  # the hand edit is taken up too
