@@ -8,7 +8,7 @@ from backend.regen.output import RunFiles
 from ui.regen import control as regen_control
 from ui.regen import live as live
 from ui.auth import control_lock, data_lock, typed_path
-from ui.components import keep_values, page_header
+from ui.components import page_header
 from ui.context import require_frame, runtime
 from ui.overview_query import QueryState
 
@@ -20,11 +20,6 @@ rt = runtime()
 
 page_header("Regeneration", "The target model answers the training prompts again: progress, speed, ETA, failures "
             "and samples of a running job, or of a run of SpecForge's own script.")
-
-# what was typed into the start form (drawn only while it is open) and the SpecForge view's fields (drawn
-# only in that view) is kept while they are not drawn
-keep_values("regen-f-")
-keep_values("regen-sf-")
 
 # the view and the run are in the URL's query (?job=NAME, ?view=specforge): a link opens the page on them;
 # a value that names nothing here is ignored, with a note
@@ -40,9 +35,11 @@ if mode == SPECFORGE:
     query.show_notes()
     lock = control_lock(rt)  # reading files by a typed path: an operator's action
     a, b, c = st.columns([3, 3, 1])
-    inp = a.text_input("Its --input-file-path", key="regen-sf-in", disabled=bool(lock), help=lock or None)
-    out = b.text_input("Its --output-file-path (.jsonl)", key="regen-sf-out", disabled=bool(lock), help=lock or None)
-    stall_min = c.number_input("Stall after (min)", 1.0, 1440.0, 10.0, key="regen-sf-stall")
+    inp = a.text_input("Its --input-file-path", key="regen-sf-in",
+                       persist_state="session", disabled=bool(lock), help=lock or None)
+    out = b.text_input("Its --output-file-path (.jsonl)", key="regen-sf-out",
+                       persist_state="session", disabled=bool(lock), help=lock or None)
+    stall_min = c.number_input("Stall after (min)", 1.0, 1440.0, 10.0, key="regen-sf-stall", persist_state="session")
     if not (inp and out):
         st.info("Give the input and output paths of a `regenerate_train_data.py` run: its progress is read from "
                 "the output, _error and _skipped files it writes.", icon=":material/info:")

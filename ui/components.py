@@ -108,15 +108,6 @@ def state_badge(state: str | None, exit_code: int | None = None) -> None:
     st.markdown(fmt.state_badge(state, exit_code).markdown())
 
 
-def keep_values(prefix: str) -> None:
-    """Keep what the user typed into the widgets whose key starts with ``prefix`` through runs that
-    do not draw them (a closed expander's form, a field shown only for another choice): Streamlit
-    drops the state of a widget a run leaves out, and the form would come back with its defaults.
-    Call it on every run, before those widgets; never for buttons (their state cannot be set)."""
-    for key in [k for k in st.session_state if isinstance(k, str) and k.startswith(prefix)]:
-        st.session_state[key] = st.session_state[key]
-
-
 def confirm_box(key: str, question: str, *, confirm_label: str = "Confirm",
                 danger: bool = True) -> bool | None:
     """Inline confirmation shown after a control button was pressed.

@@ -82,50 +82,56 @@ def start_form(rt) -> None:
     servers = rt.fleet.names()
     # outside the form, so that the form shows the fields of the source chosen, and only those
     source = st.radio("Rows from", ["a mix", "catalog datasets", "input files"], horizontal=True,
-                      key="regen-f-source")
+                      key="regen-f-source", persist_state="session")
     mix, picked, files = None, [], ""
     with st.form("regen-start"):
         st.markdown("**Start a regeneration**")
         a, b = st.columns(2)
         if source == "a mix":
-            mix = a.selectbox("Mix", list(all_mixes), key="regen-f-mix",
+            mix = a.selectbox("Mix", list(all_mixes), key="regen-f-mix", persist_state="session",
                               help="a [[mix]] of the workspace file" if all_mixes else "no [[mix]] in the workspace file")
         elif source == "catalog datasets":
-            picked = a.multiselect("Catalog datasets", list(catalog), key="regen-f-datasets")
+            picked = a.multiselect("Catalog datasets", list(catalog), key="regen-f-datasets", persist_state="session")
         else:
-            files = a.text_area("Input files (one path a line; JSONL or Parquet)", key="regen-f-files", height=80)
-        chosen = b.multiselect("Servers", servers, default=servers[:1], key="regen-f-servers",
+            files = a.text_area("Input files (one path a line; JSONL or Parquet)", key="regen-f-files",
+                                persist_state="session", height=80)
+        chosen = b.multiselect("Servers", servers, default=servers[:1], key="regen-f-servers", persist_state="session",
                                help="servers of the workspace; their requests go to the host and port they listen on")
-        urls = b.text_input("More servers (URLs, e.g. an sglang-router)", key="regen-f-urls",
+        urls = b.text_input("More servers (URLs, e.g. an sglang-router)", key="regen-f-urls", persist_state="session",
                             placeholder="http://10.0.0.5:30000 http://10.0.0.6:30000")
         default_out = str(ws.outputs_dir / "regen" / f"{mix or 'regen'}.jsonl")
-        out = a.text_input("Output (.jsonl)", value=default_out, key="regen-f-out",
+        out = a.text_input("Output (.jsonl)", value=default_out, key="regen-f-out", persist_state="session",
                            help="an existing output is resumed: rows already written are not asked again")
         c = st.columns(3) + st.columns(3)  # two rows: each label whole at 1024 px
-        conc = c[0].number_input("Concurrency per server", 1, 4096, 64, key="regen-f-conc")
-        max_tokens = c[1].number_input("Max tokens", 1, 1_000_000, 4096, key="regen-f-maxtok")
-        temp = c[2].number_input("Temperature", 0.0, 2.0, 0.7, step=0.1, key="regen-f-temp")
-        top_p = c[3].number_input("top_p (0: server default)", 0.0, 1.0, 0.0, step=0.05, key="regen-f-topp")
-        reasoning = c[4].selectbox("Reasoning", control.REASONING, key="regen-f-reason",
+        conc = c[0].number_input("Concurrency per server", 1, 4096, 64, key="regen-f-conc", persist_state="session")
+        max_tokens = c[1].number_input("Max tokens", 1, 1_000_000, 4096, key="regen-f-maxtok", persist_state="session")
+        temp = c[2].number_input("Temperature", 0.0, 2.0, 0.7, step=0.1, key="regen-f-temp", persist_state="session")
+        top_p = c[3].number_input("top_p (0: server default)", 0.0, 1.0, 0.0, step=0.05, key="regen-f-topp",
+                                  persist_state="session")
+        reasoning = c[4].selectbox("Reasoning", control.REASONING, key="regen-f-reason", persist_state="session",
                                    help="none; save: keep reasoning_content; disable: enable_thinking=false")
-        stall = c[5].number_input("Stall alert after (min)", 1, 1440, 10, step=1, key="regen-f-stall")
-        stream = st.checkbox("Stream answers (--stream)", key="regen-f-stream",
+        stall = c[5].number_input("Stall alert after (min)", 1, 1440, 10, step=1, key="regen-f-stall",
+                                  persist_state="session")
+        stream = st.checkbox("Stream answers (--stream)", key="regen-f-stream", persist_state="session",
                                help="a stalled server is noticed within the chunk timeout; costs the client about "
                                     "three times the CPU")
         t = st.columns(3)
         first_byte = t[0].number_input("First-byte timeout (s)", 0, 86_400, 0, key="regen-f-firstbyte",
+                                       persist_state="session",
                                        help="seconds to the first byte of an answer before it is asked again; "
                                             "0: regen run's default (600 streamed; not streamed, 600 + max tokens "
                                             "at the slowest decode rate)")
-        chunk = t[1].number_input("Chunk timeout (s)", 0, 86_400, 0, key="regen-f-chunk",
+        chunk = t[1].number_input("Chunk timeout (s)", 0, 86_400, 0, key="regen-f-chunk", persist_state="session",
                                   help="seconds between two chunks of a streamed answer; 0: the default (120)")
-        startup = t[2].number_input("Startup timeout (s)", 0, 86_400, 0, key="regen-f-startup",
+        startup = t[2].number_input("Startup timeout (s)", 0, 86_400, 0, key="regen-f-startup", persist_state="session",
                                     help="give up when no server has answered at all this long after start; "
                                          "0: the default (300)")
-        system = st.text_input("System prompt (for rows without one; optional)", key="regen-f-system")
+        system = st.text_input("System prompt (for rows without one; optional)", key="regen-f-system",
+                               persist_state="session")
         where = "local"
         if getattr(ws.config, "cluster", None) is not None:  # offered only where there is a cluster
             where = st.radio("Run on", list(RUN_ON), format_func=RUN_ON.get, horizontal=True, key="regen-f-where",
+                             persist_state="session",
                              help="ray: the job runs on the workspace's [cluster] (no GPU; the servers do the work)")
         lock = control_lock(rt)
         review = st.form_submit_button("Review", icon=":material/preview:", disabled=bool(lock),
