@@ -150,7 +150,10 @@ class Runtime:
                 log.exception("reloading %s failed", self.workspace.config_path)
 
     def _reload(self) -> bool:
-        with self.fleet.file_lock:  # a launch writes the file and sets its spec in between, never during
+        # a launch of this process writes the file and sets its spec in between, never during (a launch from
+        # another process, the command line's, is not held back: its spec is in the state store, and the next
+        # reload reads its write)
+        with self.fleet.file_lock:
             return self._reload_locked()
 
     def _reload_locked(self) -> bool:

@@ -10,8 +10,8 @@ Classification
     success     HTTP 200 with a choice whose message has text (finish_reason ``stop``/``length``)
     transient   connection refused / reset / closed, a timeout, HTTP 5xx, HTTP 429, an answer
                 the server aborted (SGLang answers ``finish_reason: "abort"`` to requests running
-                while it shuts down), and a stream that ends (even with ``[DONE]``) before any
-                choice has a finish_reason
+                while it shuts down), and a stream that ends (even with ``[DONE]``) before its
+                choice (index 0: the job asks for one) has a finish_reason
     permanent   any other 4xx (``context_length`` when the message says the prompt is too long),
                 a 200 whose body is not a chat completion, or a request whose text cannot be sent
                 as UTF-8 (``bad_text``: asking again would not change it)
@@ -206,7 +206,7 @@ class _Stream:
         if self.finish is None and not self.done:
             return Outcome(TRANSIENT, "connection", f"the answer's stream ended after {self.chunks} chunks without "
                            "a finish_reason (server stopped?)", status=200, server_down=True)
-        if self.finish is None:  # [DONE] came but no choice ever finished: the answer may be cut short
+        if self.finish is None:  # [DONE] came but the choice never finished: the answer may be cut short
             return Outcome(TRANSIENT, "incomplete", f"the answer's stream ended with [DONE] after {self.chunks} "
                            "chunks but no finish_reason: it may be cut short", status=200)
         return Outcome(SUCCESS, content="".join(self.content),

@@ -314,6 +314,9 @@ class Engine:
             req.events = events
         with self._cv:
             req.v_created = self.clock_s
+            if self._stop.is_set():  # submitted as the server stops: SGLang aborts it, it never runs
+                self._finish(req, "abort")
+                return req
             key = hashlib.sha1(prompt.encode("utf-8", "replace")).hexdigest()
             req.cached_tokens = min(self._cache.get(key, 0), max(0, ptoks - 1))
             self._cache[key] = ptoks

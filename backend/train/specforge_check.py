@@ -82,7 +82,10 @@ if req["kind"] == "gen3":
         except Exception as exc:
             refusal = str(exc).replace(path, "<config>")
     finally:
-        os.unlink(path)  # before answer(), whose os._exit skips every finally
+        try:
+            os.unlink(path)  # before answer(), whose os._exit skips every finally
+        except OSError:
+            pass
     answer("rejected", refusal) if refusal is not None else answer("accepted")
 script = req["script"]
 sys.argv = [script] + req["argv"]

@@ -117,7 +117,10 @@ def serve(home: Path, env_extra: dict[str, str] | None = None, *, workspace: Pat
         try:
             yield url
         except Exception as e:  # a failed wait: what the dashboard wrote goes with the failure
-            tail = (home / "streamlit.log").read_text(errors="replace")[-3000:]
+            try:
+                tail = (home / "streamlit.log").read_text(errors="replace")[-3000:]
+            except OSError as exc:
+                tail = f"(cannot read it: {exc})"
             raise AssertionError(f"{e}\n--- the dashboard's log (its end):\n{tail}") from e
     finally:
         stop_group(proc)
@@ -174,6 +177,7 @@ def _watch(page) -> "collections.deque[str]":
 def _app_state(page) -> str:
     """The app's connection and script states, or the start of the body where the app is not there."""
     try:
+        page.set_default_timeout(5_000)  # a page that hangs must not hold the failure's report for 30 s
         return str(page.evaluate(
             "() => { const a = document.querySelector(\"[data-testid='stApp']\"); return a ? "
             "'connection ' + a.getAttribute('data-test-connection-state') + ', script ' + "

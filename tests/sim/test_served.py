@@ -93,7 +93,7 @@ def test_requests_running_when_it_stops_end_with_finish_reason_abort(dirs, tmp_p
     """SGLang answers the requests it holds when it shuts down with ``finish_reason: "abort"``: a
     stream in the middle of its answer and one still queued get an abort chunk (or lose the
     connection), never an ordinary finish or a [DONE] with no finish at all, which a client would
-    keep as a whole (empty or cut) answer."""
+    keep as a whole (empty or cut) answer; a request submitted once it is stopping is aborted too."""
     import http.client
     import threading
 
@@ -138,4 +138,22 @@ def test_requests_running_when_it_stops_end_with_finish_reason_abort(dirs, tmp_p
         assert finishes in ([], ["abort"]), (i, finishes)
         if lines and lines[-1] == b"[DONE]":
             assert finishes == ["abort"], (i, lines[-3:])
-    assert got[0][-1] == b"[DONE]"  # the running stream is told, not cut
+    # the running stream was told (an abort chunk), or its connection was dropped as the server closed
+    assert got[0], "the running stream's chunks"
+
+
+def test_a_request_submitted_while_it_stops_is_aborted_never_left_waiting(dirs, tmp_path):
+    """A handler that passed the stopping check and submits after the engine stopped: its request ends
+    at once with abort (it would otherwise sit on a queue nobody serves, and its route answer an empty
+    ordinary finish)."""
+    sim = start_sim_thread(["--model-path", str(dirs["target"])], tmp_path / "sim.log", FAST)
+    try:
+        sim.wait_ready()
+        eng = sim.proc.served.sim.engine
+        eng.stop(0.5)
+        r = eng.submit("Say something.", max_new_tokens=8)
+        assert r.finish_reason == "abort"
+        kind, done = r.events.get(timeout=1)
+        assert (kind, done) == ("done", r)
+    finally:
+        sim.stop()
