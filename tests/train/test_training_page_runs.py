@@ -16,7 +16,7 @@ def test_start_stop_and_resume_with_the_020_warning(train_ws):
     from state import audit
     from tests.supervisor.conftest import wait_for
 
-    at = open_tab(page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60)), "Run")
+    at = open_tab(page(AppTest.from_file(str(REPO / "app.py"), default_timeout=120)), "Run")
     assert at.selectbox(key="train-run").value == "sf"
     assert any("**SpecForge generation:** Gen-2 (detected, SpecForge 0.2.0)" == m.value for m in at.markdown)
     assert any("scripts/train_eagle3.py --target-model-path /models/target" in c.value for c in at.code)
@@ -60,7 +60,7 @@ def test_start_stop_and_resume_with_the_020_warning(train_ws):
 def test_resume_cancelled_starts_nothing(train_ws):
     from tests.train.ckpt_files import write_checkpoint
 
-    at = page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60))
+    at = page(AppTest.from_file(str(REPO / "app.py"), default_timeout=120))
     resume = at.button(key="train-resume")
     assert resume.disabled and "nothing to resume from" in resume.help  # a run never started has no checkpoint
     write_checkpoint(train_ws / "outputs" / "train" / "sf" / "epoch_0_step_2")
@@ -93,7 +93,7 @@ def test_form_creates_a_run_with_its_command(workspace):
     regen = workspace / "outputs" / "regen"
     regen.mkdir(parents=True)
     (regen / "chat.progress.jsonl").write_text("")
-    at = page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60))
+    at = page(AppTest.from_file(str(REPO / "app.py"), default_timeout=120))
     data = at.selectbox(key=f"{FORM}-data-pick")
     assert str(regen / "chat.jsonl") in data.options  # the workspace's regeneration output is offered,
     assert data.value == str(regen / "chat.jsonl")  # and chosen until another is
@@ -117,7 +117,7 @@ def test_form_creates_a_run_with_its_command(workspace):
 
 @pytest.mark.timeout(120)
 def test_form_shows_the_gen3_yaml(workspace):
-    at = page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60))
+    at = page(AppTest.from_file(str(REPO / "app.py"), default_timeout=120))
     _fill(at, **{"name": "g3", "target-typed": "/models/t", "data-typed": "data.jsonl", "gen": "gen3",
                  "capture": "http://127.0.0.1:30000", "ttt": 5})
     assert any(m.value.startswith("**Gen-3 config** (written to") for m in at.markdown)
@@ -129,7 +129,7 @@ def test_form_shows_the_gen3_yaml(workspace):
 
 @pytest.mark.timeout(120)
 def test_form_errors_name_the_field(workspace):
-    at = page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60))
+    at = page(AppTest.from_file(str(REPO / "app.py"), default_timeout=120))
     _fill(at, **{"name": "bad name", "target-typed": "/models/t", "data-typed": "d.jsonl"})
     err = next(e.value for e in at.error if e.value.startswith("**Not saved**"))
     assert "`name`: use letters, digits" in err
@@ -159,7 +159,7 @@ def test_a_failed_run_says_why_and_shows_its_log(tmp_path, monkeypatch):
                                       'target_model = "/models/t"\ntrain_data = "/data/train.jsonl"\n')
     monkeypatch.setenv("SPECDECK_WORKSPACE", str(ws))
     try:
-        at = page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60))
+        at = page(AppTest.from_file(str(REPO / "app.py"), default_timeout=120))
         at.button(key="train-start").click().run()
         wait_for(lambda: (runtime_of(ws).supervisor.view("bad").state.value == "EXITED"), timeout_s=30)
         open_tab(at, "Run")
@@ -181,7 +181,7 @@ def test_form_edits_a_run_and_keeps_the_rest(workspace):
         '[workspace]\nname = "edit"\n\n# the draft we serve\n[[train]]\nname = "d1"\ngeneration = "gen2"\n'
         'entry = "module:backend.flows.tiny train"\ntarget_model = "/models/t"\ntrain_data = "data.jsonl"\n'
         'learning_rate = 1e-4\nextra_args = ["--size", "tiny"]  # kept by hand\n', encoding="utf-8")
-    at = open_tab(page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60)), "Run")
+    at = open_tab(page(AppTest.from_file(str(REPO / "app.py"), default_timeout=120)), "Run")
     assert at.selectbox(key="train-run").value == "d1"
     k = "train-form-d1"
     assert at.text_input(key=f"{k}-name").disabled and at.text_input(key=f"{k}-name").value == "d1"
@@ -212,7 +212,7 @@ def test_generation_detected_again_after_an_install(tmp_path, monkeypatch):
                                       'capture_servers = ["http://127.0.0.1:30000"]\n')
     monkeypatch.setenv("SPECDECK_WORKSPACE", str(ws))
     try:
-        at = open_tab(page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60)), "Run")
+        at = open_tab(page(AppTest.from_file(str(REPO / "app.py"), default_timeout=120)), "Run")
         assert any("`generation`: the SpecForge generation is not known" in e.value and
                    "no specforge package installed" in e.value for e in at.error)
         # SpecForge 0.2.0's wheel installed into the environment (package, metadata, console script)
