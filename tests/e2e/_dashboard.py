@@ -71,7 +71,7 @@ def stop_group(proc: subprocess.Popen, grace_s: float = 15.0) -> None:
 @contextmanager
 def serve(home: Path, env_extra: dict[str, str] | None = None, *, workspace: Path | None = None,
           timeout_s: float = 60.0, address: str = "127.0.0.1", args: tuple[str, ...] = (),
-          token: str | None = None, warm: bool = True):
+          token: str | None = None, warm: bool = True, netns: str | None = None):
     """`streamlit run app.py [ARGS]` on ``address`` and a free port, with ``workspace``, or else the
     demo workspace under ``home``, and the loopback ``token`` (a fresh one when None); yields its URL
     (a :class:`DashboardURL`) once ``/_stcore/health`` answers.  At the end the dashboard is stopped
@@ -80,7 +80,10 @@ def serve(home: Path, env_extra: dict[str, str] | None = None, *, workspace: Pat
 
     ``warm``: one script run of the first page as a local session with the token before the URL is
     yielded, so that the dashboard's first run (its runtime, the demo workspace written, the
-    managed processes started) is done before a browser's timed waits begin; only on loopback."""
+    managed processes started) is done before a browser's timed waits begin; only on loopback.
+
+    ``netns``: run it in that network namespace (``ip netns exec``), where ``address`` is; its health is
+    asked from inside it too."""
     port = free_port()
     home.mkdir(parents=True, exist_ok=True)
     token = token or secrets.token_urlsafe(24)
@@ -92,8 +95,9 @@ def serve(home: Path, env_extra: dict[str, str] | None = None, *, workspace: Pat
     env.update(env_extra or {})
     ws = workspace or home / "demo"
     log = open(home / "streamlit.log", "wb")
+    inside = ["ip", "netns", "exec", netns] if netns else []  # it execs the command: the pid is streamlit's
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.address", address, "--server.port", str(port),
+        [*inside, sys.executable, "-m", "streamlit", "run", "app.py", "--server.address", address, "--server.port", str(port),
          "--server.headless", "true", "--global.developmentMode", "false", *args],
         cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
@@ -102,12 +106,8 @@ def serve(home: Path, env_extra: dict[str, str] | None = None, *, workspace: Pat
     try:
         deadline = time.time() + timeout_s
         while True:
-            try:
-                with urllib.request.urlopen(url + "/_stcore/health", timeout=2) as r:
-                    if r.read().strip() == b"ok":
-                        break
-            except OSError:
-                pass
+            if _healthy(url, netns):
+                break
             if proc.poll() is not None or time.time() > deadline:
                 raise RuntimeError("streamlit did not become healthy: "
                                    + (home / "streamlit.log").read_text(errors="replace")[-2000:])
@@ -130,6 +130,27 @@ def serve(home: Path, env_extra: dict[str, str] | None = None, *, workspace: Pat
             subprocess.run([sys.executable, "-m", "backend.cli", "--workspace", str(ws),
                             "processes", "stop-all"], cwd=REPO, env=env, timeout=60,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _healthy(url: str, netns: str | None) -> bool:
+    """Whether the dashboard answers ``/_stcore/health`` with ok (asked from inside ``netns``)."""
+    if netns is None:
+        try:
+            with urllib.request.urlopen(url + "/_stcore/health", timeout=2) as r:
+                return r.read().strip() == b"ok"
+        except OSError:
+            return False
+    code = ("import sys, urllib.request\n"
+            "try:\n"
+            "    print(urllib.request.urlopen(sys.argv[1] + '/_stcore/health', timeout=2).read().decode())\n"
+            "except OSError:\n"
+            "    pass\n")
+    try:
+        r = subprocess.run(["ip", "netns", "exec", netns, sys.executable, "-c", code, url], capture_output=True,
+                           text=True, timeout=20)
+    except subprocess.TimeoutExpired:
+        return False
+    return r.stdout.strip() == "ok"
 
 
 @contextmanager

@@ -1,9 +1,9 @@
 """The dashboard reachable from the network, tried from a non-loopback address.
 
-The test makes its own network namespace and veth pair: the dashboard listens
-on this host's end (10.213.N.1), and Chromium and a raw websocket client run
-inside the namespace (10.213.N.2), so Streamlit sees a real non-loopback TCP
-peer.  The raw client sends ``Host: localhost``; that must not make it local.
+The test makes two network namespaces and a veth pair between them: the
+dashboard runs in one and listens on its end (10.213.N.1), and Chromium and a
+raw websocket client run in the other (10.213.N.2), so Streamlit sees a real
+non-loopback TCP peer, and this host's own network never changes.  The raw client sends ``Host: localhost``; that must not make it local.
 Needs root and ``ip netns`` (CI runs as root); elsewhere it skips and says why.
 """
 
@@ -41,8 +41,7 @@ VIEWABLE = sorted(PAGES + ["Overview"])
 # and its command line, a file's content
 SECRETS = ("exposed", "ticker", "backend.demo", "root:x:0:0")
 
-# netns: the veth pair each test adds and removes is a network change to every Chromium on this host, which
-# drops the page loads it has in flight (net::ERR_NETWORK_CHANGED): scripts/test runs these tests alone
+# netns: network namespaces made and removed (scripts/test runs these tests on their own, after the others)
 pytestmark = [pytest.mark.browser, pytest.mark.netns]
 
 
@@ -58,35 +57,34 @@ def _unavailable(reason: str):
 
 @pytest.fixture
 def netns():
-    """(namespace name, host address, namespace address) on a fresh veth pair; removed afterwards."""
+    """(client namespace, server address, client address) on a veth pair between two fresh network
+    namespaces, the server's (``<client namespace>-s``, where the dashboard runs) and the client's; removed
+    afterwards.  Nothing is added to this host's own network: a Chromium running meanwhile on this host
+    (another test, another suite) drops its page loads when the host's network changes."""
     if os.geteuid() != 0:
         _unavailable("it needs root to create a network namespace (ip netns add)")
     if shutil.which("ip") is None:
         _unavailable("the `ip` command (iproute2) is missing")
-    used = _ip("-o", "-4", "addr", "show").stdout
-    free = [n for n in range(256) if f" 10.213.{n}." not in used]
-    if not free:
-        _unavailable("every 10.213.N.0/24 subnet is taken on this host")
-    n = random.choice(free)
+    n = random.randrange(256)
     tag = f"{os.getpid() % 100000}{n}"
-    ns, host_if, ns_if = f"specdeck-{tag}", f"sdh{tag}"[:15], f"sdn{tag}"[:15]
+    ns, srv, host_if, ns_if = f"specdeck-{tag}", f"specdeck-{tag}-s", f"sdh{tag}"[:15], f"sdn{tag}"[:15]
     host_ip, ns_ip = f"10.213.{n}.1", f"10.213.{n}.2"
     try:
         _ip("netns", "add", ns)
+        _ip("netns", "add", srv)
     except subprocess.CalledProcessError as exc:
+        _ip("netns", "del", ns, check=False)
         _unavailable(f"`ip netns add` failed: {exc.stderr.strip()}")
     try:
-        _ip("link", "add", host_if, "type", "veth", "peer", "name", ns_if)
-        _ip("link", "set", ns_if, "netns", ns)
-        _ip("addr", "add", f"{host_ip}/24", "dev", host_if)
-        _ip("link", "set", host_if, "up")
-        _ip("netns", "exec", ns, "ip", "addr", "add", f"{ns_ip}/24", "dev", ns_if)
-        _ip("netns", "exec", ns, "ip", "link", "set", ns_if, "up")
-        _ip("netns", "exec", ns, "ip", "link", "set", "lo", "up")
+        _ip("-n", srv, "link", "add", host_if, "type", "veth", "peer", "name", ns_if, "netns", ns)
+        for where, dev, addr in ((srv, host_if, host_ip), (ns, ns_if, ns_ip)):
+            _ip("-n", where, "addr", "add", f"{addr}/24", "dev", dev)
+            _ip("-n", where, "link", "set", dev, "up")
+            _ip("-n", where, "link", "set", "lo", "up")
         yield ns, host_ip, ns_ip
     finally:
-        _ip("link", "del", host_if, check=False)  # removes both ends
-        _ip("netns", "del", ns, check=False)
+        _ip("netns", "del", ns, check=False)  # removes its end of the pair, and so the pair
+        _ip("netns", "del", srv, check=False)
     assert ns not in _ip("netns", "list").stdout
 
 
@@ -118,9 +116,10 @@ def _wait_ticker(ws: Path, state: str, timeout: float = 60) -> None:
 
 
 @contextmanager
-def _dashboard(tmp: Path, host_ip: str, *, users: bool = True, access: str = ""):
-    """`streamlit run app.py --server.address HOST_IP` on a workspace with a ticker, and (``users``)
-    alice, an operator, and bob, a viewer."""
+def _dashboard(tmp: Path, net: tuple[str, str, str], *, users: bool = True, access: str = ""):
+    """`streamlit run app.py --server.address HOST_IP` in the server's namespace, on a workspace with a
+    ticker, and (``users``) alice, an operator, and bob, a viewer."""
+    ns, host_ip, _ns_ip = net
     ws = tmp / "ws"
     ws.mkdir()
     (ws / "specdeck.toml").write_text(f"""
@@ -145,24 +144,24 @@ stop_grace_s = 5
     # browsers reach it by this address: let Streamlit's Host check accept it (as a deployment would)
     hosts = ("--server.allowedHosts", "localhost", "--server.allowedHosts", "127.0.0.1",
              "--server.allowedHosts", host_ip)
-    with serve(tmp / "home", workspace=ws, timeout_s=90, address=host_ip, args=hosts) as url:
+    with serve(tmp / "home", workspace=ws, timeout_s=90, address=host_ip, args=hosts, netns=f"{ns}-s") as url:
         port = int(url.rsplit(":", 1)[1])
-        _first_session(host_ip, port)  # the dashboard's backend (and autostart) begins with a session
+        _first_session(ns, host_ip, port)  # the dashboard's backend (and autostart) begins with a session
         _wait_ticker(ws, "RUNNING")
         yield ws, port, url
 
 
-def _first_session(host: str, port: int) -> None:
-    import socket
-
-    from websockets.sync.client import connect
-
-    from tests.e2e.netns_ws_client import Session
-
-    sock = socket.create_connection((host, port), timeout=60)
-    with connect(f"ws://{host}:{port}/_stcore/stream", sock=sock, subprotocols=["streamlit"],
-                 open_timeout=60, max_size=None) as ws:
-        Session(ws).run()
+def _first_session(ns: str, host: str, port: int) -> None:
+    """One script run over a raw websocket session from the client's namespace."""
+    code = ("import socket, sys; sys.path.insert(0, '.'); from websockets.sync.client import connect; "
+            "from tests.e2e.netns_ws_client import Session; "
+            "host, port = sys.argv[1], int(sys.argv[2]); "
+            "sock = socket.create_connection((host, port), timeout=60); "
+            "ws = connect(f'ws://{host}:{port}/_stcore/stream', sock=sock, subprotocols=['streamlit'], "
+            "open_timeout=60, max_size=None); Session(ws).run(); ws.close()")
+    r = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", code, host, str(port)], cwd=REPO,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
 
 
 def _audit(ws: Path) -> list:
@@ -219,7 +218,7 @@ def _shows_nothing(step: dict, ws: Path) -> None:
 @pytest.mark.timeout(300)
 def test_raw_websocket_client_claiming_localhost_gets_nothing_and_controls_nothing(netns, tmp_path):
     ns, host_ip, ns_ip = netns
-    with _dashboard(tmp_path, host_ip) as (ws, port, _url):
+    with _dashboard(tmp_path, netns) as (ws, port, _url):
         proc = _ws_client(ns, host_ip, port, "alice", PASSWORD, "bob", VIEWER_PASSWORD)
         try:
             q = _lines(proc)
@@ -272,7 +271,7 @@ def test_raw_websocket_client_claiming_localhost_gets_nothing_and_controls_nothi
 @pytest.mark.parametrize("users", [False, True], ids=["no-user", "users"])
 def test_without_sign_in_nothing_is_shown_with_or_without_users(netns, tmp_path, users):
     ns, host_ip, _ns_ip = netns
-    with _dashboard(tmp_path, host_ip, users=users) as (ws, port, _url):
+    with _dashboard(tmp_path, netns, users=users) as (ws, port, _url):
         proc = _ws_client(ns, host_ip, port, "--anonymous")
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err[-3000:]
@@ -291,7 +290,7 @@ def test_browser_from_another_address_signs_in_stops_and_is_audited(netns, tmp_p
         pytest.fail("/usr/bin/chromium is missing: scripts/test installs Debian's chromium")
     ns, host_ip, ns_ip = netns
     out = tmp_path / "shots"
-    with _dashboard(tmp_path, host_ip) as (ws, _port, url):
+    with _dashboard(tmp_path, netns) as (ws, _port, url):
         r = subprocess.run(
             ["ip", "netns", "exec", ns, sys.executable, str(REPO / "tests/e2e/netns_browser.py"), url, str(out),
              "alice"],
@@ -321,7 +320,7 @@ def test_browser_from_another_address_signs_in_stops_and_is_audited(netns, tmp_p
 @pytest.mark.timeout(300)
 def test_anonymous_view_shows_figures_but_no_logs_argv_or_paths(netns, tmp_path):
     ns, host_ip, _ns_ip = netns
-    with _dashboard(tmp_path, host_ip, access="\n[access]\nanonymous_view = true\n") as (ws, port, _url):
+    with _dashboard(tmp_path, netns, access="\n[access]\nanonymous_view = true\n") as (ws, port, _url):
         log = ws / "logs" / "ticker.log"
         wait_for(lambda: log.exists() and "tick 1" in log.read_text(), 30, "the ticker's first lines")
         proc = _ws_client(ns, host_ip, port, "--anonymous")
