@@ -314,15 +314,16 @@ def test_transient_failures_are_retried_every_pass():
 def test_call_timings_per_field_and_for_the_whole_pass():
     fake = FakeNvml(gpus=2)
     a = NvmlAdapter(fake, source="fake", time_calls=True)
-    for _ in range(5):
-        frame = a.sample()
+    passes = [a.sample().nvml_s for _ in range(5)]
     t = a.call_times(reset=True)
     assert set(t) >= {"util", "memory", "temp", "power", "plimit", "sm_clock", "mem_clock", "throttle", "procs", "pass", "rest"}
     assert t["util"]["n"] == 5 * 2 and t["pass"]["n"] == 5
     # each field's time is a measured, finite duration (how they compare with the pass is measured by
     # perf/bench_telemetry.py, not asserted here: on a loaded machine one call's median can exceed it)
     assert all(0 <= v["median"] < 1e9 for v in t.values()) and t["pass"]["median"] > 0
-    assert t["pass"]["median"] <= frame.nvml_s * 1e6  # per GPU, never more than the pass
+    # per GPU in microseconds: never more than the slowest whole pass the frames timed (not the last one's: on a
+    # loaded machine the last pass can be the quickest)
+    assert t["pass"]["median"] <= max(passes) * 1e6
     assert a.call_times() == {}  # reset
     a.set_call_timing(False)
     a.sample()
