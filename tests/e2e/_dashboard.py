@@ -30,6 +30,7 @@ class DashboardURL(str):
     URL printed at start carries it (a browser on this host without it gets the token page)."""
 
     token: str = ""
+    home: Path | None = None
 
     def page(self, path: str = "") -> str:
         return f"{self}{path}?token={self.token}"
@@ -103,6 +104,7 @@ def serve(home: Path, env_extra: dict[str, str] | None = None, *, workspace: Pat
     )
     url = DashboardURL(f"http://{address}:{port}")
     url.token = token
+    url.home = home  # its log and, for the demo, its workspace (tests/e2e/conftest.py reads them on a failure)
     try:
         deadline = time.time() + timeout_s
         while True:
