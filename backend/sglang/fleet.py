@@ -64,9 +64,9 @@ class ServerFleet:
         self.store = store if store is not None else getattr(supervisor, "store", None)
         self.gpu_probe = gpu_probe
         self._lock = threading.RLock()
-        # held by a launch from its write of the workspace file to its new spec, and by the runtime's reload from
-# its read of the file to the specs it sets: a reload that read the file before a launch wrote it must not
-# set its older config after the launch (the relaunch would start without the edit)
+        # held by a launch from its write of the workspace file to its new spec, and by the runtime's reload
+        # from its read of the file to the specs it sets: a reload that read the file before a launch wrote it
+        # must not set its older config after the launch (the relaunch would start without the edit)
         self.file_lock = threading.RLock()
         self._configs: dict[str, ServerConfig] = {}
         self._caps: dict[str, Capabilities] = {}

@@ -86,7 +86,9 @@ if req["kind"] == "gen3":
             os.unlink(path)  # before answer(), whose os._exit skips every finally
         except OSError:
             pass
-    answer("rejected", refusal) if refusal is not None else answer("accepted")
+    if refusal is not None:
+        answer("rejected", refusal)
+    answer("accepted")
 script = req["script"]
 sys.argv = [script] + req["argv"]
 sys.path.insert(0, os.path.dirname(os.path.abspath(script)))

@@ -152,16 +152,10 @@ stop_grace_s = 5
 
 
 def _first_session(ns: str, host: str, port: int) -> None:
-    """One script run over a raw websocket session from the client's namespace."""
-    code = ("import socket, sys; sys.path.insert(0, '.'); from websockets.sync.client import connect; "
-            "from tests.e2e.netns_ws_client import Session; "
-            "host, port = sys.argv[1], int(sys.argv[2]); "
-            "sock = socket.create_connection((host, port), timeout=60); "
-            "ws = connect(f'ws://{host}:{port}/_stcore/stream', sock=sock, subprotocols=['streamlit'], "
-            "open_timeout=60, max_size=None); Session(ws).run(); ws.close()")
-    r = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", code, host, str(port)], cwd=REPO,
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr[-3000:]
+    """A first script run from the client's namespace (the raw client's anonymous steps)."""
+    proc = _ws_client(ns, host, port, "--anonymous")
+    _out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-3000:]
 
 
 def _audit(ws: Path) -> list:
