@@ -417,15 +417,15 @@ def launch_panel(server: str, running: bool) -> None:
     checked_key = "srv-launch-checked"
     stamp = (server, running, new.model_dump_json())
     checked = st.session_state.get(checked_key)
-    if checked is None or checked[0] != stamp:
+    if checked is None or len(checked) != 3 or checked[0] != stamp:
         with st.spinner("Preflight: checking the edited command…"):
             try:
-                checked = (stamp, rt.preflight(actor(), server, new, source="dashboard"))
+                checked = (stamp, rt.preflight(actor(), server, new, source="dashboard"), time.time())
             except Exception as exc:  # refused (a typed folder outside the roots, ...) or failed: audited
                 st.error(f"Preflight did not run: {exc}", icon=":material/lock:")
                 return
         st.session_state[checked_key] = checked
-    found = checked[1]
+    found, checked_at = checked[1], checked[2]
     if found:
         findings_list(found)
     else:
@@ -453,7 +453,9 @@ def launch_panel(server: str, running: bool) -> None:
         except Exception as exc:  # the supervisor refused or the config file could not be written
             st.error(f"Could not launch **{server}**: {exc}")
             return
-        st.session_state.pop(f"srv-preflight-{server}", None)
+        # the page's preflight is now the launched config's own check (made above with the server's memory
+        # counted free); checking again during the restart would read the GPUs while the old process lets go
+        st.session_state[f"srv-preflight-{server}"] = (checked_at, found)
         st.session_state[LAUNCH_OPEN] = False
         st.session_state[FOLLOW] = True  # the next run brings the status and its startup progress into view
         st.toast(f"{label} requested for {server}; its startup progress follows", icon=":material/check_circle:")

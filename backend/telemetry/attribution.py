@@ -290,8 +290,8 @@ def attribute(
             user, cmd, why = described[p.pid]
             holders.append(Holder(p.gpu_index, p.pid, p.used_memory, None, None, user, cmd, why))
     jobs = []
-    for m in mgd:
-        if m.name not in job_mem:
+    for m in mgd:  # one usage per job, with its first (current) entry's state
+        if m.name not in job_mem or any(j.name == m.name for j in jobs):
             continue
         mem = job_mem[m.name]
         gpus = tuple(sorted(mem))

@@ -136,6 +136,7 @@ class Sampler:
         self._attr: Attribution | None = None
         self._attr_at = -1e18
         self._attr_key: frozenset[tuple[int, int]] | None = None
+        self._attr_managed: list[Any] = []  # the managed processes of the last join
         self._errors: list[str] = []
         self._last_prune = -1e18
         self._pcie_at = -1e18
@@ -448,8 +449,14 @@ class Sampler:
             except Exception as e:  # noqa: BLE001 - the provider belongs to someone else
                 log.exception("managed process provider failed")
                 self._note_error(f"managed process list failed: {e!r}")
+        # A process that was a job's at the last join and has left the managed list since (a relaunched
+        # server's old pid, ended while this pass read the GPUs) still holds that job's memory: it stays the
+        # job's for this one join, not someone else's.  Only the list read last time, so never for long.
+        now_pids = {m.pid for m in managed if m.pid}
+        gone = [m for m in self._attr_managed if m.pid and m.pid not in now_pids]
+        self._attr_managed = managed
         try:
-            self._attr = attribute(procs, managed, now=frame.t)
+            self._attr = attribute(procs, managed + gone, now=frame.t)
         except Exception as e:  # noqa: BLE001
             log.exception("attribution failed")
             self._note_error(f"attribution failed: {e!r}")

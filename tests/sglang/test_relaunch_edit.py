@@ -109,6 +109,30 @@ def _wait_ready(rt, old_run: str | None, deadline_s: float = 90.0):
                          f"log: {Path(v.log_path).read_text()[-1500:] if Path(v.log_path).exists() else ''}")
 
 
+def _memory_evidence(rt) -> dict:
+    """What the fake GPUs list and what the supervisor manages, for a gpu-memory finding that should not be."""
+    def proc(pid):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            return stat[stat.rfind(")") + 2:][:1] + " " + Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")[:120]
+        except OSError as e:
+            return repr(e)
+
+    snap = rt.telemetry.latest()
+    fake = getattr(rt.telemetry.adapter, "_lib", None)
+    cache = getattr(fake, "_follow_cache", None)
+    return {
+        "views": [(v.name, v.state.value, v.pid, v.run_id, v.started_at) for v in rt.supervisor.views()],
+        "holders": snap and snap.attribution and [(h.gpu_index, h.pid, h.job) for h in snap.attribution.holders],
+        "snapshot_t": snap and snap.t, "now": time.time(),
+        "follow_cache": cache and (time.monotonic() - cache[0], cache[1]),
+        "procs": {pid: proc(pid) for procs in (cache[1].values() if cache else ()) for pid, _ in procs},
+        "adapter_procs": {g: ([p.pid for p in (v[0] or ())], time.time() - v[1]) for g, v in
+                          getattr(rt.telemetry.adapter, "_procs_cache", {}).items()},
+        "probe_again": rt.gpu_probe(exclude="sim"),
+    }
+
+
 def _relaunch(at: AppTest, rt, edit) -> object:
     """Open the panel, apply ``edit(at)``, relaunch (ticking "launch anyway" when preflight asks)."""
     old_run = rt.supervisor.view("sim").run_id
@@ -121,7 +145,7 @@ def _relaunch(at: AppTest, rt, edit) -> object:
     # the server's own memory is free again once it is replaced: never a gpu-memory error here, however
     # recently the previous relaunch changed its pid (the fake GPUs hold 61.5 GiB per server)
     reserved = [e.value for e in at.error if "mem_fraction_static" in e.value and "reserves" in e.value]
-    assert not reserved, reserved
+    assert not reserved, f"{reserved}\n{_memory_evidence(rt)}" if reserved else ""
     if any(c.key == "srv-anyway" for c in at.checkbox):
         at.checkbox(key="srv-anyway").check().run()
     go = at.button(key="srv-launch-go")
@@ -131,6 +155,8 @@ def _relaunch(at: AppTest, rt, edit) -> object:
     assert not [e.value for e in at.error if "Could not launch" in e.value], [e.value for e in at.error]
     assert not any(b.key == "srv-launch-go" for b in at.button), (
         "the panel closes after a relaunch", [e.value for e in at.error], [w.value for w in at.warning])
+    # the page's preflight is the launched config's own check, not one read while the old process lets go
+    assert at.session_state["srv-preflight-sim"][0] == at.session_state["srv-launch-checked"][2]
     return _wait_ready(rt, old_run)
 
 
@@ -334,7 +360,10 @@ def test_preflight_counts_a_just_relaunched_servers_own_memory_as_free(ws, monke
     fake.set_processes(0, [(3_999_002, SERVER_MEM)])
     stale = sampler.sample_once()
     assert [p.pid for p in stale.gpus[0].processes] == [3_999_001]  # what the old probe worked from
-    assert [j.name for j in stale.attribution.jobs] == []  # the old pid is nobody's now: 61.5 GiB "in use"
+    # the old pid left the managed list since the last join: still the server's for this one join
+    assert [(j.name, j.pids) for j in stale.attribution.jobs] == [("sim", (3_999_001,))]
+    stale = sampler.sample_once()
+    assert [j.name for j in stale.attribution.jobs] == []  # then nobody's: 61.5 GiB "in use" by the stale list
 
     gpus = {i: (t, free) for i, t, free in rt.gpu_probe(exclude="sim")}
     assert gpus[0][0] == total

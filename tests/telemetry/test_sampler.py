@@ -294,3 +294,53 @@ def test_pass_cost_window_is_the_last_300_passes():
     assert len(s.pass_costs()) == 300
     assert cost.nvml_per_gpu_us == pytest.approx(50) and cost.nvml_per_gpu_us_p90 == pytest.approx(50)
     assert cost.samples == 310
+
+
+def test_a_process_that_left_the_managed_list_during_the_pass_stays_its_jobs_for_one_join():
+    """A relaunched server's old pid: the GPUs were read while it still held its memory, the managed list
+    after it ended.  That memory is the server's (a preflight that counts it free must see it so), once."""
+    from backend.telemetry.attribution import probe_free_memory
+
+    clock = Clock()
+    old, new = os.getppid(), os.getpid()  # the old is not in the new one's process tree
+    views = [[("sim", "server", old, "RUNNING")], [("sim", "server", None, "STARTING")],
+             [("sim", "server", new, "STARTING")], [("sim", "server", new, "RUNNING")]]
+    fake, s = make(clock, managed=lambda: views[0])
+    fake.set_processes(0, [(old, 10 * GIB)])
+    s.sample_once()  # the join that saw the old pid managed
+    views.pop(0)
+    clock.t += 1
+    free = probe_free_memory(s, exclude="sim")  # the GPUs still list it; the supervisor no longer does
+    assert free[0][2] == free[1][2]  # as free as a GPU nothing runs on
+    holders = [(h.pid, h.job) for h in s.latest().attribution.holders]
+    assert holders == [(old, "sim")]
+    views.pop(0)
+    fake.set_processes(0, [(old, 10 * GIB), (new, 10 * GIB)])
+    clock.t += 1
+    s.adapter.want_processes()
+    snap = s.sample_once()  # the old pid was not in the last join's list: someone else's now
+    assert [(h.pid, h.job) for h in snap.attribution.holders] == [(old, None), (new, "sim")]
+    assert [(j.name, j.pids) for j in snap.attribution.jobs] == [("sim", (new,))]
+    views.pop(0)
+    fake.set_processes(0, [(new, 10 * GIB)])
+    clock.t += 1
+    s.adapter.want_processes()
+    snap = s.sample_once()
+    assert [(j.name, j.state, j.pids) for j in snap.attribution.jobs] == [("sim", "RUNNING", (new,))]
+
+
+def test_a_job_with_an_old_and_a_new_pid_on_the_gpus_is_one_job_with_both():
+    clock = Clock()
+    old, new = os.getppid(), os.getpid()  # the old is not in the new one's process tree
+    views = [[("sim", "server", old, "RUNNING")], [("sim", "server", new, "STARTING")]]
+    fake, s = make(clock, managed=lambda: views[0])
+    fake.set_processes(0, [(old, 10 * GIB)])
+    s.sample_once()
+    views.pop(0)
+    fake.set_processes(0, [(old, 10 * GIB), (new, 2 * GIB)])
+    clock.t += 1
+    s.adapter.want_processes()
+    snap = s.sample_once()
+    (job,) = snap.attribution.jobs
+    assert (job.name, job.state, job.pids, job.mem_by_gpu) == ("sim", "STARTING", (new, old) if new < old else (old, new),
+                                                              ((0, 12 * GIB),))
