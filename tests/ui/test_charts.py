@@ -221,3 +221,51 @@ def test_a_long_line_goes_to_plotly_as_arrays_with_its_gaps_and_local_times():
     assert [None if v != v else float(v) for v in np.asarray(trace.y).tolist()] == vals
     assert np.isnan(np.asarray(trace.y)).sum() == vals.count(None) > 20  # the gaps and the restart's break
     assert str(trace.x[1]).startswith(datetime.fromtimestamp(xs[1]).isoformat(timespec="milliseconds"))
+
+
+def _plotly_layout(title, y_title, height, range_buttons, layout):
+    """figure()'s layout as plotly builds and checks it, property by property."""
+    import plotly.graph_objects as go
+
+    from ui.charts import RANGE_BUTTONS
+
+    fig = go.Figure()
+    fig.update_layout(
+        template="plotly_white",
+        title=dict(text=title, font=dict(size=14), x=0, xanchor="left", xref="container", y=1, yanchor="top",
+                   yref="container", pad=dict(t=8, l=10)) if title else None,
+        height=height, margin=dict(l=10, r=10, t=(34 if title else 0) + (34 if range_buttons else 0) or 10, b=10),
+        hovermode="x unified", legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1),
+        font=dict(family="Inter, system-ui, sans-serif", size=12), yaxis_title=y_title)
+    if range_buttons:
+        fig.update_xaxes(rangeselector=dict(buttons=RANGE_BUTTONS, x=0, xanchor="left", y=1.02, yanchor="bottom"),
+                         type="date")
+    if layout:
+        fig.update_layout(**layout)
+    return fig.layout.to_plotly_json()
+
+
+def test_a_figures_layout_checked_once_per_kind_equals_plotlys_for_each_title_and_height():
+    from ui.charts import figure
+
+    cases = [("Loss", "loss", 300, True, {}), ("Accept length", "tokens", 260, True, {}), (None, None, 250, False, {}),
+             ("tok/s <b>x</b>", None, 320, True, {"yaxis": {"rangemode": "tozero"}}),
+             ("A", "B", 200, False, {"yaxis_title": "C", "margin": {"t": 5}}),
+             ("A", "B", 200, True, {"yaxis_type": "log", "showlegend": False}),
+             ("A", None, 180, True, {"yaxis": {"title": {"text": "Z"}}})]
+    for title, y_title, height, buttons, layout in cases:
+        got = figure(title, y_title=y_title, height=height, range_buttons=buttons, **layout).layout.to_plotly_json()
+        assert got == _plotly_layout(title, y_title, height, buttons, layout), (title, layout)
+    a, b = figure("Loss", y_title="loss"), figure("Loss", y_title="loss")
+    a.update_layout(title_text="changed", yaxis_title="changed too")
+    assert b.layout.title.text == "Loss" and b.layout.yaxis.title.text == "loss"  # each figure its own copy
+
+
+def test_charts_of_one_kind_with_other_titles_are_checked_by_plotly_once():
+    from ui.charts import _checked_layout, figure
+
+    figure("one title", y_title="a", height=310, range_buttons=False, hovermode="closest")
+    before = _checked_layout.cache_info().misses
+    for k in range(5):
+        figure(f"title {k}", y_title=f"y {k}", height=300 + k, range_buttons=False, hovermode="closest")
+    assert _checked_layout.cache_info().misses == before
