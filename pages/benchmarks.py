@@ -196,17 +196,17 @@ if not stored:
             "bench_one_batch_server, bench_speculative, SpecForge's output, or a CSV of hand-entered numbers).",
             icon=":material/info:")
 labels = [label for label, _ in SECTIONS]
-# a tab of many charts is built only while it is the open one (choosing a tab runs the page again): a visit to
-# the Runs table does not build, send and draw them hidden behind it
-BUILT_WHEN_OPEN = {"Charts"}
 # the tab shown is in the URL too (switching tabs runs the page again to write it)
 # the tab a link asks for goes into the tabs' state (a default that changed between runs would make them new ones)
 query.take("tab", TAB_KEY, labels, what="tab")
 query.show_notes()  # a link's values that were ignored, above the tabs
 tabs = st.tabs(labels, key=TAB_KEY, on_change="rerun")
 query.put("tab", st.session_state.get(TAB_KEY), default=labels[0])  # before the tabs' content, which may stop the run
+# only the open tab is built (choosing a tab runs the page again): a visit to the Runs table does not build,
+# send and draw the charts, forms and command previews hidden behind it.  The other tabs' fields keep what was
+# typed in them while they are not built (persist_state="session"); a file chosen for import is dropped.
 for tab, (label, draw) in zip(tabs, SECTIONS):
-    if label in BUILT_WHEN_OPEN and not tab.open:
+    if not tab.open:
         continue
     with tab:
         draw()

@@ -10,13 +10,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def open_page(page: str, timeout: float = 60):
-    """The dashboard under AppTest, switched to ``page`` (e.g. "pages/benchmarks.py"), without an exception."""
+def open_page(page: str, timeout: float = 60, *, tab: str | None = None):
+    """The dashboard under AppTest, switched to ``page`` (e.g. "pages/benchmarks.py"), without an exception;
+    ``tab``: the Benchmarks tab chosen first (only the open tab is built)."""
     from streamlit.testing.v1 import AppTest  # noqa: PLC0415 (only the page tests need it)
 
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=timeout)
     at.run()
     at.switch_page(page)
+    if tab is not None:
+        at.session_state["bench-tab"] = tab  # what choosing the tab does (the page runs again)
     at.run()
     assert not at.exception, at.exception
     return at

@@ -74,12 +74,22 @@ num_draft_tokens = 4
     close_runtime(tmp_path)
 
 
-def _page(timeout: float = 60) -> AppTest:
-    return open_page("pages/benchmarks.py", timeout)
+def _page(timeout: float = 60, tab: str | None = None) -> AppTest:
+    return open_page("pages/benchmarks.py", timeout, tab=tab)
 
 
 def _rows(at: AppTest):
+    """The Runs table; from another tab, by opening the Runs tab (only the open tab is built) and then the
+    tab that was open again."""
+    was = at.session_state["bench-tab"] if "bench-tab" in at.session_state else "Runs"
+    if was != "Runs":
+        at.session_state["bench-tab"] = "Runs"
+        at.run()
     (df,) = [d.value for d in at.dataframe if "verdict" in d.value.columns]  # the Runs table
+    if was != "Runs":
+        at.session_state["bench-tab"] = was
+        at.run()
+        assert not at.exception, at.exception
     return df
 
 
@@ -135,7 +145,7 @@ def test_speedup_is_against_the_baseline_at_the_same_concurrency_only(workspace)
 
 
 def test_break_even_on_the_seeds_history_says_why_speculation_did_not_pay(workspace):
-    at = _page()
+    at = _page(tab="Break-even")
     at.selectbox(key="bench-be-server").set_value("glm5").run()
     text = "\n".join(m.value for m in at.markdown)
     # 2.1 / 82.3 s = 25.5 ms a round, 1 / 90 s = 11.1 ms a plain step: 2.3 plain steps
@@ -159,7 +169,7 @@ def test_break_even_on_the_seeds_history_says_why_speculation_did_not_pay(worksp
 
 
 def test_break_even_of_a_run_that_pays_and_of_one_at_concurrency_4_that_does_not(workspace):
-    at = _page()
+    at = _page(tab="Break-even")
     at.selectbox(key="bench-be-server").set_value("sim8b").run()
     load = at.selectbox(key="bench-be-load")
     # only loads with a baseline are offered: concurrency 8 has none
@@ -202,6 +212,23 @@ def _fill_form(at: AppTest, *, conc: str, prompts: int, out_len: int) -> None:
     assert not at.exception, at.exception
 
 
+def test_only_the_open_tab_is_built_and_a_forms_fields_are_kept_while_it_is_not(workspace):
+    at = _page(tab="Run a benchmark")
+    assert not [d for d in at.dataframe if "verdict" in d.value.columns]  # the Runs table is not built
+    assert not at.get("plotly_chart")  # nor the charts of the other tabs
+    _fill_form(at, conc="1, 4", prompts=7, out_len=64)
+    for tab in ("Runs", "Break-even", "Sweep", "Run a benchmark"):
+        at.session_state["bench-tab"] = tab
+        at.run()
+        assert not at.exception, (tab, at.exception)
+        assert ("bench-f-conc" in [t.key for t in at.text_input]) == (tab == "Run a benchmark")
+    assert at.text_input(key="bench-f-conc").value == "1, 4"
+    assert at.number_input(key="bench-f-prompts").value == 7 and at.number_input(key="bench-f-out").value == 64
+    assert at.radio(key="bench-f-mode").value == "builtin" and at.selectbox(key="bench-f-server").value == "spec"
+    assert any(c.value.startswith("python -m backend.cli bench run spec --concurrency 1 4 --num-prompts 7")
+               for c in at.code)
+
+
 def _bench_job(rt):
     jobs = [j for j in rt.jobs() if j.meta.get("kind") == "bench"]
     assert len(jobs) == 1, jobs
@@ -213,7 +240,7 @@ def test_a_benchmark_started_from_the_form_is_stored_and_shown(workspace):
     from backend.flows.bench_job import read_progress
     from state import audit
 
-    at = _page()
+    at = _page(tab="Run a benchmark")
     rt = runtime_mod.get_runtime()
     _start_server(rt)
     _fill_form(at, conc="1, 2", prompts=4, out_len=32)
@@ -257,7 +284,7 @@ def test_a_benchmark_started_from_the_form_is_stored_and_shown(workspace):
 def test_stop_from_the_page_ends_the_benchmark_and_keeps_what_was_stored(workspace):
     from backend.flows.bench_job import read_progress
 
-    at = _page()
+    at = _page(tab="Run a benchmark")
     rt = runtime_mod.get_runtime()
     _start_server(rt)
     _fill_form(at, conc="2", prompts=50, out_len=2000)
@@ -285,7 +312,7 @@ def test_stop_from_the_page_ends_the_benchmark_and_keeps_what_was_stored(workspa
 def test_a_benchmark_of_a_server_that_is_not_running_fails_and_the_page_says_why(workspace):
     from backend.flows.bench_job import read_progress
 
-    at = _page()
+    at = _page(tab="Run a benchmark")
     rt = runtime_mod.get_runtime()
     _fill_form(at, conc="1", prompts=2, out_len=8)
     assert any("**spec** is NOT STARTED" in w.value for w in at.warning)

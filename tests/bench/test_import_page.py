@@ -92,8 +92,14 @@ def workspace(tmp_path, monkeypatch):
     close_runtime(tmp_path)
 
 
-def _page() -> AppTest:
-    return open_page("pages/benchmarks.py")
+def _page(tab: str | None = None) -> AppTest:
+    return open_page("pages/benchmarks.py", tab=tab)
+
+
+def _tab(at: AppTest, tab: str) -> None:
+    at.session_state["bench-tab"] = tab  # what choosing the tab does (the page runs again)
+    at.run()
+    assert not at.exception, at.exception
 
 
 def _button(at: AppTest, label: str):
@@ -103,7 +109,7 @@ def _button(at: AppTest, label: str):
 def test_paste_a_report_import_it_see_it_and_delete_it(workspace, fixture_path):
     rt = runtime_mod.get_runtime()
     bench = BenchStore(rt.store)
-    at = _page()
+    at = _page("Import")
     at.text_area(key="bench-import-text").input(fixture_path("nohup_bench_serving_0.5.23.out").read_text())
     at.text_input(key="bench-import-name").input("nohup.out from node 3")
     at.text_input(key="bench-import-server").input("glm5-lab")
@@ -116,10 +122,13 @@ def test_paste_a_report_import_it_see_it_and_delete_it(workspace, fixture_path):
     assert len(new) == 2 and all(r.source_file.startswith("nohup.out from node 3 (pasted, sha256 ") for r in new)
     (entry,) = [e for e in audit.recent(rt.store, 20) if e.action == "import"]
     assert entry.actor == "local" and entry.outcome == "ok" and "2 results stored" in entry.detail
+    _tab(at, "Runs")
     runs = next(d.value for d in at.dataframe if "output tok/s" in d.value.columns)
     assert len(runs) == 6 and sorted(runs[runs["server"] == "glm5-lab"]["concurrency"]) == [1, 16]
 
     # the same text again: nothing new, and the page says so
+    _tab(at, "Import")
+    assert at.text_input(key="bench-import-server").value == "glm5-lab"  # kept while the tab was not built
     at.text_area(key="bench-import-text").input(fixture_path("nohup_bench_serving_0.5.23.out").read_text())
     at.text_input(key="bench-import-name").input("nohup.out from node 3")
     _button(at, "Import").click()
@@ -128,6 +137,7 @@ def test_paste_a_report_import_it_see_it_and_delete_it(workspace, fixture_path):
     assert bench.count() == 6
 
     # delete both, after the question
+    _tab(at, "Runs")
     ids = sorted(r.id for r in new)
     at.multiselect(key="bench-delete-ids").set_value(ids).run()
     _button(at, "Delete…").click()
@@ -145,7 +155,7 @@ def test_paste_a_report_import_it_see_it_and_delete_it(workspace, fixture_path):
 def test_upload_two_files_one_stored_and_one_named_as_not_a_benchmark(workspace, fixture_path):
     rt = runtime_mod.get_runtime()
     bench = BenchStore(rt.store)
-    at = _page()
+    at = _page("Import")
     report = fixture_path("nohup_bench_serving_0.5.23.out").read_bytes()
     at.file_uploader(key="bench-import-files").set_value([
         ("nohup.out", report, "application/octet-stream"),
@@ -196,7 +206,8 @@ def test_read_only_without_a_user_cannot_import_or_delete(workspace, exposed):
     with open(workspace / "specdeck.toml", "a") as f:
         f.write("\n[access]\nanonymous_view = true\n")
     rt = runtime_mod.get_runtime()
-    at = _page()
+    at = _page("Import")
     assert _button(at, "Import").disabled and "Read-only" in _button(at, "Import").help
+    _tab(at, "Runs")
     assert _button(at, "Delete…").disabled
     assert BenchStore(rt.store).count() == 4

@@ -70,7 +70,7 @@ def test_the_form_offers_the_router_and_a_run_goes_through_its_url(workspace):
     from ui.bench.run import ROUTER_ACCEPT
 
     root, rport, mport = workspace
-    at = open_page("pages/benchmarks.py", 90)
+    at = open_page("pages/benchmarks.py", 90, tab="Run a benchmark")
     rt = runtime_mod.get_runtime()
 
     # the Run form lists the router beside the servers, labelled with the servers behind it
@@ -84,9 +84,13 @@ def test_the_form_offers_the_router_and_a_run_goes_through_its_url(workspace):
     assert any("accept_len through a router" in i.value and "weighted by the requests" in i.value for i in at.info)
     assert any(f"http://127.0.0.1:{rport}" in c.value and "round_robin" in c.value for c in at.caption)
     # the sweep relaunches one server: the router is not offered, and its help says why
+    at.session_state["bench-tab"] = "Sweep"
+    at.run()
     sweep = at.selectbox(key="sweep-f-server")
     assert sweep.options == ["a", "b"]
     assert "A [[router]] is not offered" in sweep.help and "fleet" in sweep.help
+    at.session_state["bench-tab"] = "Run a benchmark"
+    at.run()
 
     for name in ("a", "b", "fleet"):
         rt.start(name, actor="test", source="test", force=True)
@@ -139,6 +143,8 @@ def test_the_form_offers_the_router_and_a_run_goes_through_its_url(workspace):
     assert "baseline (no speculation)" in line and "speculation not known" not in line
     assert any(c.value == f"accept_len N/A: {ROUTER_ACCEPT}." for c in at.caption)
     # the Runs table says why rather than leaving the cell blank
+    at.session_state["bench-tab"] = "Runs"
+    at.run()
     (table,) = [d for d in at.dataframe if "verdict" in d.value.columns]
     assert list(table.value["accept_len"]) == ["N/A (through router fleet: its servers run without speculation)"]
 

@@ -441,7 +441,7 @@ def test_benchmarks_form_offers_run_on_only_with_a_cluster(tmp_path, monkeypatch
             f'name = "sim"\nmodel_path = {json.dumps(str(models[0]))}\nport = {free_port()}\nsimulate = true\n')
         monkeypatch.setenv("SPECDECK_WORKSPACE", str(root))
         try:
-            at = open_page("pages/benchmarks.py", 90)
+            at = open_page("pages/benchmarks.py", 90, tab="Run a benchmark")
             radios = {r.key: r for r in at.radio}
             if cluster:
                 assert radios["bench-f-where"].label == "Run on" and radios["bench-f-where"].value == "local"

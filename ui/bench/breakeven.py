@@ -122,18 +122,18 @@ def panel(results: list[BenchResult]) -> None:
     servers = sorted({server_of(p.run) for p in modelled})
     newest = _newest(modelled)
     a, b, c = st.columns([1, 2, 3])
-    server = a.selectbox("Server", servers, index=servers.index(server_of(newest.run)), key="bench-be-server")
+    server = a.selectbox("Server", servers, index=servers.index(server_of(newest.run)), key="bench-be-server", persist_state="session")
     of_server = [p for p in modelled if server_of(p.run) == server]
     loads = sorted({p.run.load.key() for p in of_server}, key=lambda k: tuple(x or 0 for x in k))
     load_names = {k: load_label(next(p.run for p in of_server if p.run.load.key() == k)) for k in loads}
     default_load = _newest(of_server).run.load.key()
     load = b.selectbox("Load", loads, index=loads.index(default_load), format_func=load_names.get,
-                       key="bench-be-load")
+                       key="bench-be-load", persist_state="session")
     at_load = sorted([p for p in of_server if p.run.load.key() == load],
                      key=lambda p: (when(p.run) or 0.0, p.run.id or 0), reverse=True)
     by_id = {p.run.id: p for p in at_load}  # options are run ids: another server's runs are other options
     datasets = {p.run.load.dataset for p in at_load}
-    chosen = c.selectbox("Speculative run", list(by_id), key="bench-be-run",
+    chosen = c.selectbox("Speculative run", list(by_id), key="bench-be-run", persist_state="session",
                          format_func=lambda i: f"#{i} {config_label(by_id[i].run)}" + (
                              f" · {by_id[i].run.load.dataset or 'dataset not recorded'}" if len(datasets) > 1 else ""))
     p = by_id.get(chosen, at_load[0])
@@ -158,7 +158,7 @@ def _what_if(m: be.BreakEven) -> None:
     left, right = st.columns([1, 2])
     default = round(max(m.break_even_accept_len + 0.5, m.accept_len + 0.5), 1)
     asked = left.number_input("What would accept_len X give?", min_value=1.0, max_value=64.0, value=default,
-                              step=0.1, format="%.2f", key="bench-be-asked",
+                              step=0.1, format="%.2f", key="bench-be-asked", persist_state="session",
                               help="tok/s this round would give at that accept_len (same draft configuration, "
                                    "same load)")
     got = m.predicted_tok_s(float(asked))

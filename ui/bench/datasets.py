@@ -60,7 +60,7 @@ def panel(results, query=None) -> None:
         query.take("server", SERVER_KEY, servers, what="server with per-dataset results")
     if st.session_state.get(SERVER_KEY) not in servers:
         st.session_state[SERVER_KEY] = servers[0]
-    server = st.selectbox("Server", servers, key=SERVER_KEY,
+    server = st.selectbox("Server", servers, key=SERVER_KEY, persist_state="session",
                           help="the servers whose results record a dataset, most datasets first")
     if query is not None:
         query.put("server", server, default=servers[0])

@@ -35,15 +35,15 @@ def import_panel(rt) -> None:
         files = st.file_uploader("Benchmark files", accept_multiple_files=True, key="bench-import-files",
                                  max_upload_size=MAX_BYTES >> 20,
                                  help="one or more files; they go to this dashboard's workspace, nowhere else")
-        pasted = st.text_area("Or paste a report", key="bench-import-text", height=160,
+        pasted = st.text_area("Or paste a report", key="bench-import-text", persist_state="session", height=160,
                               placeholder="============ Serving Benchmark Result ============\n"
                                           "Backend:                                 sglang\n...")
         c = st.columns(3)
-        name = c[0].text_input("Name for the pasted text", key="bench-import-name", placeholder="pasted report",
+        name = c[0].text_input("Name for the pasted text", key="bench-import-name", persist_state="session", placeholder="pasted report",
                                help="what the pasted results carry as their source file")
-        server = c[1].text_input("Server", key="bench-import-server", placeholder="as the files say",
+        server = c[1].text_input("Server", key="bench-import-server", persist_state="session", placeholder="as the files say",
                                  help="for results whose file does not name the server they ran against")
-        algorithm = c[2].text_input("Speculation", key="bench-import-algorithm", placeholder="as the files say",
+        algorithm = c[2].text_input("Speculation", key="bench-import-algorithm", persist_state="session", placeholder="as the files say",
                                     help="the speculation algorithm (EAGLE3, ...) or none for runs without it, for "
                                          "results whose file does not say; a run is paired with a baseline only "
                                          "when both say")

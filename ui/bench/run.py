@@ -142,29 +142,29 @@ def run_form(rt) -> None:
         st.markdown("**Run a benchmark**")
         a, b, c, d, e = st.columns([3, 2, 2, 2, 2])
         if routers:
-            server = a.selectbox("Server or router", servers + routers, key="bench-f-server",
+            server = a.selectbox("Server or router", servers + routers, key="bench-f-server", persist_state="session",
                                  format_func=lambda n: _router_label(rt, n) if n in routers else n,
                                  help="a server of the workspace, or a [[router]] in front of several: then the "
                                       "requests go to the router's URL and it spreads them over its servers (accept_len "
                                       "and the configuration are then those of the servers behind it); a "
                                       "configuration is read from /server_info at the run")
         else:
-            server = a.selectbox("Server", servers, key="bench-f-server",
+            server = a.selectbox("Server", servers, key="bench-f-server", persist_state="session",
                                  help="a server of the workspace; its configuration is read from /server_info at "
                                       "the run")
-        conc_text = b.text_input("Concurrency", "1", key="bench-f-conc",
+        conc_text = b.text_input("Concurrency", "1", key="bench-f-conc", persist_state="session",
                                  help="one or more values (e.g. `1 4 16`): each runs in turn and is stored as its own "
                                       "result")
-        prompts = c.number_input("Prompts", 1, 1_000_000, 200, key="bench-f-prompts",
+        prompts = c.number_input("Prompts", 1, 1_000_000, 200, key="bench-f-prompts", persist_state="session",
                                  help="requests at each concurrency")
-        inp = d.number_input("Input length", 1, 1_000_000, 1024, key="bench-f-in", help="prompt tokens per request")
-        out = e.number_input("Output length", 1, 1_000_000, 512, key="bench-f-out", help="tokens to generate per request")
+        inp = d.number_input("Input length", 1, 1_000_000, 1024, key="bench-f-in", persist_state="session", help="prompt tokens per request")
+        out = e.number_input("Output length", 1, 1_000_000, 512, key="bench-f-out", persist_state="session", help="tokens to generate per request")
         x, y = st.columns([3, 2])
-        mode = x.radio("Client", list(MODES), format_func=MODES.get, key="bench-f-mode")
-        backend = y.radio("Endpoint", BACKENDS, format_func=ENDPOINTS.get, horizontal=True, key="bench-f-backend")
+        mode = x.radio("Client", list(MODES), format_func=MODES.get, key="bench-f-mode", persist_state="session")
+        backend = y.radio("Endpoint", BACKENDS, format_func=ENDPOINTS.get, horizontal=True, key="bench-f-backend", persist_state="session")
         where = "local"
         if getattr(rt.workspace.config, "cluster", None) is not None:  # offered only where there is a cluster
-            where = y.radio("Run on", ["local", "ray"], horizontal=True, key="bench-f-where",
+            where = y.radio("Run on", ["local", "ray"], horizontal=True, key="bench-f-where", persist_state="session",
                             format_func={"local": "this machine", "ray": "the Ray cluster"}.get,
                             help="ray: the job runs on the workspace's [cluster] (no GPU: the server does the work)")
         try:
@@ -281,7 +281,7 @@ def live_progress(rt) -> None:
         st.session_state["bench-job"] = wanted
     if st.session_state.get("bench-job") not in names:
         st.session_state["bench-job"] = names[-1]
-    name = st.selectbox("Benchmark job", names[::-1], key="bench-job")
+    name = st.selectbox("Benchmark job", names[::-1], key="bench-job", persist_state="session")
     job = jobs[names.index(name)]
     view = rt.supervisor.view(job.name) if job.started_here else None
     hidden = bool(data_lock(rt))  # the workspace's paths and the job's errors

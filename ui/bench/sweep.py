@@ -96,26 +96,26 @@ def _form(rt, servers: list[str]) -> None:
         st.markdown("**Queue a sweep**")
         a, b, c = st.columns(3)
         routers = rt.fleet.router_names()
-        server = a.selectbox("Server", servers, key="sweep-f-server", help=_server_help(routers))
-        baseline = b.radio("Baseline (speculation off)", ["also", "only", "no"], key="sweep-f-baseline",
+        server = a.selectbox("Server", servers, key="sweep-f-server", persist_state="session", help=_server_help(routers))
+        baseline = b.radio("Baseline (speculation off)", ["also", "only", "no"], key="sweep-f-baseline", persist_state="session",
                            horizontal=True, help="the baseline runs first, at the same loads")
-        mode = c.selectbox("Benchmark", MODES, key="sweep-f-mode",
+        mode = c.selectbox("Benchmark", MODES, key="sweep-f-mode", persist_state="session",
                            help="auto: SGLang's bench_serving where the server's environment has sglang, "
                                 "else the built-in client")
         spec = rt.fleet.config(server).speculative
         a, b, c = st.columns(3)
-        steps = a.text_input("Steps", key="sweep-f-steps", placeholder=f"server's: {spec.num_steps or 'auto'}",
+        steps = a.text_input("Steps", key="sweep-f-steps", persist_state="session", placeholder=f"server's: {spec.num_steps or 'auto'}",
                              help="comma-separated, e.g. 3,5; empty keeps the server's value")
-        topk = b.text_input("Top-k", key="sweep-f-topk", placeholder=f"server's: {spec.eagle_topk or 'auto'}",
+        topk = b.text_input("Top-k", key="sweep-f-topk", persist_state="session", placeholder=f"server's: {spec.eagle_topk or 'auto'}",
                             help="e.g. 1,4; at top-k 1 the draft tokens are steps + 1 (SGLang sets them so)")
-        drafts = c.text_input("Draft tokens", key="sweep-f-drafts",
+        drafts = c.text_input("Draft tokens", key="sweep-f-drafts", persist_state="session",
                               placeholder=f"server's: {spec.num_draft_tokens or 'auto'}", help="e.g. 4,8")
         d = st.columns(5)
-        conc = d[0].text_input("Concurrency", "1", key="sweep-f-conc", help="loads, e.g. 1,16")
-        prompts = d[1].number_input("Prompts per load", 1, 1_000_000, 200, key="sweep-f-prompts")
-        in_len = d[2].number_input("Input tokens", 1, 10_000_000, 1024, key="sweep-f-in")
-        out_len = d[3].number_input("Output tokens", 1, 10_000_000, 512, key="sweep-f-out")
-        ready = d[4].number_input("Ready timeout (s)", 10, 86_400, 1800, key="sweep-f-ready",
+        conc = d[0].text_input("Concurrency", "1", key="sweep-f-conc", persist_state="session", help="loads, e.g. 1,16")
+        prompts = d[1].number_input("Prompts per load", 1, 1_000_000, 200, key="sweep-f-prompts", persist_state="session")
+        in_len = d[2].number_input("Input tokens", 1, 10_000_000, 1024, key="sweep-f-in", persist_state="session")
+        out_len = d[3].number_input("Output tokens", 1, 10_000_000, 512, key="sweep-f-out", persist_state="session")
+        ready = d[4].number_input("Ready timeout (s)", 10, 86_400, 1800, key="sweep-f-ready", persist_state="session",
                                   help="how long each relaunch may take to become ready")
         review = st.form_submit_button("Review", icon=":material/preview:")
     if not review:
