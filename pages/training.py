@@ -115,8 +115,13 @@ SECTIONS = {
 # switching tabs runs the page again, to write the tab into the URL
 tabs = st.tabs(list(SECTIONS), key=TAB_KEY, on_change="rerun")
 query.put("tab", st.session_state.get(TAB_KEY), default=SECTION_NAMES[0])  # before the tabs' content, which may stop the run
-for tab, render in zip(tabs, SECTIONS.values()):
-    # every tab is built on every run: Streamlit drops the state of a widget a run does not draw, so a tab
-    # skipped while another is open would lose its fields (smoothing, draft steps, the deploy form)
+ALWAYS_BUILT = {"Run"}  # its edit form keeps what was typed but not yet reviewed only while it is drawn
+for label, tab, render in zip(SECTIONS, tabs, SECTIONS.values()):
+    # the other tabs are built only while open (choosing a tab runs the page again): the curves are not drawn
+    # behind another tab, nor the checkpoints' table and the deploy form behind the curves.  Their fields
+    # (smoothing, axis, draft steps, the deploy form) keep their values while their tab is not built
+    # (persist_state="session").
+    if label not in ALWAYS_BUILT and not tab.open:
+        continue
     with tab:
         render()

@@ -176,6 +176,26 @@ def test_a_failed_run_says_why_and_shows_its_log(tmp_path, monkeypatch):
 
 
 @pytest.mark.timeout(120)
+def test_the_curves_checkpoints_and_deploy_tabs_are_built_only_while_open_and_keep_their_fields(workspace):
+    (workspace / "specdeck.toml").write_text(
+        '[workspace]\nname = "edit"\n\n[[train]]\nname = "d1"\ngeneration = "gen2"\n'
+        'entry = "module:backend.flows.tiny train"\ntarget_model = "/models/t"\ntrain_data = "data.jsonl"\n'
+        'learning_rate = 1e-4\n', encoding="utf-8")
+    at = open_tab(page(AppTest.from_file(str(REPO / "app.py"), default_timeout=120)), "Curves")
+    at.toggle(key="train-log-y").set_value(True).run()
+    open_tab(at, "Run")
+    assert "train-log-y" not in [t.key for t in at.toggle]  # the curves are not built behind the Run tab
+    k = "train-form-d1"
+    assert at.number_input(key=f"{k}-lr").value == pytest.approx(1e-4)
+    open_tab(at, "Curves")
+    assert at.toggle(key="train-log-y").value is True  # kept while its tab was not built
+    # the Run tab's form is drawn behind every tab, so what a browser holds typed in it and not yet reviewed
+    # stays there (a form's fields reach the page only on Review)
+    assert f"{k}-lr" in [n.key for n in at.number_input]
+    open_tab(at, "Deploy")
+    assert "train-log-y" not in [t.key for t in at.toggle] and f"{k}-lr" in [n.key for n in at.number_input]
+
+
 def test_form_edits_a_run_and_keeps_the_rest(workspace):
     (workspace / "specdeck.toml").write_text(
         '[workspace]\nname = "edit"\n\n# the draft we serve\n[[train]]\nname = "d1"\ngeneration = "gen2"\n'

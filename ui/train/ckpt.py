@@ -131,10 +131,10 @@ def checkpoints_tab(rt, ref: RunRef) -> None:
     pick_key = f"{key}-pick"
     row = st.container(horizontal=True, vertical_alignment="bottom")
     newest = row.toggle("Newest", value=True, key=f"{key}-newest",
-                        help="inspect the newest checkpoint, also as the run saves more; turn off to pick one")
+                        help="inspect the newest checkpoint, also as the run saves more; turn off to pick one", persist_state="session")
     if newest or st.session_state.get(pick_key) not in names:
         st.session_state[pick_key] = run.latest.name if run.latest else names[0]
-    pick = row.selectbox("Inspect", names, key=pick_key, disabled=newest)
+    pick = row.selectbox("Inspect", names, key=pick_key, disabled=newest, persist_state="session")
     path = str(by_name[pick].path)
     st.session_state[key] = path
     if _fragment_rerun() and st.session_state.get(f"{key}-deploying", path) != path:
@@ -162,7 +162,7 @@ def _inspect(rt, ref: RunRef, path: Path, hidden: bool = False) -> None:
         else:
             st.text_input("The run's draft config (model.draft_model_config of its YAML)",
                           key=f"train-ckpt-draftcfg-{ref.name}", placeholder="configs/llama3-8B-eagle3.json",
-                          help="needed by the export command; it is filled in here once given")
+                          help="needed by the export command; it is filled in here once given", persist_state="session")
             st.code(f"specforge export --to sglang --checkpoint {shlex.quote(str(path))} --draft-config "
                     f"<the run's draft config> --output-dir {shlex.quote(str(path.parent / (path.name + '-sglang')))}",
                     language="bash", wrap_lines=True)
@@ -223,7 +223,7 @@ def _preflight(rt, ref: RunRef, path: Path, info: CheckpointInfo, draft_config: 
     lock = control_lock(rt)  # a folder typed here is read only for a session that may act
     with st.container(horizontal=True, vertical_alignment="bottom"):
         how = st.segmented_control("Target", [MANAGED, FOLDER], default=MANAGED if servers else FOLDER,
-                                   key="train-pf-how") or FOLDER
+                                   key="train-pf-how", persist_state="session") or FOLDER
         server_cfg = None
         target = None
         if how == MANAGED:
@@ -232,14 +232,14 @@ def _preflight(rt, ref: RunRef, path: Path, info: CheckpointInfo, draft_config: 
             else:
                 shown = not data_lock(rt)  # the target's path: for sessions that may see the workspace's paths
                 name = st.selectbox("Server", servers, key="train-pf-server",
-                                    format_func=lambda n: f"{n} · {rt.fleet.config(n).model_path}" if shown else n)
+                                    format_func=lambda n: f"{n} · {rt.fleet.config(n).model_path}" if shown else n, persist_state="session")
                 server_cfg = rt.fleet.config(name)
                 target = server_cfg.model_path
         else:
             target = st.text_input("Target model folder", key="train-pf-folder",
                                    value="" if data_lock(rt) else ref.target or "",
                                    placeholder="/models/Llama-3.1-8B-Instruct", disabled=bool(lock),
-                                   help=lock or None) or None
+                                   help=lock or None, persist_state="session") or None
         typed = server_cfg is None
         run = st.button("Run preflight", key="train-pf-run", icon=":material/fact_check:",
                         disabled=not target or (typed and bool(lock)), help=(lock if typed else "") or None)

@@ -46,22 +46,22 @@ def controls() -> dict:
     with st.container(horizontal=True, vertical_alignment="bottom"):
         smooth = st.slider("Smoothing (EMA weight)", 0.0, 0.99, 0.6, 0.01, key="train-smooth", width=240,
                            help="exponential moving average, as TensorBoard's slider: 0 shows the values as "
-                                "logged; the raw values stay faint under the smoothed line")
+                                "logged; the raw values stay faint under the smoothed line", persist_state="session")
         x_mode = st.segmented_control(
             "x axis", list(tc.X_MODES), default=tc.STEP, key="train-x",
             help="step; relative: hours since each run's first logged point (overlaid runs start together); "
-                 "wall time: when each point was logged, local time") or tc.STEP
-        log_y = st.toggle("Log scale", key="train-log-y", help="a logarithmic y axis (loss, lr, grad norm)")
+                 "wall time: when each point was logged, local time", persist_state="session") or tc.STEP
+        log_y = st.toggle("Log scale", key="train-log-y", help="a logarithmic y axis (loss, lr, grad norm)", persist_state="session")
         clip = st.toggle("Ignore outliers", key="train-clip",
                          help="the y range leaves out the lowest and highest 2 % of the values drawn (a spike at "
-                              "the start no longer flattens the rest); the points stay on the chart")
+                              "the start no longer flattens the rest); the points stay on the chart", persist_state="session")
         temp = st.segmented_control(
             "Serving", ["greedy", "sampling"], default="greedy", key="train-serving",
             help="greedy (temperature 0) accepts a draft token when it is the target's argmax: a_i = acc_i; "
-                 "sampling accepts with probability Σ min(p_target, p_draft): a_i = acceptance_rate_i") or "greedy"
+                 "sampling accepts with probability Σ min(p_target, p_draft): a_i = acceptance_rate_i", persist_state="session") or "greedy"
         steps = st.number_input("Draft steps", 1, 64, 3, key="train-num-steps", width=120,
                                 help="--speculative-num-steps of the server: only that many positions can be "
-                                     "accepted, so the prediction counts positions 0 … steps-1")
+                                     "accepted, so the prediction counts positions 0 … steps-1", persist_state="session")
     query.put("smooth", round(float(smooth), 2), default=0.6)
     query.put("x", x_mode, default=tc.STEP)
     query.put("log", bool(log_y), default=False)

@@ -77,15 +77,15 @@ def _form(rt, run_name: str | None, checkpoint_path: str, servers: list[str]) ->
                              format_func=lambda s: s + (f" ({errors_on[s]} preflight error(s))" if errors_on[s]
                                                         else ""),
                              help="the workspace server whose draft the checkpoint replaces; the first where the "
-                                  "checkpoint passes preflight is chosen")
+                                  "checkpoint passes preflight is chosen", persist_state="session")
         cfg = rt.fleet.config(server)
         steps0, topk0, ndt0 = speculative_values(cfg, DeployRequest(ckpt, server))
         steps = b.number_input("Steps", 1, 64, steps0, key=f"{_KEY}-steps-{server}",
-                               help="--speculative-num-steps (default: the server's)")
+                               help="--speculative-num-steps (default: the server's)", persist_state="session")
         topk = c.number_input("Top-k", 1, 64, topk0, key=f"{_KEY}-topk-{server}",
-                              help="--speculative-eagle-topk (default: the server's)")
+                              help="--speculative-eagle-topk (default: the server's)", persist_state="session")
         ndt = d.number_input("Draft tokens", 1, 1024, ndt0, key=f"{_KEY}-ndt-{server}",
-                             help="--speculative-num-draft-tokens (default: the server's)")
+                             help="--speculative-num-draft-tokens (default: the server's)", persist_state="session")
         findings = preflight_checkpoint(ckpt, cfg.model_path, server=cfg, num_steps=int(steps), eagle_topk=int(topk),
                                         num_draft_tokens=int(ndt))
         errors = [f for f in findings if f.severity == "error"]
@@ -111,11 +111,11 @@ def _form(rt, run_name: str | None, checkpoint_path: str, servers: list[str]) ->
         e, f, g = st.columns([2, 2, 1])
         after = e.radio("Afterwards", [KEEP, RESTORE], horizontal=True, key=f"{_KEY}-after",
                         format_func=lambda x: "keep the checkpoint on the server" if x == KEEP else
-                        "put the previous config back")
+                        "put the previous config back", persist_state="session")
         mode = f.radio("Benchmark client", ["auto", "builtin", "sglang"], horizontal=True, key=f"{_KEY}-mode",
                        help="auto: SGLang's bench_serving where the server's environment has sglang, "
-                            "else the built-in client")
-        timeout = g.number_input("Ready timeout (s)", 10, 7200, 900, key=f"{_KEY}-timeout")
+                            "else the built-in client", persist_state="session")
+        timeout = g.number_input("Ready timeout (s)", 10, 7200, 900, key=f"{_KEY}-timeout", persist_state="session")
         req = DeployRequest(**{**req.to_dict(), "concurrency": tuple(req.concurrency), "num_steps": int(steps),
                                "eagle_topk": int(topk), "num_draft_tokens": int(ndt), "after": after,
                                "mode": mode, "run_name": run_name, "ready_timeout_s": float(timeout)})
@@ -237,7 +237,7 @@ def _load_inputs(server: str, ckpt: str, baselines, demo: bool = False) -> tuple
                    "below and measure the baseline first (the server runs without speculation for it), or "
                    "benchmark the server without speculation and come back.", icon=":material/warning:")
     how = st.radio("Measure at", options, horizontal=True, key=f"{_KEY}-load-{server}",
-                   format_func=lambda x: "the baseline's load" if x == "baseline" else "a load I give")
+                   format_func=lambda x: "the baseline's load" if x == "baseline" else "a load I give", persist_state="session")
     if how == "baseline":
         req = DeployRequest(ckpt, server)
         try:
@@ -250,13 +250,13 @@ def _load_inputs(server: str, ckpt: str, baselines, demo: bool = False) -> tuple
     dflt = DEMO_LOAD if demo else LOAD
     c = st.columns(4)
     conc = c[0].text_input("Concurrency", dflt["conc"], key=f"{_KEY}-conc", help="several values, separated by "
-                           "spaces, run one after the other: `1 4 16`")
-    n = c[1].number_input("Prompts", 1, 100_000, dflt["n"], key=f"{_KEY}-n")
-    i = c[2].number_input("Input tokens", 1, 1_000_000, dflt["in"], key=f"{_KEY}-in")
-    o = c[3].number_input("Output tokens", 1, 1_000_000, dflt["out"], key=f"{_KEY}-out")
+                           "spaces, run one after the other: `1 4 16`", persist_state="session")
+    n = c[1].number_input("Prompts", 1, 100_000, dflt["n"], key=f"{_KEY}-n", persist_state="session")
+    i = c[2].number_input("Input tokens", 1, 1_000_000, dflt["in"], key=f"{_KEY}-in", persist_state="session")
+    o = c[3].number_input("Output tokens", 1, 1_000_000, dflt["out"], key=f"{_KEY}-out", persist_state="session")
     measure = st.checkbox("Measure missing baselines", value=not baselines, key=f"{_KEY}-measure",
                           help="where no baseline is stored at this load, measure one first: the server runs "
-                                "without speculation for it")
+                                "without speculation for it", persist_state="session")
     try:
         values = tuple(int(x) for x in conc.replace(",", " ").split())
     except ValueError:

@@ -47,9 +47,9 @@ def _pick(label: str, options: list[str], current: str | None, key: str, help: s
         index = opts.index(current)
     else:  # a new run starts from the first offer; a typed path of an edited run stays typed
         index = 0 if current is None and options else len(opts) - 1
-    chosen = st.selectbox(label, opts, index=index, key=f"{key}-pick", help=help)
+    chosen = st.selectbox(label, opts, index=index, key=f"{key}-pick", help=help, persist_state="session")
     typed = st.text_input(f"{label}: another path", value="" if current in options else (current or ""),
-                          key=f"{key}-typed", label_visibility="collapsed", placeholder=f"{label.lower()} path")
+                          key=f"{key}-typed", label_visibility="collapsed", placeholder=f"{label.lower()} path", persist_state="session")
     value = typed.strip() if chosen == OTHER else chosen
     return value or None
 
@@ -76,62 +76,62 @@ def run_form(rt, name: str | None = None) -> None:
     with st.form(k):
         a, b, c = st.columns(3)
         run_name = a.text_input("Run name", value=name or "", key=f"{k}-name", disabled=editing,
-                                help="letters, digits, '.', '_' or '-'; its log is logs/<name>.log")
+                                help="letters, digits, '.', '_' or '-'; its log is logs/<name>.log", persist_state="session")
         python = b.text_input("Training environment's python", value=cur.get("python") or "python3",
-                              key=f"{k}-python", help="SpecForge's generation is detected from it and its checkout")
+                              key=f"{k}-python", help="SpecForge's generation is detected from it and its checkout", persist_state="session")
         gen = c.selectbox("SpecForge generation", GENERATIONS, index=GENERATIONS.index(cur.get("generation") or "auto"),
-                          key=f"{k}-gen", help="auto: detected from the environment's package and checkout")
+                          key=f"{k}-gen", help="auto: detected from the environment's package and checkout", persist_state="session")
         a, b = st.columns(2)
         with a:
             target = _pick("Target model", _targets(rt), cur.get("target_model"), f"{k}-target",
                            "the model whose hidden states the draft learns; the workspace's servers' targets are "
                            "offered")
             draft_cfg = st.text_input("Draft config (config.json; empty: derived from the target)",
-                                      value=cur.get("draft_config") or "", key=f"{k}-draftcfg")
+                                      value=cur.get("draft_config") or "", key=f"{k}-draftcfg", persist_state="session")
             specforge_dir = st.text_input("SpecForge checkout (Gen-1/Gen-2 run its scripts/)",
-                                          value=cur.get("specforge_dir") or "", key=f"{k}-sfdir")
+                                          value=cur.get("specforge_dir") or "", key=f"{k}-sfdir", persist_state="session")
         with b:
             data = _pick("Training data", list(regen_outputs(rt)), cur.get("train_data"), f"{k}-data",
                          "JSONL conversations; the workspace's regeneration outputs are offered")
             out_dir = st.text_input("Output folder (empty: outputs/train/<name>)", value=cur.get("output_dir") or "",
-                                    key=f"{k}-out")
+                                    key=f"{k}-out", persist_state="session")
             entry = st.text_input("Entry (empty: SpecForge's own)", value=cur.get("entry") or "", key=f"{k}-entry",
                                   help="'module:PKG.MOD ARGS' runs a module with the generation's flags (the CPU "
-                                       "trainer: 'module:backend.flows.tiny train'); 'script:PATH' a script")
+                                       "trainer: 'module:backend.flows.tiny train'); 'script:PATH' a script", persist_state="session")
         c = st.columns(4)
-        epochs = c[0].number_input("Epochs", 1, 100_000, int(cur.get("num_epochs") or 10), key=f"{k}-epochs")
+        epochs = c[0].number_input("Epochs", 1, 100_000, int(cur.get("num_epochs") or 10), key=f"{k}-epochs", persist_state="session")
         max_steps = c[1].number_input("Max steps (0: by epochs)", 0, 10 ** 12, int(cur.get("max_steps") or 0),
-                                      key=f"{k}-steps")
-        batch = c[2].number_input("Batch size", 1, 65_536, int(cur.get("batch_size") or 1), key=f"{k}-batch")
+                                      key=f"{k}-steps", persist_state="session")
+        batch = c[2].number_input("Batch size", 1, 65_536, int(cur.get("batch_size") or 1), key=f"{k}-batch", persist_state="session")
         lr = c[3].number_input("Learning rate", 1e-9, 10.0, float(cur.get("learning_rate") or 1e-4),
-                               format="%.2e", step=1e-5, key=f"{k}-lr")
+                               format="%.2e", step=1e-5, key=f"{k}-lr", persist_state="session")
         c = st.columns(4)
-        max_len = c[0].number_input("Max length", 1, 10_000_000, int(cur.get("max_length") or 2048), key=f"{k}-maxlen")
+        max_len = c[0].number_input("Max length", 1, 10_000_000, int(cur.get("max_length") or 2048), key=f"{k}-maxlen", persist_state="session")
         ttt = c[1].number_input("TTT length", 1, 64, int(cur.get("ttt_length") or 7), key=f"{k}-ttt",
-                                help="draft positions trained per step (--ttt-length); a_i is logged for each")
+                                help="draft positions trained per step (--ttt-length); a_i is logged for each", persist_state="session")
         tp = c[2].number_input("TP size", 1, 64, int(cur.get("tp_size") or 1), key=f"{k}-tp",
-                               help="tensor parallelism of the target (Gen-3 keeps 1: set it on the capture server)")
+                               help="tensor parallelism of the target (Gen-3 keeps 1: set it on the capture server)", persist_state="session")
         gpus = c[3].text_input("GPUs (e.g. 0,1,2,3; empty: TP size processes)",
-                               value=",".join(str(g) for g in cur.get("gpus") or []), key=f"{k}-gpus")
+                               value=",".join(str(g) for g in cur.get("gpus") or []), key=f"{k}-gpus", persist_state="session")
         tr = cur.get("tracker") or {}
         c = st.columns(3)
         report = c[0].selectbox("Tracker", TRACKERS, index=TRACKERS.index(tr.get("report_to") or "none"),
-                                key=f"{k}-tracker", help="tensorboard writes <output>/runs, which this page reads")
+                                key=f"{k}-tracker", help="tensorboard writes <output>/runs, which this page reads", persist_state="session")
         project = c[1].text_input("Tracker project (wandb, swanlab)", value=tr.get("project") or "",
-                                  key=f"{k}-project")
-        run_label = c[2].text_input("Tracker run name", value=tr.get("run_name") or "", key=f"{k}-runname")
+                                  key=f"{k}-project", persist_state="session")
+        run_label = c[2].text_input("Tracker run name", value=tr.get("run_name") or "", key=f"{k}-runname", persist_state="session")
         c = st.columns(2)
         capture = c[0].text_input("Gen-3 capture servers (online; URLs, space-separated)",
                                   value=" ".join(cur.get("capture_servers") or []), key=f"{k}-capture",
-                                  help="the patched SGLang servers Gen-3 online training reads features from")
+                                  help="the patched SGLang servers Gen-3 online training reads features from", persist_state="session")
         hidden = c[1].text_input("Prepared hidden states (offline training; empty: online)",
-                                 value=cur.get("train_hidden_states") or "", key=f"{k}-hidden")
+                                 value=cur.get("train_hidden_states") or "", key=f"{k}-hidden", persist_state="session")
         where = "local"
         if getattr(rt.workspace.config, "cluster", None) is not None:  # offered only where there is a cluster
             where = st.selectbox("Run on", WHERE, index=WHERE.index(cur.get("where") or "local"),
                                  format_func=WHERE_LABELS.get, key=f"{k}-where",
                                  help="ray: a job on the workspace's [cluster] that asks Ray for the run's GPUs "
-                                      "(one per process); Ray picks them")
+                                      "(one per process); Ray picks them", persist_state="session")
         review = st.form_submit_button("Review", icon=":material/preview:", disabled=bool(lock),
                                        help=lock or "detect the generation with the environment's python and show "
                                                     "the command the run gets")

@@ -103,11 +103,11 @@ def follow_form(rt) -> None:
         a, b, c = st.columns([3, 3, 1])
         log = a.text_input("Training log (its console output)", key="train-follow-log", disabled=bool(lock),
                            help="a relative path is taken from the workspace folder",
-                           placeholder="/runs/llama3-eagle3/train.log")
+                           placeholder="/runs/llama3-eagle3/train.log", persist_state="session")
         out = b.text_input("Output folder (--output-dir; optional)", key="train-follow-out", disabled=bool(lock),
-                           placeholder="/runs/llama3-eagle3/outputs")
+                           placeholder="/runs/llama3-eagle3/outputs", persist_state="session")
         run_id = c.text_input("Gen-3 run_id", key="train-follow-runid", disabled=bool(lock),
-                              help="only for Gen-3 checkpoints ({run_id}-stepN); empty lists every run's")
+                              help="only for Gen-3 checkpoints ({run_id}-stepN); empty lists every run's", persist_state="session")
         go = st.form_submit_button("Follow", icon=":material/visibility:", disabled=bool(lock), help=lock or None)
     if not go:
         return
@@ -159,7 +159,7 @@ def overlay_path_input(rt) -> None:
                                  disabled=bool(lock), placeholder="/runs/other-workspace  or  /runs/a/train.log",
                                  help="by path: a training log, or a folder whose *.log and logs/*.log files are "
                                       "training logs (another workspace's runs); a relative path is taken from the "
-                                      "workspace folder")
+                                      "workspace folder", persist_state="session")
             add = st.form_submit_button("Overlay", icon=":material/stacked_line_chart:", disabled=bool(lock),
                                         help=lock or None)
     if add and text.strip():
