@@ -29,9 +29,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from backend.sglang.router import RouterConfig, read_key, server_url
-from backend.sglang.routerclient import RouterClient, RouterError, Worker, in_flight
+from backend.sglang.routerclient import (LoadUnanswered, RouterClient, RouterError, Worker, gauge_in_flight,
+                                         live_load)
 
 log = logging.getLogger(__name__)
+_UNKNOWN = object()  # a drain's count of requests in flight while the server's answer is late
 
 PENDING_S = 30.0  # an add not listed after this long is posted again
 DRAIN_DIR = "drain"
@@ -302,21 +304,20 @@ def drain(fleet, supervisor, run_dir: Path | str, server: str, *, clock: Callabl
         on_phase("draining", f"{server} left {', '.join(taken) or 'no running router'}; waiting up to "
                              f"{timeout:g} s for its requests in flight")
     t0 = clock()
-    live = False
 
     def read(last: int | None) -> int | None:
-        # Once the server's live count (/get_load) has answered, a miss (a slow answer on a loaded machine)
-        # is not read from the /metrics gauges: those change only at each decode log line and can say 0
-        # while a request runs, which ended a drain 3 s before its request did.
-        nonlocal live
-        n = in_flight(url, live_only=True)
-        if n is not None:
-            live = True
-            return n
-        return last if live else in_flight(url)
+        # The server's live count (/get_load).  A slow answer (a loaded machine) leaves the count unknown:
+        # the drain goes on with the last one known, or waits for one; the /metrics gauges are read only
+        # from a server without /get_load, since they change only at each decode log line and can say 0
+        # while a request runs (which ended a drain 3 s before its request did).
+        try:
+            n = live_load(url)
+        except LoadUnanswered:
+            return _UNKNOWN if last is None else last
+        return n if n is not None else gauge_in_flight(url)
 
     left = read(None)
-    while left and clock() - t0 < timeout:
+    while left and clock() - t0 < timeout:  # _UNKNOWN is true: waited on
         sleep(0.2)
-        left = read(left)
-    return DrainResult(server, tuple(taken), clock() - t0, left)
+        left = read(None if left is _UNKNOWN else left)
+    return DrainResult(server, tuple(taken), clock() - t0, None if left is _UNKNOWN else left)

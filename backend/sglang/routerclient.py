@@ -119,23 +119,53 @@ class RouterClient:
         return payload
 
 
+class LoadUnanswered(Exception):
+    """``/get_load`` gave no answer in time (a busy server, a loaded machine): its count is unknown now."""
+
+
+def live_load(server_url: str, timeout_s: float = 2.0) -> int | None:
+    """A server's live count of requests running or queued: ``GET /get_load`` (``num_reqs`` summed over its
+    data-parallel ranks).  None when it has no such endpoint or answers without a count (an older SGLang);
+    0 when nothing listens there (refused: no request can be in flight); :class:`LoadUnanswered` when it did
+    not answer in time or broke off."""
+    try:
+        with urllib.request.urlopen(_norm(server_url) + "/get_load", timeout=timeout_s) as r:
+            load = json.loads(r.read())
+    except urllib.error.HTTPError:
+        return None
+    except urllib.error.URLError as exc:
+        if isinstance(exc.reason, ConnectionRefusedError):
+            return 0
+        raise LoadUnanswered(str(exc.reason)) from exc
+    except ConnectionRefusedError:
+        return 0
+    except (OSError, http.client.HTTPException) as exc:
+        raise LoadUnanswered(str(exc)) from exc
+    except ValueError:
+        return None
+    items = load if isinstance(load, list) else [load]
+    counts = [int(x["num_reqs"]) for x in items if isinstance(x, dict) and isinstance(x.get("num_reqs"), int)]
+    return sum(counts) if counts else None
+
+
 def in_flight(server_url: str, timeout_s: float = 2.0, *, live_only: bool = False) -> int | None:
-    """Requests a server is running or queueing now: ``GET /get_load`` (``num_reqs`` summed over its
-    data-parallel ranks, live), else its ``/metrics`` gauges ``sglang:num_running_reqs`` +
-    ``sglang:num_queue_reqs`` (updated at each decode log line, so stale when idle); None when it
-    cannot tell.  ``live_only``: ``/get_load`` or None, never the gauges."""
+    """Requests a server is running or queueing now: :func:`live_load`, else its ``/metrics`` gauges
+    ``sglang:num_running_reqs`` + ``sglang:num_queue_reqs`` (updated at each decode log line, so stale when
+    idle); None when it cannot tell.  ``live_only``: :func:`live_load` or None, never the gauges."""
     base = _norm(server_url)
     try:
-        with urllib.request.urlopen(base + "/get_load", timeout=timeout_s) as r:
-            load = json.loads(r.read())
-        items = load if isinstance(load, list) else [load]
-        counts = [int(x["num_reqs"]) for x in items if isinstance(x, dict) and isinstance(x.get("num_reqs"), int)]
-        if counts:
-            return sum(counts)
-    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException):
-        pass
-    if live_only:
-        return None
+        n = live_load(base, timeout_s)
+    except LoadUnanswered:
+        n = None
+    if n is not None:
+        return n
+    return None if live_only else gauge_in_flight(base, timeout_s)
+
+
+def gauge_in_flight(server_url: str, timeout_s: float = 2.0) -> int | None:
+    """``sglang:num_running_reqs`` + ``sglang:num_queue_reqs`` from a server's ``/metrics`` (updated at each
+    decode log line, so stale when idle); None when it cannot tell."""
+    base = _norm(server_url)
     try:
         with urllib.request.urlopen(base + "/metrics", timeout=timeout_s) as r:
             text = r.read().decode("utf-8", "replace")
