@@ -65,3 +65,17 @@ def printed(log: Path, line: str) -> int:
     except FileNotFoundError:
         return 0
     return sum(1 for t in text.splitlines() if t.strip() == line)
+
+
+def shown_text(at) -> list[str]:
+    """The text of every code block (st.code) and then of every text block (ui.components.text_block) on the
+    page under AppTest."""
+    import html
+    import re
+
+    out = [c.value for c in at.code]
+    for h in at.get("html"):
+        m = re.fullmatch(r'<pre class="specdeck-text"[^>]*>(.*)</pre>', h.value, re.S)
+        if m:
+            out.append(html.unescape(m.group(1)))
+    return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import time
 
 import streamlit as st
@@ -150,6 +151,22 @@ def stop_control(rt, view, *, key: str, question: str, done: str, label: str = "
             st.toast(done, icon=":material/check_circle:")
 
 
+# st.code's look (monospace on the light theme's grey) for text drawn as HTML by text_block
+TEXT_BLOCK_STYLE = ("margin:0 0 1rem 0;padding:0.75rem 1rem;border-radius:0.5rem;background:#f0f2f6;color:#31333f;"
+                    "font-family:'Source Code Pro',monospace;font-size:0.85rem;line-height:1.55;white-space:pre-wrap;"
+                    "overflow-wrap:anywhere;")
+
+
+def text_block(text: str, *, height: int | None = None) -> None:
+    """``text`` as it is (a log tail, a failed row's answer), monospaced on grey as st.code shows it, drawn as
+    HTML (escaped: nothing in it is markup), scrolling past ``height`` pixels.  Where no copy button is
+    needed it stands in for st.code: a page's first st.code loads and starts the browser's syntax highlighter,
+    130-160 ms of the browser's time before the page's first chart shows (profiled on Servers, Regeneration
+    and Training at full scale)."""
+    style = TEXT_BLOCK_STYLE + (f"max-height:{int(height)}px;overflow:auto;" if height else "")
+    st.html(f'<pre class="specdeck-text" style="{style}">{html.escape(text)}</pre>')
+
+
 def log_block(lines: list[str], *, newest_age_s: float | None, toggle_key: str, latest: int = 15,
               earlier: int = 200, earlier_key: str | None = None) -> None:
     """A log tail with the newest lines where the eye lands.
@@ -170,7 +187,7 @@ def log_block(lines: list[str], *, newest_age_s: float | None, toggle_key: str, 
     age_text = "no line yet" if newest_age_s is None else f"newest line written {fmt.age(newest_age_s)}"
     hidden = f" · {fmt.count(view.hidden)} probe request line(s) hidden" if view.hidden else ""
     st.caption(f"Latest {min(latest, len(shown))} of {fmt.count(len(shown))} lines · {age_text}{hidden}")
-    st.code("\n".join(shown[-latest:]) or "(log is empty)", language=None, wrap_lines=True)
+    text_block("\n".join(shown[-latest:]) or "(log is empty)")
     before = shown[:-latest][-earlier:]
     if before:
         # closed, it holds nothing: a 200-line code block behind it cost the browser's highlighter
@@ -181,7 +198,7 @@ def log_block(lines: list[str], *, newest_age_s: float | None, toggle_key: str, 
                           key=key, on_change="rerun")
         if box.open:
             with box:
-                st.code("\n".join(before), language=None, height=320)
+                text_block("\n".join(before), height=320)
 
 
 def findings_list(findings, *, info: bool = True) -> None:

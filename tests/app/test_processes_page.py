@@ -10,7 +10,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from backend import runtime as runtime_mod
-from tests.helpers import close_runtime
+from tests.helpers import close_runtime, shown_text
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -137,14 +137,14 @@ def test_log_tail_shows_the_newest_line_with_its_age_and_hides_probe_requests(wo
     assert not at.exception, at.exception
     table = at.table[0].value
     assert table[table["name"] == "access"].iloc[0]["state"] == "✓ FINISHED (exit 0)"
-    latest = at.code[1].value.splitlines()  # [0] is the command
+    latest = shown_text(at)[1].splitlines()  # [0] is the command
     ours = [line for line in latest if not line.startswith("=====")]  # the supervisor's start/exit banners
     assert ours == [ACCESS_LINES[2], ACCESS_LINES[4]]  # the user's request and the program's last line, no probes
     assert "exit code 0" in latest[-1]  # the newest line (the exit banner) at the bottom, not scrolled away
     caption = next(c.value for c in at.caption if "newest line written" in c.value)
     assert "3 probe request line(s) hidden" in caption
     at.toggle(key="proc-log-probes").set_value(True).run()
-    assert [line for line in at.code[1].value.splitlines() if not line.startswith("=====")] == ACCESS_LINES
+    assert [line for line in shown_text(at)[1].splitlines() if not line.startswith("=====")] == ACCESS_LINES
 
 
 @pytest.mark.timeout(90)

@@ -11,7 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 from backend import runtime as runtime_mod
 from state import audit
-from tests.helpers import close_runtime
+from tests.helpers import close_runtime, shown_text
 from tests.regen.regen_fixtures import append, in_row, out_row, snap
 
 REPO = Path(__file__).resolve().parents[2]
@@ -96,7 +96,7 @@ def test_page_shows_the_run_at_a_glance(workspace):
     assert "6 h 40 m" in eta.proto.delta
     labels = [e.label for e in at.expander]
     assert "context_length: 50 rows" in labels and "bad_request: 10 rows" in labels
-    assert any("prompt is 9000 tokens" in c.value for c in at.code)
+    assert any("prompt is 9000 tokens" in t for t in shown_text(at))
     assert len(at.get("plotly_chart")) == 2  # speed (rows/s and tok/s), answer lengths
     # the sample viewer: the newest row beside its original
     texts = [t.value for t in at.markdown]
@@ -116,7 +116,7 @@ def test_sample_viewer_steps_back_and_finds_by_id(workspace):
     texts = [t.value for t in at.markdown]
     assert "regenerated answer 0" in texts and "original answer 0" in texts
     at.toggle(key="regen-sample-raw").set_value(True).run()  # the texts as they are
-    codes = [c.value for c in at.code]
+    codes = shown_text(at)
     assert "regenerated answer 0" in codes and "original answer 0" in codes and "prompt 0" in codes
 
 

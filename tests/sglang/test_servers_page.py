@@ -9,7 +9,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from backend import runtime as runtime_mod
-from tests.helpers import close_runtime, free_port
+from tests.helpers import close_runtime, free_port, shown_text
 from tests.simws import make_models
 
 REPO = Path(__file__).resolve().parents[2]
@@ -176,11 +176,11 @@ def test_server_log_hides_the_dashboards_own_probe_requests_until_asked(make_ws)
     at.session_state["srv-log-probes-earlier"] = True  # "Earlier lines" open: every line read is on the page
     at.run()
     assert not at.exception, at.exception
-    shown = "\n".join(c.value for c in at.code)
+    shown = "\n".join(shown_text(at))
     assert '"GET /health HTTP/1.1" 200' not in shown
     assert any("probe request line(s) hidden" in c.value and "newest line written" in c.value for c in at.caption)
     at.toggle(key="srv-log-probes").set_value(True).run()
-    shown = "\n".join(c.value for c in at.code)
+    shown = "\n".join(shown_text(at))
     assert '"GET /health HTTP/1.1" 200' in shown
 
 
@@ -189,9 +189,12 @@ def test_launch_config_json_is_built_only_while_its_expander_is_open(make_ws):
     make_ws("EAGLE3")
     at = AppTest.from_file(PAGE, default_timeout=30).run()
     assert not at.exception, at.exception
-    assert "Launch config (from the workspace file)" in [e.label for e in at.expander]
+    assert "Launch command to copy, and config (from the workspace file)" in [e.label for e in at.expander]
     assert not at.json  # closed: no JSON viewer sent to the browser
+    assert not [c for c in at.code if "sglang" in c.value]  # nor the code block (the command is shown as text)
+    assert any("--speculative-algorithm EAGLE3" in t for t in shown_text(at))
     at.session_state["srv-config-open"] = True  # what opening it does (the page runs again)
     at.run()
     assert not at.exception, at.exception
     assert len(at.json) == 1 and '"EAGLE3"' in at.json[0].value
+    assert [c for c in at.code if "--speculative-algorithm EAGLE3" in c.value]  # the command with its copy button

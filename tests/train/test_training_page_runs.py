@@ -8,8 +8,10 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from backend import runtime as runtime_mod
+from tests.helpers import shown_text
 from tests.train.page_kit import (REPO, metric, open_tab, page, run_state, runtime_of, train_ws,  # noqa: F401
                                   workspace)
+
 
 @pytest.mark.timeout(180)
 def test_start_stop_and_resume_with_the_020_warning(train_ws):
@@ -166,7 +168,7 @@ def test_a_failed_run_says_why_and_shows_its_log(tmp_path, monkeypatch):
         err = next(e.value for e in at.error if e.value.startswith("The run ended with exit code 1"))
         assert "ERROR - /data/train.jsonl: training data file not found" in err
         assert f"`{ws / 'logs' / 'bad.log'}`" in err
-        tail = "\n".join(c.value for c in at.code)
+        tail = "\n".join(shown_text(at))
         assert "Training Epoch 0:   0%|  | 0/10 [00:00<?, ?it/s]" in tail and "training data file not found" in tail
         # a training log holds none of the dashboard's /health requests: no toggle about them
         assert not [t for t in at.toggle if "/health" in t.label]

@@ -1,11 +1,13 @@
 """The "Earlier lines" expander of a log tail (ui.components.log_block), as the Servers and Processes pages
-draw it: while closed it holds no code block (nothing for the browser's highlighter on a visit or at a
+draw it: while closed it holds nothing (nothing is sent to the browser on a visit or at a
 refresh of the log); opened, it shows the lines before the latest ones, and it stays open (or closed) as the
 log grows and the count in its label changes."""
 
 from __future__ import annotations
 
 from streamlit.testing.v1 import AppTest
+
+from tests.helpers import shown_text
 
 
 def _script() -> None:
@@ -18,7 +20,7 @@ def _script() -> None:
 
 
 def _codes(at) -> list[str]:
-    return [c.value for c in at.code]
+    return shown_text(at)
 
 
 def _earlier(at):
@@ -39,7 +41,7 @@ def test_closed_it_holds_no_code_and_opened_it_shows_the_earlier_lines():
     assert not at.exception
     earlier = "\n".join(f"line {i}" for i in range(45))
     assert earlier in _codes(at)
-    assert [c.value for c in _earlier(at).code] == [earlier]
+    assert shown_text(_earlier(at)) == [earlier]
 
 
 def test_it_stays_open_when_the_log_grows():
@@ -50,7 +52,7 @@ def test_it_stays_open_when_the_log_grows():
     at.run()
     assert not at.exception
     assert _earlier(at).label == "Earlier lines (55)"
-    assert [c.value for c in _earlier(at).code] == ["\n".join(f"line {i}" for i in range(55))]
+    assert shown_text(_earlier(at)) == ["\n".join(f"line {i}" for i in range(55))]
     at.session_state["t-probes-earlier"] = False  # closed again: it stays closed as the log grows
     at.run()
     at.session_state["n-lines"] = 80
@@ -74,5 +76,5 @@ def test_a_caller_given_key_keeps_two_blocks_apart():
     at.run()
     assert not at.exception
     a_box, b_box = [e for e in at.expander if e.label.startswith("Earlier lines")]
-    assert [c.value for c in a_box.code] == ["\n".join(f"a {i}" for i in range(15))]
+    assert shown_text(a_box) == ["\n".join(f"a {i}" for i in range(15))]
     assert not b_box.children

@@ -12,6 +12,7 @@ from streamlit.testing.v1 import AppTest
 
 from backend import runtime as runtime_mod
 from tests.sglang.test_servers_page import PAGE, make_ws  # noqa: F401 - the fixture
+from tests.helpers import shown_text
 
 PROBE = '"GET /health HTTP/1.1" 200'
 
@@ -39,12 +40,12 @@ def test_servers_log_sends_the_earlier_lines_only_while_open(make_ws):  # noqa: 
     at.toggle(key="srv-log-probes").set_value(True).run()
     assert not at.exception, at.exception
     assert not _earlier(at).children  # closed: nothing behind it is sent
-    log_codes = [c.value for c in at.code if "\n" in c.value]
+    log_codes = [t for t in shown_text(at) if "\n" in t]
     assert len(log_codes) == 1, "only the latest lines' block while the expander is closed"
 
     at.session_state["srv-log-probes-earlier"] = True  # what opening it does (the log's fragment runs again)
     at.run()
     assert not at.exception, at.exception
-    [earlier] = _earlier(at).code
-    assert earlier.value.count("\n") >= 20
-    assert PROBE in "\n".join(c.value for c in at.code)
+    [earlier] = shown_text(_earlier(at))
+    assert earlier.count("\n") >= 20
+    assert PROBE in "\n".join(shown_text(at))

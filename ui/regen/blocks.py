@@ -18,6 +18,7 @@ from backend.regen.follow import History
 from backend.regen.samples import turns
 from specdeck_types.eta import Eta
 from ui import charts, fmt
+from ui.components import text_block
 
 STATE_TEXT = {
     "starting": ":orange[◐ starting]", "running": ":green[● running]", "waiting": ":orange[◐ waiting for a server]",
@@ -301,7 +302,7 @@ def error_table(errors: dict[str, Any] | None, *, examples: bool = True) -> None
         return
     for cls, n, example in rows:
         with st.expander(fmt.data_markdown(f"{cls}: {fmt.count(n)} row{'s' if n != 1 else ''}")):
-            st.code(example[:2000] or "no example kept", language=None, wrap_lines=True)
+            text_block(example[:2000] or "no example kept")
 
 
 SERVER_STATE = {"up": ":green[● up]", "waiting": ":orange[◐ waiting]", "down": ":red[✕ down]"}
@@ -371,7 +372,7 @@ def _show(text: str, raw: bool, limit: int) -> None:
         st.caption(f"first {limit:,} of {len(text):,} characters")
         text = text[:limit]
     if raw:
-        st.code(text, language=None, wrap_lines=True)
+        text_block(text)
     else:
         st.markdown(fmt.data_markdown(text))  # an image in an answer is shown as text, never fetched
 

@@ -17,7 +17,7 @@ from ui import fmt
 from ui.auth import control_lock, data_lock, live_fragment, show_data_lock
 from backend.logview import newest_line_age
 from backend.supervisor.logtail import last_lines
-from ui.components import code_span, confirm_box, path_text
+from ui.components import code_span, confirm_box, path_text, text_block
 from ui.context import actor
 
 REFRESH_S = 2
@@ -181,8 +181,8 @@ def training_log(lines: list[str], *, newest_age_s: float | None, latest: int = 
     requests of the dashboard's, so there is nothing to hide and no toggle for it."""
     age = "no line yet" if newest_age_s is None else f"newest line written {fmt.age(newest_age_s)}"
     st.caption(f"Latest {min(latest, len(lines))} of {fmt.count(len(lines))} lines · {age}")
-    st.code("\n".join(lines[-latest:]) or "(log is empty)", language=None, wrap_lines=True)
+    text_block("\n".join(lines[-latest:]) or "(log is empty)")
     before = lines[:-latest][-earlier:]
     if before:
         with st.expander(f"Earlier lines ({fmt.count(len(before))})"):
-            st.code("\n".join(before), language=None, height=320)
+            text_block("\n".join(before), height=320)
