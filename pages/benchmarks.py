@@ -22,6 +22,7 @@ from ui.bench import cost as bench_cost
 from ui.bench import stored as bench_stored
 from ui.bench import datasets as bench_datasets
 from ui.bench.sweep import sweep_panel
+from ui.auth import live_fragment
 from ui.components import page_header
 from ui.overview_query import QueryState
 from ui.context import runtime
@@ -34,6 +35,7 @@ rt = runtime()
 page_header("Benchmarks", "Does speculation pay on this server? Every benchmark run here or imported, each compared "
             "with the run without speculation at the same load, and the model that says why.")
 
+shown_print = bench_stored.fingerprint(rt.store)  # what this run shows (see the end of the page)
 stored = bench_stored.results(rt.store)
 st.session_state[bench_run.SEEN] = [r.id for r in stored]
 bench_run.space_alert(rt)
@@ -132,7 +134,7 @@ def _runs() -> None:
     rows = shown + [_marked(r) for r in data.apply_filters(invalid, chosen)]
     df = data.with_accept_text(data.table(rows, verdicts, bench_cost.result_costs(rt, rows)), rows,
                                rt.fleet.router_names())
-    every = st.toggle(f"All {len(data.COLUMNS)} columns", key="bench-all-columns",
+    every = st.toggle(f"All {len(data.COLUMNS)} columns", key="bench-all-columns", persist_state="session",
                       help="latencies, lengths, the draft's settings, source, dates and the rest")
     st.caption(f"{fmt.count(len(rows))} of {fmt.count(len(stored))} results · newest first · N/A: not recorded. "
                "Verdict and speedup against the baseline of the same server at the same load. "
@@ -210,3 +212,17 @@ for tab, (label, draw) in zip(tabs, SECTIONS):
         continue
     with tab:
         draw()
+
+
+# A result a benchmark or sweep job stores shows on whichever tab is open: the Run and Sweep tabs' live parts
+# draw the page again for it; on the other tabs, while such a job runs, the table's fingerprint (one
+# aggregate query) is read every few seconds and a change draws the page again.
+if (st.session_state.get(TAB_KEY) or labels[0]) not in ("Run a benchmark", "Sweep") and any(
+        j.meta.get("kind") in (bench_run.JOB_KIND, "sweep") and (v := rt.supervisor.view(j.name)) is not None and v.live
+        for j in rt.jobs()):
+    @live_fragment(run_every=3)
+    def _new_results() -> None:
+        if bench_stored.fingerprint(rt.store) != shown_print:
+            st.rerun(scope="app")
+
+    _new_results()

@@ -122,6 +122,8 @@ for label, tab, render in zip(SECTIONS, tabs, SECTIONS.values()):
     # (smoothing, axis, draft steps, the deploy form) keep their values while their tab is not built
     # (persist_state="session").
     if label not in ALWAYS_BUILT and not tab.open:
+        if label == "Deploy":
+            train_ckpt.not_deploying(run)
         continue
     with tab:
         render()

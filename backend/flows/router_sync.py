@@ -304,17 +304,24 @@ def drain(fleet, supervisor, run_dir: Path | str, server: str, *, clock: Callabl
         on_phase("draining", f"{server} left {', '.join(taken) or 'no running router'}; waiting up to "
                              f"{timeout:g} s for its requests in flight")
     t0 = clock()
+    live = False
 
     def read(last: int | None) -> int | None:
         # The server's live count (/get_load).  A slow answer (a loaded machine) leaves the count unknown:
         # the drain goes on with the last one known, or waits for one; the /metrics gauges are read only
         # from a server without /get_load, since they change only at each decode log line and can say 0
         # while a request runs (which ended a drain 3 s before its request did).
+        nonlocal live
         try:
             n = live_load(url)
         except LoadUnanswered:
             return _UNKNOWN if last is None else last
-        return n if n is not None else gauge_in_flight(url)
+        if n is not None:
+            live = True
+            return n
+        if live:  # it answered with a count before: a count missing now is not read from the gauges
+            return _UNKNOWN if last is None else last
+        return gauge_in_flight(url)
 
     left = read(None)
     while left and clock() - t0 < timeout:  # _UNKNOWN is true: waited on

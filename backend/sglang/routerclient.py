@@ -125,14 +125,16 @@ class LoadUnanswered(Exception):
 
 def live_load(server_url: str, timeout_s: float = 2.0) -> int | None:
     """A server's live count of requests running or queued: ``GET /get_load`` (``num_reqs`` summed over its
-    data-parallel ranks).  None when it has no such endpoint or answers without a count (an older SGLang);
-    0 when nothing listens there (refused: no request can be in flight); :class:`LoadUnanswered` when it did
-    not answer in time or broke off."""
+    data-parallel ranks).  None when it has no such endpoint (404, 405, 501) or answers without a count (an
+    older SGLang); 0 when nothing listens there (refused: no request can be in flight); :class:`LoadUnanswered`
+    when it did not answer in time, broke off or answered with another error (a busy server's 503)."""
     try:
         with urllib.request.urlopen(_norm(server_url) + "/get_load", timeout=timeout_s) as r:
             load = json.loads(r.read())
-    except urllib.error.HTTPError:
-        return None
+    except urllib.error.HTTPError as exc:
+        if exc.code in (404, 405, 501):  # no such endpoint here
+            return None
+        raise LoadUnanswered(f"HTTP {exc.code}") from exc  # a busy or failing server: its count is unknown
     except urllib.error.URLError as exc:
         if isinstance(exc.reason, ConnectionRefusedError):
             return 0

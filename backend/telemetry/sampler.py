@@ -443,18 +443,22 @@ class Sampler:
         if self._attr is not None and not fresh and key == self._attr_key and mono - self._attr_at < self._attr_interval_s:
             return self._attr
         managed: list[Any] = []
+        read = self._managed is None
         if self._managed is not None:
             try:
                 managed = coerce_managed(self._managed())
+                read = True
             except Exception as e:  # noqa: BLE001 - the provider belongs to someone else
                 log.exception("managed process provider failed")
                 self._note_error(f"managed process list failed: {e!r}")
+                managed = list(self._attr_managed)  # the last list read stands in, however many fail in a row
         # A process that was a job's at the last join and has left the managed list since (a relaunched
         # server's old pid, ended while this pass read the GPUs) still holds that job's memory: it stays the
         # job's for this one join, not someone else's.  Only the list read last time, so never for long.
         now_pids = {m.pid for m in managed if m.pid}
         gone = [m for m in self._attr_managed if m.pid and m.pid not in now_pids]
-        self._attr_managed = managed
+        if read:
+            self._attr_managed = managed
         try:
             self._attr = attribute(procs, managed + gone, now=frame.t)
         except Exception as e:  # noqa: BLE001

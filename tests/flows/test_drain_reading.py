@@ -85,3 +85,8 @@ def test_a_server_without_a_live_count_is_read_from_its_gauges(tmp_path, monkeyp
 def test_the_wait_ends_at_the_timeout_when_the_count_never_reaches_0(tmp_path, monkeypatch):
     res, sleeps, _ = _drain(tmp_path, monkeypatch, [2] * 1000, gauges=0)
     assert res.in_flight == 2 and 30.0 <= sum(sleeps) < 30.5
+
+
+def test_a_count_missing_after_a_live_answer_is_not_read_from_the_gauges(tmp_path, monkeypatch):
+    res, sleeps, asked = _drain(tmp_path, monkeypatch, [1, None, 1, 0], gauges=0)
+    assert res.in_flight == 0 and len(sleeps) == 3 and "gauges" not in asked

@@ -36,8 +36,8 @@ class _Server:
                     if what == "slow":
                         time.sleep(2.5)
                         what = 1
-                    if what == 404:
-                        self.send_response(404)
+                    if what in (404, 503):
+                        self.send_response(what)
                         self.end_headers()
                         return
                     body = json.dumps([{"dp_rank": 0, "num_reqs": what, "num_waiting_reqs": 0}]).encode()
@@ -69,9 +69,11 @@ class _Server:
 
 
 def test_live_load_tells_a_count_no_endpoint_nothing_listening_and_a_late_answer_apart():
-    with _Server([3, 404, "slow"]) as s:
+    with _Server([3, 404, 503, "slow"]) as s:
         assert live_load(s.url) == 3
         assert live_load(s.url) is None  # no /get_load: an older SGLang
+        with pytest.raises(LoadUnanswered):  # a busy server's 503: its count is unknown, not absent
+            live_load(s.url)
         with pytest.raises(LoadUnanswered):
             live_load(s.url, timeout_s=0.5)
     assert live_load(f"http://127.0.0.1:{free_port()}") == 0  # nothing listens: nothing in flight

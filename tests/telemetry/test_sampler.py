@@ -344,3 +344,22 @@ def test_a_job_with_an_old_and_a_new_pid_on_the_gpus_is_one_job_with_both():
     (job,) = snap.attribution.jobs
     assert (job.name, job.state, job.pids, job.mem_by_gpu) == ("sim", "STARTING", (new, old) if new < old else (old, new),
                                                               ((0, 12 * GIB),))
+
+
+def test_a_managed_list_that_fails_again_and_again_keeps_the_last_one_read():
+    clock = Clock()
+    calls = []
+
+    def managed():
+        calls.append(1)
+        if len(calls) > 1:
+            raise RuntimeError("supervisor busy")
+        return [("sim", "server", os.getpid(), "RUNNING")]
+
+    fake, s = make(clock, managed=managed)
+    for _ in range(4):  # one good read, then three failures in a row
+        s.adapter.want_processes()
+        snap = s.sample_once()
+        clock.t += 1
+        assert [(j.name, j.pids) for j in snap.attribution.jobs] == [("sim", (os.getpid(),))]
+    assert len(calls) == 4 and any("managed process list failed" in e for e in snap.errors)

@@ -124,3 +124,44 @@ def test_the_deploy_tab_follows_a_checkpoint_saved_after_it_was_drawn(ws):
     at.session_state["as-live"] = True  # nothing new: no second drawing
     at.run()
     assert at.session_state["runs"] == 6
+
+
+# the Training page with the Checkpoints tab open first, then the Deploy tab alone (only the open tab is built)
+ONE_TAB = """
+import streamlit as st
+from pathlib import Path
+from ui.context import runtime
+from ui.train import ckpt
+from ui.train.data import RunRef
+
+st.session_state["runs"] = st.session_state.get("runs", 0) + 1
+ckpt._fragment_rerun = lambda: st.session_state.pop("as-live", False)
+rt = runtime()
+ref = RunRef("tiny-run", None, Path({out!r}))
+if st.session_state.get("tab", "Checkpoints") == "Checkpoints":
+    ckpt.checkpoints_tab(rt, ref)
+    ckpt.not_deploying(ref)
+else:
+    st.markdown("deploying: " + str(ckpt.deploy_target(ref)))
+"""
+
+
+def test_deploy_alone_offers_the_newest_checkpoint_saved_since_the_checkpoints_tab_was_seen(ws):
+    out = ws["runs"] / "tiny-run"
+    make_ckpt(out, "epoch_0_step_20", epoch=0, step=20)
+    at = AppTest.from_string(ONE_TAB.format(out=str(out)), default_timeout=30).run()
+    assert not at.exception, at.exception
+    at.session_state["tab"] = "Deploy"
+    at.run()
+    assert any(m.value == f"deploying: {out / 'epoch_0_step_20'}" for m in at.markdown)
+    make_ckpt(out, "epoch_0_step_40", epoch=0, step=40)  # saved while Checkpoints is not drawn
+    at.run()
+    assert any(m.value == f"deploying: {out / 'epoch_0_step_40'}" for m in at.markdown)
+    # back on Checkpoints: its live refreshes do not draw the page again for a Deploy tab that is not there
+    at.session_state["tab"] = "Checkpoints"
+    at.run()
+    runs = at.session_state["runs"]
+    for _ in range(3):
+        at.session_state["as-live"] = True
+        at.run()
+    assert at.session_state["runs"] == runs + 3  # one run each, no extra page runs

@@ -69,7 +69,8 @@ def sweep_panel(rt) -> None:
     wanted = st.session_state.pop(WANTED_KEY, None)
     if wanted in paths:
         st.session_state["sweep-shown"] = wanted
-    shown = st.selectbox("Sweep", paths, key="sweep-shown", format_func=lambda p: _title(p, sweeps[p]))
+    shown = st.selectbox("Sweep", paths, key="sweep-shown", format_func=lambda p: _title(p, sweeps[p]),
+                         persist_state="session")
     live_sweep(rt, shown, sweeps[shown])
 
 

@@ -52,12 +52,20 @@ def newest(ref: RunRef) -> str | None:
 
 
 def deploy_target(ref: RunRef) -> str | None:
-    """The checkpoint the Deploy tab offers: the one picked in the Checkpoints tab, else the newest.  Noted,
-    so that the Checkpoints tab's live part draws the page again when the run saves a newer one (or another
-    is picked) and the Deploy tab would offer another."""
-    path = chosen(ref) or newest(ref)
-    st.session_state[f"{_key(ref)}-deploying"] = path
+    """The checkpoint the Deploy tab offers: the newest while the Checkpoints tab's "Newest" is on (as it is
+    until turned off), else the one picked there.  Noted, so that where both tabs are drawn together the
+    Checkpoints tab's live part draws the page again when the run saves a newer one (or another is picked)
+    and the Deploy tab would offer another."""
+    key = _key(ref)
+    path = newest(ref) if st.session_state.get(f"{key}-newest", True) else (chosen(ref) or newest(ref))
+    st.session_state[f"{key}-deploying"] = path
     return path
+
+
+def not_deploying(ref: RunRef) -> None:
+    """The Deploy tab is not drawn in this run: nothing it offered is to be kept up to date (else the
+    Checkpoints tab's live part would draw the page again at each refresh, for a tab that is not there)."""
+    st.session_state.pop(f"{_key(ref)}-deploying", None)
 
 
 def _table(run: RunCheckpoints, meas: dict[str, float]) -> pd.DataFrame:
