@@ -115,6 +115,9 @@ def test_form_creates_a_run_with_its_command(workspace):
     assert "batch_size" not in text  # SpecForge's default is not written out
     assert at.selectbox(key="train-run").value == "mini"
     assert any("NOT STARTED" in m.value and "**mini**" in m.value for m in at.markdown)
+    # the new-run form starts empty again: its kept fields do not offer "mini" a second time
+    assert f"{FORM}-name" not in at.session_state or at.session_state[f"{FORM}-name"] == ""
+    assert f"{FORM}-epochs" not in at.session_state or at.session_state[f"{FORM}-epochs"] != 2
 
 
 @pytest.mark.timeout(120)

@@ -210,6 +210,9 @@ def run_form(rt, name: str | None = None) -> None:
             else:
                 rt.maybe_reload()
                 st.session_state.pop(PENDING, None)
+                if not editing:  # the new-run form starts empty again (its fields are kept across runs)
+                    for key in [key for key in st.session_state if str(key).startswith(f"{k}-")]:
+                        del st.session_state[key]
                 st.session_state["train-run-wanted"] = cfg.name
                 st.rerun()
         if row.button("Cancel", key=f"{k}-cancel"):
