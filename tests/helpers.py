@@ -79,3 +79,26 @@ def shown_text(at) -> list[str]:
         if m:
             out.append(html.unescape(m.group(1)))
     return out
+
+
+class LocalHTTPServer:
+    """A ``ThreadingHTTPServer`` on 127.0.0.1 and a free port, serving ``handler`` (a
+    ``BaseHTTPRequestHandler`` class) in a daemon thread while used as a context manager."""
+
+    def __init__(self, handler):
+        import threading
+        from http.server import ThreadingHTTPServer
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.port = self.httpd.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(5)

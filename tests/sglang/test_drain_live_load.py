@@ -5,19 +5,18 @@ while a request runs); a server without ``/get_load`` is still read from its gau
 from __future__ import annotations
 
 import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from types import SimpleNamespace
 
 import pytest
 
 from backend.flows.router_sync import drain
 from backend.sglang.routerclient import LoadUnanswered, in_flight, live_load
-from tests.helpers import free_port
+from tests.helpers import LocalHTTPServer, free_port
 
 
-class _Server:
+class _Server(LocalHTTPServer):
     """/get_load answers from ``loads`` in turn (a number: its count; "slow": after 2.5 s; 404: none);
     /metrics says ``gauge`` requests running."""
 
@@ -55,17 +54,7 @@ class _Server:
                 except OSError:  # the client gave up on a slow answer
                     pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.url = f"http://127.0.0.1:{self.httpd.server_port}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(H)
 
 
 def test_live_load_tells_a_count_no_endpoint_nothing_listening_and_a_late_answer_apart():

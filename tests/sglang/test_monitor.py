@@ -5,15 +5,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 
 from backend.sglang.client import SglangClient, parse_metrics
 from backend.sglang.config import ServerConfig
 from backend.sglang.monitor import ServerMonitor
+from tests.helpers import LocalHTTPServer
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,7 +32,7 @@ process_cpu_seconds_total 3.0
 """
 
 
-class FakeServer:
+class FakeServer(LocalHTTPServer):
     """Answers like SGLang 0.5.4: 503 on /health until ``ready`` is set."""
 
     def __init__(self):
@@ -64,18 +64,7 @@ class FakeServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.port = self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(5)
+        super().__init__(H)
 
 
 def test_parse_metrics_keeps_sglang_names():

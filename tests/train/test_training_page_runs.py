@@ -180,12 +180,15 @@ def test_a_failed_run_says_why_and_shows_its_log(tmp_path, monkeypatch):
         runtime_mod.close_all()
 
 
+# a workspace with one training run, d1, a comment above it and a hand-kept line in it
+D1 = ('[workspace]\nname = "edit"\n\n# the draft we serve\n[[train]]\nname = "d1"\ngeneration = "gen2"\n'
+      'entry = "module:backend.flows.tiny train"\ntarget_model = "/models/t"\ntrain_data = "data.jsonl"\n'
+      'learning_rate = 1e-4\nextra_args = ["--size", "tiny"]  # kept by hand\n')
+
+
 @pytest.mark.timeout(120)
 def test_the_curves_checkpoints_and_deploy_tabs_are_built_only_while_open_and_keep_their_fields(workspace):
-    (workspace / "specdeck.toml").write_text(
-        '[workspace]\nname = "edit"\n\n[[train]]\nname = "d1"\ngeneration = "gen2"\n'
-        'entry = "module:backend.flows.tiny train"\ntarget_model = "/models/t"\ntrain_data = "data.jsonl"\n'
-        'learning_rate = 1e-4\n', encoding="utf-8")
+    (workspace / "specdeck.toml").write_text(D1, encoding="utf-8")
     at = open_tab(page(AppTest.from_file(str(REPO / "app.py"), default_timeout=120)), "Curves")
     at.toggle(key="train-log-y").set_value(True).run()
     open_tab(at, "Run")
@@ -202,10 +205,7 @@ def test_the_curves_checkpoints_and_deploy_tabs_are_built_only_while_open_and_ke
 
 
 def test_form_edits_a_run_and_keeps_the_rest(workspace):
-    (workspace / "specdeck.toml").write_text(
-        '[workspace]\nname = "edit"\n\n# the draft we serve\n[[train]]\nname = "d1"\ngeneration = "gen2"\n'
-        'entry = "module:backend.flows.tiny train"\ntarget_model = "/models/t"\ntrain_data = "data.jsonl"\n'
-        'learning_rate = 1e-4\nextra_args = ["--size", "tiny"]  # kept by hand\n', encoding="utf-8")
+    (workspace / "specdeck.toml").write_text(D1, encoding="utf-8")
     at = open_tab(page(AppTest.from_file(str(REPO / "app.py"), default_timeout=120)), "Run")
     assert at.selectbox(key="train-run").value == "d1"
     k = "train-form-d1"
