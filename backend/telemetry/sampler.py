@@ -137,6 +137,8 @@ class Sampler:
         self._attr_at = -1e18
         self._attr_key: frozenset[tuple[int, int]] | None = None
         self._attr_managed: list[Any] = []  # the managed processes of the last join
+        self._gone: dict[int, tuple[Any, float]] = {}  # pid -> (its managed entry, monotonic time it left)
+        self.gone_keep_s = 120.0  # how long a job's process that left the managed list stays the job's
         self._errors: list[str] = []
         self._last_prune = -1e18
         self._pcie_at = -1e18
@@ -452,11 +454,20 @@ class Sampler:
                 log.exception("managed process provider failed")
                 self._note_error(f"managed process list failed: {e!r}")
                 managed = list(self._attr_managed)  # the last list read stands in, however many fail in a row
-        # A process that was a job's at the last join and has left the managed list since (a relaunched
-        # server's old pid, ended while this pass read the GPUs) still holds that job's memory: it stays the
-        # job's for this one join, not someone else's.  Only the list read last time, so never for long.
+        # A process that was a job's and has left the managed list (a relaunched server's old pid: stopped,
+        # or ended while this pass read the GPUs) still holds that job's memory while the GPUs list it, as a
+        # real server does for seconds while it lets go of CUDA: it stays the job's, not someone else's, until
+        # the GPUs no longer list it or for at most gone_keep_s (past that, what still holds memory is shown
+        # as it is: a process nobody manages).
         now_pids = {m.pid for m in managed if m.pid}
-        gone = [m for m in self._attr_managed if m.pid and m.pid not in now_pids]
+        on_gpus = {p.pid for p in procs}
+        for m in self._attr_managed:
+            if m.pid and m.pid not in now_pids:
+                self._gone.setdefault(m.pid, (m, mono))
+        for pid, (_, since) in list(self._gone.items()):
+            if pid in now_pids or pid not in on_gpus or mono - since > self.gone_keep_s:
+                del self._gone[pid]
+        gone = [m for m, _ in self._gone.values()]
         if read:
             self._attr_managed = managed
         try:

@@ -360,10 +360,11 @@ def test_preflight_counts_a_just_relaunched_servers_own_memory_as_free(ws, monke
     fake.set_processes(0, [(3_999_002, SERVER_MEM)])
     stale = sampler.sample_once()
     assert [p.pid for p in stale.gpus[0].processes] == [3_999_001]  # what the old probe worked from
-    # the old pid left the managed list since the last join: still the server's for this one join
+    # the old pid left the managed list: still the server's while the GPUs (here the stale list) name it
     assert [(j.name, j.pids) for j in stale.attribution.jobs] == [("sim", (3_999_001,))]
+    sampler.gone_keep_s = 0.0  # past that limit, nobody's: 61.5 GiB "in use" by the stale list
     stale = sampler.sample_once()
-    assert [j.name for j in stale.attribution.jobs] == []  # then nobody's: 61.5 GiB "in use" by the stale list
+    assert [j.name for j in stale.attribution.jobs] == []
 
     gpus = {i: (t, free) for i, t, free in rt.gpu_probe(exclude="sim")}
     assert gpus[0][0] == total

@@ -296,9 +296,10 @@ def test_pass_cost_window_is_the_last_300_passes():
     assert cost.samples == 310
 
 
-def test_a_process_that_left_the_managed_list_during_the_pass_stays_its_jobs_for_one_join():
-    """A relaunched server's old pid: the GPUs were read while it still held its memory, the managed list
-    after it ended.  That memory is the server's (a preflight that counts it free must see it so), once."""
+def test_a_process_that_left_the_managed_list_stays_its_jobs_while_the_gpus_list_it():
+    """A relaunched server's old pid: the GPUs list it while it lets go of its memory, the supervisor no
+    longer does.  That memory is the server's (a preflight that counts it free must see it so) until the GPUs
+    no longer list it, or for at most gone_keep_s; then a process still there is nobody's."""
     from backend.telemetry.attribution import probe_free_memory
 
     clock = Clock()
@@ -316,17 +317,27 @@ def test_a_process_that_left_the_managed_list_during_the_pass_stays_its_jobs_for
     assert holders == [(old, "sim")]
     views.pop(0)
     fake.set_processes(0, [(old, 10 * GIB), (new, 10 * GIB)])
-    clock.t += 1
+    for _ in range(3):  # the new process is up, the old one still lets go: both the server's
+        clock.t += 1
+        s.adapter.want_processes()
+        snap = s.sample_once()
+        assert [(h.pid, h.job) for h in snap.attribution.holders] == [(old, "sim"), (new, "sim")]
+        assert [(j.name, sorted(j.pids)) for j in snap.attribution.jobs] == [("sim", sorted([old, new]))]
+    s.gone_keep_s = 0.0  # past the limit: a process still on the GPU is shown as it is, nobody's
     s.adapter.want_processes()
-    snap = s.sample_once()  # the old pid was not in the last join's list: someone else's now
+    snap = s.sample_once()
     assert [(h.pid, h.job) for h in snap.attribution.holders] == [(old, None), (new, "sim")]
-    assert [(j.name, j.pids) for j in snap.attribution.jobs] == [("sim", (new,))]
+    s.gone_keep_s = 120.0
     views.pop(0)
     fake.set_processes(0, [(new, 10 * GIB)])
     clock.t += 1
     s.adapter.want_processes()
     snap = s.sample_once()
     assert [(j.name, j.state, j.pids) for j in snap.attribution.jobs] == [("sim", "RUNNING", (new,))]
+    fake.set_processes(0, [(old, 10 * GIB), (new, 10 * GIB)])  # the old pid again, once forgotten: nobody's
+    s.adapter.want_processes()
+    snap = s.sample_once()
+    assert [(h.pid, h.job) for h in snap.attribution.holders] == [(old, None), (new, "sim")]
 
 
 def test_a_job_with_an_old_and_a_new_pid_on_the_gpus_is_one_job_with_both():
