@@ -315,6 +315,36 @@ def attribute(
     )
 
 
+class LeftJobs:
+    """The processes that left the managed list, kept as their job's while the GPUs list them.
+
+    A relaunched server's old pid (stopped, or ended while a pass read the GPUs) still holds the server's
+    memory while the GPUs list it, as a real server does for seconds while it lets go of CUDA: it stays the
+    job's, not someone else's, until the GPUs no longer list it or for at most ``keep_s`` (past that, what
+    still holds memory is shown as it is: a process nobody manages).
+    """
+
+    def __init__(self) -> None:
+        self.last: list[Managed] = []  # the managed list of the last join that read one
+        self._gone: dict[int, tuple[Managed, float]] = {}  # pid -> (its entry, monotonic time it left)
+
+    def update(self, managed: list[Managed] | None, on_gpus: set[int], now: float,
+               keep_s: float) -> tuple[list[Managed], list[Managed]]:
+        """(the managed list to join: ``managed``, or the last one read when it could not be read (None),
+        the processes that left it and still count as their job's)."""
+        if managed is None:
+            managed = list(self.last)
+        now_pids = {m.pid for m in managed if m.pid}
+        for m in self.last:
+            if m.pid and m.pid not in now_pids:
+                self._gone.setdefault(m.pid, (m, now))
+        for pid, (_, since) in list(self._gone.items()):
+            if pid in now_pids or pid not in on_gpus or now - since > keep_s:
+                del self._gone[pid]
+        self.last = managed
+        return managed, [m for m, _ in self._gone.values()]
+
+
 def free_memory_by_gpu(snap: Any, exclude: str | None = None) -> list[tuple[int, int, int]] | None:
     """(index, total bytes, free bytes) per readable GPU of a telemetry snapshot.
 

@@ -29,7 +29,7 @@ from collections import deque
 from typing import Any, Callable, Iterable, Sequence
 
 from backend.telemetry.alerts import gpu_alerts
-from backend.telemetry.attribution import Attribution, attribute, coerce_managed
+from backend.telemetry.attribution import Attribution, LeftJobs, attribute, coerce_managed
 from backend.telemetry.host import HostReader
 from backend.telemetry.model import (
     GPU_SERIES,
@@ -136,8 +136,7 @@ class Sampler:
         self._attr: Attribution | None = None
         self._attr_at = -1e18
         self._attr_key: frozenset[tuple[int, int]] | None = None
-        self._attr_managed: list[Any] = []  # the managed processes of the last join
-        self._gone: dict[int, tuple[Any, float]] = {}  # pid -> (its managed entry, monotonic time it left)
+        self._left = LeftJobs()
         self.gone_keep_s = 120.0  # how long a job's process that left the managed list stays the job's
         self._errors: list[str] = []
         self._last_prune = -1e18
@@ -444,32 +443,15 @@ class Sampler:
         fresh = frame.procs_read  # a new process list (memory figures too): join it again
         if self._attr is not None and not fresh and key == self._attr_key and mono - self._attr_at < self._attr_interval_s:
             return self._attr
-        managed: list[Any] = []
-        read = self._managed is None
+        managed: list[Any] | None = [] if self._managed is None else None
         if self._managed is not None:
             try:
                 managed = coerce_managed(self._managed())
-                read = True
             except Exception as e:  # noqa: BLE001 - the provider belongs to someone else
                 log.exception("managed process provider failed")
                 self._note_error(f"managed process list failed: {e!r}")
-                managed = list(self._attr_managed)  # the last list read stands in, however many fail in a row
-        # A process that was a job's and has left the managed list (a relaunched server's old pid: stopped,
-        # or ended while this pass read the GPUs) still holds that job's memory while the GPUs list it, as a
-        # real server does for seconds while it lets go of CUDA: it stays the job's, not someone else's, until
-        # the GPUs no longer list it or for at most gone_keep_s (past that, what still holds memory is shown
-        # as it is: a process nobody manages).
-        now_pids = {m.pid for m in managed if m.pid}
-        on_gpus = {p.pid for p in procs}
-        for m in self._attr_managed:
-            if m.pid and m.pid not in now_pids:
-                self._gone.setdefault(m.pid, (m, mono))
-        for pid, (_, since) in list(self._gone.items()):
-            if pid in now_pids or pid not in on_gpus or mono - since > self.gone_keep_s:
-                del self._gone[pid]
-        gone = [m for m, _ in self._gone.values()]
-        if read:
-            self._attr_managed = managed
+        # a job's processes that left the managed list still hold its memory while the GPUs list them
+        managed, gone = self._left.update(managed, {p.pid for p in procs}, mono, self.gone_keep_s)
         try:
             self._attr = attribute(procs, managed + gone, now=frame.t)
         except Exception as e:  # noqa: BLE001
