@@ -109,7 +109,7 @@ SECTIONS = {
     "Curves": lambda: train_curves.live_curves(rt, [run] + [runs.get(n) or by_path[n] for n in overlay],
                                                train_curves.controls()),
     "Checkpoints": lambda: train_ckpt.checkpoints_tab(rt, run),
-    "Deploy": lambda: deploy_panel(rt, run.name, train_ckpt.deploy_target(run)),
+    "Deploy": lambda: (train_ckpt.follow_for_deploy(run), deploy_panel(rt, run.name, train_ckpt.deploy_target(run))),
     "Run": lambda: train_runs.run_tab(rt, run),
 }
 # switching tabs runs the page again, to write the tab into the URL

@@ -142,6 +142,7 @@ if st.session_state.get("tab", "Checkpoints") == "Checkpoints":
     ckpt.checkpoints_tab(rt, ref)
     ckpt.not_deploying(ref)
 else:
+    ckpt.follow_for_deploy(ref)
     st.markdown("deploying: " + str(ckpt.deploy_target(ref)))
 """
 
@@ -165,3 +166,21 @@ def test_deploy_alone_offers_the_newest_checkpoint_saved_since_the_checkpoints_t
         at.session_state["as-live"] = True
         at.run()
     assert at.session_state["runs"] == runs + 3  # one run each, no extra page runs
+
+
+def test_deploy_alone_draws_the_page_again_when_the_run_saves_a_newer_checkpoint(ws):
+    out = ws["runs"] / "tiny-run"
+    make_ckpt(out, "epoch_0_step_20", epoch=0, step=20)
+    at = AppTest.from_string(ONE_TAB.format(out=str(out)), default_timeout=30).run()
+    at.session_state["tab"] = "Deploy"
+    at.run()
+    runs = at.session_state["runs"]
+    at.session_state["as-live"] = True  # a live refresh with nothing new: no drawing of the page
+    at.run()
+    assert at.session_state["runs"] == runs + 1
+    make_ckpt(out, "epoch_0_step_40", epoch=0, step=40)
+    at.session_state["as-live"] = True  # the live part sees the newer checkpoint: the page is drawn again
+    at.run()
+    assert not at.exception, at.exception
+    assert at.session_state["runs"] == runs + 3
+    assert any(m.value == f"deploying: {out / 'epoch_0_step_40'}" for m in at.markdown)

@@ -56,10 +56,22 @@ def deploy_target(ref: RunRef) -> str | None:
     until turned off), else the one picked there.  Noted, so that where both tabs are drawn together the
     Checkpoints tab's live part draws the page again when the run saves a newer one (or another is picked)
     and the Deploy tab would offer another."""
-    key = _key(ref)
-    path = newest(ref) if st.session_state.get(f"{key}-newest", True) else (chosen(ref) or newest(ref))
-    st.session_state[f"{key}-deploying"] = path
+    path = _target(ref)
+    st.session_state[f"{_key(ref)}-deploying"] = path
     return path
+
+
+def _target(ref: RunRef) -> str | None:
+    return newest(ref) if st.session_state.get(f"{_key(ref)}-newest", True) else (chosen(ref) or newest(ref))
+
+
+@live_fragment(run_every=REFRESH_S)
+def follow_for_deploy(ref: RunRef) -> None:
+    """Live, beside the Deploy tab drawn without the Checkpoints tab: when the checkpoint Deploy would offer
+    is no longer the one it offers (the run saved a newer one), the page is drawn again, so Deploy offers it
+    without a reload.  Call it before :func:`deploy_target`."""
+    if _fragment_rerun() and st.session_state.get(f"{_key(ref)}-deploying") != _target(ref):
+        st.rerun(scope="app")
 
 
 def not_deploying(ref: RunRef) -> None:
