@@ -14,6 +14,8 @@ Timing model (all figures in real seconds, never scaled by SPECDECK_SIM_SPEED):
   prefill and iteration cost, idle time excluded), and each finished request's moments on
   both clocks are kept (``Engine.finished``, served at ``GET /sim/requests``): what the
   simulator delivered, in real and in simulated seconds, whatever else the machine was doing.
+- The work runs on a schedule, as a GPU's does whatever its host's CPU is doing: a round that starts late
+  because the machine was busy elsewhere (up to ``CATCH_UP_S``) is made up by the rounds after it.
 - A draft token is accepted with probability ``p`` while the previous one was (a chain,
   depth ``num_steps``), so accept_len = 1 + p + p^2 + ... An EAGLE-3 draft served with
   ``--speculative-algorithm EAGLE`` gets final hidden states instead of the three-layer
@@ -47,6 +49,7 @@ DRAFT_COST = 0.276
 NO_GRAPH_PENALTY = 1.35
 PREFILL_TOK_S = 24000.0
 DEFAULT_ACCEPT_P = 0.55
+CATCH_UP_S = 0.5  # a schedule this far behind (the host busy elsewhere) is made up; further, it starts again
 FINISHED_KEPT = 4096  # finished requests whose timings are kept for GET /sim/requests
 
 MTP_ARCHS = ("DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "Glm4MoeForCausalLM",
@@ -368,6 +371,7 @@ class Engine:
                         budget -= need
                 if not admit and not self._running:
                     self._cv.wait(0.2)
+                    self._next_deadline = time.monotonic()  # idle: the next work starts from when it comes
                     continue
             if admit:
                 self._prefill(admit)
@@ -375,9 +379,15 @@ class Engine:
                 self._decode_step()
 
     def _sleep_until(self, cost: float) -> None:
+        """Wait out ``cost`` seconds of modelled work, on a schedule: the work ends ``cost`` after the previous
+        work ended, not after now.  A GPU's pace does not follow its host's CPU: a moment the machine was too
+        busy to run this thread (up to CATCH_UP_S behind) is made up by the next rounds, which then follow each
+        other without a wait; further behind, or after idle, the schedule starts again from now."""
         self.clock_s += cost
         now = time.monotonic()
-        self._next_deadline = max(self._next_deadline, now) + cost
+        if now - self._next_deadline > CATCH_UP_S:
+            self._next_deadline = now
+        self._next_deadline += cost
         delay = self._next_deadline - now
         if delay > 0:
             self._stop.wait(delay)

@@ -109,3 +109,28 @@ def test_broken_plan_accepts_nothing():
         eng.stop()
     assert r.accepted_drafts == 0 and r.verify_ct == 29  # first token comes from prefill
     assert "accept len: 1.00, accept rate: 0.00," in buf.getvalue()
+
+
+def test_a_short_stall_of_the_host_is_made_up_and_idle_time_is_not():
+    """The modelled work runs on a schedule: a thread that could not run for 0.3 s (the machine busy elsewhere)
+    does the next 0.1 s of work without waiting, so the pace over a run stays the model's; a schedule left
+    behind by more than CATCH_UP_S (idle, or a long stall) starts again from now and waits the full cost."""
+    import time
+
+    from backend.sim.engine import CATCH_UP_S, Engine
+    from backend.sim.output import Output
+    import io
+
+    fl = Flavor.of("0.5.23")
+    buf = io.StringIO()
+    eng = Engine(out=Output(fl, out=buf, err=buf), flavor=fl, speed=Speed(baseline=3000, peak=30000, plan=SpecPlan()),
+                 max_running=8, max_total_tokens=100000, context_len=4096, decode_log_interval=5,
+                 cuda_graph_max_bs=8, disable_cuda_graph=False, model_name="m", seed=1)
+    eng._next_deadline = time.monotonic() - 0.3  # the last work should have ended 0.3 s ago
+    t0 = time.monotonic()
+    eng._sleep_until(0.1)
+    assert time.monotonic() - t0 < 0.05 and eng.clock_s == pytest.approx(0.1)
+    eng._next_deadline = time.monotonic() - (CATCH_UP_S + 1.0)  # too far behind: not made up
+    t0 = time.monotonic()
+    eng._sleep_until(0.1)
+    assert time.monotonic() - t0 >= 0.095 and eng.clock_s == pytest.approx(0.2)
