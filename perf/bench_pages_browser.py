@@ -1,6 +1,7 @@
 """Benchmark: each page's time to its first chart in Chromium, against a trivial page, at full scale.
 
     python perf/bench_pages_browser.py [--rounds 3] [--pages servers,gpus] [--against DIR] [--shots DIR]
+                                       [--profile DIR]
 
 Builds the full-scale workspace of ``perf/bench_pages.py --full`` in a temporary folder (83,288
 regeneration records, 24 h x 8 GPUs of 1 Hz telemetry in the state store, a 1 GB server log, 50 benchmark
@@ -24,6 +25,9 @@ side by side, their order alternating (this version first in odd rounds, the oth
 neither always comes first, after the other's visit); ``--against-arg`` gives that server streamlit options
 of its own (``--against . --against-arg=--runner.postScriptGC=false``: this version with another setting).
 ``--shots DIR``: a screenshot of each page at its first cold answer.
+``--profile DIR``: after the rounds, one more cold visit of each page and of the trivial page with the
+JavaScript profiler on (not counted in the times): its CPU profile up to the answer (a ``.cpuprofile`` file
+DevTools opens), its heaviest functions printed.
 """
 
 from __future__ import annotations
@@ -243,24 +247,59 @@ def wait_quiet(servers: list[Server], *, below: float = 0.3, window_s: float = 1
 # -- the browser ----------------------------------------------------------------------------------
 
 
-def first_answer(context, url: str, selector: str, timeout_ms: float, shot: Path | None = None) -> float | None:
+def first_answer(context, url: str, selector: str, timeout_ms: float, shot: Path | None = None,
+                 profile: Path | None = None) -> float | None:
     """Milliseconds from the navigation's start to the first element of ``selector`` with a size; None
-    when none came within ``timeout_ms``."""
+    when none came within ``timeout_ms``.  ``profile``: the page's JavaScript CPU profile up to its answer is
+    written there (Chrome's ``.cpuprofile``, which DevTools opens) and its heaviest functions printed."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     page = context.new_page()
+    cdp = None
     try:
+        if profile is not None:
+            cdp = context.new_cdp_session(page)
+            cdp.send("Profiler.enable")
+            cdp.send("Profiler.setSamplingInterval", {"interval": 200})
+            cdp.send("Profiler.start")
         page.goto(url, wait_until="commit")
         try:
             handle = page.wait_for_function(FIRST_ANSWER_JS, arg=selector, polling="raf", timeout=timeout_ms)
         except PlaywrightTimeout:
             return None
         ms = float(handle.json_value())
+        if cdp is not None:
+            prof = cdp.send("Profiler.stop")["profile"]
+            profile.write_text(json.dumps(prof))
+            print(profile_summary(prof, profile.stem), flush=True)
         if shot is not None:
             page.screenshot(path=str(shot))
         return ms
     finally:
         page.close()
+
+
+def profile_summary(prof: dict, title: str, top: int = 15) -> str:
+    """The ``top`` functions of a CDP CPU profile by self time (ms), with the time of each script file."""
+    nodes = {n["id"]: n for n in prof["nodes"]}
+    gaps = prof.get("timeDeltas") or []
+    self_us: dict[int, float] = {}
+    for node_id, dt in zip(prof.get("samples") or [], gaps[1:] + [0]):
+        self_us[node_id] = self_us.get(node_id, 0.0) + dt
+    by_fn: dict[tuple[str, str], float] = {}
+    by_file: dict[str, float] = {}
+    for node_id, us in self_us.items():
+        frame = nodes[node_id]["callFrame"]
+        where = (frame.get("url") or "").rsplit("/", 1)[-1] or "(native)"
+        fn = frame.get("functionName") or "(anonymous)"
+        by_fn[(fn, where)] = by_fn.get((fn, where), 0.0) + us
+        by_file[where] = by_file.get(where, 0.0) + us
+    total = sum(self_us.values()) / 1000
+    lines = [f"profile {title}: {total:,.0f} ms sampled; by file: "
+             + ", ".join(f"{f} {us / 1000:,.0f}" for f, us in sorted(by_file.items(), key=lambda kv: -kv[1])[:8])]
+    for (fn, where), us in sorted(by_fn.items(), key=lambda kv: -kv[1])[:top]:
+        lines.append(f"  {us / 1000:8,.1f} ms  {fn}  ({where})")
+    return "\n".join(lines)
 
 
 def new_context(browser):
@@ -327,6 +366,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="a streamlit option for the --against server only (--against-arg=--runner.postScriptGC=false; "
                          "with --against . the same code with another setting)")
     ap.add_argument("--shots", type=Path, help="save a screenshot of each page at its first cold answer here")
+    ap.add_argument("--profile", type=Path, help="after the rounds, profile one more cold visit of each page: its JavaScript CPU "
+                    "profile up to the answer in DIR/VERSION-PAGE.cpuprofile, its heaviest functions printed")
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for a page's answer")
     ap.add_argument("--log-bytes", type=int, default=10**9, help="the server log's size")
     args = ap.parse_args(argv)
@@ -335,8 +376,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--pages: choose among {', '.join(PAGES)}; --rounds at least 1")
     if args.against is not None and not (args.against / "app.py").exists():
         ap.error(f"--against {args.against}: no app.py there")
-    if args.shots:
-        args.shots.mkdir(parents=True, exist_ok=True)
+    for folder in (args.shots, args.profile):
+        if folder:
+            folder.mkdir(parents=True, exist_ok=True)
     from perf.bench_pages import build_full_workspace
 
     trees = {"this": REPO} | ({"against": args.against.resolve()} if args.against else {})
@@ -402,6 +444,13 @@ def main(argv: list[str] | None = None) -> int:
                                       f" ms, trivial {'none' if base is None else f'{base:,.0f}'} ms", flush=True)
                     print(f"round {r + 1} of {args.rounds} done", flush=True)
                     report(args, pages, dash, trivial, times, pairs, t_start, r + 1)
+                if args.profile:  # a visit of its own, after the rounds: the profiler slows the page it watches
+                    for page in ["trivial", *pages]:
+                        for name, s in ({"trivial": trivial}.items() if page == "trivial" else dash.items()):
+                            ctx = new_context(browser)
+                            first_answer(ctx, s.page_url(page), ANSWER[page], args.timeout * 1000,
+                                         profile=args.profile / f"{name}-{page}.cpuprofile")
+                            ctx.close()
             finally:
                 browser.close()
 
