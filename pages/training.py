@@ -34,10 +34,18 @@ page_header("Training", "SpecForge draft training: live loss, acc_i and acceptan
             "accept length they predict beside the one benchmarks measured, and the run's checkpoints.")
 
 runs = train_runs.known_runs(rt)
-with st.expander("New training run", expanded=not runs, icon=":material/add:"):
-    train_form.run_form(rt)
-with st.expander("Follow a training log (a run started elsewhere)", icon=":material/visibility:"):
-    train_runs.follow_form(rt)
+# the two forms are built only while their expander is open (opening one runs the page again): their dozens of
+# fields are not drawn behind closed expanders before the page's charts
+new_box = st.expander("New training run", expanded=not runs, icon=":material/add:", key="train-new-open",
+                      on_change="rerun")
+if new_box.open:
+    with new_box:
+        train_form.run_form(rt)
+follow_box = st.expander("Follow a training log (a run started elsewhere)", icon=":material/visibility:",
+                         key="train-follow-open", on_change="rerun")
+if follow_box.open:
+    with follow_box:
+        train_runs.follow_form(rt)
 if not runs:
     st.info("No training run yet: add one above (it is written to the workspace file as a `[[train]]` entry), "
             "or follow the log of a run started elsewhere.", icon=":material/info:")

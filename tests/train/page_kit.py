@@ -60,7 +60,18 @@ def page(at: AppTest) -> AppTest:
     return at
 
 
+def open_box(at: AppTest, key: str) -> AppTest:
+    """Open the expander of ``key`` (one that builds its content only while open) as a click does: the page
+    runs again with it open."""
+    if not at.session_state[key] if key in at.session_state else True:
+        at.session_state[key] = True
+        at.run()
+        assert not at.exception, at.exception
+    return at
+
+
 def follow(at: AppTest, log: Path | None, out: Path | None = None) -> AppTest:
+    open_box(at, "train-follow-open")
     if log is not None:
         at.text_input(key="train-follow-log").input(str(log))
     if out is not None:

@@ -9,7 +9,7 @@ from streamlit.testing.v1 import AppTest
 
 from tests.train.ckpt_files import eagle3_tensors, write_checkpoint, write_rank_state, write_target
 from tests.train.page_kit import (REPO, chart_titles, ckpt_table, figure, follow, gen2_log,  # noqa: F401
-                                  metric, open_tab, page, runtime_of, trace, workspace)
+                                  metric, open_box, open_tab, page, runtime_of, trace, workspace)
 
 @pytest.mark.timeout(120)
 def test_curves_from_a_gen2_log(workspace):
@@ -143,7 +143,7 @@ def test_gen3_runtime_checkpoint_offers_the_export(workspace):
     os.symlink("llama-step100", out / "llama-latest")
     os.symlink("llama-step200", out / "llama-best")
     at = page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60))
-    at.text_input(key="train-follow-runid").input("llama")
+    open_box(at, "train-follow-open").text_input(key="train-follow-runid").input("llama")
     open_tab(follow(at, None, out), "Checkpoints")
     table = ckpt_table(at)
     assert list(table["checkpoint"]) == ["llama-step200", "llama-step100"]
@@ -376,7 +376,7 @@ def test_a_relative_path_is_taken_from_the_workspace_folder(workspace):
     (workspace / "runs" / "train.log").write_text(gen2_log(), encoding="utf-8")
     write_checkpoint(workspace / "runs" / "out" / "epoch_0_step_10")
     at = page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60))
-    at.text_input(key="train-follow-log").input("runs/train.log")
+    open_box(at, "train-follow-open").text_input(key="train-follow-log").input("runs/train.log")
     at.text_input(key="train-follow-out").input("runs/out")
     next(b for b in at.button if b.label == "Follow").click()
     at.run()

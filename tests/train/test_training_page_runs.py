@@ -9,7 +9,7 @@ from streamlit.testing.v1 import AppTest
 
 from backend import runtime as runtime_mod
 from tests.helpers import shown_text
-from tests.train.page_kit import (REPO, metric, open_tab, page, run_state, runtime_of, train_ws,  # noqa: F401
+from tests.train.page_kit import (REPO, metric, open_box, open_tab, page, run_state, runtime_of, train_ws,  # noqa: F401
                                   workspace)
 
 
@@ -21,6 +21,11 @@ def test_start_stop_and_resume_with_the_020_warning(train_ws):
     at = open_tab(page(AppTest.from_file(str(REPO / "app.py"), default_timeout=120)), "Run")
     assert at.selectbox(key="train-run").value == "sf"
     assert any("**SpecForge generation:** Gen-2 (detected, SpecForge 0.2.0)" == m.value for m in at.markdown)
+    # the command shown as text; as a code block to copy only once its expander is open (no highlighter before)
+    assert any("scripts/train_eagle3.py --target-model-path /models/target" in t for t in shown_text(at))
+    assert not at.code
+    at.session_state["train-cmd-copy"] = True  # what opening it does (the page runs again)
+    at.run()
     assert any("scripts/train_eagle3.py --target-model-path /models/target" in c.value for c in at.code)
     assert any("NOT STARTED" in m.value for m in at.markdown)
     at.button(key="train-start").click().run()
@@ -79,6 +84,7 @@ FORM = "train-form-new"
 
 
 def _fill(at: AppTest, **fields) -> AppTest:
+    open_box(at, "train-new-open")
     for key, value in fields.items():
         w = at.get("text_input") + at.get("selectbox") + at.get("number_input")
         widget = next(x for x in w if x.key == f"{FORM}-{key}")
@@ -194,6 +200,10 @@ def test_the_curves_checkpoints_and_deploy_tabs_are_built_only_while_open_and_ke
     open_tab(at, "Run")
     assert "train-log-y" not in [t.key for t in at.toggle]  # the curves are not built behind the Run tab
     k = "train-form-d1"
+    # the edit form is built only while its expander is open, and the new-run form only while its is
+    assert f"{k}-lr" not in [n.key for n in at.number_input] and "train-form-new-lr" not in [
+        n.key for n in at.number_input]
+    open_box(at, "train-edit-open")
     assert at.number_input(key=f"{k}-lr").value == pytest.approx(1e-4)
     open_tab(at, "Curves")
     assert at.toggle(key="train-log-y").value is True  # kept while its tab was not built
@@ -209,6 +219,7 @@ def test_form_edits_a_run_and_keeps_the_rest(workspace):
     at = open_tab(page(AppTest.from_file(str(REPO / "app.py"), default_timeout=120)), "Run")
     assert at.selectbox(key="train-run").value == "d1"
     k = "train-form-d1"
+    open_box(at, "train-edit-open")
     assert at.text_input(key=f"{k}-name").disabled and at.text_input(key=f"{k}-name").value == "d1"
     assert at.number_input(key=f"{k}-lr").value == pytest.approx(1e-4)
     at.number_input(key=f"{k}-lr").set_value(5e-4)

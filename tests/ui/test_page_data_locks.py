@@ -155,11 +155,15 @@ def test_a_viewer_cannot_follow_a_training_log_by_path(ws, monkeypatch):
     monkeypatch.setattr(ui.train.curves, "follower", lambda *a, **k: read.append(a) or real(*a, **k))
     _as(monkeypatch, _viewer(rt))
     at = _open("pages/training.py")
+    at.session_state["train-follow-open"] = True  # the follow form is built while its expander is open
+    at.run()
     follow = next(b for b in at.button if b.label == "Follow")
     assert follow.disabled and "viewer" in follow.help and at.text_input(key="train-follow-log").disabled
     import ui.train.runs
     _unlocked_page(monkeypatch, ui.train.runs)
     at = _open("pages/training.py")
+    at.session_state["train-follow-open"] = True
+    at.run()
     at.text_input(key="train-follow-log").input(str(log))
     next(b for b in at.button if b.label == "Follow").click()
     at.run()

@@ -41,10 +41,12 @@ def command_problems(exc: CommandError) -> str:
         f"- `{f}`: {why}" if f else f"- {why}" for f, why in exc.problems)
 
 
-def command_preview(rt, name: str, cfg=None, *, resume: bool = False, cmd=None) -> bool:
+def command_preview(rt, name: str, cfg=None, *, resume: bool = False, cmd=None, copy_key: str | None = None) -> bool:
     """The generation (detected or chosen) and the command of workspace run ``name``, or ``cmd``: the
     command of an edit not saved yet, built once by ``Runtime.review_train`` (it runs the typed python).
-    False when the command cannot be built (its problems shown, each naming its field)."""
+    False when the command cannot be built (its problems shown, each naming its field).  With ``copy_key``
+    the command and config are shown as text, and as code blocks to copy in an expander of that key that
+    builds them only while open (the Run tab, built on every visit of the page)."""
     train = rt.train
     if cmd is None:
         try:
@@ -62,13 +64,29 @@ def command_preview(rt, name: str, cfg=None, *, resume: bool = False, cmd=None) 
     for p in gen.problems:
         st.warning(fmt.data_markdown(p), icon=":material/warning:")
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(cmd.env.items()))
-    st.code(f"cd {shlex.quote(cmd.cwd)}\n" + (f"env {env} \\\n  " if env else "") + shlex.join(cmd.argv),
-            language="bash", wrap_lines=True)
+    command = f"cd {shlex.quote(cmd.cwd)}\n" + (f"env {env} \\\n  " if env else "") + shlex.join(cmd.argv)
+    if copy_key is None:
+        st.code(command, language="bash", wrap_lines=True)
+    else:
+        text_block(command)
     st.caption(fmt.data_markdown(f"checkpoints and tracker files go to {code_span(cmd.output_dir)} · log "
                                  f"{code_span(train.log_path(name))}"))
     if cmd.yaml_text is not None:
         st.markdown(fmt.data_markdown(f"**Gen-3 config** (written to {code_span(cmd.yaml_path)} at the start):"))
-        st.code(cmd.yaml_text, language="yaml")
+        if copy_key is None:
+            st.code(cmd.yaml_text, language="yaml")
+        else:
+            text_block(cmd.yaml_text)
+    if copy_key is not None:
+        # the copy buttons are in an expander that builds them only while open (a page's first st.code starts the
+        # browser's syntax highlighter: see ui.components.text_block); opening it runs the page again
+        box = st.expander("Command and config to copy", key=copy_key, on_change="rerun",
+                          icon=":material/content_copy:")
+        if box.open:
+            with box:
+                st.code(command, language="bash", wrap_lines=True)
+                if cmd.yaml_text is not None:
+                    st.code(cmd.yaml_text, language="yaml")
     notes = [n for n in cmd.notes if n not in gen.evidence and n not in gen.problems]
     for n in notes:
         st.caption(fmt.data_markdown(f"• {n}"))

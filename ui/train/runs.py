@@ -87,9 +87,11 @@ def run_tab(rt, ref: RunRef) -> None:
             except Exception as exc:  # refused (audited) or the interpreter could not be asked
                 st.error(f"The generation was not detected again: {exc}", icon=":material/lock:")
         if not show_data_lock(rt):  # a command line and the workspace's paths
-            command_preview(rt, ref.name)
-            with st.expander("Edit this run", icon=":material/edit:"):
-                run_form(rt, ref.name)
+            command_preview(rt, ref.name, copy_key="train-cmd-copy")
+            edit_box = st.expander("Edit this run", icon=":material/edit:", key="train-edit-open", on_change="rerun")
+            if edit_box.open:  # its form only while open (opening it runs the page again)
+                with edit_box:
+                    run_form(rt, ref.name)
     if ref.log is not None:
         st.markdown("**Log**")
         log_tail(rt, ref.log, followed=ref.source == "followed")
