@@ -214,13 +214,15 @@ for tab, (label, draw) in zip(tabs, SECTIONS):
         draw()
 
 
-# A result a benchmark or sweep job stores shows on whichever tab is open: the Run and Sweep tabs' live parts
-# draw the page again for it; on the other tabs, while such a job runs, the table's fingerprint (one
-# aggregate query) is read every few seconds and a change draws the page again.
-if (st.session_state.get(TAB_KEY) or labels[0]) not in ("Run a benchmark", "Sweep") and any(
-        j.meta.get("kind") in (bench_run.JOB_KIND, "sweep") and (v := rt.supervisor.view(j.name)) is not None and v.live
-        for j in rt.jobs()):
-    @live_fragment(run_every=3)
+# A result stored anywhere shows on whichever tab is open: the table's fingerprint (one aggregate query) is read
+# every few seconds and a change draws the page again (every 3 s while a benchmark or sweep job of this
+# workspace runs, else every 10 s: a run or import from a terminal or another dashboard); while such a job runs,
+# the Run and Sweep tabs' live parts draw the page again for each of its results at once instead.
+_job_live = any(j.meta.get("kind") in (bench_run.JOB_KIND, "sweep") and (v := rt.supervisor.view(j.name)) is not None
+                and v.live for j in rt.jobs())
+_watch_s = bench_stored.watch_every(st.session_state.get(TAB_KEY) or labels[0], _job_live, ("Run a benchmark", "Sweep"))
+if _watch_s is not None:
+    @live_fragment(run_every=_watch_s)
     def _new_results() -> None:
         if bench_stored.fingerprint(rt.store) != shown_print:
             st.rerun(scope="app")

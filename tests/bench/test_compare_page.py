@@ -372,3 +372,47 @@ def test_a_lone_baseline_is_grey_and_several_each_get_their_own_colour():
     pal = page_palette(two)
     assert BASELINE_COLOUR not in pal.values()
     assert len(set(pal.values())) == len(pal) == 3  # two baselines and the speculative configuration
+
+
+def test_a_result_stored_from_a_terminal_shows_on_the_open_tab(workspace, monkeypatch):
+    """No benchmark job of the dashboard runs: the page still reads the table's fingerprint every 10 s, on every
+    tab, and a result stored by another process (a terminal's ``bench run`` or ``bench import``) draws it again."""
+    import streamlit
+
+    import ui.auth
+    from ui.bench import stored as bench_stored
+
+    watchers = []
+    real = ui.auth.live_fragment
+
+    def spy(fn=None, *, run_every=None):
+        def wrap(f):
+            watchers.append((f.__name__, run_every, f))
+            return real(f, run_every=run_every)
+        return wrap(fn) if fn is not None else wrap
+
+    monkeypatch.setattr(ui.auth, "live_fragment", spy)
+    at = _page(tab="Charts")
+    (watch,) = [(every, f) for name, every, f in watchers if name == "_new_results"]
+    assert watch[0] == bench_stored.WATCH_IDLE_S
+    assert len(_rows(at)) == 9
+    reruns = []
+    with monkeypatch.context() as m:
+        m.setattr(streamlit, "rerun", lambda **kw: reruns.append(kw))
+        watch[1]()
+        assert reruns == []  # nothing new: the page is not drawn again
+        with Store(workspace / "state.db") as store:  # another process stores a result
+            BenchStore(store).insert(_extra(SPEC, 2, 180.0, 2.1, "random", 50))
+        watch[1]()
+        assert reruns == [{"scope": "app"}]
+    at.run()  # what the rerun does
+    assert len(_rows(at)) == 10
+
+
+def test_the_watch_cadence_per_tab_and_job():
+    from ui.bench.stored import WATCH_IDLE_S, WATCH_JOB_S, watch_every
+
+    live = ("Run a benchmark", "Sweep")
+    assert watch_every("Runs", False, live) == WATCH_IDLE_S and watch_every("Sweep", False, live) == WATCH_IDLE_S
+    assert watch_every("Runs", True, live) == WATCH_JOB_S < WATCH_IDLE_S
+    assert watch_every("Run a benchmark", True, live) is None and watch_every("Sweep", True, live) is None

@@ -18,6 +18,8 @@ from state.bench import BenchStore
 
 FINGERPRINT = ("SELECT COUNT(*), MAX(id), TOTAL(id), TOTAL(created_at), TOTAL(LENGTH(data)), TOTAL(LENGTH(raw)) "
                "FROM bench_results")
+WATCH_JOB_S = 3.0  # how often a page reads the fingerprint while a benchmark or sweep job of the workspace runs
+WATCH_IDLE_S = 10.0  # and otherwise: a result stored from a terminal, an import, another dashboard
 _KEEP = 8  # stores remembered at once (one per open workspace; tests open many)
 
 _lock = threading.Lock()
@@ -45,3 +47,13 @@ def results(store) -> list[BenchResult]:
             _cache.clear()
         _cache[id(store)] = (store, key, found)
     return list(found)
+
+
+def watch_every(tab: str, job_live: bool, live_tabs: tuple[str, ...]) -> float | None:
+    """Seconds between the reads of the fingerprint by the Benchmarks page with ``tab`` open, so that a result
+    stored anywhere shows there: ``WATCH_JOB_S`` while a benchmark or sweep job of the workspace runs,
+    ``WATCH_IDLE_S`` otherwise (a run or import from a terminal or another dashboard); None on ``live_tabs``
+    while such a job runs, whose live parts draw the page again for each result of their job at once."""
+    if job_live:
+        return None if tab in live_tabs else WATCH_JOB_S
+    return WATCH_IDLE_S
