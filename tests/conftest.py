@@ -104,8 +104,41 @@ def _hear_sigint() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def _share_script_cache() -> None:
+    """AppTest compiles app.py and the page at every run (a new ScriptCache each run, and Streamlit's magic
+    rewrites each script's syntax tree before compiling it): 100-150 ms of CPU per run of a large page, where the
+    dashboard compiles each script once for all its sessions.  The tests share one cache, as the server's
+    sessions do; a script is compiled again when its file changed (a test that writes its own app)."""
+    try:
+        import streamlit.testing.v1.app_test as app_test
+        import streamlit.testing.v1.local_script_runner as local_script_runner
+        from streamlit.runtime.scriptrunner.script_cache import ScriptCache
+    except ImportError:  # a run without Streamlit (the serving environment's tests)
+        return
+
+    class SharedScriptCache(ScriptCache):
+        def get_bytecode(self, script_path: str):
+            st_ = os.stat(script_path)
+            key = (os.path.abspath(script_path), st_.st_mtime_ns, st_.st_size)
+            with self._lock:
+                hit = self._cache.get(key)
+            if hit is not None:
+                return hit
+            code = ScriptCache().get_bytecode(script_path)  # compiled as Streamlit compiles it
+            with self._lock:
+                self._cache[key] = code
+            return code
+
+    shared = SharedScriptCache()
+    app_test.ScriptCache = local_script_runner.ScriptCache = lambda: shared
+
+
 def pytest_configure(config):
     _hear_sigint()  # in the controller and in every worker
+    # where tests run; SPECDECK_TEST_SCRIPT_CACHE=0: each AppTest run compiles its scripts again, as AppTest does
+    if (hasattr(config, "workerinput") or getattr(config.option, "dist", "no") == "no") and os.environ.get(
+            "SPECDECK_TEST_SCRIPT_CACHE") != "0":
+        _share_script_cache()
     if hasattr(config, "workerinput") or getattr(config.option, "dist", "no") != "loadgroup":
         return
     import shutil
