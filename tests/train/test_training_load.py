@@ -197,3 +197,15 @@ def test_a_curves_field_keeps_its_value_across_a_visit_to_another_tab(workspace)
     assert any(f"`{workspace / 'out'}` does not exist yet" in i.value for i in at.info)
     open_tab(at, "Curves")
     assert at.number_input(key="train-num-steps").value == 5
+
+
+def test_a_log_being_read_is_drawn_again_at_most_every_few_seconds_and_at_once_when_read():
+    from ui.train.curves import PARTIAL_REDRAW_S, redraw_now
+
+    assert not redraw_now(False, False, None, 100.0)  # nothing new: no page run
+    assert redraw_now(True, False, None, 100.0)  # records appended to a log read to its end: at once
+    assert redraw_now(True, False, 99.9, 100.0)  # the reading just ended: at once, however recent the last draw
+    # still reading: what is read so far is drawn again only every PARTIAL_REDRAW_S
+    assert not redraw_now(True, True, 100.0 - PARTIAL_REDRAW_S / 2, 100.0)
+    assert redraw_now(True, True, 100.0 - PARTIAL_REDRAW_S, 100.0)
+    assert redraw_now(True, True, None, 100.0)

@@ -27,6 +27,7 @@ from ui.train.data import AcceptView, Measured, RunRef, Snapshot, follower, meas
 from ui.train.series import Curves, curves, curves_csv, eta, latest_run, step_times
 
 REFRESH_S = 1
+PARTIAL_REDRAW_S = 5.0  # while a log is read from its start, what is read so far is drawn again at most this often
 FRESH_MIN_S = 2.0  # a log left alone for less than three times this is never called stale
 MAX_BENCH_RESULTS = 5000
 SLOW_READ_S = 15.0  # benchmark results and checkpoint folders are looked at again after this long
@@ -285,10 +286,19 @@ def live_curves(rt, refs: list[RunRef], opts: dict) -> None:
     _charts_part(rt, refs, opts)
 
 
-def _versions(refs: list[RunRef]) -> tuple:
-    """What each run's follower has read (its version), reading what was appended; with the stored
-    benchmarks' count (a new measured accept_len)."""
-    return tuple(follower(r.log, r.output_dir).poll().version if r.log is not None else -1 for r in refs)
+def _snapshots(refs: list[RunRef]) -> list[Snapshot | None]:
+    """What each run's follower has read, reading what was appended."""
+    return [follower(r.log, r.output_dir).poll() if r.log is not None else None for r in refs]
+
+
+def redraw_now(changed: bool, catching_up: bool, last_partial: float | None, now: float) -> bool:
+    """Whether the live part runs the page again: when a run's log gained records (or the stored benchmarks
+    changed); while a log is still read from its start, at most every :data:`PARTIAL_REDRAW_S` (what is read
+    so far, drawn again), and at once when it is read.  Each redraw of a log being read builds every chart of
+    it again, in the same process as the thread that reads it."""
+    if not changed:
+        return False
+    return not catching_up or last_partial is None or now - last_partial >= PARTIAL_REDRAW_S
 
 
 @live_fragment(run_every=REFRESH_S)
@@ -299,18 +309,24 @@ def _watch(rt, refs: list[RunRef]) -> None:
     from ui.train.follow import recheck_followed
 
     recheck_followed(rt, refs)
-    key = "train-curves-seen"
+    key, partial_key = "train-curves-seen", "train-curves-partial-at"
     try:
         results = BenchStore(rt.store).count()
     except Exception:  # the measured side stays as it was
         results = None
-    seen = (tuple(r.name for r in refs), _versions(refs), results)
+    snaps = _snapshots(refs)
+    seen = (tuple(r.name for r in refs), tuple(s.version if s is not None else -1 for s in snaps), results)
     before = st.session_state.get(key)
-    st.session_state[key] = seen
-    if before is not None and before[0] == seen[0] and before != seen:
+    catching_up = any(s is not None and s.catching_up for s in snaps)
+    if before is None or before[0] != seen[0]:
+        st.session_state[key] = seen  # another choice of runs: the page run that made it drew them
+        st.session_state[partial_key] = time.monotonic() if catching_up else None  # drawn as read so far
+    elif redraw_now(before != seen, catching_up, st.session_state.get(partial_key), time.monotonic()):
+        st.session_state[key] = seen
+        st.session_state[partial_key] = time.monotonic() if catching_up else None
         st.rerun(scope="app")
-    ref = refs[0]
-    snap = follower(ref.log, ref.output_dir).poll() if ref.log is not None else None
+    # else: a change while a log is read stays pending (``seen`` is not kept) until the next redraw
+    ref, snap = refs[0], snaps[0]
     _status_line(rt, ref, snap)
     if snap is not None and snap.catching_up and snap.size:  # here, as the page runs again only once it is read
         st.progress(min(1.0, snap.offset / snap.size), text=f"reading the log: {snap.offset / 2**20:,.0f} of "
