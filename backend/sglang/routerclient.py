@@ -150,20 +150,6 @@ def live_load(server_url: str, timeout_s: float = 2.0) -> int | None:
     return sum(counts) if counts else None
 
 
-def in_flight(server_url: str, timeout_s: float = 2.0, *, live_only: bool = False) -> int | None:
-    """Requests a server is running or queueing now: :func:`live_load`, else its ``/metrics`` gauges
-    ``sglang:num_running_reqs`` + ``sglang:num_queue_reqs`` (updated at each decode log line, so stale when
-    idle); None when it cannot tell.  ``live_only``: :func:`live_load` or None, never the gauges."""
-    base = _norm(server_url)
-    try:
-        n = live_load(base, timeout_s)
-    except LoadUnanswered:
-        n = None
-    if n is not None:
-        return n
-    return None if live_only else gauge_in_flight(base, timeout_s)
-
-
 def gauge_in_flight(server_url: str, timeout_s: float = 2.0) -> int | None:
     """``sglang:num_running_reqs`` + ``sglang:num_queue_reqs`` from a server's ``/metrics`` (updated at each
     decode log line, so stale when idle); None when it cannot tell."""
