@@ -8,7 +8,7 @@ from backend.regen.output import RunFiles
 from ui.regen import control as regen_control
 from ui.regen import live as live
 from ui.auth import control_lock, data_lock, typed_path
-from ui.components import page_header
+from ui.components import open_expander, page_header
 from ui.context import require_frame, runtime
 from ui.overview_query import QueryState
 
@@ -88,8 +88,7 @@ live.live_job(rt, chosen, controls=regen_control.job_controls)
 live.sample_viewer(chosen, None, key="regen-sample", rt=rt)
 # below a run, closed: its form is built only while it is open (opening it runs the page again), so a visit
 # draws the run's figures without a hidden form of a dozen fields
-start_box = st.expander("Start a regeneration", expanded=False, icon=":material/add:", key=START_OPEN,
-                        on_change="rerun")
-if start_box.open:
+start_box = open_expander("Start a regeneration", key=START_OPEN, icon=":material/add:")
+if start_box is not None:
     with start_box:
         regen_control.start_form(rt)

@@ -26,7 +26,8 @@ from ui import fmt, servers_charts
 from ui.bench import baseline as baseline_measure
 from backend.logview import newest_line_age
 from ui.auth import control_lock, data_lock, live_fragment, show_data_lock
-from ui.components import code_span, confirm_box, findings_list, freshness, log_block, page_header, path_text, text_block
+from ui.components import (code_span, confirm_box, findings_list, freshness, log_block, open_expander, page_header,
+                           path_text, text_block)
 from ui.context import actor, runtime
 from ui.overview_query import QueryState
 from ui.routers import routers_section
@@ -504,9 +505,9 @@ with left:
         # shown as text; the copy button is in the expander, which builds it only while open (a page's first
         # st.code starts the browser's syntax highlighter, see ui.components.text_block)
         text_block(shlex.join(fleet.argv(cfg)))
-        config_box = st.expander("Launch command to copy, and config (from the workspace file)",
-                                 key="srv-config-open", on_change="rerun")
-        if config_box.open:  # the code block and the JSON viewer only while open: opening it runs the page again
+        config_box = open_expander("Launch command to copy, and config (from the workspace file)",
+                                   key="srv-config-open")
+        if config_box is not None:  # the code block and the JSON viewer only while open
             with config_box:
                 st.code(shlex.join(fleet.argv(cfg)), language="bash", wrap_lines=True)
                 st.json(cfg.model_dump(mode="json", exclude_none=True))

@@ -19,7 +19,7 @@ from ui.train import control as train_control
 
 from ui.train import ckpt as train_ckpt
 from ui.train import cost as train_cost
-from ui.components import page_header
+from ui.components import open_expander, page_header
 from ui.overview_train import focus_run
 from ui.train.deploy import deploy_panel
 from ui.context import runtime
@@ -36,15 +36,13 @@ page_header("Training", "SpecForge draft training: live loss, acc_i and acceptan
 runs = train_runs.known_runs(rt)
 # the two forms are built only while their expander is open (opening one runs the page again): their dozens of
 # fields are not drawn behind closed expanders before the page's charts
-new_box = st.expander("New training run", expanded=not runs, icon=":material/add:", key="train-new-open",
-                      on_change="rerun")
-if new_box.open:
-    with new_box:
+if (box := open_expander("New training run", key="train-new-open", expanded=not runs,
+                         icon=":material/add:")) is not None:
+    with box:
         train_form.run_form(rt)
-follow_box = st.expander("Follow a training log (a run started elsewhere)", icon=":material/visibility:",
-                         key="train-follow-open", on_change="rerun")
-if follow_box.open:
-    with follow_box:
+if (box := open_expander("Follow a training log (a run started elsewhere)", key="train-follow-open",
+                         icon=":material/visibility:")) is not None:
+    with box:
         train_runs.follow_form(rt)
 if not runs:
     st.info("No training run yet: add one above (it is written to the workspace file as a `[[train]]` entry), "

@@ -167,6 +167,15 @@ def text_block(text: str, *, height: int | None = None) -> None:
     st.html(f'<pre class="specdeck-text" style="{style}">{html.escape(text)}</pre>')
 
 
+def open_expander(label: str, *, key: str, **kwargs):
+    """An expander whose content is built only while it is open: the container to draw into when open, else
+    None.  Opening or closing it runs the page again (``on_change="rerun"``), so what is behind a closed one
+    (a form of dozens of fields, a code block, a long log) is neither built, sent nor drawn; ``key`` keeps
+    whether it is open across runs; ``kwargs`` go to ``st.expander`` (``expanded``, ``icon``)."""
+    box = st.expander(label, key=key, on_change="rerun", **kwargs)
+    return box if box.open else None
+
+
 def log_block(lines: list[str], *, newest_age_s: float | None, toggle_key: str, latest: int = 15,
               earlier: int = 200, earlier_key: str | None = None) -> None:
     """A log tail with the newest lines where the eye lands.
@@ -194,9 +203,9 @@ def log_block(lines: list[str], *, newest_age_s: float | None, toggle_key: str, 
         # about 366 ms on each Servers visit and again at each refresh of the log.  Its label (with the
         # count) is part of its identity, so a growing log would close it: it starts as it was left.
         key = earlier_key or f"{toggle_key}-earlier"
-        box = st.expander(f"Earlier lines ({fmt.count(len(before))})", expanded=bool(st.session_state.get(key)),
-                          key=key, on_change="rerun")
-        if box.open:
+        box = open_expander(f"Earlier lines ({fmt.count(len(before))})", key=key,
+                            expanded=bool(st.session_state.get(key)))
+        if box is not None:
             with box:
                 text_block("\n".join(before), height=320)
 

@@ -17,7 +17,7 @@ from ui import fmt
 from ui.auth import control_lock, data_lock, live_fragment, show_data_lock
 from backend.logview import newest_line_age
 from backend.supervisor.logtail import last_lines
-from ui.components import code_span, confirm_box, path_text, text_block
+from ui.components import code_span, confirm_box, open_expander, path_text, text_block
 from ui.context import actor
 
 REFRESH_S = 2
@@ -80,9 +80,8 @@ def command_preview(rt, name: str, cfg=None, *, resume: bool = False, cmd=None, 
     if copy_key is not None:
         # the copy buttons are in an expander that builds them only while open (a page's first st.code starts the
         # browser's syntax highlighter: see ui.components.text_block); opening it runs the page again
-        box = st.expander("Command and config to copy", key=copy_key, on_change="rerun",
-                          icon=":material/content_copy:")
-        if box.open:
+        box = open_expander("Command and config to copy", key=copy_key, icon=":material/content_copy:")
+        if box is not None:
             with box:
                 st.code(command, language="bash", wrap_lines=True)
                 if cmd.yaml_text is not None:

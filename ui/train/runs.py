@@ -8,7 +8,7 @@ import streamlit as st
 from backend.auth import NotAuthorised, PathRefused
 from ui import fmt
 from ui.auth import control_lock, show_data_lock, typed_path
-from ui.components import code_span
+from ui.components import code_span, open_expander
 from ui.context import actor
 from ui.train.data import RunRef
 
@@ -88,9 +88,8 @@ def run_tab(rt, ref: RunRef) -> None:
                 st.error(f"The generation was not detected again: {exc}", icon=":material/lock:")
         if not show_data_lock(rt):  # a command line and the workspace's paths
             command_preview(rt, ref.name, copy_key="train-cmd-copy")
-            edit_box = st.expander("Edit this run", icon=":material/edit:", key="train-edit-open", on_change="rerun")
-            if edit_box.open:  # its form only while open (opening it runs the page again)
-                with edit_box:
+            if (box := open_expander("Edit this run", key="train-edit-open", icon=":material/edit:")) is not None:
+                with box:
                     run_form(rt, ref.name)
     if ref.log is not None:
         st.markdown("**Log**")
