@@ -309,7 +309,11 @@ def entrypoint(spec: ProcessSpec, *, python: str, cwd: str | None) -> str:
     payload = {"argv": list(spec.argv), "cwd": cwd, "grace": spec.stop_grace_s}
     blob = base64.b64encode(json.dumps(payload).encode()).decode()
     code = base64.b64encode(_WRAPPER.strip().encode()).decode()
-    return " ".join(shlex.quote(p) for p in (python, "-c", _BOOT, code, blob))
+    # ``exec``: Ray starts the entrypoint with ``/bin/sh -c`` and stops a job by signalling the shell and the
+    # children it has at that moment.  A shell that forks the wrapper can be stopped just after the fork and
+    # before the wrapper shows among its children: the wrapper, orphaned and never signalled, then starts the
+    # program anyway.  With ``exec`` the shell becomes the wrapper, so the stop always reaches it.
+    return "exec " + " ".join(shlex.quote(p) for p in (python, "-c", _BOOT, code, blob))
 
 
 def exit_code_of(code: int | None) -> int | None:

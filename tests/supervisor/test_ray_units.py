@@ -3,6 +3,7 @@ readiness URLs, pending reasons, exit codes, and the REST client against a small
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -132,7 +133,7 @@ def test_entrypoint_ends_background_children_of_its_group_when_the_argv_exits(tm
 def test_entrypoint_passes_sigterm_to_the_group_and_reports_the_signal(tmp_path):
     ready = tmp_path / "ready"
     code = f"import time; open({str(ready)!r}, 'w').close(); time.sleep(60)"
-    p = subprocess.Popen(["/bin/sh", "-c", "exec " + entrypoint(_spec(code), python=PY, cwd=None)])
+    p = subprocess.Popen(["/bin/sh", "-c", entrypoint(_spec(code), python=PY, cwd=None)])
     try:
         wait_for(ready.exists, timeout_s=20)
         p.send_signal(signal.SIGTERM)
@@ -155,7 +156,9 @@ def test_a_stop_at_any_moment_of_the_entrypoints_start_never_leaves_the_program_
 
     def argv_for(pidfile):
         code = f"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
-        return shlex.split(entrypoint(_spec(code), python=PY, cwd=None))
+        argv = shlex.split(entrypoint(_spec(code), python=PY, cwd=None))
+        assert argv[0] == "exec"
+        return argv[1:]
 
     starts = []  # how long the wrapper takes to start the program, on this machine now
     for k in range(3):
@@ -192,6 +195,46 @@ def test_a_stop_at_any_moment_of_the_entrypoints_start_never_leaves_the_program_
                     os.kill(pid, signal.SIGTERM)
             except (OSError, ValueError, psutil.Error):
                 pass
+
+
+def test_a_stop_as_ray_sends_it_just_after_the_start_never_leaves_the_program_running(tmp_path):
+    """Ray runs the entrypoint with ``/bin/sh -c`` in a session of its own and, to stop a job it has just
+    placed, sends SIGTERM to the shell and to the children the shell has at that moment, waits the stop
+    grace and SIGKILLs the same processes.  A shell that forked the wrapper just after that list was taken
+    used to die alone and leave the wrapper to start the program (3 of 60 starts here)."""
+    import os
+    import random
+
+    import psutil
+
+    rng = random.Random(20261202)
+    pidfiles = []
+    try:
+        for k in range(120):
+            pidfiles.append(tmp_path / f"s{k}.pid")
+            code = f"import os, time; open({str(pidfiles[-1])!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+            p = subprocess.Popen(["/bin/sh", "-c", entrypoint(_spec(code), python=PY, cwd=None)],
+                                 start_new_session=True)
+            time.sleep(rng.uniform(0, 0.01))
+            procs = [psutil.Process(p.pid)] + psutil.Process(p.pid).children(recursive=True)
+            for q in procs:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(q.pid, signal.SIGTERM)
+            _, alive = psutil.wait_procs(procs, timeout=1.0)
+            for q in alive:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(q.pid, signal.SIGKILL)
+            p.wait(timeout=20)
+        time.sleep(1.0)  # a program the wrapper started would have written its pid by now
+        left = [int(f.read_text()) for f in pidfiles if f.exists() and f.read_text()]
+        left = [pid for pid in left if not gone(pid)]
+        assert not left, f"{len(left)} of {len(pidfiles)} programs outlived their stopped job"
+    finally:
+        for f in pidfiles:
+            with contextlib.suppress(OSError, ValueError, psutil.Error):
+                pid = int(f.read_text())
+                if "time.sleep(60)" in " ".join(psutil.Process(pid).cmdline()):
+                    os.kill(pid, signal.SIGTERM)
 
 
 def test_exit_code_of_maps_128_plus_signal():
