@@ -188,12 +188,19 @@ _CLOCK = re.compile(r"^\s*([0-9]{1,6})(?::([0-9]{1,6}))?(?::([0-9]{1,6}))?\s*$")
 
 def _clock(text: str) -> float | None:
     """Seconds of a tqdm interval (``09:28``, ``1:02:03``); None for ``?``."""
-    parts = text.split(":")
-    if len(parts) <= 3 and all(0 < len(p) <= 6 and p.isdigit() and p.isascii() for p in parts):
-        secs = 0  # the plain form, without the regular expression (each redraw prints two new ones)
-        for p in parts:
-            secs = secs * 60 + int(p)
-        return float(secs)
+    if text.isascii() and text.replace(":", "").isdigit():
+        # the plain form, without the regular expression (each redraw prints two new ones)
+        parts = text.split(":")
+        if len(parts) == 2:
+            a, b = parts
+            if 0 < len(a) <= 6 and 0 < len(b) <= 6:
+                return float(int(a) * 60 + int(b))
+        elif len(parts) == 3:
+            a, b, c = parts
+            if 0 < len(a) <= 6 and 0 < len(b) <= 6 and 0 < len(c) <= 6:
+                return float((int(a) * 60 + int(b)) * 60 + int(c))
+        elif len(parts) == 1 and len(text) <= 6:
+            return float(int(text))
     m = _CLOCK.match(text)
     if not m or not text.isascii():
         return None
@@ -236,8 +243,31 @@ def strip_prefix(line: str) -> tuple[str, int | None]:
     return line, None
 
 
+_BAR_STARTS = ("Training", "Evaluating")
+
+
 def parse_line(line: str) -> list[TrainRecord]:
     """The records of one console line (or one carriage-return segment of a tqdm bar)."""
+    if line.startswith(_BAR_STARTS):
+        recs = _plain_bar(line)
+        if recs is not None:
+            return recs
+    return _parse_any(line)
+
+
+def _plain_bar(line: str) -> list[TrainRecord] | None:
+    """A tqdm redraw with nothing around it (most segments of a training log), read the way
+    :func:`_parse_any` reads it, without its tests for prefixes, timestamps and other shapes that such a
+    line cannot have; None when the line may be anything else, for :func:`_parse_any` to read."""
+    if "rank " in line[:200] or ": {" in line or "-" in line[:60] or "\x1b" in line:
+        return None  # a rank word or terminal escapes to strip, a Gen-3 dict, or a timestamp to read
+    m = _BAR.match(line)
+    if m is None or not m.group("close") or line[m.end():].strip():
+        return None
+    return [_bar(m)]  # no rank prefix and no timestamp: rank and wall time stay None
+
+
+def _parse_any(line: str) -> list[TrainRecord]:
     text, rank = strip_prefix(line)
     if not text.strip():
         return []
@@ -315,15 +345,24 @@ def _step_line(m: re.Match) -> TrainRecord:
     return TrainRecord("metrics", "step_line", generation=2, step=step, position=pos, metrics=metrics)
 
 
+def _counted(text: str, what: str, limit: int) -> int:
+    """A whole number the regular expression has already found to be 1-20 ASCII digits, with ``_int``'s
+    bound and message."""
+    v = int(text)
+    if v > limit:
+        raise BadTrainLine(f"{what} {text[:40]} is out of range (at most {limit:,})")
+    return v
+
+
 def _bar(m: re.Match) -> TrainRecord:
-    desc = m.group("desc")
+    desc, epoch_text, n_text, total_text, inner = m.group("desc", "epoch", "n", "total", "inner")
     split = "eval" if desc.startswith("Evaluating") else "train"
-    epoch = _int(m.group("epoch"), "epoch", MAX_EPOCH) if m.group("epoch") is not None else None
-    n = _int(m.group("n"), "bar position", MAX_STEP)
-    total = _int(m.group("total"), "bar total", MAX_STEP) if m.group("total") is not None else None
+    epoch = _counted(epoch_text, "epoch", MAX_EPOCH) if epoch_text is not None else None
+    n = _counted(n_text, "bar position", MAX_STEP)
+    total = _counted(total_text, "bar total", MAX_STEP) if total_text is not None else None
     if total is not None and n > total:
         raise BadTrainLine(f"bar position {n} is past its total {total}")
-    parts = m.group("inner").split(",")  # the postfix pairs are stripped where they are read (cached)
+    parts = inner.split(",")  # the postfix pairs are stripped where they are read (cached)
     elapsed = remaining = None
     head = parts[0].strip()
     if head:

@@ -92,6 +92,44 @@ def test_parse_line_never_raises_anything_else():
     assert bad > 100  # the mutations do reach the error paths
 
 
+BARS = [
+    "Training Epoch 0:  27%|▌ | 457/1667 [09:28<21:09,  1.05s/it, loss=1.11, acc=0.34, acceptance_rate=0.52, "
+    "time=1.05s, grad_norm=0.87]",
+    "Training Epoch 12:  99%|█████████▉| 1666/1667 [1:02:03<00:01,  2.00s/it, loss=0.5, acc=0.9]",
+    "Training:  10%|█         | 100/1000 [01:00<09:00,  1.67step/s, loss=2.3, acc_0=0.61]",
+    "Evaluating Epoch 3: 100%|██████████| 10/10 [00:05<00:00,  2.00it/s, avg_loss=1.2]",
+    "Training Epoch 0:   0%|          | 0/1667 [00:00<?, ?it/s]",
+    "Training: 1000step [10:00, 1.67step/s]",
+]
+
+
+def test_a_plain_bar_reads_the_same_by_the_short_path_and_the_general_one():
+    """Bar redraws, most of a log, are read without the general path's tests for prefixes, timestamps
+    and other shapes; mutated bars (rank words, timestamps, ANSI, glued text, dicts, odd numbers and clocks)
+    must give the same records, or the same refusal, either way."""
+    from backend.train.logparse import _parse_any
+
+    rng = random.Random(SEED + 1)
+    short = 0
+    for k in range(6000):
+        line = rng.choice(BARS)
+        for _ in range(rng.randrange(0, 3)):
+            line = mutate(rng, line)
+        if k % 5 == 0:
+            line += rng.choice([" rank 2: x", " step 3: {'loss': 1.0}", " 2026-01-01 00:00:00 Saved model configuration to /x",
+                                "Eval - Step 5 [6/1], position 0,  Acc: 0.5", "   ", "]"])
+        line = line.replace("\r", " ").replace("\n", " ")
+        outcomes = []
+        for read in (parse_line, _parse_any):
+            try:
+                outcomes.append([r.to_dict() for r in read(line)])
+            except BadTrainLine as exc:
+                outcomes.append(f"refused: {exc}")
+        assert outcomes[0] == outcomes[1], line
+        short += line.startswith(("Training", "Evaluating"))
+    assert short > 3000  # the short path was tried on most lines
+
+
 def test_reader_counts_every_line(tmp_path):
     data = lines()
     log = tmp_path / "fuzz.log"
