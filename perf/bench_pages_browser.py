@@ -130,6 +130,12 @@ def serve_timed(log_path: str, tree: str, streamlit_argv: list[str]) -> None:
                     frozen.set()
 
     script_runner.exec_func_with_error_handling = timed
+    if streamlit_argv[:2] == ["run", "app.py"] and (Path(tree) / "ui" / "launch.py").exists():
+        sys.path.insert(0, tree)  # the dashboard as scripts/dashboard starts it (a tree that has the launcher)
+        from ui.launch import main as launch
+
+        launch(streamlit_argv[2:])
+        return
     from streamlit.web import cli
 
     sys.argv = ["streamlit", *streamlit_argv]

@@ -2,6 +2,7 @@
 
     .venv/bin/python perf/bench_train_vs_tensorboard.py [--steps 10000,100000] [--repeats 3] [--idle-s 20]
                                                        [--append 1000] [--tb-venv /tmp/specdeck-tb-venv]
+                                                       [--settle 0]
 
 For each ``--steps`` it builds one run twice over (under /tmp/specdeck-train-vs-tb, kept between calls):
 SpecForge Gen-2's console log (a tqdm redraw per step at 1 s/it with loss, acc, acceptance_rate, time and
@@ -11,9 +12,10 @@ run of a workspace, and TensorBoard event files with the same scalars at the sam
 (``--tb-venv``, made with ``pip install tensorboard==2.21.*`` when missing; nothing of Specdeck needs it).
 
 Each repeat, for each server in turn (the order alternates between repeats; each its own copy of the run):
-the server starts cold on 127.0.0.1 (``streamlit run app.py`` as scripts/dashboard runs it, with the loopback
-token; ``tensorboard --logdir``), and once it answers HTTP a new Chromium (Debian's, through playwright; a
-fresh profile: nothing cached) opens the loss curve's page (1440 x 3000, so every chart is on screen):
+the server starts cold on 127.0.0.1 (``python -m ui.launch`` as scripts/dashboard runs it, with the loopback
+token; ``tensorboard --logdir``), and once it answers HTTP (and ``--settle`` seconds later: a dashboard
+started a while before it is opened) a new Chromium (Debian's, through playwright; a fresh profile: nothing
+cached) opens the loss curve's page (1440 x 3000, so every chart is on screen):
 
 * first curve: from the navigation's start to a loss curve on screen.  Specdeck: the plotly chart titled
   Loss has a drawn line (read in the page).  TensorBoard draws on a canvas, so its time is when the browser
@@ -21,10 +23,10 @@ fresh profile: nothing cached) opens the loss curve's page (1440 x 3000, so ever
   bound for TensorBoard);
 * whole curve: the same, once the curve reaches the run's last step;
 * server CPU (seconds of CPU of the server and its children from the navigation to the whole curve, and
-  from the server's start to the whole curve: TensorBoard reads its files before a browser asks, Specdeck
-  when the page first asks) and RSS (of the server and its children, after the load);
+  from the server's start to the whole curve: both start reading the run's files before a browser asks)
+  and RSS (of the server and its children, after the load);
 * idle CPU: the server's CPU over ``--idle-s`` seconds with the tab open and nothing appended;
-* append: ``--append`` steps are appended (to the log; to a new event file of the same run) and the time
+* append (unless ``--append 0``): ``--append`` steps are appended (to the log; to a new event file of the same run) and the time
   until the page's loss curve reaches the new last step (at most 60 s; TensorBoard's page reloads its data
   every 30 s by default).
 
@@ -240,7 +242,7 @@ def serve(kind: str, run: Path, tb: Path):
         token = secrets.token_urlsafe(24)
         env = dict(os.environ, SPECDECK_WORKSPACE=str(run / "ws"), SPECDECK_HOME=str(run / "home"),
                    SPECDECK_ACCESS_TOKEN=token, PYTHONUNBUFFERED="1")
-        argv = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.address", "127.0.0.1",
+        argv = [sys.executable, "-m", "ui.launch", "--server.address", "127.0.0.1",
                 "--server.port", str(port), "--server.headless", "true", "--global.developmentMode", "false",
                 "--browser.gatherUsageStats", "false"]
         health = f"http://127.0.0.1:{port}/_stcore/health"
@@ -313,6 +315,8 @@ def measure(kind: str, base: Path, steps: int, a: argparse.Namespace, tb: Path, 
     run = copy_run(base, Path(tempfile.mkdtemp(prefix=f"work-{kind}-", dir=ROOT)))
     res: dict = {"server": kind, "steps": steps}
     with serve(kind, run, tb) as (proc, url):
+        if a.settle > 0:  # a dashboard started a while before it is opened: its start-up work has had its time
+            time.sleep(a.settle)
         browser = pw.chromium.launch(executable_path="/usr/bin/chromium", headless=True,
                                      args=["--no-sandbox", "--disable-dev-shm-usage"])
         try:
@@ -334,6 +338,9 @@ def measure(kind: str, base: Path, steps: int, a: argparse.Namespace, tb: Path, 
             c0, t0 = tree_cpu(proc.pid), time.monotonic()
             time.sleep(a.idle_s)
             res["idle_cpu"] = (tree_cpu(proc.pid) - c0) / (time.monotonic() - t0)
+            if not a.append:
+                res["append_write_s"] = res["append_s"] = None
+                return res
             t_app = time.monotonic()
             append(run, steps, a.append)
             written = time.monotonic() - t_app
@@ -358,6 +365,8 @@ def main() -> None:
     ap.add_argument("--idle-s", type=float, default=20.0)
     ap.add_argument("--append", type=int, default=1000)
     ap.add_argument("--tb-venv", default="/tmp/specdeck-tb-venv")
+    ap.add_argument("--settle", type=float, default=0.0,
+                    help="seconds between the server's first answer and the browser's visit (0: at once)")
     a = ap.parse_args()
     from playwright.sync_api import sync_playwright
 
@@ -380,17 +389,19 @@ def main() -> None:
                     results.append(r)
                     print(f"  {steps:>7,} #{rep + 1} {kind:<11} first {fmt_s(r['first_s'])} s  whole "
                           f"{fmt_s(r['whole_s'])} s  load CPU {r['load_cpu_s']:6.2f} s  RSS {r['rss_mib']:6.0f} MiB  "
-                          f"idle {r['idle_cpu'] * 100:5.1f} % of a core  +{a.append:,} steps shown after "
-                          f"{fmt_s(r['append_s'])} s", flush=True)
+                          f"idle {r['idle_cpu'] * 100:5.1f} % of a core"
+                          + (f"  +{a.append:,} steps shown after {fmt_s(r['append_s'])} s" if a.append else ""),
+                          flush=True)
     print("\nmedians (Specdeck / TensorBoard = ratio; lower is better):")
     for steps in sizes:
-        print(f"{steps:,} steps, {a.repeats} repeat(s), cold server and browser each time:")
+        when = f"opened {a.settle:g} s after the server answered" if a.settle > 0 else "opened as soon as it answered"
+        print(f"{steps:,} steps, {a.repeats} repeat(s), cold server and browser each time, {when}:")
         for key, label, unit in (("first_s", "first curve", "s"), ("whole_s", "whole curve", "s"),
                                  ("load_cpu_s", "server CPU, navigation to whole curve", "s"),
                                  ("start_cpu_s", "server CPU, start to whole curve", "s"),
                                  ("rss_mib", "RSS after load", "MiB"),
                                  ("idle_cpu", f"idle CPU over {a.idle_s:.0f} s, one tab", "cores"),
-                                 ("append_s", f"+{a.append:,} steps on screen", "s")):
+                                 *((("append_s", f"+{a.append:,} steps on screen", "s"),) if a.append else ())):
             meds = {}
             for kind in ("specdeck", "tensorboard"):
                 vals = [r[key] for r in results if r["steps"] == steps and r["server"] == kind]

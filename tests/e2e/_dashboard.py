@@ -73,7 +73,8 @@ def stop_group(proc: subprocess.Popen, grace_s: float = 15.0) -> None:
 def serve(home: Path, env_extra: dict[str, str] | None = None, *, workspace: Path | None = None,
           timeout_s: float = 60.0, address: str = "127.0.0.1", args: tuple[str, ...] = (),
           token: str | None = None, warm: bool = True, netns: str | None = None):
-    """`streamlit run app.py [ARGS]` on ``address`` and a free port, with ``workspace``, or else the
+    """The dashboard as scripts/dashboard starts it (``python -m ui.launch [ARGS]``: `streamlit run app.py` with
+    its start-up work begun at once) on ``address`` and a free port, with ``workspace``, or else the
     demo workspace under ``home``, and the loopback ``token`` (a fresh one when None); yields its URL
     (a :class:`DashboardURL`) once ``/_stcore/health`` answers.  At the end the dashboard is stopped
     and so is every process of that workspace.  Used by the browser tests, the loopback tests and
@@ -98,7 +99,7 @@ def serve(home: Path, env_extra: dict[str, str] | None = None, *, workspace: Pat
     log = open(home / "streamlit.log", "wb")
     inside = ["ip", "netns", "exec", netns] if netns else []  # it execs the command: the pid is streamlit's
     proc = subprocess.Popen(
-        [*inside, sys.executable, "-m", "streamlit", "run", "app.py", "--server.address", address, "--server.port", str(port),
+        [*inside, sys.executable, "-m", "ui.launch", "--server.address", address, "--server.port", str(port),
          "--server.headless", "true", "--global.developmentMode", "false", *args],
         cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )

@@ -1,0 +1,106 @@
+"""Start the dashboard: ``python -m ui.launch [streamlit run options]`` (what ``scripts/dashboard`` runs).
+
+Streamlit runs ``app.py`` only when a browser opens a session, so a fresh dashboard did its start-up work
+while its first visitor waited: importing the pages' modules (plotly, pandas and the ``ui`` package, about
+2-4 s of CPU on a 2-core machine), opening the workspace, and reading the training log the first page shows
+(a 100,000-step log is 16 MB).  This launcher starts Streamlit as ``streamlit run app.py`` does and, in a
+thread beside it, does that work at once (:func:`warm`): the first page finds it done or under way.  It is
+the same work the first page would do, in the same process and through the same shared objects (the
+process-wide runtime, the Training page's shared log followers), done before anyone asks; nothing more is
+read than the first page reads.  A failure there is logged and left to the page, which shows it as before.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import pkgutil
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger("specdeck.launch")
+
+APP = Path(__file__).resolve().parent.parent / "app.py"
+
+
+@dataclass
+class Warmed:
+    """What :func:`warm` did, for the log line and the tests."""
+
+    modules: int = 0
+    workspace: str | None = None
+    logs: list[str] = field(default_factory=list)  # training logs whose reading was started
+    error: str | None = None
+    seconds: float = 0.0
+
+
+def _import_ui() -> int:
+    """Import every module of the ``ui`` package (what the pages import); the count."""
+    import ui
+
+    n = 0
+    for mod in pkgutil.walk_packages(ui.__path__, "ui."):
+        if mod.name == __name__:
+            continue
+        importlib.import_module(mod.name)
+        n += 1
+    return n
+
+
+def warm() -> Warmed:
+    """Import the pages' modules, open the workspace (``backend.runtime.get_runtime``: the demo workspace
+    when none is configured, as the first page would) and start reading the log of the training run the
+    Overview and the Training page open first (its shared follower reads it in its own thread)."""
+    t0 = time.monotonic()
+    out = Warmed()
+    try:
+        out.modules = _import_ui()
+        from backend.runtime import get_runtime
+        from ui.overview_train import focus_run
+        from ui.train.data import follower
+
+        rt = get_runtime()
+        out.workspace = str(rt.workspace.root)
+        name = focus_run(rt)
+        if name is not None:
+            path = rt.train.log_path(name)
+            if path.is_file():
+                follower(path, rt.train.output_dir(name)).poll()
+                out.logs.append(str(path))
+    except Exception as exc:  # the first page meets the same problem and shows it
+        out.error = f"{type(exc).__name__}: {exc}"
+    out.seconds = time.monotonic() - t0
+    return out
+
+
+def _warm_and_log() -> None:
+    w = warm()
+    if w.error:
+        log.warning("specdeck: start-up work stopped (%s); the first page does it", w.error)
+    else:
+        log.info("specdeck: %d modules imported, workspace %s open, %s in %.1f s", w.modules, w.workspace,
+                 f"reading {', '.join(w.logs)}" if w.logs else "no training log to read", w.seconds)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``streamlit run app.py ARGV`` with :func:`warm` in a thread beside it."""
+    from ui.context import limit_malloc_arenas
+
+    limit_malloc_arenas()  # before any thread starts (ui.context says why); app.py's own call is then a no-op
+    if not log.handlers:  # its own line on stderr; the root logger (libraries' INFO lines) stays as it is
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        log.propagate = False
+    threading.Thread(target=_warm_and_log, name="specdeck-warm", daemon=True).start()
+    from streamlit.web import cli
+
+    cli.main(args=["run", str(APP), *(sys.argv[1:] if argv is None else argv)], prog_name="streamlit")
+
+
+if __name__ == "__main__":
+    main()
