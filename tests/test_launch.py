@@ -64,6 +64,29 @@ def test_warm_opens_the_workspace_and_reads_the_log_the_first_page_shows(ws):
     while (snap := f.poll()).catching_up and time.monotonic() < deadline:
         time.sleep(0.05)
     assert snap.progress.step == 20 and snap.offset == log.stat().st_size
+    assert w.prepared == ["newest"]
+
+
+def test_the_training_pages_first_visit_draws_the_charts_warm_built(ws, monkeypatch):
+    """The charts the start-up work builds are the ones the page draws with its default choices: the first
+    visit builds none of them again."""
+    from streamlit.testing.v1 import AppTest
+
+    from ui.launch import warm
+    from ui.train import charts
+    from tests.train.page_kit import REPO, chart_titles, page
+
+    w = warm()
+    assert w.prepared == ["newest"]
+    built = []
+    real = charts.metric_chart
+    monkeypatch.setattr(charts, "metric_chart", lambda *a, **k: built.append(a[0]) or real(*a, **k))
+    at = page(AppTest.from_file(str(REPO / "app.py"), default_timeout=60))
+    assert at.selectbox(key="train-run").value == "newest"
+    assert "Loss" in chart_titles(at)
+    assert built == []
+    at.slider(key="train-smooth").set_value(0.3).run()  # another choice: built then, as before
+    assert "Loss" in built
 
 
 def test_warm_reports_a_broken_workspace_and_leaves_it_to_the_page(tmp_path, monkeypatch):
@@ -88,7 +111,8 @@ def test_the_launcher_serves_the_dashboard_and_says_what_it_did_before_a_browser
         deadline = time.monotonic() + 60
         line = None
         while time.monotonic() < deadline and line is None:
-            m = re.search(r"specdeck: (\d+) modules imported, workspace (\S+) open, reading (\S+) in [0-9.]+ s",
+            m = re.search(r"specdeck: (\d+) modules imported, workspace (\S+) open, (\S+) read and its charts "
+                          r"built in [0-9.]+ s",
                           out.read_text(errors="replace"))
             line = m
             time.sleep(0.2)

@@ -2,9 +2,10 @@
 
 Streamlit runs ``app.py`` only when a browser opens a session, so a fresh dashboard did its start-up work
 while its first visitor waited: importing the pages' modules (plotly, pandas and the ``ui`` package, about
-2-4 s of CPU on a 2-core machine), opening the workspace, and reading the training log the first page shows
-(a 100,000-step log is 16 MB).  This launcher starts Streamlit as ``streamlit run app.py`` does and, in a
-thread beside it, does that work at once (:func:`warm`): the first page finds it done or under way.  It is
+2-4 s of CPU on a 2-core machine), opening the workspace, reading the training log the first page shows (a
+100,000-step log is 16 MB) and building its charts.  This launcher starts Streamlit as ``streamlit run
+app.py`` does and, in a thread beside it, does that work at once (:func:`warm`): the first page finds it
+done or under way.  It is
 the same work the first page would do, in the same process and through the same shared objects (the
 process-wide runtime, the Training page's shared log followers), done before anyone asks; nothing more is
 read than the first page reads.  A failure there is logged and left to the page, which shows it as before.
@@ -24,6 +25,7 @@ from pathlib import Path
 log = logging.getLogger("specdeck.launch")
 
 APP = Path(__file__).resolve().parent.parent / "app.py"
+READ_WAIT_S = 0.2  # how often the start-up work looks whether the log is read
 
 
 @dataclass
@@ -33,6 +35,7 @@ class Warmed:
     modules: int = 0
     workspace: str | None = None
     logs: list[str] = field(default_factory=list)  # training logs whose reading was started
+    prepared: list[str] = field(default_factory=list)  # runs whose first view's charts were built
     error: str | None = None
     seconds: float = 0.0
 
@@ -52,8 +55,9 @@ def _import_ui() -> int:
 
 def warm() -> Warmed:
     """Import the pages' modules, open the workspace (``backend.runtime.get_runtime``: the demo workspace
-    when none is configured, as the first page would) and start reading the log of the training run the
-    Overview and the Training page open first (its shared follower reads it in its own thread)."""
+    when none is configured, as the first page would), read the log of the training run the Overview and the
+    Training page open first (its shared follower reads it in its own thread) and, once it is read, build
+    that run's charts as the Training page first draws them (``ui.train.curves.prepare``)."""
     t0 = time.monotonic()
     out = Warmed()
     try:
@@ -68,8 +72,16 @@ def warm() -> Warmed:
         if name is not None:
             path = rt.train.log_path(name)
             if path.is_file():
-                follower(path, rt.train.output_dir(name)).poll()
+                f = follower(path, rt.train.output_dir(name))
+                f.poll()
                 out.logs.append(str(path))
+                while f.poll().catching_up:  # read by the follower's own thread; a page may show it meanwhile
+                    time.sleep(READ_WAIT_S)
+                from ui.train.curves import prepare
+                from ui.train.runs import workspace_run
+
+                prepare(rt, workspace_run(rt, name))
+                out.prepared.append(name)
     except Exception as exc:  # the first page meets the same problem and shows it
         out.error = f"{type(exc).__name__}: {exc}"
     out.seconds = time.monotonic() - t0
@@ -82,7 +94,8 @@ def _warm_and_log() -> None:
         log.warning("specdeck: start-up work stopped (%s); the first page does it", w.error)
     else:
         log.info("specdeck: %d modules imported, workspace %s open, %s in %.1f s", w.modules, w.workspace,
-                 f"reading {', '.join(w.logs)}" if w.logs else "no training log to read", w.seconds)
+                 f"{', '.join(w.logs)} read and its charts built" if w.prepared else "no training log to read",
+                 w.seconds)
 
 
 def main(argv: list[str] | None = None) -> None:

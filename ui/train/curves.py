@@ -35,6 +35,10 @@ SMOOTH_CHOICES = [round(i / 100, 2) for i in range(100)]
 FIGURES_KEPT = 16
 
 
+# what the choices below start at (a first visit's charts; ui.launch builds them before it)
+DEFAULT_OPTS = {"smooth": 0.6, "x_mode": tc.STEP, "log_y": False, "clip": False, "temperature": 0.0, "num_steps": 3}
+
+
 def controls() -> dict:
     """Smoothing, x axis, y scale and how the accept length is predicted (outside the live part: they are
     choices); all but the last two in the URL's query (``?smooth=0.8&x=relative&log=True&clip=True``)."""
@@ -45,28 +49,29 @@ def controls() -> dict:
     query.take("clip", "train-clip", [True, False], what="outlier choice")
     query.show_notes()
     with st.container(horizontal=True, vertical_alignment="bottom"):
-        smooth = st.slider("Smoothing (EMA weight)", 0.0, 0.99, 0.6, 0.01, key="train-smooth", width=240,
+        smooth = st.slider("Smoothing (EMA weight)", 0.0, 0.99, DEFAULT_OPTS["smooth"], 0.01, key="train-smooth", width=240,
                            help="exponential moving average, as TensorBoard's slider: 0 shows the values as "
                                 "logged; the raw values stay faint under the smoothed line", persist_state="session")
         x_mode = st.segmented_control(
-            "x axis", list(tc.X_MODES), default=tc.STEP, key="train-x",
+            "x axis", list(tc.X_MODES), default=DEFAULT_OPTS["x_mode"], key="train-x",
             help="step; relative: hours since each run's first logged point (overlaid runs start together); "
                  "wall time: when each point was logged, local time", persist_state="session") or tc.STEP
-        log_y = st.toggle("Log scale", key="train-log-y", help="a logarithmic y axis (loss, lr, grad norm)", persist_state="session")
-        clip = st.toggle("Ignore outliers", key="train-clip",
+        log_y = st.toggle("Log scale", value=DEFAULT_OPTS["log_y"], key="train-log-y", help="a logarithmic y axis (loss, lr, grad norm)", persist_state="session")
+        clip = st.toggle("Ignore outliers", value=DEFAULT_OPTS["clip"], key="train-clip",
                          help="the y range leaves out the lowest and highest 2 % of the values drawn (a spike at "
                               "the start no longer flattens the rest); the points stay on the chart", persist_state="session")
         temp = st.segmented_control(
-            "Serving", ["greedy", "sampling"], default="greedy", key="train-serving",
+            "Serving", ["greedy", "sampling"], default="greedy" if DEFAULT_OPTS["temperature"] == 0.0 else "sampling",
+            key="train-serving",
             help="greedy (temperature 0) accepts a draft token when it is the target's argmax: a_i = acc_i; "
                  "sampling accepts with probability Σ min(p_target, p_draft): a_i = acceptance_rate_i", persist_state="session") or "greedy"
-        steps = st.number_input("Draft steps", 1, 64, 3, key="train-num-steps", width=120,
+        steps = st.number_input("Draft steps", 1, 64, DEFAULT_OPTS["num_steps"], key="train-num-steps", width=120,
                                 help="--speculative-num-steps of the server: only that many positions can be "
                                      "accepted, so the prediction counts positions 0 … steps-1", persist_state="session")
-    query.put("smooth", round(float(smooth), 2), default=0.6)
-    query.put("x", x_mode, default=tc.STEP)
-    query.put("log", bool(log_y), default=False)
-    query.put("clip", bool(clip), default=False)
+    query.put("smooth", round(float(smooth), 2), default=DEFAULT_OPTS["smooth"])
+    query.put("x", x_mode, default=DEFAULT_OPTS["x_mode"])
+    query.put("log", bool(log_y), default=DEFAULT_OPTS["log_y"])
+    query.put("clip", bool(clip), default=DEFAULT_OPTS["clip"])
     return {"smooth": float(smooth), "x_mode": x_mode, "log_y": bool(log_y), "clip": bool(clip),
             "temperature": 0.0 if temp == "greedy" else 1.0, "num_steps": int(steps)}
 
@@ -273,6 +278,16 @@ def _rows(rt, refs: list[RunRef], opts: dict, *, newest_run: bool = False) -> li
                                         num_steps=opts["num_steps"]))
         rows.append((ref, snap, c, view, measured(results, _checkpoints(ref))))
     return rows
+
+
+def prepare(rt, ref: RunRef) -> None:
+    """Build what a first visit to run ``ref``'s curves draws with the default choices (its figures from the
+    newest run, every run's curves, the prediction and the charts), kept where the page finds them: the
+    follower's memo and the charts' cache, valid while nothing is appended.  Called by ui.launch once the
+    log is read, before anyone asks."""
+    opts = dict(DEFAULT_OPTS)
+    _rows(rt, [ref], opts, newest_run=True)
+    _panels(_rows(rt, [ref], opts), opts)
 
 
 def live_curves(rt, refs: list[RunRef], opts: dict) -> None:
