@@ -201,6 +201,11 @@ def _clock(text: str) -> float | None:
                 return float((int(a) * 60 + int(b)) * 60 + int(c))
         elif len(parts) == 1 and len(text) <= 6:
             return float(int(text))
+    return _clock_by_expression(text)
+
+
+def _clock_by_expression(text: str) -> float | None:
+    """:func:`_clock` by its regular expression alone (spaces around allowed)."""
     m = _CLOCK.match(text)
     if not m or not text.isascii():
         return None

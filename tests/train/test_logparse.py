@@ -239,17 +239,7 @@ def test_tqdm_clock_reads_each_form_and_refuses_the_rest():
     (1-6 digits per part, at most three parts, ASCII only, spaces around allowed) on any text."""
     import random
 
-    from backend.train.logparse import _CLOCK, _clock
-
-    def by_expression(text):
-        m = _CLOCK.match(text)
-        if not m or not text.isascii():
-            return None
-        secs = 0
-        for p in m.groups():
-            if p is not None:
-                secs = secs * 60 + int(p)
-        return float(secs)
+    from backend.train.logparse import _clock, _clock_by_expression
 
     assert _clock("09:28") == 568.0 and _clock("1:02:03") == 3723.0 and _clock("7") == 7.0
     assert _clock(" 00:05 ") == 5.0 and _clock("?") is None and _clock("1:2:3:4") is None
@@ -258,4 +248,4 @@ def test_tqdm_clock_reads_each_form_and_refuses_the_rest():
     alphabet = "0123456789:: ?٣x"
     for _ in range(20000):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 16)))
-        assert _clock(text) == by_expression(text), repr(text)
+        assert _clock(text) == _clock_by_expression(text), repr(text)
