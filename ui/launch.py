@@ -46,7 +46,7 @@ def _import_ui() -> int:
 
     n = 0
     for mod in pkgutil.walk_packages(ui.__path__, "ui."):
-        if mod.name == __name__:
+        if mod.name == "ui.launch":  # this module (run as __main__, it would be imported a second time)
             continue
         importlib.import_module(mod.name)
         n += 1
