@@ -4,8 +4,8 @@ Streamlit runs ``app.py`` only when a browser opens a session, so a fresh dashbo
 while its first visitor waited: importing the pages' modules (plotly, pandas and the ``ui`` package, about
 2-4 s of CPU on a 2-core machine), opening the workspace, reading the training log the first page shows (a
 100,000-step log is 16 MB) and building its charts.  This launcher starts Streamlit as ``streamlit run
-app.py`` does and, in a thread beside it, does that work at once (:func:`warm`): the first page finds it
-done or under way.  It is
+app.py`` does and, in a thread beside it, does that work as soon as the server listens (:func:`warm`): the
+first page finds it done or under way.  It is
 the same work the first page would do, in the same process and through the same shared objects (the
 process-wide runtime, the Training page's shared log followers), done before anyone asks; nothing more is
 read than the first page reads.  A failure there is logged and left to the page, which shows it as before.
@@ -26,6 +26,8 @@ log = logging.getLogger("specdeck.launch")
 
 APP = Path(__file__).resolve().parent.parent / "app.py"
 READ_WAIT_S = 0.2  # how often the start-up work looks whether the log is read
+SERVING_WAIT_S = 0.05  # how often it looks whether the server listens, before it begins
+SERVING_TIMEOUT_S = 120.0
 
 
 @dataclass
@@ -88,7 +90,24 @@ def warm() -> Warmed:
     return out
 
 
+def _when_serving(timeout_s: float = SERVING_TIMEOUT_S) -> bool:
+    """Wait until Streamlit's server listens (its runtime starts once the socket is bound): the start-up work
+    begins then, so that it never slows the server's own start and bind.  False after ``timeout_s``."""
+    from streamlit.runtime import Runtime, RuntimeState
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if Runtime.exists() and Runtime.instance().state != RuntimeState.INITIAL:
+            return True
+        time.sleep(SERVING_WAIT_S)
+    return False
+
+
 def _warm_and_log() -> None:
+    if not _when_serving():
+        log.warning("specdeck: the server did not start within %.0f s; the first page does the start-up work",
+                    SERVING_TIMEOUT_S)
+        return
     w = warm()
     if w.error:
         log.warning("specdeck: start-up work stopped (%s); the first page does it", w.error)

@@ -4,6 +4,7 @@ long run is watched without a browser open.  `--no-alerts` leaves them out."""
 from __future__ import annotations
 
 import json
+import select
 import signal
 import subprocess
 import sys
@@ -33,12 +34,20 @@ disk_min_free_gb = 1000000   # any disk is nearly full by this measure
 
 
 def _supervise(ws: Path, *extra: str, seconds: float) -> subprocess.CompletedProcess:
+    """``supervise`` for ``seconds`` once it says it supervises (its SIGTERM handler is in place then: a
+    fixed wait from the start sent SIGTERM to a CLI still importing on a loaded machine), then SIGTERM."""
     p = subprocess.Popen([sys.executable, "-m", "backend.cli", "-w", str(ws), "supervise", "--interval", "0.2",
                           *extra], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(seconds)
-    p.send_signal(signal.SIGTERM)
-    out, err = p.communicate(timeout=60)
-    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
+    first = ""
+    try:
+        ready, _, _ = select.select([p.stdout], [], [], 60)
+        first = p.stdout.readline() if ready else ""
+        assert first.startswith("supervising "), f"supervise did not start within 60 s: {first!r}"
+        time.sleep(seconds)
+    finally:
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+    return subprocess.CompletedProcess(p.args, p.returncode, first + out, err)
 
 
 @pytest.mark.timeout(120)

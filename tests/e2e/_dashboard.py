@@ -98,19 +98,32 @@ def serve(home: Path, env_extra: dict[str, str] | None = None, *, workspace: Pat
     ws = workspace or home / "demo"
     log = open(home / "streamlit.log", "wb")
     inside = ["ip", "netns", "exec", netns] if netns else []  # it execs the command: the pid is streamlit's
-    proc = subprocess.Popen(
-        [*inside, sys.executable, "-m", "ui.launch", "--server.address", address, "--server.port", str(port),
-         "--server.headless", "true", "--global.developmentMode", "false", *args],
-        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    url = DashboardURL(f"http://{address}:{port}")
-    url.token = token
-    url.home = home  # its log and, for the demo, its workspace (tests/e2e/conftest.py reads them on a failure)
+
+    def start(port: int) -> tuple[subprocess.Popen, DashboardURL]:
+        proc = subprocess.Popen(
+            [*inside, sys.executable, "-m", "ui.launch", "--server.address", address, "--server.port", str(port),
+             "--server.headless", "true", "--global.developmentMode", "false", *args],
+            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        url = DashboardURL(f"http://{address}:{port}")
+        url.token = token
+        url.home = home  # its log and, for the demo, its workspace (tests/e2e/conftest.py reads them on a failure)
+        return proc, url
+
+    proc, url = start(port)
+    starts = 1
     try:
         deadline = time.time() + timeout_s
         while True:
             if _healthy(url, netns):
                 break
+            if proc.poll() is not None and starts < PORT_TRIES and _port_refused(home) >= starts:
+                # the free port was taken between free_port() and the dashboard's bind (an outgoing connection
+                # of a busy machine gets its local port from the same range): another port
+                starts += 1
+                port = free_port()
+                proc, url = start(port)
+                continue
             if proc.poll() is not None or time.time() > deadline:
                 raise RuntimeError("streamlit did not become healthy: "
                                    + (home / "streamlit.log").read_text(errors="replace")[-2000:])
@@ -133,6 +146,17 @@ def serve(home: Path, env_extra: dict[str, str] | None = None, *, workspace: Pat
             subprocess.run([sys.executable, "-m", "backend.cli", "--workspace", str(ws),
                             "processes", "stop-all"], cwd=REPO, env=env, timeout=60,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+PORT_TRIES = 3  # dashboards started on a fresh free port when the one before was taken before the bind
+
+
+def _port_refused(home: Path) -> int:
+    """How many starts logged that their port was not available."""
+    try:
+        return (home / "streamlit.log").read_text(errors="replace").count(" is not available")
+    except OSError:
+        return 0
 
 
 def _healthy(url: str, netns: str | None) -> bool:
