@@ -74,7 +74,7 @@ def serve(home: Path, env_extra: dict[str, str] | None = None, *, workspace: Pat
           timeout_s: float = 60.0, address: str = "127.0.0.1", args: tuple[str, ...] = (),
           token: str | None = None, warm: bool = True, netns: str | None = None):
     """The dashboard as scripts/dashboard starts it (``python -m ui.launch [ARGS]``: `streamlit run app.py` with
-    its start-up work begun at once) on ``address`` and a free port, with ``workspace``, or else the
+    its start-up work begun as soon as it listens) on ``address`` and a free port, with ``workspace``, or else the
     demo workspace under ``home``, and the loopback ``token`` (a fresh one when None); yields its URL
     (a :class:`DashboardURL`) once ``/_stcore/health`` answers.  At the end the dashboard is stopped
     and so is every process of that workspace.  Used by the browser tests, the loopback tests and
