@@ -5,10 +5,10 @@ while its first visitor waited: importing the pages' modules (plotly, pandas and
 2-4 s of CPU on a 2-core machine), opening the workspace, reading the training log the first page shows (a
 100,000-step log is 16 MB) and building its charts.  This launcher starts Streamlit as ``streamlit run
 app.py`` does and, in a thread beside it, does that work as soon as the server listens (:func:`warm`): the
-first page finds it done or under way.  It is
-the same work the first page would do, in the same process and through the same shared objects (the
-process-wide runtime, the Training page's shared log followers), done before anyone asks; nothing more is
-read than the first page reads.  A failure there is logged and left to the page, which shows it as before.
+first page finds it done or under way.  It is the same work the first page would do, in the same process and
+through the same shared objects (the process-wide runtime, the Training page's shared log followers and chart
+cache), done before anyone asks; nothing more is read than the first page reads.  A failure there is logged
+and left to the page, which shows it as before.
 """
 
 from __future__ import annotations

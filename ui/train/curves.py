@@ -49,20 +49,22 @@ def controls() -> dict:
     query.take("clip", "train-clip", [True, False], what="outlier choice")
     query.show_notes()
     with st.container(horizontal=True, vertical_alignment="bottom"):
-        smooth = st.slider("Smoothing (EMA weight)", 0.0, 0.99, DEFAULT_OPTS["smooth"], 0.01, key="train-smooth", width=240,
+        smooth = st.slider("Smoothing (EMA weight)", 0.0, 0.99, DEFAULT_OPTS["smooth"], 0.01, key="train-smooth",
+                           width=240,
                            help="exponential moving average, as TensorBoard's slider: 0 shows the values as "
                                 "logged; the raw values stay faint under the smoothed line", persist_state="session")
         x_mode = st.segmented_control(
             "x axis", list(tc.X_MODES), default=DEFAULT_OPTS["x_mode"], key="train-x",
             help="step; relative: hours since each run's first logged point (overlaid runs start together); "
                  "wall time: when each point was logged, local time", persist_state="session") or tc.STEP
-        log_y = st.toggle("Log scale", value=DEFAULT_OPTS["log_y"], key="train-log-y", help="a logarithmic y axis (loss, lr, grad norm)", persist_state="session")
+        log_y = st.toggle("Log scale", value=DEFAULT_OPTS["log_y"], key="train-log-y",
+                          help="a logarithmic y axis (loss, lr, grad norm)", persist_state="session")
         clip = st.toggle("Ignore outliers", value=DEFAULT_OPTS["clip"], key="train-clip",
                          help="the y range leaves out the lowest and highest 2 % of the values drawn (a spike at "
                               "the start no longer flattens the rest); the points stay on the chart", persist_state="session")
         temp = st.segmented_control(
-            "Serving", ["greedy", "sampling"], default="greedy" if DEFAULT_OPTS["temperature"] == 0.0 else "sampling",
-            key="train-serving",
+            "Serving", ["greedy", "sampling"], key="train-serving",
+            default="greedy" if DEFAULT_OPTS["temperature"] == 0.0 else "sampling",
             help="greedy (temperature 0) accepts a draft token when it is the target's argmax: a_i = acc_i; "
                  "sampling accepts with probability Σ min(p_target, p_draft): a_i = acceptance_rate_i", persist_state="session") or "greedy"
         steps = st.number_input("Draft steps", 1, 64, DEFAULT_OPTS["num_steps"], key="train-num-steps", width=120,
@@ -333,13 +335,12 @@ def _watch(rt, refs: list[RunRef]) -> None:
     seen = (tuple(r.name for r in refs), tuple(s.version if s is not None else -1 for s in snaps), results)
     before = st.session_state.get(key)
     catching_up = any(s is not None and s.catching_up for s in snaps)
-    if before is None or before[0] != seen[0]:
-        st.session_state[key] = seen  # another choice of runs: the page run that made it drew them
-        st.session_state[partial_key] = time.monotonic() if catching_up else None  # drawn as read so far
-    elif redraw_now(before != seen, catching_up, st.session_state.get(partial_key), time.monotonic()):
+    chosen = before is None or before[0] != seen[0]  # another choice of runs: the page run that made it drew them
+    if chosen or redraw_now(before != seen, catching_up, st.session_state.get(partial_key), time.monotonic()):
         st.session_state[key] = seen
-        st.session_state[partial_key] = time.monotonic() if catching_up else None
-        st.rerun(scope="app")
+        st.session_state[partial_key] = time.monotonic() if catching_up else None  # drawn as read so far
+        if not chosen:
+            st.rerun(scope="app")
     # else: a change while a log is read stays pending (``seen`` is not kept) until the next redraw
     ref, snap = refs[0], snaps[0]
     _status_line(rt, ref, snap)
