@@ -250,6 +250,7 @@ class Engine:
         self._stop = threading.Event()
         self._waiting: list[Request] = []
         self._running: list[Request] = []
+        self._prefilling: list[Request] = []  # off the queue, in the prefill now: in flight, as SGLang counts them
         self._thread: threading.Thread | None = None
         self._req_counter = 0
         self._cache: dict[str, int] = {}
@@ -280,7 +281,7 @@ class Engine:
         """End the scheduler; every request still queued or running finishes with ``abort``, as
         SGLang answers the requests it holds when it shuts down (``finish_reason: "abort"``)."""
         with self._cv:
-            for r in self._waiting + self._running:
+            for r in self._waiting + self._prefilling + self._running:
                 self._finish(r, "abort")
             self._stop.set()
             self._cv.notify_all()
@@ -340,7 +341,7 @@ class Engine:
 
     def counts(self) -> tuple[int, int]:
         with self._lock:
-            return len(self._running), len(self._waiting)
+            return len(self._running) + len(self._prefilling), len(self._waiting)
 
     @property
     def avg_spec_accept_length(self) -> float | None:
@@ -369,6 +370,7 @@ class Engine:
                     else:
                         admit.append(r)
                         budget -= need
+                self._prefilling = admit
                 if not admit and not self._running:
                     self._cv.wait(0.2)
                     self._next_deadline = time.monotonic()  # idle: the next work starts from when it comes
@@ -404,9 +406,11 @@ class Engine:
             if self._stop.is_set():  # taken off the queue, not yet running: stop() did not see them
                 for r in reqs:
                     self._finish(r, "abort")
+                self._prefilling = []
                 return
             running_before = len(self._running)
             self._running.extend(reqs)
+            self._prefilling = []
             queue_len = len(self._waiting)
             pending = sum(r.prompt_tokens for r in self._waiting)
             usage = self.used_tokens() / self.max_total_tokens

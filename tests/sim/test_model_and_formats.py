@@ -134,3 +134,33 @@ def test_a_short_stall_of_the_host_is_made_up_and_idle_time_is_not():
     t0 = time.monotonic()
     eng._sleep_until(0.1)
     assert time.monotonic() - t0 >= 0.095 and eng.clock_s == pytest.approx(0.2)
+
+
+def test_a_request_in_its_prefill_is_counted_in_flight():
+    """Off the queue and in its prefill, a request is neither waiting nor decoding yet; the live count
+    (/get_load) still counts it: a drain that read 0 there ended while the request had its whole answer ahead."""
+    import threading
+    import time
+
+    eng, _ = _engine(3, SpecPlan())
+    gate, entered = threading.Event(), threading.Event()
+    modelled = eng._sleep_until
+
+    def held(cost: float) -> None:  # the first modelled work is the prefill: held until the count is read
+        if not entered.is_set():
+            entered.set()
+            gate.wait(10)
+        modelled(cost)
+
+    eng._sleep_until = held
+    try:
+        req = eng.submit("a prompt", max_new_tokens=20)
+        assert entered.wait(10)
+        assert eng.counts() == (1, 0)
+        gate.set()
+        while req.events.get(timeout=10)[0] != "done":
+            pass
+        assert eng.counts() == (0, 0) and req.finish_reason == "length"
+    finally:
+        gate.set()
+        eng.stop()
