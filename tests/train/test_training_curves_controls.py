@@ -220,3 +220,28 @@ def test_nothing_is_parsed_or_built_again_when_nothing_was_appended(tmp_path, mo
     c2 = f.memo(newer, "curves", lambda: built.append(1) or series.curves(newer.records, newer.times))
     assert c2 is not c1 and built == [1, 1] and c2.train["acc_0"].values[-1] == pytest.approx(0.9)
     assert not math.isnan(c2.train["loss"].values[-1])
+
+
+@pytest.mark.timeout(180)
+def test_a_full_run_after_the_log_grew_draws_the_new_steps_without_running_the_page_again(workspace, monkeypatch):  # noqa: F811
+    """The live part checks the log before the charts are drawn: in a full run (a click, a choice) the charts
+    below it show what it found, so it does not run the whole page a second time for it."""
+    import sys
+
+    import streamlit as st
+
+    log = workspace / "train.log"
+    at = _page_with(gen2_log(steps=10), workspace)
+    assert len(trace(figure(at, "Loss"), "loss")["y"]) == 10
+    log.write_text(gen2_log(), encoding="utf-8")  # the run went on: 20 steps
+    real, asked = st.rerun, []
+
+    def rerun(*args, **kwargs):
+        asked.append(sys._getframe(1).f_code.co_name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(st, "rerun", rerun)
+    at.run()
+    assert not at.exception, at.exception
+    assert len(trace(figure(at, "Loss"), "loss")["y"]) == 20
+    assert "_watch" not in asked, asked

@@ -51,7 +51,14 @@ def test_start_stop_and_resume_with_the_020_warning(train_ws):
     at.run()
     assert run_state(train_ws) == "EXITED"  # not resumed until confirmed
     at.button(key="train-confirm-resume-yes").click().run()
-    wait_for(lambda: "resume=True" in log.read_text(), timeout_s=60)
+    assert not at.error, [e.value for e in at.error]  # refused or failed: said on the page
+    assert any(t.value == "Resume: requested" for t in at.toast), [t.value for t in at.toast]
+    try:
+        wait_for(lambda: "resume=True" in log.read_text(), timeout_s=60)
+    except AssertionError:
+        v = runtime_of(train_ws).supervisor.view("sf")
+        raise AssertionError(f"no resume=True in the log; the run is {v.state.value} ({v.detail}, exit "
+                             f"{v.exit_code}); the log ends {log.read_text()[-600:]!r}") from None
     assert runtime_of(train_ws).supervisor.view("sf").spec.argv[-1] == "--resume"
     at.run()
     at.button(key="train-stop").click().run()

@@ -14,7 +14,7 @@ from backend.modelinfo import ModelInfoError, read_json_config
 from backend.flows.checkpoint_check import preflight_checkpoint
 from backend.train.checkpoints import CheckpointInfo, RunCheckpoints, inspect_checkpoint, list_checkpoints
 from ui import fmt
-from ui.auth import control_lock, data_lock, live_fragment, typed_path
+from ui.auth import control_lock, data_lock, fragment_run, live_fragment, typed_path
 from ui.components import code_span, findings_list, path_text
 from ui.train import per_dataset
 from ui.train.curves import bench_results
@@ -33,14 +33,6 @@ def _key(ref: RunRef) -> str:
 def chosen(ref: RunRef) -> str | None:
     """The checkpoint folder picked in the Checkpoints tab for ``ref`` (None before one is picked)."""
     return st.session_state.get(_key(ref))
-
-
-def _fragment_rerun() -> bool:
-    """Whether this run draws live parts only (the rest of the page stays as the last full run drew it)."""
-    from streamlit.runtime.scriptrunner import get_script_run_ctx
-
-    ctx = get_script_run_ctx()
-    return bool(ctx is not None and ctx.fragment_ids_this_run)
 
 
 def newest(ref: RunRef) -> str | None:
@@ -70,7 +62,7 @@ def follow_for_deploy(ref: RunRef) -> None:
     """Live, beside the Deploy tab drawn without the Checkpoints tab: when the checkpoint Deploy would offer
     is no longer the one it offers (the run saved a newer one), the page is drawn again, so Deploy offers it
     without a reload.  Call it before :func:`deploy_target`."""
-    if _fragment_rerun() and st.session_state.get(f"{_key(ref)}-deploying") != _target(ref):
+    if fragment_run() and st.session_state.get(f"{_key(ref)}-deploying") != _target(ref):
         st.rerun(scope="app")
 
 
@@ -157,7 +149,7 @@ def checkpoints_tab(rt, ref: RunRef) -> None:
     pick = row.selectbox("Inspect", names, key=pick_key, disabled=newest, persist_state="session")
     path = str(by_name[pick].path)
     st.session_state[key] = path
-    if _fragment_rerun() and st.session_state.get(f"{key}-deploying", path) != path:
+    if fragment_run() and st.session_state.get(f"{key}-deploying", path) != path:
         # a newer checkpoint saved, or another picked: the Deploy tab, drawn with the page, offers this one
         st.rerun(scope="app")
     _inspect(rt, ref, by_name[pick].path, hidden)

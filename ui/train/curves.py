@@ -20,7 +20,7 @@ from backend.train.reader import trainer_label
 from state.bench import BenchStore
 from ui import fmt
 from ui.train import charts as tc
-from ui.auth import data_lock, live_fragment
+from ui.auth import data_lock, fragment_run, live_fragment
 from ui.components import freshness, path_text
 from ui.overview_query import QueryState
 from ui.train.data import AcceptView, Measured, RunRef, Snapshot, follower, measured, predicted
@@ -336,10 +336,13 @@ def _watch(rt, refs: list[RunRef]) -> None:
     before = st.session_state.get(key)
     catching_up = any(s is not None and s.catching_up for s in snaps)
     chosen = before is None or before[0] != seen[0]  # another choice of runs: the page run that made it drew them
-    if chosen or redraw_now(before != seen, catching_up, st.session_state.get(partial_key), time.monotonic()):
+    # within a full run (a click, a choice) the charts below are drawn after this, from data at least as new
+    # as ``seen``: recorded, and the page is not run a second time for it
+    drawn_below = chosen or not fragment_run()
+    if drawn_below or redraw_now(before != seen, catching_up, st.session_state.get(partial_key), time.monotonic()):
         st.session_state[key] = seen
         st.session_state[partial_key] = time.monotonic() if catching_up else None  # drawn as read so far
-        if not chosen:
+        if not drawn_below:
             st.rerun(scope="app")
     # else: a change while a log is read stays pending (``seen`` is not kept) until the next redraw
     ref, snap = refs[0], snaps[0]
