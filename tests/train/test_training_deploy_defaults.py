@@ -30,7 +30,7 @@ from ui.train import ckpt
 from ui.train.data import RunRef
 
 st.session_state["runs"] = st.session_state.get("runs", 0) + 1
-ckpt._fragment_rerun = lambda: st.session_state.pop("as-live", False)
+ckpt.fragment_run = lambda: st.session_state.pop("as-live", False)
 rt = runtime()
 ref = RunRef("tiny-run", None, Path({out!r}))
 ckpt.checkpoints_tab(rt, ref)
@@ -135,7 +135,7 @@ from ui.train import ckpt
 from ui.train.data import RunRef
 
 st.session_state["runs"] = st.session_state.get("runs", 0) + 1
-ckpt._fragment_rerun = lambda: st.session_state.pop("as-live", False)
+ckpt.fragment_run = lambda: st.session_state.pop("as-live", False)
 rt = runtime()
 ref = RunRef("tiny-run", None, Path({out!r}))
 if st.session_state.get("tab", "Checkpoints") == "Checkpoints":
