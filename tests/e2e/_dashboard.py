@@ -204,14 +204,33 @@ def browser(width: int = 1600, height: int = 1200):
             browser.close()
 
 
-def _watch(page) -> "collections.deque[str]":
-    """The browser's last console lines, failed requests, error answers and websockets, for a failure's message."""
-    import collections
+class _Seen:
+    """The browser's last events, a line repeated at once kept as one with its count (a live part's timer
+    repeats the same console error every second while the page is disconnected: it must not push out the
+    websocket's close or the request that failed before it)."""
 
-    seen: collections.deque[str] = collections.deque(maxlen=40)
+    def __init__(self, keep: int = 40) -> None:
+        import collections
+
+        self._lines: collections.deque[list] = collections.deque(maxlen=keep)
+
+    def append(self, line: str) -> None:
+        if self._lines and self._lines[-1][0] == line:
+            self._lines[-1][1] += 1
+        else:
+            self._lines.append([line, 1])
+
+    def __iter__(self):
+        return iter([line if n == 1 else f"{line} (x{n})" for line, n in self._lines])
+
+
+def _watch(page) -> _Seen:
+    """The browser's last console lines, failed requests, error answers and websockets, for a failure's message."""
+    seen = _Seen()
     page.on("console", lambda m: seen.append(f"console {m.type}: {m.text[:300]}"))
     page.on("requestfailed", lambda r: seen.append(f"failed {r.method} {r.url[:150]}: {r.failure}"))
     page.on("response", lambda r: seen.append(f"HTTP {r.status} {r.url[:150]}") if r.status >= 400 else None)
+    page.on("framenavigated", lambda f: seen.append(f"navigated to {f.url[:150]}") if f == page.main_frame else None)
 
     def ws(w) -> None:
         seen.append(f"websocket opened {w.url[:150]}")
