@@ -1,7 +1,9 @@
 """Specdeck: the control room for a speculative-decoding pipeline.
 
 Run with ``scripts/dashboard`` (or ``streamlit run app.py``).  The frame sets
-up navigation and the sidebar; each page lives in ``pages/``.
+up navigation and the sidebar; each page lives in ``app_pages/``.  Not ``pages/``: Streamlit runs a page
+of a folder by that name without this frame when its URL is the first one a fresh server is asked for,
+and the session would then be sent through the frame, two script runs more before its page is drawn.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import streamlit as st
 from ui import fmt
 from ui.auth import frame_gate, gate, live_fragment
 from ui.components import store_banner
-from ui.context import WANTED_PAGE, WANTED_QUERY, freeze_startup, limit_malloc_arenas, mark_frame, runtime
+from ui.context import freeze_startup, limit_malloc_arenas, runtime
 
 limit_malloc_arenas()  # once per process, before the runtime's threads start (ui.context says why)
 
@@ -27,12 +29,12 @@ st.set_page_config(page_title="Specdeck", page_icon=str(HERE / "ui" / "static" /
 
 # (file, title, icon, URL path): every page has its own path, /servers included
 PAGES = (
-    ("pages/servers.py", "Servers", ":material/dns:", "servers"),
-    ("pages/regeneration.py", "Regeneration", ":material/autorenew:", "regeneration"),
-    ("pages/training.py", "Training", ":material/model_training:", "training"),
-    ("pages/benchmarks.py", "Benchmarks", ":material/speed:", "benchmarks"),
-    ("pages/processes.py", "Processes", ":material/terminal:", "processes"),
-    ("pages/gpus.py", "GPUs", ":material/memory:", "gpus"),
+    ("app_pages/servers.py", "Servers", ":material/dns:", "servers"),
+    ("app_pages/regeneration.py", "Regeneration", ":material/autorenew:", "regeneration"),
+    ("app_pages/training.py", "Training", ":material/model_training:", "training"),
+    ("app_pages/benchmarks.py", "Benchmarks", ":material/speed:", "benchmarks"),
+    ("app_pages/processes.py", "Processes", ":material/terminal:", "processes"),
+    ("app_pages/gpus.py", "GPUs", ":material/memory:", "gpus"),
 )
 
 
@@ -44,25 +46,18 @@ def _pages() -> list:
 def _overview():
     """The Overview at /: the three answers users come for, each tile linking to its page.  Streamlit answers
     the default page only at /, so it is kept out of :data:`PAGES` (every page there has its own path)."""
-    return st.Page("pages/overview.py", title="Overview", icon=":material/dashboard:", url_path="overview",
+    return st.Page("app_pages/overview.py", title="Overview", icon=":material/dashboard:", url_path="overview",
                    default=True)
 
 
 def _early_frame() -> tuple:
     """The frame before the workspace is open (the first run of a fresh dashboard opens it for several
-    seconds): the page names in the sidebar and a line saying what is happening, in place of the
-    ``pages/`` folder's file names and a blank page.  A page's URL opened first (run by that folder's
-    mechanism, which sends the session here) is opened again at its own path."""
+    seconds): the page names in the sidebar and a line saying what is happening, in place of a blank
+    page."""
     pages = _pages()
-    hidden = [st.Page("pages/login.py", title="Sign in", url_path="login", visibility="hidden")]
+    hidden = [st.Page("app_pages/login.py", title="Sign in", url_path="login", visibility="hidden")]
     overview = _overview()
     st.navigation([overview, *pages, *hidden])  # the names at once; the navigation below replaces it
-    wanted = st.session_state.pop(WANTED_PAGE, None)
-    query = st.session_state.pop(WANTED_QUERY, None) or None
-    if wanted is not None:
-        for page in [overview, *pages]:
-            if page.url_path == Path(wanted).stem:
-                st.switch_page(page, query_params=query)  # with the link's run, tab and filters
     head = st.sidebar.empty()
     head.markdown("### Specdeck")
     opening = st.empty()
@@ -113,7 +108,6 @@ with st.sidebar:
                 "`--workspace DIR`.", icon=":material/info:")
     _sidebar_status()
 
-mark_frame()
 store_banner(rt, show_paths=access.can_see_data)  # above every page while the state store is damaged or cannot be written
 pages = [_overview(), *_pages()]
 pages += frame_gate(rt, pages)  # the login gate: banner, account box, sign-in page

@@ -229,7 +229,7 @@ def _page_runner(app: Path, page: str | None):
     t = time.perf_counter()
     at.run()
     if page is not None:
-        at.switch_page(f"pages/{page}.py")
+        at.switch_page(f"app_pages/{page}.py")
         t = time.perf_counter()
         at.run()  # the first visit (opens files, fills caches)
     first = time.perf_counter() - t

@@ -10,7 +10,7 @@ side by side in one run:
 - background read: ``PromSource.read_once()`` (query + targets over HTTP, JSON parsing, turning
   every series into GpuSample records) against ``Sampler.sample_once()`` of ``--gpus`` fake GPUs
   (the local sampler's pass; the fake NVML is a cheap stand-in for the driver);
-- page refresh: one AppTest run of pages/gpus.py with the local node only, and with the local node
+- page refresh: one AppTest run of app_pages/gpus.py with the local node only, and with the local node
   plus every Prometheus node (the page reads snapshots; neither run queries anything);
 - the answer's size in bytes.
 
@@ -100,7 +100,7 @@ def time_page(root: Path, reads: int) -> tuple[list[float], int]:
     at = None
     for i in range(reads + 1):
         t0 = time.perf_counter()
-        at = AppTest.from_file(str(REPO / "pages" / "gpus.py"), default_timeout=120).run()
+        at = AppTest.from_file(str(REPO / "app_pages" / "gpus.py"), default_timeout=120).run()
         dt = (time.perf_counter() - t0) * 1000
         if at.exception:
             raise SystemExit(f"the GPUs page raised: {at.exception}")
@@ -214,7 +214,7 @@ def main() -> int:
         print(f"  {'  of which the query alone':42} {stats(query_ms)}  ({qbytes:,} bytes)")
         print(f"  {'  of which /api/v1/targets alone':42} {stats(targets_ms)}  ({tbytes:,} bytes)")
         print(f"  {'local: Sampler.sample_once()':42} {stats(local_ms)}  ({statistics.median(local_ms) * 1000 / args.gpus:,.0f} µs per GPU)")
-        print("page refresh (AppTest run of pages/gpus.py)")
+        print("page refresh (AppTest run of app_pages/gpus.py)")
         for label, (ms, tiles) in pages.items():
             print(f"  {label:42} {stats(ms)}  ({tiles} GPU tiles)")
         return 0

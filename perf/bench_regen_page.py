@@ -9,7 +9,7 @@ writes them).  Then prints:
 
 * the progress follower: first open of the log (sampled) and a refresh after one appended line
   (``poll`` + ETA), median of repeated refreshes, and the memory it holds (tracemalloc);
-* the page's server time: AppTest runs of pages/regeneration.py, the first (cold: opens the log)
+* the page's server time: AppTest runs of app_pages/regeneration.py, the first (cold: opens the log)
   and the following ones (warm), the median of the warm runs;
 * the sample viewer's reads: the newest row, a step back, an id found in the 350 MB output, and its
   original found in the input;
@@ -209,7 +209,7 @@ def main() -> None:
         follow._followers.clear()  # the page opens the log itself, cold
         at = AppTest.from_file(str(REPO / "app.py"), default_timeout=120)
         at.run()  # the frame: starts the runtime
-        at.switch_page("pages/regeneration.py")
+        at.switch_page("app_pages/regeneration.py")
         script.clear()
         t = time.perf_counter()
         at.run()
@@ -225,7 +225,7 @@ def main() -> None:
             warm.append(time.perf_counter() - t)
             runs.append(script[-1])
         med = lambda xs: statistics.median(xs)  # noqa: E731
-        print(f"page server time (app.py + pages/regeneration.py, a new snapshot before each run), script thread: "
+        print(f"page server time (app.py + app_pages/regeneration.py, a new snapshot before each run), script thread: "
               f"first {ms(cold_script[0])} wall / {ms(cold_script[1])} CPU (imports, opens the log); then median of 9 "
               f"{ms(med([r[0] for r in runs]))} wall / {ms(med([r[1] for r in runs]))} CPU "
               f"(CPU min {ms(min(r[1] for r in runs))}, max {ms(max(r[1] for r in runs))})")

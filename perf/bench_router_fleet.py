@@ -17,7 +17,7 @@ process, and prints:
 * the router's count of requests per server (the progress log's ``behind``), to see the spread;
 * the job's peak resident memory (wait4) and its CPU time;
 * the Regeneration page at that size: the progress follower's first open and a refresh after one
-  appended line, and the page's server time (AppTest runs of pages/regeneration.py, cold and warm).
+  appended line, and the page's server time (AppTest runs of app_pages/regeneration.py, cold and warm).
 
 The simulator's decode model is a stand-in for a GPU (a per-stream speed and an aggregate ceiling),
 so the capacity is what the simulated servers can give, not what a GPU would.  On a 2-core machine the
@@ -247,7 +247,7 @@ def measure(args, f, root: Path, names: list[str], rport: int, inp: Path, stop: 
     follow._followers.clear()
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=180)
     at.run()
-    at.switch_page("pages/regeneration.py")
+    at.switch_page("app_pages/regeneration.py")
     script.clear()
     at.run()
     assert not at.exception, at.exception
@@ -259,7 +259,7 @@ def measure(args, f, root: Path, names: list[str], rport: int, inp: Path, stop: 
             fh.write(json.dumps(dict(last, t=time.time())) + "\n")
         at.run()
         runs.append(script[-1])
-    print(f"Regeneration page server time (app.py + pages/regeneration.py; {len(shown)} servers behind the "
+    print(f"Regeneration page server time (app.py + app_pages/regeneration.py; {len(shown)} servers behind the "
           f"router listed): first {ms(cold[0])} wall / {ms(cold[1])} CPU; then median of 9 "
           f"{ms(statistics.median(r[0] for r in runs))} wall / {ms(statistics.median(r[1] for r in runs))} CPU")
     runtime_mod.close_all()

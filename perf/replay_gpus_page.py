@@ -4,7 +4,7 @@
 
 FRAMES.jsonl is written by ``perf/gpu_proof.py``: one telemetry snapshot per
 line, taken with the real NVML adapter.  This script replays them through the
-page's own code (pages/gpus.py) with a stand-in runtime whose sampler yields
+page's own code (app_pages/gpus.py) with a stand-in runtime whose sampler yields
 the recorded GPU readings, attribution and sampler cost in a loop, with the
 timestamps moved to now.  Host readings are this machine's.
 """
@@ -151,5 +151,5 @@ if __name__ == "__main__":
     st.info(f"Replay of real readings recorded by perf/gpu_proof.py on "
             f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(rt.recorded_at))} "
             f"({rt.telemetry.adapter.state().message}); host figures are this machine's.", icon=":material/replay:")
-    src = (REPO / "pages" / "gpus.py").read_text(encoding="utf-8")
-    exec(compile(src, str(REPO / "pages" / "gpus.py"), "exec"), {"__name__": "__page__"})
+    src = (REPO / "app_pages" / "gpus.py").read_text(encoding="utf-8")
+    exec(compile(src, str(REPO / "app_pages" / "gpus.py"), "exec"), {"__name__": "__page__"})

@@ -71,7 +71,7 @@ def main() -> int:
             page.goto(url)
             page.wait_for_selector("text=Workspace:", timeout=60_000)
             time.sleep(args.wait)
-            for slug in args.page or [s for s in TITLES if (REPO / "pages" / f"{s}.py").exists()]:
+            for slug in args.page or [s for s in TITLES if (REPO / "app_pages" / f"{s}.py").exists()]:
                 page.locator("[data-testid='stSidebarNav'] a").filter(has_text=TITLES[slug]).first.click()
                 page.get_by_role("heading", name=TITLES[slug]).first.wait_for(timeout=30_000)
                 time.sleep(4)

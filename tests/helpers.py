@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def open_page(page: str, timeout: float = 60, *, tab: str | None = None):
-    """The dashboard under AppTest, switched to ``page`` (e.g. "pages/benchmarks.py"), without an exception;
+    """The dashboard under AppTest, switched to ``page`` (e.g. "app_pages/benchmarks.py"), without an exception;
     ``tab``: the Benchmarks tab chosen first (only the open tab is built)."""
     from streamlit.testing.v1 import AppTest  # noqa: PLC0415 (only the page tests need it)
 

@@ -1,10 +1,10 @@
 """The house's layers, read from the code's own imports.
 
 - ``backend/`` and ``state/`` are plain Python: none of their modules imports streamlit.
-- ``backend/`` never imports ``ui``, ``pages`` or ``app``, nor ``backend.cli`` (the command line sits on
+- ``backend/`` never imports ``ui``, ``app_pages`` or ``app``, nor ``backend.cli`` (the command line sits on
   top of the domains: only ``backend/cli`` itself, and ``backend/runtime.py``, the dashboard's
   composition root, may import it).
-- ``state/`` imports nothing from ``backend``, ``ui``, ``pages`` or ``app`` (the value types both
+- ``state/`` imports nothing from ``backend``, ``ui``, ``app_pages`` or ``app`` (the value types both
   use live in ``specdeck_types/``).
 - ``specdeck_types/`` imports nothing of the project but itself.
 - The domains (``backend/{sglang, regen, bench, train, telemetry, auth}``) stand side by side: none
@@ -33,7 +33,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 LAYERS = ("backend", "state")
-PROJECT = ("app.py", "backend", "pages", "perf", "scripts", "specdeck_types", "state", "ui")
+PROJECT = ("app.py", "app_pages", "backend", "perf", "scripts", "specdeck_types", "state", "ui")
 
 # Circles known and not yet taken apart; a circle found must lie inside one of these.
 ALLOWED_CIRCLES: tuple[frozenset[str], ...] = ()
@@ -247,7 +247,7 @@ def layer_violations(graph: dict[str, set[str]]) -> list[str]:
     for m, targets in sorted(graph.items()):
         for t in sorted(targets):
             if _under(m, "backend"):
-                if _under(t, "ui", "pages", "app"):
+                if _under(t, "ui", "app_pages", "app"):
                     out.append(f"{m} -> {t}: backend/ never imports the dashboard")
                 elif _under(t, "backend.cli") and not _under(m, *CLI_USERS):
                     out.append(f"{m} -> {t}: only the command line (and backend/runtime.py) imports backend.cli")
@@ -260,8 +260,8 @@ def layer_violations(graph: dict[str, set[str]]) -> list[str]:
                 elif _under(m, "backend.flows") and _under(t, "backend.runtime"):
                     out.append(f"{m} -> {t}: a flow never imports the dashboard's composition root")
             elif _under(m, "state"):
-                if _under(t, "backend", "ui", "pages", "app") and t not in STATE_MAY_IMPORT:
-                    out.append(f"{m} -> {t}: state/ imports nothing from backend/, ui/ or pages/")
+                if _under(t, "backend", "ui", "app_pages", "app") and t not in STATE_MAY_IMPORT:
+                    out.append(f"{m} -> {t}: state/ imports nothing from backend/, ui/ or app_pages/")
             elif _under(m, "specdeck_types"):
                 if not _under(t, "specdeck_types"):
                     out.append(f"{m} -> {t}: specdeck_types/ imports nothing of the project")
@@ -316,7 +316,7 @@ def test_no_import_circle(graph):
 MODS = {"backend", "backend.cli", "backend.cli.bench", "backend.bench", "backend.bench.job", "backend.flows",
         "backend.flows.bench_job", "backend.runtime",
         "backend.filemodes", "state", "state.store", "specdeck_types", "specdeck_types.bench", "ui", "ui.auth",
-        "ui.context", "pages.gpus", "app"}
+        "ui.context", "app_pages.gpus", "app"}
 
 
 @pytest.mark.parametrize(
@@ -345,7 +345,7 @@ def test_imports_of(module, source, expected):
     [
         ({"backend.flows.bench_job": {"backend.cli.bench"}}, ["backend.flows.bench_job -> backend.cli.bench"]),
         ({"backend.flows.bench_job": {"ui.auth"}}, ["backend.flows.bench_job -> ui.auth"]),
-        ({"backend.cli.bench": {"pages.gpus"}}, ["backend.cli.bench -> pages.gpus"]),
+        ({"backend.cli.bench": {"app_pages.gpus"}}, ["backend.cli.bench -> app_pages.gpus"]),
         ({"state.store": {"backend.flows.bench_job"}}, ["state.store -> backend.flows.bench_job"]),
         ({"state.store": {"ui.context"}}, ["state.store -> ui.context"]),
         ({"specdeck_types.bench": {"state.store"}}, ["specdeck_types.bench -> state.store"]),
@@ -397,7 +397,7 @@ def test_circle_rule_catches_planted_circles(graph, expected):
         ("backend.regen.job", "import typing\nif typing.TYPE_CHECKING:\n    import backend.flows.relaunch\n",
          ["backend.regen.job -> backend.flows.relaunch: a domain never imports a flow"]),
         ("state.store", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from backend.sglang.config import S\n",
-         ["state.store -> backend.sglang.config: state/ imports nothing from backend/, ui/ or pages/"]),
+         ["state.store -> backend.sglang.config: state/ imports nothing from backend/, ui/ or app_pages/"]),
         # inside the domain, or on the foundation, a type-only import is allowed as any other
         ("backend.regen.job", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from backend.regen.catalog import M\n"
          "    from backend.workspace import Workspace\n", []),
@@ -412,7 +412,7 @@ def test_layer_rules_count_planted_imports_for_type_hints(module, source, expect
 
 
 MAX_LINES = 600
-SIZED = ("app.py", "backend", "state", "specdeck_types", "ui", "pages")
+SIZED = ("app.py", "backend", "state", "specdeck_types", "ui", "app_pages")
 
 
 def _oversized(root: Path, limit: int = MAX_LINES) -> list[str]:

@@ -41,8 +41,6 @@ TOKEN_KEY = "_specdeck_auth_token"
 NOTICE_KEY = "_specdeck_auth_notice"
 HOME_KEY = "_specdeck_home_page"
 LOCAL_TOKEN_KEY = "_specdeck_local_token"
-PENDING_TOKEN_KEY = "_specdeck_url_token"  # a ?token= seen by a page that ran before the frame
-FRAME_SEEN = "_specdeck_frame"  # set by the frame (app.py) on every run, before its page runs
 FORWARDING_HEADERS = ("forwarded", "x-forwarded-for", "x-real-ip")
 _warned: set[str] = set()
 
@@ -144,12 +142,12 @@ def runtime(*, show_config_error: bool = False, gate: bool = True) -> Runtime:
         if gate and not acc.can_view:
             ctx = get_script_run_ctx()
             if ctx is not None and Path(ctx.main_script_path).name == "app.py":
-                # a page run without the frame (Streamlit's pages/ folder): the frame draws the sign-in page
+                # the session may no longer view, found after the frame's gate (a live part's timed run, a
+                # sign-out meanwhile): the whole page runs again, and the frame's gate draws the sign-in page
                 if acc.notice:  # the frame's own check would only find the session gone
                     st.session_state.pop(TOKEN_KEY, None)
                     st.session_state[NOTICE_KEY] = acc.notice
-                st.session_state.pop(FRAME_SEEN, None)
-                st.switch_page("app.py")
+                st.rerun(scope="app")
             st.stop()
         show_config_error = show_config_error and acc.can_see_data
     if show_config_error and rt.config_error is not None:
@@ -346,8 +344,7 @@ _first_seen: dict[str, float] = {}  # browser session id -> when the gate first 
 def _take_url_token(rt) -> None:
     """A ``?token=`` in the URL: kept in the session when it is this dashboard's, and taken out of
     the address bar either way (it should not stay in the browser's history)."""
-    pending = st.session_state.pop(PENDING_TOKEN_KEY, None)
-    presented = st.query_params.get("token") or pending
+    presented = st.query_params.get("token")
     if presented is None:
         return
     if rt.auth.token_matches(presented):
@@ -439,7 +436,7 @@ def frame_gate(rt, pages: list) -> list:
     extra = []
     login = None
     if acc.can_sign_in and acc.mode != "signed-in" and pages:
-        login = st.Page("pages/login.py", title="Sign in", icon=":material/login:", url_path="login")
+        login = st.Page("app_pages/login.py", title="Sign in", icon=":material/login:", url_path="login")
         extra.append(login)
     notice = st.session_state.pop(NOTICE_KEY, None)  # shown once
     if notice and acc.mode != "signed-in":

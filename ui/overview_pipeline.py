@@ -14,7 +14,7 @@ from typing import Any
 
 from ui import fmt
 
-REGEN_PAGE, TRAIN_PAGE, BENCH_PAGE = "pages/regeneration.py", "pages/training.py", "pages/benchmarks.py"
+REGEN_PAGE, TRAIN_PAGE, BENCH_PAGE = "app_pages/regeneration.py", "app_pages/training.py", "app_pages/benchmarks.py"
 
 # UX.md's status palette: RUNNING green, STARTING/STOPPING/paused amber, done and stopped grey, failed red,
 # unknown purple; a stage never run is grey with an open circle.  Text colours that read on light and dark.

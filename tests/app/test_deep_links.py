@@ -87,7 +87,7 @@ def _captions(at: AppTest) -> str:
 
 @pytest.mark.timeout(240)
 def test_servers_link_selects_the_server_and_opens_its_relaunch_panel(workspace):
-    at = _page("pages/servers.py", {"server": "sim-b", "panel": "relaunch"})
+    at = _page("app_pages/servers.py", {"server": "sim-b", "panel": "relaunch"})
     assert at.selectbox(key="srv-selected").value == "sim-b"
     assert at.session_state["srv-launch-open"] is True
     assert at.button(key="srv-launch-cancel")  # the panel is drawn
@@ -106,7 +106,7 @@ def test_servers_link_selects_the_server_and_opens_its_relaunch_panel(workspace)
 
 @pytest.mark.timeout(240)
 def test_servers_page_writes_the_server_into_a_link_without_one(workspace):
-    at = _page("pages/servers.py")
+    at = _page("app_pages/servers.py")
     assert at.selectbox(key="srv-selected").value == "sim-a"
     assert _param(at, "server") == "sim-a" and _param(at, "panel") is None
     assert "From the link" not in _captions(at)
@@ -114,7 +114,7 @@ def test_servers_page_writes_the_server_into_a_link_without_one(workspace):
 
 @pytest.mark.timeout(240)
 def test_servers_link_with_an_unknown_server_or_panel_is_ignored_with_a_note(workspace):
-    at = _page("pages/servers.py", {"server": "no-such-server", "panel": "nowhere"})
+    at = _page("app_pages/servers.py", {"server": "no-such-server", "panel": "nowhere"})
     text = _captions(at)
     assert "From the link" in text and ":orange[" in text
     assert "server=no-such-server" in text and "panel=nowhere" in text and "ignored" in text
@@ -127,7 +127,7 @@ def test_servers_link_with_an_unknown_server_or_panel_is_ignored_with_a_note(wor
 
 @pytest.mark.timeout(240)
 def test_gpus_link_sets_the_history_range_and_metric_and_the_page_writes_them_back(workspace):
-    at = _page("pages/gpus.py", {"range": "6 h", "metric": "Power (W)"})
+    at = _page("app_pages/gpus.py", {"range": "6 h", "metric": "Power (W)"})
     assert at.session_state["gpu-hist-range"] == "6 h"
     assert at.selectbox(key="gpu-hist-field").value == "Power (W)"
     assert (_param(at, "range"), _param(at, "metric")) == ("6 h", "Power (W)")
@@ -140,7 +140,7 @@ def test_gpus_link_sets_the_history_range_and_metric_and_the_page_writes_them_ba
 
 @pytest.mark.timeout(240)
 def test_gpus_link_with_unknown_values_is_ignored_with_a_note(workspace):
-    at = _page("pages/gpus.py", {"range": "3 weeks", "metric": "Fan speed", "node": "elsewhere"})
+    at = _page("app_pages/gpus.py", {"range": "3 weeks", "metric": "Fan speed", "node": "elsewhere"})
     text = _captions(at)
     assert "From the link" in text and "ignored" in text
     assert "range=3 weeks" in text and "metric=Fan speed" in text and "node=elsewhere" in text
@@ -153,7 +153,7 @@ def test_gpus_link_with_unknown_values_is_ignored_with_a_note(workspace):
 
 @pytest.mark.timeout(240)
 def test_processes_link_selects_the_process_and_the_page_writes_the_choice(workspace):
-    at = _page("pages/processes.py", {"process": "beta"})
+    at = _page("app_pages/processes.py", {"process": "beta"})
     assert at.selectbox(key="proc-selected").value == "beta"
     assert any("Log · beta" in str(h.value) for h in at.subheader)
     assert _param(at, "process") == "beta"
@@ -165,7 +165,7 @@ def test_processes_link_selects_the_process_and_the_page_writes_the_choice(works
 
 @pytest.mark.timeout(240)
 def test_processes_link_with_an_unknown_process_is_ignored_with_a_note(workspace):
-    at = _page("pages/processes.py", {"process": "ghost"})
+    at = _page("app_pages/processes.py", {"process": "ghost"})
     text = _captions(at)
     assert "From the link" in text and "process=ghost" in text and "ignored" in text
     assert at.selectbox(key="proc-selected").value == "alpha"

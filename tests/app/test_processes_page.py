@@ -74,7 +74,7 @@ def _wait_state(rt, name: str, states: set[str], timeout: float = 20.0) -> str:
 
 def _processes_page(at: AppTest) -> AppTest:
     at.run()
-    at.switch_page("pages/processes.py")
+    at.switch_page("app_pages/processes.py")
     at.run()
     assert not at.exception, at.exception
     return at

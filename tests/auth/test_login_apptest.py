@@ -24,7 +24,7 @@ from state import audit
 from tests.helpers import close_runtime
 
 REPO = Path(__file__).resolve().parents[2]
-PAGES = ("pages/servers.py", "pages/processes.py", "pages/gpus.py")
+PAGES = ("app_pages/servers.py", "app_pages/processes.py", "app_pages/gpus.py")
 
 
 ANONYMOUS_VIEW = "[access]\nanonymous_view = true\n"
@@ -148,7 +148,7 @@ def test_anonymous_view_is_read_only_and_says_why(workspace, listen):
     assert str(workspace) not in " ".join(c.value for c in at.sidebar.caption)  # no workspace path
     assert any("Read-only" in c.value for c in at.sidebar.caption)
     assert not at.sidebar.get("page_link")  # nobody to sign in as: no sign-in page
-    _goto(at, "pages/processes.py")
+    _goto(at, "app_pages/processes.py")
     b = _buttons(at)
     for label in ("Start", "Stop", "Restart"):
         assert b[label].disabled, label
@@ -187,11 +187,11 @@ def test_sign_in_form_unlocks_control_and_the_audit_names_the_user(workspace, li
     at = _app()
     assert any("Sign in to start, stop or relaunch" in w.value for w in at.warning)
     assert [p.proto.label for p in at.sidebar.get("page_link")] == ["Sign in to control"]
-    _goto(at, "pages/processes.py")
+    _goto(at, "app_pages/processes.py")
     assert all(_buttons(at)[k].disabled for k in ("Start", "Stop", "Restart"))
     assert "Sign in to start" in _buttons(at)["Stop"].help
 
-    _goto(at, "pages/login.py")
+    _goto(at, "app_pages/login.py")
     assert [t.value for t in at.title] == ["Sign in"]
     _sign_in(at, "alice", "not-her-password")
     assert any("Unknown user name or wrong password" in e.value for e in at.error)
@@ -199,7 +199,7 @@ def test_sign_in_form_unlocks_control_and_the_audit_names_the_user(workspace, li
     assert not at.exception, at.exception
     assert [t.value for t in at.title] == ["Overview"]  # back to the first page, the one at /
 
-    _goto(at, "pages/processes.py")
+    _goto(at, "app_pages/processes.py")
     b = _buttons(at)
     assert not b["Stop"].disabled and not b["Restart"].disabled
     b["Stop"].click()
@@ -233,12 +233,12 @@ def test_an_idle_session_ends_after_30_minutes(workspace, listen):
     now = [time.time()]
     rt.auth.sessions.clock = lambda: now[0]
     at = _signed_in(_app(), rt, "alice", "alice-password-1")
-    _goto(at, "pages/processes.py")
+    _goto(at, "app_pages/processes.py")
     assert not _buttons(at)["Stop"].disabled
     now[0] += 30 * 60 - 1
-    at.run()
+    at.run()  # a page run is activity: 1 s short of 30 min it finds the session alive, and keeps it so
     assert not _buttons(at)["Stop"].disabled
-    now[0] += 1
+    now[0] += 30 * 60  # 30 min since that run
     at.run()
     _only_sign_in(at, workspace)
     assert any("30 min without activity" in i.value for i in at.info)
@@ -258,7 +258,7 @@ def test_a_viewer_sees_the_pages_and_acts_on_nothing(workspace, listen):
     _signed_in(at, rt, "bob", "bob-password-1")
     assert [t.value for t in at.title] == ["Overview"]
     assert any("bob" in c.value and "viewer" in c.value for c in at.sidebar.caption)
-    _goto(at, "pages/processes.py")
+    _goto(at, "app_pages/processes.py")
     b = _buttons(at)
     for label in ("Start", "Stop", "Restart"):
         assert b[label].disabled and "viewer role" in b[label].help, label
@@ -295,7 +295,7 @@ def test_loopback_controls_as_local_with_the_token_only(workspace, listen):
     at.run()
     assert "token" not in at.query_params  # taken out of the address bar
     assert at.session_state[LOCAL_TOKEN_KEY] == rt.access_token
-    _goto(at, "pages/processes.py")
+    _goto(at, "app_pages/processes.py")
     assert not [w for w in at.warning if "Sign in" in w.value] and not [e for e in at.error if "Read-only" in e.value]
     _buttons(at)["Stop"].click()
     at.run()
@@ -331,7 +331,7 @@ simulate = true
     monkeypatch.setenv("SPECDECK_WORKSPACE", str(tmp_path))
     listen("0.0.0.0", "10.213.0.2")
     try:
-        at = _goto(_app(), "pages/servers.py")
+        at = _goto(_app(), "app_pages/servers.py")
         b = _buttons(at)
         for label in ("Start…", "Stop"):
             assert b[label].disabled and "Read-only" in b[label].help, label

@@ -23,7 +23,7 @@ def bypasses(source: str) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("path", sorted((REPO / "pages").glob("*.py")) + [REPO / "app.py"],
+@pytest.mark.parametrize("path", sorted((REPO / "app_pages").glob("*.py")) + [REPO / "app.py"],
                          ids=lambda p: p.name)
 def test_pages_control_only_through_the_runtime(path):
     assert bypasses(path.read_text(encoding="utf-8")) == []

@@ -56,7 +56,7 @@ def test_the_eagle_mistake_is_on_the_accept_len_chart(tmp_path):
 
 
 def test_the_charts_tab_draws_a_chart_per_target(workspace):  # noqa: F811
-    at = open_page("pages/benchmarks.py")
+    at = open_page("app_pages/benchmarks.py")
     # on the Runs tab the charts are not built: they would be drawn hidden behind the table
     assert not [e for e in at.get("plotly_chart") if "Output tok/s against concurrency" in e.proto.spec]
     at.session_state["bench-tab"] = "Charts"  # what choosing the tab does (the page runs again)

@@ -75,7 +75,7 @@ num_draft_tokens = 4
 
 
 def _page(timeout: float = 60, tab: str | None = None) -> AppTest:
-    return open_page("pages/benchmarks.py", timeout, tab=tab)
+    return open_page("app_pages/benchmarks.py", timeout, tab=tab)
 
 
 def _rows(at: AppTest):

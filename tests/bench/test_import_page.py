@@ -93,7 +93,7 @@ def workspace(tmp_path, monkeypatch):
 
 
 def _page(tab: str | None = None) -> AppTest:
-    return open_page("pages/benchmarks.py", tab=tab)
+    return open_page("app_pages/benchmarks.py", tab=tab)
 
 
 def _tab(at: AppTest, tab: str) -> None:

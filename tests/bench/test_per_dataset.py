@@ -85,7 +85,7 @@ def _page(query: dict | None = None) -> AppTest:
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60).run()
     for k, v in (query or {}).items():
         at.query_params[k] = v
-    at.switch_page("pages/benchmarks.py")
+    at.switch_page("app_pages/benchmarks.py")
     at.run()
     assert not at.exception, at.exception
     return at

@@ -63,7 +63,7 @@ def test_a_run_through_the_router_records_its_servers_speculation_and_accept_len
     from ui.bench import data
 
     root, home = workspace
-    at = open_page("pages/benchmarks.py", 90)
+    at = open_page("app_pages/benchmarks.py", 90)
     rt = runtime_mod.get_runtime()
     for name in ("a", "b", "fleet"):
         rt.start(name, actor="test", source="test", force=True)

@@ -70,7 +70,7 @@ def test_the_form_offers_the_router_and_a_run_goes_through_its_url(workspace):
     from ui.bench.run import ROUTER_ACCEPT
 
     root, rport, mport = workspace
-    at = open_page("pages/benchmarks.py", 90, tab="Run a benchmark")
+    at = open_page("app_pages/benchmarks.py", 90, tab="Run a benchmark")
     rt = runtime_mod.get_runtime()
 
     # the Run form lists the router beside the servers, labelled with the servers behind it

@@ -139,7 +139,7 @@ num_draft_tokens = 4
 
 
 def test_runs_table_header_and_verdicts_on_the_page(workspace):
-    at = open_page("pages/benchmarks.py")
+    at = open_page("app_pages/benchmarks.py")
     (table,) = [d for d in at.dataframe if "verdict" in d.value.columns]
     assert list(table.proto.column_order) == list(data.LEAD)  # the rest behind the toggle
     df = table.value.set_index("id")

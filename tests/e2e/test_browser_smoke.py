@@ -26,10 +26,10 @@ def test_every_page_loads_without_exception(demo_dashboard):
 
     url = demo_dashboard
     SHOTS.mkdir(parents=True, exist_ok=True)
-    present = [(slug, title) for slug, title in PAGES if (REPO / "pages" / f"{slug}.py").exists()]
+    present = [(slug, title) for slug, title in PAGES if (REPO / "app_pages" / f"{slug}.py").exists()]
     assert present, "no pages found"
     with _browser() as page:
-        # the frame runs first, so st.navigation (not the pages/ folder) defines the pages
+        # the frame runs first, so st.navigation defines the pages
         page.goto(url.page(), wait_until="domcontentloaded")
         page.wait_for_selector("[data-testid='stAppViewContainer']", timeout=30_000)
         expect(page.get_by_text("Workspace:").first).to_be_visible(timeout=30_000)
@@ -53,5 +53,5 @@ def test_a_page_url_opened_first_gets_the_frame(tmp_path):
         expect(page.get_by_text("Workspace:").first).to_be_visible(timeout=30_000)
         nav = page.locator("[data-testid='stSidebarNav'] a")
         titles = [nav.nth(i).inner_text().strip().splitlines()[-1].strip() for i in range(nav.count())]
-        assert titles == ["Overview", "Servers", "Regeneration", "Training", "Benchmarks", "Processes", "GPUs"], titles  # not the pages/ folder's file names
+        assert titles == ["Overview", "Servers", "Regeneration", "Training", "Benchmarks", "Processes", "GPUs"], titles  # the pages. titles, not their file names
         assert page.locator("[data-testid='stException']").count() == 0

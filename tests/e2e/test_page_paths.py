@@ -1,5 +1,5 @@
 """Every page at its own URL in a browser: a fresh dashboard opened straight at a page's path keeps that
-path and shows the page names (not the pages/ folder's file names) while the workspace opens, and every
+path and shows the page names (not the file names of the pages) while the workspace opens, and every
 page's path opens that page, /servers included, and / opens the Overview, the first page, keeping the query."""
 
 from __future__ import annotations

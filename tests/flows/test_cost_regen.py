@@ -126,7 +126,7 @@ def test_the_regeneration_page_shows_the_jobs_gpu_hours_energy_and_tokens_per_kw
                snap(end - 0.01, 50, completion_tokens=5000, started_at=start - 200, servers=servers, state="stopping"))
         at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60)
         at.run()
-        at.switch_page("pages/regeneration.py")
+        at.switch_page("app_pages/regeneration.py")
         at.run()
         assert not at.exception, at.exception
         line = next(c for c in at.caption if c.value.startswith("Cost: "))

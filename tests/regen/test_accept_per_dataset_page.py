@@ -52,7 +52,7 @@ def _page(query: dict | None = None) -> AppTest:
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60).run()
     for k, v in (query or {}).items():
         at.query_params[k] = v
-    at.switch_page("pages/regeneration.py")
+    at.switch_page("app_pages/regeneration.py")
     at.run()
     assert not at.exception, at.exception
     return at

@@ -65,7 +65,7 @@ def write_run(root: Path, *, state: str = "running", now: float | None = None) -
 
 def _page(at: AppTest) -> AppTest:
     at.run()
-    at.switch_page("pages/regeneration.py")
+    at.switch_page("app_pages/regeneration.py")
     at.run()
     assert not at.exception, at.exception
     return at

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.timeout(120)
 def _page() -> AppTest:
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60)
     at.run()
-    at.switch_page("pages/regeneration.py")
+    at.switch_page("app_pages/regeneration.py")
     at.run()
     assert not at.exception, at.exception
     return at

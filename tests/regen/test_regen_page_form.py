@@ -37,7 +37,7 @@ def ws(tmp_path, monkeypatch):
 def _page() -> AppTest:
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60)
     at.run()
-    at.switch_page("pages/regeneration.py")
+    at.switch_page("app_pages/regeneration.py")
     at.run()
     assert not at.exception, at.exception
     return at

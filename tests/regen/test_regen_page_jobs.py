@@ -124,7 +124,7 @@ def test_start_form_previews_the_command_then_starts_the_job(ws_root):
     (ws_root / "prompts.jsonl").write_text(json.dumps({"id": "a", "prompt": "hi"}) + "\n")
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=30)
     at.run()
-    at.switch_page("pages/regeneration.py")
+    at.switch_page("app_pages/regeneration.py")
     at.run()
     at.radio(key="regen-f-source").set_value("input files").run()  # the form then shows the files field
     at.text_area(key="regen-f-files").input(str(ws_root / "prompts.jsonl"))

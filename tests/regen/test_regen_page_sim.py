@@ -38,7 +38,7 @@ def test_start_from_the_form_runs_to_done_and_the_page_shows_it(setup):
     root, sim, ids = setup
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60)
     at.run()
-    at.switch_page("pages/regeneration.py")
+    at.switch_page("app_pages/regeneration.py")
     at.run()
     assert at.selectbox(key="regen-f-mix").value == "happy"
     at.text_input(key="regen-f-urls").input(sim.url)
@@ -91,7 +91,7 @@ def test_pause_then_resume_from_the_page_finishes_every_row_once(setup):
     more = write_rows(root / "datasets" / "code.jsonl", 270, start=30)  # 300 rows, asked one at a time
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60)
     at.run()
-    at.switch_page("pages/regeneration.py")
+    at.switch_page("app_pages/regeneration.py")
     at.run()
     at.text_input(key="regen-f-urls").input(sim.url)
     at.text_input(key="regen-f-out").input("outputs/regen/slow.jsonl")
@@ -139,7 +139,7 @@ def test_requeue_failed_from_the_page_moves_them_back_and_is_audited(tmp_path, m
     try:
         at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60)
         at.run()
-        at.switch_page("pages/regeneration.py")
+        at.switch_page("app_pages/regeneration.py")
         at.run()
         assert next(m for m in at.metric if m.label == "failed").value == "2"
         assert "context_length: 2 rows" in [e.label for e in at.expander]
@@ -169,7 +169,7 @@ def test_a_run_started_from_a_terminal_can_be_resumed_from_the_page(setup):
         wait_for(lambda: (progress_lines(out) or [{}])[-1].get("state") == "running", 60, "the run", every=0.1)
         at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60)
         at.run()
-        at.switch_page("pages/regeneration.py")
+        at.switch_page("app_pages/regeneration.py")
         at.run()
         assert at.selectbox(key="regen-run").value == str(out)
         assert at.button(key="regen-stop").disabled  # not ours to stop

@@ -325,7 +325,7 @@ algorithm = "EAGLE3"
 draft_model_path = "{llama['draft']}"
 """)
     monkeypatch.setenv("SPECDECK_WORKSPACE", str(ws))
-    page = str(Path(__file__).resolve().parents[2] / "pages" / "servers.py")
+    page = str(Path(__file__).resolve().parents[2] / "app_pages" / "servers.py")
     try:
         at = AppTest.from_file(page, default_timeout=60).run()
         assert not at.exception, at.exception

@@ -21,7 +21,7 @@ from tests.helpers import close_runtime
 from tests.simws import make_models, page_workspace
 
 REPO = Path(__file__).resolve().parents[2]
-PAGE = str(REPO / "pages" / "servers.py")
+PAGE = str(REPO / "app_pages" / "servers.py")
 NOV29 = calendar.timegm((2026, 11, 29, 12, 0, 0))  # noon UTC: 2026-11-29 in any zone within ±11 h
 
 

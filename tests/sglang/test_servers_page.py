@@ -13,7 +13,7 @@ from tests.helpers import close_runtime, free_port, shown_text
 from tests.simws import make_models
 
 REPO = Path(__file__).resolve().parents[2]
-PAGE = str(REPO / "pages" / "servers.py")
+PAGE = str(REPO / "app_pages" / "servers.py")
 
 
 def _workspace(root: Path, algorithm: str | None) -> None:

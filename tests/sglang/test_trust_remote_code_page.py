@@ -15,7 +15,7 @@ from tests.helpers import close_runtime, free_port
 from tests.simws import make_models
 
 REPO = Path(__file__).resolve().parents[2]
-PAGE = str(REPO / "pages" / "servers.py")
+PAGE = str(REPO / "app_pages" / "servers.py")
 
 
 @pytest.fixture

@@ -369,7 +369,7 @@ def _regen_page(root: Path, monkeypatch, cluster: bool):
     monkeypatch.setenv("SPECDECK_WORKSPACE", str(root))
     at = AppTest.from_file(str(Path(__file__).resolve().parents[2] / "app.py"), default_timeout=60)
     at.run()
-    at.switch_page("pages/regeneration.py")
+    at.switch_page("app_pages/regeneration.py")
     at.run()
     assert not at.exception, at.exception
     return at
@@ -441,7 +441,7 @@ def test_benchmarks_form_offers_run_on_only_with_a_cluster(tmp_path, monkeypatch
             f'name = "sim"\nmodel_path = {json.dumps(str(models[0]))}\nport = {free_port()}\nsimulate = true\n')
         monkeypatch.setenv("SPECDECK_WORKSPACE", str(root))
         try:
-            at = open_page("pages/benchmarks.py", 90, tab="Run a benchmark")
+            at = open_page("app_pages/benchmarks.py", 90, tab="Run a benchmark")
             radios = {r.key: r for r in at.radio}
             if cluster:
                 assert radios["bench-f-where"].label == "Run on" and radios["bench-f-where"].value == "local"

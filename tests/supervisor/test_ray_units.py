@@ -415,7 +415,7 @@ def test_processes_page_shows_the_backend_submission_id_and_pending_reason(fake_
         repo = Path(__file__).resolve().parents[2]
         at = AppTest.from_file(str(repo / "app.py"), default_timeout=30)
         at.run()
-        at.switch_page("pages/processes.py")
+        at.switch_page("app_pages/processes.py")
         at.run()
         assert not at.exception, at.exception
         table = at.table[0].value

@@ -12,7 +12,7 @@ from backend import runtime as runtime_mod
 from backend.telemetry import nvml as nvml_mod
 
 REPO = Path(__file__).resolve().parents[2]
-PAGE = str(REPO / "pages" / "gpus.py")
+PAGE = str(REPO / "app_pages" / "gpus.py")
 GIB = 1024**3
 
 

@@ -28,7 +28,7 @@ from tests.helpers import close_runtime, free_port, wait_for
 from tests.simws import make_models
 
 REPO = Path(__file__).resolve().parents[2]
-PAGE = str(REPO / "pages" / "gpus.py")
+PAGE = str(REPO / "app_pages" / "gpus.py")
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 
 pytestmark = pytest.mark.skipif(not os.path.exists(PROMETHEUS),

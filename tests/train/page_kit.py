@@ -54,7 +54,7 @@ def workspace(tmp_path, monkeypatch):
 
 def page(at: AppTest) -> AppTest:
     at.run()
-    at.switch_page("pages/training.py")
+    at.switch_page("app_pages/training.py")
     at.run()
     assert not at.exception, at.exception
     return at

@@ -68,7 +68,7 @@ def test_the_controls_come_from_a_link(workspace):  # noqa: F811
     log = workspace / "train.log"
     log.write_text(gen2_log(), encoding="utf-8")
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60).run()
-    at.switch_page("pages/training.py")
+    at.switch_page("app_pages/training.py")
     at.query_params.update({"x": "wall time", "log": "True", "smooth": "0.8", "clip": "maybe"})
     at.run()
     at = follow(at, log)

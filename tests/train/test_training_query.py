@@ -37,7 +37,7 @@ def _page(query: dict | None = None) -> AppTest:
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=90).run()
     for k, v in (query or {}).items():
         at.query_params[k] = v
-    at.switch_page("pages/training.py")
+    at.switch_page("app_pages/training.py")
     at.run()
     assert not at.exception, at.exception
     return at

@@ -154,14 +154,14 @@ def test_a_viewer_cannot_follow_a_training_log_by_path(ws, monkeypatch):
     real = ui.train.curves.follower
     monkeypatch.setattr(ui.train.curves, "follower", lambda *a, **k: read.append(a) or real(*a, **k))
     _as(monkeypatch, _viewer(rt))
-    at = _open("pages/training.py")
+    at = _open("app_pages/training.py")
     at.session_state["train-follow-open"] = True  # the follow form is built while its expander is open
     at.run()
     follow = next(b for b in at.button if b.label == "Follow")
     assert follow.disabled and "viewer" in follow.help and at.text_input(key="train-follow-log").disabled
     import ui.train.runs
     _unlocked_page(monkeypatch, ui.train.runs)
-    at = _open("pages/training.py")
+    at = _open("app_pages/training.py")
     at.session_state["train-follow-open"] = True
     at.run()
     at.text_input(key="train-follow-log").input(str(log))
@@ -184,7 +184,7 @@ def test_a_viewer_cannot_follow_a_specforge_run_by_path(ws, monkeypatch):
     import ui.regen.live
     monkeypatch.setattr(ui.regen.live, "specforge_follower", lambda *a: followed.append(a))
     _as(monkeypatch, _viewer(rt))
-    at = _open("pages/regeneration.py")
+    at = _open("app_pages/regeneration.py")
     at.segmented_control(key="regen-mode").set_value("SpecForge's regenerate_train_data.py").run()
     assert at.text_input(key="regen-sf-in").disabled and at.text_input(key="regen-sf-out").disabled
     _unlocked_page(monkeypatch)
@@ -205,7 +205,7 @@ def test_a_viewer_cannot_ask_for_a_pcie_read(ws, monkeypatch):
     asked = []
     monkeypatch.setattr(rt.telemetry, "request_slow", lambda **k: asked.append(k))
     _as(monkeypatch, _viewer(rt))
-    at = _open("pages/gpus.py")
+    at = _open("app_pages/gpus.py")
     button = at.button(key="gpu-pcie-read")
     assert button.disabled and "viewer" in button.help
     _unlocked_page(monkeypatch)
@@ -225,7 +225,7 @@ def test_a_viewer_runs_no_preflight_of_a_server(ws, monkeypatch):
     monkeypatch.setattr(rt.fleet, "preflight", lambda *a, **k: ran.append(a) or [])
     monkeypatch.setattr(rt.fleet, "warm_parser", lambda name: ran.append(("warm", name)))
     _as(monkeypatch, _viewer(rt))
-    at = _open("pages/servers.py")
+    at = _open("app_pages/servers.py")
     assert at.button(key="srv-run-preflight").disabled
     assert ran == []  # not run on the first visit either
     _unlocked_page(monkeypatch)
@@ -257,21 +257,21 @@ def test_anonymous_viewing_shows_no_log_line_command_line_or_audit(ws, monkeypat
     rt = runtime_mod.get_runtime()
     _ready(rt)
     # this host sees them all (so the checks below look where they would be)
-    at = _open("pages/processes.py")
+    at = _open("app_pages/processes.py")
     at.selectbox(key="proc-selected").set_value("ticker").run()
     local = _everything(at)
     assert LOG_LINE in local and ARGV_MARK in local and "Download audit log" in local
-    assert SERVER_LINE in _everything(_open("pages/servers.py"))
+    assert SERVER_LINE in _everything(_open("app_pages/servers.py"))
 
     _as(monkeypatch, Caller("0.0.0.0", CLIENT))
-    at = _open("pages/processes.py")
+    at = _open("app_pages/processes.py")
     at.selectbox(key="proc-selected").set_value("ticker").run()
     seen = _everything(at)
     assert "RUNNING" in seen  # states stay
     assert LOG_LINE not in seen and ARGV_MARK not in seen
     assert not [b for b in at.get("download_button")] and "Audit log" in [s.value for s in at.subheader]
     assert str(rt.workspace.log_path("ticker")) not in seen
-    at = _open("pages/servers.py")
+    at = _open("app_pages/servers.py")
     seen = _everything(at)
     assert SERVER_LINE not in seen and "--model-path" not in seen and "draft_model_path" not in seen
     assert any("Hidden until you sign in" in c.value for c in at.caption)
@@ -282,11 +282,11 @@ def test_anonymous_viewing_shows_no_prompt_or_answer(ws, monkeypatch):
     _workspace(ws, anonymous_view=True)
     _regen_run(ws)
     runtime_mod.get_runtime()
-    local = _everything(_open("pages/regeneration.py"))
+    local = _everything(_open("app_pages/regeneration.py"))
     assert ANSWER in local and PROMPT in local and "ORIGINAL-5e2" in local
 
     _as(monkeypatch, Caller("0.0.0.0", CLIENT))
-    at = _open("pages/regeneration.py")
+    at = _open("app_pages/regeneration.py")
     seen = _everything(at)
     assert "PROMPT-5e2" not in seen and "ANSWER-5e2" not in seen and "ORIGINAL-5e2" not in seen
     assert [m.value for m in at.metric if m.label == "done"] == ["1"]  # the figures stay
@@ -301,7 +301,7 @@ def test_an_image_in_an_answer_is_shown_as_text(ws):
     _regen_run(ws, answer=f"Look: ![t]({EVIL}) and [![n]({EVIL})](http://example.org)",
                reasoning=f"first ![r][1]\n\n[1]: {EVIL}")
     runtime_mod.get_runtime()
-    at = _open("pages/regeneration.py")
+    at = _open("app_pages/regeneration.py")
     shown = [m.value for m in at.markdown] + [c.value for c in at.caption] + [e.label for e in at.expander]
     assert any(f"Look: !\\[t]({EVIL})" in v for v in shown), shown
     assert any("first !\\[r][1]" in v for v in shown), shown

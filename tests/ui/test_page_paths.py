@@ -50,4 +50,12 @@ def test_the_frame_names_the_pages_before_the_workspace_opens():
     assert order and order[0] == "_early_frame", order
     early = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_early_frame")
     src = ast.unparse(early)
-    assert "st.navigation(" in src and "WANTED_PAGE" in src and "Opening the workspace" in src
+    assert "st.navigation(" in src and "Opening the workspace" in src
+
+
+def test_the_pages_are_not_in_a_folder_named_pages():
+    """Streamlit runs a file of a ``pages/`` folder beside the main script on its own, without the frame, when
+    its URL is the first a fresh server is asked for (its older multipage mechanism): no sidebar, no sign-in
+    gate, and two script runs more before the page once sent through the frame.  The pages live elsewhere."""
+    assert not (REPO / "pages").exists()
+    assert all(r[0].startswith("app_pages/") for r in _pages_table())

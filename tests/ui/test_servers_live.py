@@ -14,7 +14,7 @@ from tests.helpers import close_runtime
 from tests.simws import make_models, page_workspace
 
 REPO = Path(__file__).resolve().parents[2]
-PAGE = str(REPO / "pages" / "servers.py")
+PAGE = str(REPO / "app_pages" / "servers.py")
 
 
 def _stamp(t: float) -> str:

@@ -6,10 +6,6 @@ calls NVML or psutil itself.
 
 from __future__ import annotations
 
-from ui.context import require_frame  # first: a page run without the frame goes to it before the imports below
-
-require_frame(__file__)
-
 import time
 
 import pandas as pd

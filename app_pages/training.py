@@ -3,10 +3,6 @@ benchmarks measured, its checkpoints, and the runs of the workspace."""
 
 from __future__ import annotations
 
-from ui.context import require_frame  # first: a page run without the frame goes to it before the imports below
-
-require_frame(__file__)
-
 import streamlit as st
 
 from ui.train import runs as train_runs

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-from ui.context import require_frame  # first: a page run without the frame goes to it before the imports below
-
-require_frame(__file__)
-
 import shlex
 import time
 from pathlib import Path

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from ui.auth import login_page
-from ui.context import require_frame, runtime
+from ui.context import runtime
 
-require_frame(__file__)
 login_page(runtime())

@@ -9,13 +9,12 @@ from ui.regen import control as regen_control
 from ui.regen import live as live
 from ui.auth import control_lock, data_lock, typed_path
 from ui.components import open_expander, page_header
-from ui.context import require_frame, runtime
+from ui.context import runtime
 from ui.overview_query import QueryState
 
 SPECDECK, SPECFORGE = "Specdeck job", "SpecForge's regenerate_train_data.py"
 START_OPEN = "regen-start-open"  # the "Start a regeneration" expander below a run is open
 
-require_frame(__file__)
 rt = runtime()
 
 page_header("Regeneration", "The target model answers the training prompts again: progress, speed, ETA, failures "

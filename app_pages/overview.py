@@ -7,38 +7,34 @@ block each (those in trouble first) and "+K more" beyond three."""
 
 from __future__ import annotations
 
-from ui.context import require_frame  # first: a page run without the frame goes to it before the imports below
+import functools
+import html
+import logging
+import re
+import sqlite3
+import time
 
-require_frame(__file__)
+import streamlit as st
 
-import functools  # noqa: E402
-import html  # noqa: E402
-import logging  # noqa: E402
-import re  # noqa: E402
-import sqlite3  # noqa: E402
-import time  # noqa: E402
-
-import streamlit as st  # noqa: E402
-
-from backend.bench import baseline  # noqa: E402
-from ui import fmt  # noqa: E402
-from ui import overview_data as data  # noqa: E402
-from ui import overview_pipeline as pipe  # noqa: E402
-from ui import overview_train as train  # noqa: E402
-from ui.auth import control_lock, data_lock, live_fragment  # noqa: E402
-from ui.bench import data as bench_data  # noqa: E402
-from ui.bench import stored as bench_stored  # noqa: E402
-from ui.components import page_header  # noqa: E402
-from ui.context import runtime  # noqa: E402
-from ui.regen.blocks import STATE_TEXT  # noqa: E402
+from backend.bench import baseline
+from ui import fmt
+from ui import overview_data as data
+from ui import overview_pipeline as pipe
+from ui import overview_train as train
+from ui.auth import control_lock, data_lock, live_fragment
+from ui.bench import data as bench_data
+from ui.bench import stored as bench_stored
+from ui.components import page_header
+from ui.context import runtime
+from ui.regen.blocks import STATE_TEXT
 
 log = logging.getLogger(__name__)
 REFRESH_S = 2  # progress and servers
 SLOW_REFRESH_S = 5  # alerts, GPUs, training, cost
 LEVEL_COLOUR = {"good": "green", "par": "gray", "warn": "orange", "bad": "red", "none": "gray"}
-SERVERS_PAGE, REGEN_PAGE = "pages/servers.py", "pages/regeneration.py"
-TRAIN_PAGE, BENCH_PAGE = "pages/training.py", "pages/benchmarks.py"
-PROCESSES_PAGE, GPUS_PAGE = "pages/processes.py", "pages/gpus.py"
+SERVERS_PAGE, REGEN_PAGE = "app_pages/servers.py", "app_pages/regeneration.py"
+TRAIN_PAGE, BENCH_PAGE = "app_pages/training.py", "app_pages/benchmarks.py"
+PROCESSES_PAGE, GPUS_PAGE = "app_pages/processes.py", "app_pages/gpus.py"
 # the tiles are dense: less room above the title than a page of details, smaller tile headings
 COMPACT_CSS = """<style>
 [data-testid="stMainBlockContainer"] { padding-top: 3.7rem !important; padding-bottom: 1rem !important; }

@@ -3,10 +3,6 @@ running a benchmark of a managed server."""
 
 from __future__ import annotations
 
-from ui.context import require_frame  # first: a page run without the frame goes to it before the imports below
-
-require_frame(__file__)
-
 import time
 from dataclasses import replace
 
