@@ -76,13 +76,6 @@ def _when(ts: float | None) -> str:
     return time.strftime("%H:%M:%S", time.localtime(ts)) if ts else fmt.NA
 
 
-def _latest(series: list, default=None):
-    for v in reversed(series):
-        if v is not None:
-            return v
-    return default
-
-
 def _reading_age(r) -> str:
     if r is None:
         return "not read yet"
@@ -122,12 +115,9 @@ def baseline_choice(server: str, running: int | None) -> baseline.BaselineChoice
 def live_figures(snap, server: str) -> baseline.BaselineChoice:
     """Key figures of the current run; tok/s against the baseline measured at the same concurrency, or
     (none stored) per request against the configured single-stream one.  Returns the baseline chosen."""
-    dec = snap.run_decode if snap.run_decode is not None else snap.decode
-    acc = _latest(dec["accept_len"])
-    life = snap.lifetime_accept_len
-    last = len(dec["ts"]) - 1
-    tput = dec["gen_throughput"][last] if last >= 0 else None
-    running = dec["running_req"][last] if last >= 0 else None
+    fig = livefigures.latest(snap)
+    dec, acc, life, tput, running = fig.decode, fig.accept_len, fig.lifetime_accept_len, fig.gen_throughput, \
+        fig.running_req
     choice = baseline_choice(server, running)
     measured = livefigures.measured_figures(tput, running, choice) if choice.stored else None
     speed = livefigures.speed_figures(tput, running, None if measured else snap.baseline_tok_s)
@@ -172,9 +162,9 @@ def live_figures(snap, server: str) -> baseline.BaselineChoice:
                          f"is the mean over the last {STEADY_WINDOW_S:.0f} s against the output tok/s of the "
                          "baseline, given only when every line of that window ran at the concurrency the baseline "
                          f"was measured at: {VERDICT_TEXT}. {choice.label}.")
-    c[4].metric("running · queued", f"{fmt.count(running)} · {fmt.count(_latest(dec['queue_req']))}",
+    c[4].metric("running · queued", f"{fmt.count(running)} · {fmt.count(livefigures.newest(dec['queue_req']))}",
                 help="#running-req and #queue-req of the latest decode line of this run")
-    usage = _latest(dec["token_usage"])
+    usage = livefigures.newest(dec["token_usage"])
     metrics = snap.metrics.value if snap.run_live and snap.metrics is not None and snap.metrics.ok else None
     hit, hit_from = livefigures.prefix_cache_hit_pct(snap.latest_prefill, metrics)
     c[5].metric("KV used · cache hit", f"{fmt.pct(None if usage is None else usage * 100)} · {fmt.pct(hit)}",

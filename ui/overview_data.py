@@ -139,13 +139,6 @@ def eta_text(eta: Eta | None) -> str:
 # -- servers -----------------------------------------------------------------------------------------------
 
 
-def _latest(series: list, default=None):
-    for v in reversed(series):
-        if v is not None:
-            return v
-    return default
-
-
 @dataclass(frozen=True)
 class ServerTile:
     name: str
@@ -174,12 +167,9 @@ def server_tile(rt, name: str, stored, *, now: float | None = None) -> ServerTil
     snap = fleet.snapshot(name)
     view = rt.supervisor.view(name)
     cfg = fleet.config(name)
-    dec = snap.run_decode if snap.run_decode is not None else snap.decode
-    acc = _latest(dec["accept_len"])
-    life = snap.lifetime_accept_len
-    last = len(dec["ts"]) - 1
-    tput = dec["gen_throughput"][last] if last >= 0 else None
-    running = dec["running_req"][last] if last >= 0 else None
+    newest = livefigures.latest(snap)
+    dec, acc, life, tput, running = newest.decode, newest.accept_len, newest.lifetime_accept_len, \
+        newest.gen_throughput, newest.running_req
     choice = stored.choose(name, cfg.model_path, cfg.served_model_name, running, cfg.baseline_tok_s)
     measured = livefigures.measured_figures(tput, running, choice) if choice.stored else None
     speed = livefigures.speed_figures(tput, running, None if measured else snap.baseline_tok_s)

@@ -102,6 +102,32 @@ class SpeedFigures:
         return f"aggregate {self.aggregate:,.1f} tok/s at {n} running request{'s' if self.running != 1 else ''}"
 
 
+@dataclass(frozen=True)
+class Latest:
+    """A server's newest decode figures (of its current run; of the whole log where runs are not told apart)."""
+    decode: dict  # the decode series they come from: ts, accept_len, gen_throughput, running_req, ...
+    accept_len: float | None  # the newest accept length logged
+    lifetime_accept_len: float | None  # the server's own lifetime average (/server_info)
+    gen_throughput: float | None  # of the last decode line
+    running_req: int | None  # of the last decode line
+
+
+def newest(series: list, default=None):
+    """The newest value of ``series`` that is not None."""
+    for v in reversed(series):
+        if v is not None:
+            return v
+    return default
+
+
+def latest(snap) -> Latest:
+    """The newest decode figures of a server snapshot (``run_decode``, else ``decode``)."""
+    dec = snap.run_decode if snap.run_decode is not None else snap.decode
+    last = len(dec["ts"]) - 1
+    return Latest(dec, newest(dec["accept_len"]), snap.lifetime_accept_len,
+                  dec["gen_throughput"][last] if last >= 0 else None, dec["running_req"][last] if last >= 0 else None)
+
+
 def speed_figures(gen_throughput: float | None, running_req: int | None,
                   baseline_tok_s: float | None) -> SpeedFigures:
     per = None
