@@ -209,8 +209,6 @@ def fragment_run() -> bool:
     """Whether this run draws live parts only (a fragment's timed run; the rest of the page stays as the last
     full run drew it).  A live part drawn within a full run (a click, a choice) need not run the page again
     for news it finds: the run it is part of draws the rest of the page after it."""
-    from streamlit.runtime.scriptrunner import get_script_run_ctx
-
     ctx = get_script_run_ctx()
     return bool(ctx is not None and ctx.fragment_ids_this_run)
 

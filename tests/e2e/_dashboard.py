@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import collections
 import os
 import secrets
 import signal
@@ -210,8 +211,6 @@ class _Seen:
     websocket's close or the request that failed before it)."""
 
     def __init__(self, keep: int = 40) -> None:
-        import collections
-
         self._lines: collections.deque[list] = collections.deque(maxlen=keep)
 
     def append(self, line: str) -> None:
