@@ -235,7 +235,9 @@ def tb_python(venv: Path) -> Path:
 
 
 @contextmanager
-def serve(kind: str, run: Path, tb: Path):
+def serve(kind: str, run: Path, tb: Path | None, tree: Path = REPO):
+    """``kind`` (specdeck: the dashboard of the checkout ``tree``; tensorboard) serving ``run`` on a free port of
+    127.0.0.1; yields (its process, the URL of its loss curves) once it answers."""
     port = _free_port()
     out = open(run / f"{kind}.out", "wb")  # noqa: SIM115 - the server's life
     if kind == "specdeck":
@@ -247,7 +249,7 @@ def serve(kind: str, run: Path, tb: Path):
                 "--browser.gatherUsageStats", "false"]
         health = f"http://127.0.0.1:{port}/_stcore/health"
         url = f"http://127.0.0.1:{port}/training?token={token}&run=bench"
-        cwd = REPO
+        cwd = tree
     else:
         env = dict(os.environ)
         argv = [str(tb), "--logdir", str(run / "tb"), "--host", "127.0.0.1", "--port", str(port)]
