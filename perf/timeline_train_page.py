@@ -9,7 +9,8 @@ for an A/B), the run of ``perf/bench_train_vs_tensorboard.py`` (``--steps`` step
 at 1440 x 3000.  The page is polled every 30 ms; printed, in seconds from the navigation's start:
 
 * each change of the app's script state (``running``, ``notRunning``: one pair per script run), the count of
-  plotly charts in the page and of those with a drawn line;
+  plotly charts in the page and of those with a drawn line, and whether charts are still to come (a place
+  that says "drawing…");
 * each websocket message of the server over 10 KB (a chart's data), and when Streamlit's plotly chunk and the
   other code chunks were fetched;
 * then a summary: script runs before the charts, when the plotly chunk came, when every chart had its line,
@@ -34,7 +35,8 @@ STATE_JS = """() => {
   const g = [...document.querySelectorAll('.js-plotly-plot')];
   const app = document.querySelector("[data-testid='stApp']");
   return [app ? app.getAttribute('data-test-script-state') : null, g.length,
-          g.filter(x => x.querySelector('.scatterlayer .trace path.js-line')).length];
+          g.filter(x => x.querySelector('.scatterlayer .trace path.js-line')).length,
+          document.body.innerText.includes('drawing…')];
 }"""
 
 
@@ -65,13 +67,14 @@ def visit(tree: Path, base: Path, steps: int, settle: float, pw) -> dict:
             seen, runs, whole, charts = None, 0, None, None
             deadline = t0 + tb.LOAD_TIMEOUT_S
             while time.monotonic() < deadline:
-                state, plots, drawn = page.evaluate(STATE_JS)
-                now = (state, plots, drawn)
+                state, plots, drawn, pending = page.evaluate(STATE_JS)
+                now = (state, plots, drawn, pending)
                 if now != seen:
-                    events.append((at(), f"script {state}; {plots} charts, {drawn} with a line"))
+                    events.append((at(), f"script {state}; {plots} charts, {drawn} with a line"
+                                         + ("; more to come" if pending else "")))
                     runs += state == "running" and (seen is None or seen[0] != "running")
                     seen = now
-                if charts is None and plots and drawn == plots:
+                if charts is None and plots and drawn == plots and not pending:
                     charts = at()
                 if whole is None:
                     last = page.evaluate(tb.SPECDECK_JS)

@@ -245,3 +245,30 @@ def test_a_full_run_after_the_log_grew_draws_the_new_steps_without_running_the_p
     assert not at.exception, at.exception
     assert len(trace(figure(at, "Loss"), "loss")["y"]) == 20
     assert "_watch" not in asked, asked
+
+
+@pytest.mark.timeout(180)
+def test_a_first_drawing_shows_the_first_row_of_charts_and_the_next_run_the_rest(workspace):  # noqa: F811
+    """A browser draws each new plotly chart in turn: the first drawing of a choice of runs sends the first row
+    (the loss curve first) and keeps the others' places; the page's next run (the live part's refresh) draws
+    them all, and a change of the same runs' view (smoothing) draws them all at once."""
+    import json
+
+    from ui.train.curves import FIRST_ROW, REST_KEY
+
+    def titles() -> list[str]:
+        return [json.loads(c.proto.spec)["layout"].get("title", {}).get("text") for c in at.get("plotly_chart")]
+
+    def waiting() -> list[str]:
+        return [c.value for c in at.caption if "drawing…" in str(c.value)]
+
+    at = _page_with(gen2_log(), workspace)
+    assert titles()[0] == "Loss" and len(titles()) <= FIRST_ROW
+    assert "**acc_i per TTT position**: drawing…" in waiting()
+    assert at.session_state[REST_KEY] is not None
+    at.run()
+    every = titles()
+    assert len(every) > FIRST_ROW and "acc_i per TTT position" in every and not waiting()
+    assert at.session_state[REST_KEY] is None
+    at.slider(key="train-smooth").set_value(0.5).run()
+    assert titles() == every and not waiting()
