@@ -16,9 +16,10 @@ import streamlit as st
 from ui import fmt
 from ui.auth import frame_gate, gate, live_fragment
 from ui.components import store_banner
-from ui.context import freeze_startup, limit_malloc_arenas, runtime
+from ui.context import freeze_startup, limit_malloc_arenas, runtime, serve_static_files_whole
 
 limit_malloc_arenas()  # once per process, before the runtime's threads start (ui.context says why)
+serve_static_files_whole()  # the browser's code comes whole while a script runs (ui.context says why)
 
 HERE = Path(__file__).resolve().parent
 

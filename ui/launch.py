@@ -119,9 +119,10 @@ def _warm_and_log() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """``streamlit run app.py ARGV`` with :func:`warm` in a thread beside it."""
-    from ui.context import limit_malloc_arenas
+    from ui.context import limit_malloc_arenas, serve_static_files_whole
 
     limit_malloc_arenas()  # before any thread starts (ui.context says why); app.py's own call is then a no-op
+    serve_static_files_whole()
     if not log.handlers:  # its own line on stderr; the root logger (libraries' INFO lines) stays as it is
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
