@@ -57,7 +57,7 @@ ANSWER = {
     "overview": "[data-testid='stProgress'], [data-testid='stMetric']",  # the tiles: progress and figures
     "servers": PLOT,
     "regeneration": PLOT,
-    "training": PLOT,
+    "training": ".sd-chart[data-drawn] canvas, " + PLOT,  # uPlot's charts (ui/linechart.py); plotly's before
     "benchmarks": "[data-testid='stDataFrame']",  # the Runs table; the charts are in a tab behind it
     "processes": "[data-testid='stTable']",  # the table of managed processes
     "gpus": PLOT,

@@ -64,6 +64,9 @@ T_START = 1_767_225_600.0  # the run's first step: 2026-01-01 00:00 UTC
 
 # the loss curve's last step on screen, in Specdeck's page: the plotly chart titled Loss
 SPECDECK_JS = """() => {
+  for (const box of document.querySelectorAll('.sd-chart[data-drawn]')) {  // uPlot (ui/linechart.js)
+    if (box.dataset.title === 'Loss') return box.dataset.last === '' ? null : Number(box.dataset.last);
+  }
   for (const gd of document.querySelectorAll('.js-plotly-plot')) {
     const title = gd.layout && gd.layout.title && (gd.layout.title.text || gd.layout.title);
     if (String(title).replace(/<[^>]+>/g, '') !== 'Loss' || !gd.data) continue;

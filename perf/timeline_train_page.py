@@ -9,11 +9,12 @@ for an A/B), the run of ``perf/bench_train_vs_tensorboard.py`` (``--steps`` step
 at 1440 x 3000.  The page is polled every 30 ms; printed, in seconds from the navigation's start:
 
 * each change of the app's script state (``running``, ``notRunning``: one pair per script run), the count of
-  plotly charts in the page and of those with a drawn line, and whether charts are still to come (a place
-  that says "drawing…");
+  charts in the page (uPlot's, ui/linechart.py, or plotly's in an older checkout) and of those with a drawn
+  line, and whether charts are still to come (a place that says "drawing…", in an older checkout);
 * each websocket message of the server over 10 KB (a chart's data), and when Streamlit's plotly chunk and the
   other code chunks were fetched;
-* then a summary: script runs before the charts, when the plotly chunk came, when every chart had its line,
+* then a summary: script runs before the charts, when the plotly chunk came (n/a: not asked for), when every
+  chart had its line,
   the whole loss curve, and the server's CPU seconds from the navigation to the whole curve.
 """
 
@@ -33,9 +34,11 @@ from perf import bench_train_vs_tensorboard as tb  # noqa: E402  (the run, its s
 POLL_S = 0.03
 STATE_JS = """() => {
   const g = [...document.querySelectorAll('.js-plotly-plot')];
+  const u = [...document.querySelectorAll('.sd-chart')];  // uPlot (ui/linechart.js)
   const app = document.querySelector("[data-testid='stApp']");
-  return [app ? app.getAttribute('data-test-script-state') : null, g.length,
-          g.filter(x => x.querySelector('.scatterlayer .trace path.js-line')).length,
+  return [app ? app.getAttribute('data-test-script-state') : null, g.length + u.length,
+          g.filter(x => x.querySelector('.scatterlayer .trace path.js-line')).length +
+          u.filter(x => x.dataset.drawn).length,
           document.body.innerText.includes('drawing…')];
 }"""
 

@@ -132,7 +132,9 @@ def main(argv: list[str] | None = None) -> None:
     threading.Thread(target=_warm_and_log, name="specdeck-warm", daemon=True).start()
     from streamlit.web import cli
 
-    cli.main(args=["run", str(APP), *(sys.argv[1:] if argv is None else argv)], prog_name="streamlit")
+    # the app's static folder serves the charts' code (ui/linechart.py); a user's own setting comes after
+    cli.main(args=["run", str(APP), "--server.enableStaticServing", "true",
+                   *(sys.argv[1:] if argv is None else argv)], prog_name="streamlit")
 
 
 if __name__ == "__main__":

@@ -94,21 +94,17 @@ def metric(at: AppTest, label: str):
     return next(m for m in at.metric if m.label == label)
 
 
-def all_charts(at: AppTest) -> AppTest:
-    """The page's charts, every one: a first drawing of a choice of runs draws the first row only, and the
-    live part's next refresh runs the page again for the rest (here: the page runs again, as it would)."""
-    from ui.train.curves import REST_KEY
+def specs(at: AppTest) -> list[dict]:
+    """The figures the page's charts draw (ui/linechart.py sends each as plotly's JSON), in page order."""
+    import json
 
-    if REST_KEY in at.session_state and at.session_state[REST_KEY] is not None:
-        at.run()
-        assert not at.exception, at.exception
-    return at
+    from ui.linechart import NAME
+
+    return [json.loads(c.proto.bytes) for c in at.get("bidi_component") if c.proto.component_name == NAME]
 
 
 def chart_titles(at: AppTest) -> list[str]:
-    all_charts(at)
-    import json
-    return [json.loads(c.proto.spec)["layout"].get("title", {}).get("text") for c in at.get("plotly_chart")]
+    return [fig["layout"].get("title", {}).get("text") for fig in specs(at)]
 
 
 def decoded(value):
@@ -127,10 +123,7 @@ def decoded(value):
 
 
 def figure(at: AppTest, title: str) -> dict:
-    import json
-    all_charts(at)
-    for c in at.get("plotly_chart"):
-        fig = json.loads(c.proto.spec)
+    for fig in specs(at):
         if fig["layout"].get("title", {}).get("text") == title:
             for t in fig["data"]:
                 for k in ("x", "y"):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from tests.train.page_kit import REPO, figure, follow, gen2_log, page, trace, workspace  # noqa: F401
+from tests.train.page_kit import REPO, chart_titles, figure, follow, gen2_log, page, trace, workspace  # noqa: F401
 
 SPIKE = "\rTraining Epoch 0:  55%|#         | 11/20 [00:11<00:09,  1.00s/it, loss=90.00, acc=0.30, time=1.00s]"
 
@@ -248,27 +248,33 @@ def test_a_full_run_after_the_log_grew_draws_the_new_steps_without_running_the_p
 
 
 @pytest.mark.timeout(180)
-def test_a_first_drawing_shows_the_first_row_of_charts_and_the_next_run_the_rest(workspace):  # noqa: F811
-    """A browser draws each new plotly chart in turn: the first drawing of a choice of runs sends the first row
-    (the loss curve first) and keeps the others' places; the page's next run (the live part's refresh) draws
-    them all, and a change of the same runs' view (smoothing) draws them all at once."""
-    import json
-
-    from ui.train.curves import FIRST_ROW, REST_KEY
-
-    def titles() -> list[str]:
-        return [json.loads(c.proto.spec)["layout"].get("title", {}).get("text") for c in at.get("plotly_chart")]
-
-    def waiting() -> list[str]:
-        return [c.value for c in at.caption if "drawing…" in str(c.value)]
-
+def test_a_first_drawing_sends_every_chart_at_once_and_none_through_plotly(workspace):  # noqa: F811
+    """The curves are drawn by uPlot (a few milliseconds a chart): the first drawing of a choice of runs sends
+    every chart in one page run, none as a plotly chart (whose 4.7 MB of code a browser loads first), and a
+    change of the view (smoothing) draws the same charts again."""
     at = _page_with(gen2_log(), workspace)
-    assert titles()[0] == "Loss" and len(titles()) <= FIRST_ROW
-    assert "**acc_i per TTT position**: drawing…" in waiting()
-    assert at.session_state[REST_KEY] is not None
-    at.run()
-    every = titles()
-    assert len(every) > FIRST_ROW and "acc_i per TTT position" in every and not waiting()
-    assert at.session_state[REST_KEY] is None
+    every = chart_titles(at)
+    assert every[:2] == ["Loss", "Accept length: predicted and measured"], every
+    assert "acc_i per TTT position" in every and "Step time" in every, every
+    assert not at.get("plotly_chart")
+    assert not [c.value for c in at.caption if "drawing…" in str(c.value)]
     at.slider(key="train-smooth").set_value(0.5).run()
-    assert titles() == every and not waiting()
+    assert chart_titles(at) == every
+
+
+@pytest.mark.parametrize("log", [False, True])
+def test_ignoring_outliers_of_a_flat_curve_leaves_a_band_around_it(log):
+    """A constant step time (1.0 s every step) has no spread but rounding: the clipped y range is a band
+    around the value on either scale, not a range of width 0 that draws nothing."""
+    from ui.train import charts as tc
+    from ui.train.series import Series
+
+    s = Series()
+    for i in range(200):
+        s.add(float(i), None, 1.0 + (i % 3 - 1) * 2.2e-16)  # 0.9999999999999998, 1.0, 1.0000000000000002
+    fig = tc.new_figure("Step time", tc.STEP)
+    tc.add_curve(fig, s, "step_time_s", tc.STEP, colour="#2563eb")
+    tc.scale_y(fig, log=log, clip=True)
+    lo, hi = fig.layout.yaxis.range
+    value = 0.0 if log else 1.0
+    assert lo < value < hi and hi - lo >= 0.1, (lo, hi)

@@ -120,7 +120,9 @@ def scale_y(fig: go.Figure, *, log: bool = False, clip: bool = False) -> None:
     if len(vals) < 5:
         return
     lo, hi = np.quantile(vals, CLIP_QUANTILES)
-    pad = (hi - lo) * 0.1 or abs(hi) * 0.05 or 0.1
+    span = float(hi - lo)
+    # a flat curve (a constant step time) has no spread, only rounding: a band around it, not a range of width 0
+    pad = span * 0.1 if span > 1e-9 * max(1.0, abs(float(hi))) else abs(float(hi)) * 0.05 if abs(hi) > 1e-9 else 0.1
     fig.update_yaxes(range=[float(lo - pad), float(hi + pad)], autorange=False)
 
 

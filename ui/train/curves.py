@@ -22,6 +22,7 @@ from ui import fmt
 from ui.train import charts as tc
 from ui.auth import data_lock, fragment_run, live_fragment
 from ui.components import freshness, path_text
+from ui.linechart import line_chart
 from ui.overview_query import QueryState
 from ui.train.data import AcceptView, Measured, RunRef, Snapshot, follower, measured, predicted
 from ui.train.series import Curves, curves, curves_csv, eta, latest_run, step_times
@@ -293,11 +294,6 @@ def prepare(rt, ref: RunRef) -> None:
 
 
 SEEN_KEY = "train-curves-seen"  # (runs, their data's versions, stored results) the page last drew
-REST_KEY = "train-curves-rest"  # when the page's last run drew the first row of charts only (None: all of them)
-FIRST_ROW = 2
-# the rest of the charts once the first row is drawn: a browser on one core takes about 1 s to load plotly and
-# 0.3 s a chart, and charts sent sooner are drawn before the first row is shown
-REST_AFTER_S = 1.5
 
 
 def live_curves(rt, refs: list[RunRef], opts: dict) -> None:
@@ -306,11 +302,9 @@ def live_curves(rt, refs: list[RunRef], opts: dict) -> None:
     if not refs:
         st.info("Choose a run to show above.", icon=":material/info:")
         return
-    seen = st.session_state.get(SEEN_KEY)
-    new_choice = seen is None or seen[0] != tuple(r.name for r in refs)
     _watch(rt, refs)
     _figures_part(rt, refs, opts)
-    _charts_part(rt, refs, opts, first_row_only=new_choice)
+    _charts_part(rt, refs, opts)
 
 
 def _snapshots(refs: list[RunRef]) -> list[Snapshot | None]:
@@ -336,9 +330,6 @@ def _watch(rt, refs: list[RunRef]) -> None:
     from ui.train.follow import recheck_followed
 
     recheck_followed(rt, refs)
-    first_row_at = st.session_state.get(REST_KEY)
-    if fragment_run() and first_row_at is not None and time.monotonic() - first_row_at >= REST_AFTER_S:
-        st.rerun(scope="app")  # the first row of charts is on screen by now: the rest
     key, partial_key = SEEN_KEY, "train-curves-partial-at"
     try:
         results = BenchStore(rt.store).count()
@@ -428,29 +419,20 @@ def _panels(rows: list[Row], opts: dict) -> dict:
     return out
 
 
-def _charts_part(rt, refs: list[RunRef], opts: dict, *, first_row_only: bool = False) -> None:
-    """The charts, two a row.  With ``first_row_only`` (the first drawing of a choice of runs) only the first
-    row is drawn, the others keep their place, and the live part runs the page again at its first refresh
-    :data:`REST_AFTER_S` later: a browser draws each new plotly chart in about 0.3 s on one core, so the loss
-    curve comes first."""
+def _charts_part(rt, refs: list[RunRef], opts: dict) -> None:
+    """The charts, two a row, drawn by uPlot (ui/linechart.py): each in a few milliseconds, all at once."""
     rows = _rows(rt, refs, opts)
     snap = rows[0][1]
     if not any(s is not None and s.exists and s.records for _, s, _, _, _ in rows):
-        st.session_state[REST_KEY] = None
         return
     panels = _panels(rows, opts)
     order = list(panels)
-    later = first_row_only and len(order) > FIRST_ROW
-    st.session_state[REST_KEY] = time.monotonic() if later else None
     for i in range(0, len(order), 2):
         for col, key in zip(st.columns(2), order[i:i + 2]):
             fig, title, why = panels[key]
             with col:
-                if later and i >= FIRST_ROW:
-                    with st.container(height=fig.layout.height if fig is not None else "content", border=False):
-                        st.caption(f"**{title}**: drawing…")
-                elif fig is not None:
-                    st.plotly_chart(fig, key=f"train-chart-{key}")
+                if fig is not None:
+                    line_chart(fig, key=f"train-chart-{key}")
                 else:
                     _missing(title, why)
     shown = [(r.name, cv) for r, s, cv, _, _ in rows if s is not None and s.exists and s.records]

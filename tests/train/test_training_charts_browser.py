@@ -1,0 +1,77 @@
+"""The Training page's curves in a browser: drawn by uPlot (ui/linechart.js) from the figures the page
+builds, every chart at once, without Streamlit's plotly code; the loss curve reaches the log's last step, the
+legend shows the value under the cursor in the chart's number format, the log-scale choice in the URL gives a
+logarithmic y axis, and a wall-time axis has the range buttons."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import pytest
+
+from tests.e2e._dashboard import browser, serve, settle
+from tests.train.page_kit import gen2_log
+
+pytestmark = pytest.mark.browser
+
+WORKSPACE = """[workspace]
+name = "charts"
+
+[[train]]
+name = "run"
+python = "{python}"
+generation = "gen2"
+entry = "module:backend.flows.tiny train"
+target_model = "{ws}/target"
+train_data = "{ws}/data.jsonl"
+"""
+
+CHARTS_JS = """() => [...document.querySelectorAll('.sd-chart')].map(b => ({
+  title: b.dataset.title, drawn: Number(b.dataset.drawn || 0), last: b.dataset.last, scale: b.dataset.scale,
+  canvas: !!b.querySelector('canvas')}))"""
+
+
+def _charts(page, want: int = 4) -> list[dict]:
+    page.wait_for_function(f"() => document.querySelectorAll('.sd-chart[data-drawn]').length >= {want}",
+                           timeout=120_000)
+    settle(page)
+    return page.evaluate(CHARTS_JS)
+
+
+@pytest.mark.timeout(300)
+def test_the_curves_are_drawn_by_uplot_every_one_at_once(tmp_path):
+    ws = tmp_path / "ws"
+    (ws / "logs").mkdir(parents=True)
+    (ws / "specdeck.toml").write_text(WORKSPACE.format(python=sys.executable, ws=ws), encoding="utf-8")
+    (ws / "logs" / "run.log").write_text(gen2_log(), encoding="utf-8")
+    asked: list[str] = []
+    with serve(tmp_path / "home", workspace=ws) as url, browser(1440, 1800) as page:
+        page.on("request", lambda r: asked.append(r.url))
+        page.goto(url + "/training?token=" + url.token + "&run=run")
+        charts = _charts(page)
+        by_title = {c["title"]: c for c in charts}
+        loss = by_title["Loss"]
+        assert loss["canvas"] and loss["last"] == "20" and loss["scale"] == "linear", charts
+        assert all(c["canvas"] and c["drawn"] > 0 for c in charts), charts
+        assert "acc_i per TTT position" in by_title, charts
+        # the legend follows the cursor: the loss under it, as the figure formats it (three decimals)
+        over = page.locator(".sd-chart[data-title='Loss'] .u-over")
+        box = over.bounding_box()
+        page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5)
+        value = page.locator(".sd-chart[data-title='Loss'] .u-legend .u-series").nth(1).locator(".u-value")
+        page.wait_for_function("(e) => /\\d/.test(e.textContent)", arg=value.element_handle(), timeout=10_000)
+        assert re.fullmatch(r"\d\.\d{3}", value.text_content().strip()), value.text_content()
+        page.screenshot(path=str(tmp_path / "training-charts.png"), full_page=True)
+        # the log-scale choice travels in the URL and reaches the chart
+        page.goto(url + "/training?token=" + url.token + "&run=run&log=True")
+        page.wait_for_function("() => document.querySelector(\".sd-chart[data-title='Loss'][data-scale='log']\")",
+                               timeout=120_000)
+        assert _charts(page)[0]["last"] == "20"
+        # on the wall-time axis, the range buttons of the other pages' time charts
+        page.goto(url + "/training?token=" + url.token + "&run=run&x=wall+time")
+        buttons = page.locator(".sd-chart[data-title='Loss'] .sd-ranges button")
+        buttons.first.wait_for(timeout=120_000)
+        assert buttons.all_text_contents() == ["15 m", "1 h", "6 h", "24 h", "all"]
+    assert any("/app/static/uplot/uPlot.iife.min.js" in u for u in asked), "uPlot was not loaded"
+    assert not [u for u in asked if "/PlotlyChart." in u], "the Training page loaded plotly's code"

@@ -1,0 +1,258 @@
+// Specdeck's line charts: a plotly figure's JSON (scatter traces, the layout's titles, axis types and
+// ranges, vertical lines with their labels) drawn by uPlot on a canvas.  uPlot (51 KB, served by the
+// dashboard at app/static/uplot/) is loaded once per browser tab; plotly's own code is 4.7 MB.
+const UPLOT = "app/static/uplot/uPlot.iife.min.js";
+const DASHES = { solid: [], dash: [8, 5], dot: [2, 3], dashdot: [8, 3, 2, 3], longdash: [14, 5],
+                 longdashdot: [14, 4, 2, 4] };
+const TYPED = { f8: Float64Array, f4: Float32Array, i4: Int32Array, u4: Uint32Array, i2: Int16Array,
+                u2: Uint16Array, i1: Int8Array, u1: Uint8Array };
+
+function loadUPlot() {
+  if (!window.specdeckUPlot) {
+    window.specdeckUPlot = new Promise((resolve, reject) => {
+      const s = document.createElement("script");
+      s.src = new URL(UPLOT, document.baseURI).href;
+      s.onload = () => resolve(window.uPlot);
+      s.onerror = () => { window.specdeckUPlot = null; reject(new Error(`could not load ${s.src}`)); };
+      document.head.appendChild(s);
+    });
+  }
+  return window.specdeckUPlot;
+}
+
+// plotly writes numpy arrays as {dtype, bdata} (base64): a plain array, NaN as null
+function values(v) {
+  if (v == null) return [];
+  if (Array.isArray(v)) return v;
+  if (v.bdata !== undefined) {
+    const raw = atob(v.bdata);
+    const bytes = new Uint8Array(raw.length);
+    for (let i = 0; i < raw.length; i++) bytes[i] = raw.charCodeAt(i);
+    const arr = Array.from(new (TYPED[v.dtype] || Float64Array)(bytes.buffer));
+    return arr.map(x => (Number.isNaN(x) ? null : x));
+  }
+  return [];
+}
+
+// a date string as plotly writes one (local time, no zone) -> seconds, read as UTC and shown as UTC: the
+// chart shows the times the server wrote, as plotly does
+function seconds(v) {
+  if (typeof v === "number") return v;
+  const t = Date.parse(String(v).replace(" ", "T") + (/[zZ]|[+-]\d\d:?\d\d$/.test(v) ? "" : "Z"));
+  return Number.isNaN(t) ? null : t / 1000;
+}
+
+// steps are whole: ticks 1, 2, 5, 10, 20, 50, ... apart
+const STEPS = [];
+for (let e = 0; e < 10; e++) for (const m of [1, 2, 5]) STEPS.push(m * 10 ** e);
+
+function tick(v) {
+  if (v == null) return "";
+  const a = Math.abs(v);
+  return a >= 1e5 || (a > 0 && a < 1e-3) ? v.toExponential(1) : Number(v.toPrecision(4)).toLocaleString();
+}
+
+function decimals(template, fallback) {
+  const m = /%\{y:\.(\d+)([fe])\}/.exec(template || "");
+  return m ? [Number(m[1]), m[2]] : fallback;
+}
+
+function fmt(v, [digits, kind]) {
+  if (v == null || Number.isNaN(v)) return "–";
+  return kind === "e" ? v.toExponential(digits) : v.toFixed(digits);
+}
+
+function alpha(colour, opacity) {
+  if (opacity == null || opacity >= 1 || !/^#[0-9a-f]{6}$/i.test(colour)) return colour;
+  return colour + Math.round(opacity * 255).toString(16).padStart(2, "0");
+}
+
+function build(spec) {
+  const layout = spec.layout || {};
+  const traces = (spec.data || []).filter(t => !t.type || t.type === "scatter" || t.type === "scattergl");
+  const isTime = (layout.xaxis || {}).type === "date" ||
+    traces.some(t => Array.isArray(t.x) && typeof t.x[0] === "string");
+  const xs = traces.map(t => values(t.x).map(v => (isTime ? seconds(v) : v)));
+  const ys = traces.map(t => values(t.y));
+  // one x for every series (uPlot's shape): the union, each series undefined where it has no point (the line
+  // runs on), null where its value is missing (a gap)
+  const all = [...new Set(xs.flat().filter(v => v != null))].sort((a, b) => a - b);
+  const at = new Map(all.map((v, i) => [v, i]));
+  const data = [all];
+  traces.forEach((t, k) => {
+    const col = new Array(all.length);
+    xs[k].forEach((x, i) => { if (x != null && i < ys[k].length) col[at.get(x)] = ys[k][i]; });
+    data.push(col);
+  });
+  const yaxis = layout.yaxis || {};
+  const log = yaxis.type === "log";
+  let range = Array.isArray(yaxis.range) && yaxis.autorange === false || Array.isArray(yaxis.range) && !log
+    ? yaxis.range.slice() : null;
+  if (range && log) range = range.map(v => Math.pow(10, v));
+  if (range && !(range[1] > range[0])) range = null;  // no width: the data's own range
+  const series = [{ label: isTime ? "time" : ((layout.xaxis || {}).title || {}).text || "x",
+                    value: isTime ? (u, v) => (v == null ? "–" : new Date(v * 1000).toISOString().slice(0, 19)
+                      .replace("T", " ")) : (u, v) => (v == null ? "–" : Number(v).toLocaleString()) }];
+  traces.forEach(t => {
+    const line = t.line || {};
+    const marker = t.marker || {};
+    const mode = t.mode || "lines";
+    const colour = alpha(line.color || marker.color || "#2563eb", t.opacity);
+    const lines = mode.includes("lines");
+    const markers = mode.includes("markers");
+    const digits = decimals(t.hovertemplate, [3, "f"]);
+    series.push({
+      label: t.name || "",
+      stroke: colour,
+      width: lines ? (line.width || 2) : 0,
+      dash: DASHES[line.dash] || [],
+      spanGaps: t.connectgaps === true,
+      paths: lines ? undefined : () => null,
+      points: markers ? { show: true, size: Math.max(4, (marker.size || 6)), fill: marker.color || colour,
+                          stroke: "#111827", width: 1 } : { show: false },
+      show: t.visible !== "legendonly",
+      value: (u, v) => fmt(v, digits),
+      legendHidden: t.showlegend === false || t.hoverinfo === "skip",
+    });
+  });
+  return { data, series, isTime, log, range, layout };
+}
+
+const SECONDS = { second: 1, minute: 60, hour: 3600, day: 86400 };
+
+function ranges(layout) {
+  const buttons = (((layout.xaxis || {}).rangeselector || {}).buttons) || [];
+  return buttons.map(b => [b.label || b.step, b.step === "all" ? 0 : (b.count || 1) * (SECONDS[b.step] || 0)])
+    .filter(([, span], i, all) => span > 0 || buttons[i].step === "all");
+}
+
+function marks(layout) {
+  // plotly's vertical lines (add_vline: a shape from x to x) and the labels placed at them
+  const shapes = (layout.shapes || []).filter(s => s.type === "line" && s.x0 === s.x1);
+  const notes = layout.annotations || [];
+  return shapes.map((s, i) => ({
+    x: s.x0, colour: (s.line || {}).color || "#9333ea", dash: DASHES[(s.line || {}).dash] || [],
+    text: (notes.find(a => a.x === s.x0) || notes[i] || {}).text || "",
+  }));
+}
+
+export default function (component) {
+  const { data, parentElement } = component;
+  let box = parentElement.querySelector(".sd-chart");
+  if (!box) {
+    box = document.createElement("div");
+    box.className = "sd-chart";
+    parentElement.appendChild(box);
+  }
+  // the figure's JSON, sent as bytes
+  const text = typeof data === "string" ? data : new TextDecoder().decode(
+    data instanceof ArrayBuffer ? new Uint8Array(data) : data);
+  const spec = JSON.parse(text);
+  const height = (spec.layout || {}).height || 300;
+  let plot = null;
+  let observer = null;
+  let gone = false;
+  const title = ((spec.layout || {}).title || {}).text || "";
+  box.dataset.title = title;
+  loadUPlot().then(uPlot => {
+    if (gone) return;
+    const b = build(spec);
+    const vlines = marks(b.layout);
+    const timeX = b.isTime;
+    const yTitle = ((b.layout.yaxis || {}).title || {}).text || "";
+    const xTitle = ((b.layout.xaxis || {}).title || {}).text || "";
+    const opts = {
+      title,
+      width: Math.max(200, box.clientWidth || parentElement.clientWidth || 600),
+      height: height - 60,
+      tzDate: ts => uPlot.tzDate(new Date(ts * 1000), "Etc/UTC"),
+      scales: {
+        x: { time: timeX },
+        y: b.log ? { distr: 3, ...(b.range ? { range: () => b.range } : {}) }
+             : (b.range ? { range: () => b.range } : {}),
+      },
+      axes: [
+        { label: timeX ? "" : xTitle, labelSize: 20, size: 40, ...(xTitle === "step" ? { incrs: STEPS } : {}) },
+        { label: yTitle, labelSize: 20, size: 60, values: (u, splits) => splits.map(tick) },
+      ],
+      series: b.series.map(({ legendHidden, ...s }) => s),
+      legend: { live: true },
+      cursor: { drag: { x: true, y: false } },
+      hooks: {
+        draw: [u => {
+          const ctx = u.ctx;
+          vlines.forEach(m => {
+            const x = Math.round(u.valToPos(timeX ? seconds(m.x) : m.x, "x", true));
+            if (!Number.isFinite(x)) return;
+            ctx.save();
+            ctx.strokeStyle = m.colour;
+            ctx.setLineDash(m.dash.length ? m.dash : [2, 3]);
+            ctx.lineWidth = 1;
+            ctx.beginPath();
+            ctx.moveTo(x, u.bbox.top);
+            ctx.lineTo(x, u.bbox.top + u.bbox.height);
+            ctx.stroke();
+            if (m.text) {
+              ctx.fillStyle = m.colour;
+              ctx.font = `${10 * devicePixelRatio}px sans-serif`;
+              ctx.fillText(m.text.replace(/<[^>]*>/g, ""), x + 4, u.bbox.top + 12 * devicePixelRatio);
+            }
+            ctx.restore();
+          });
+        }],
+      },
+    };
+    box.replaceChildren();
+    const buttons = timeX ? ranges(b.layout) : [];
+    let bar = null;
+    if (buttons.length) {  // plotly's range buttons (15 m, 1 h, …, all): the newest span of the x axis
+      bar = document.createElement("div");
+      bar.className = "sd-ranges";
+      box.appendChild(bar);
+    }
+    plot = new uPlot(opts, b.data, box);
+    buttons.forEach(([label, span]) => {
+      const btn = document.createElement("button");
+      btn.type = "button";
+      btn.textContent = label;
+      btn.onclick = () => {
+        const xs = b.data[0];
+        if (!xs.length) return;
+        const hi = xs[xs.length - 1];
+        plot.setScale("x", span ? { min: Math.max(xs[0], hi - span), max: hi } : { min: xs[0], max: hi });
+      };
+      bar.appendChild(btn);
+    });
+    // the legend lists what has a name: the faint raw values under a smoothed line are not listed
+    b.series.forEach((s, i) => {
+      if (i > 0 && s.legendHidden) {
+        const row = plot.root.querySelectorAll(".u-legend .u-series")[i];
+        if (row) row.style.display = "none";
+      }
+    });
+    if ((b.layout.showlegend === false) && b.series.length === 2) plot.root.classList.add("sd-one");
+    // what is drawn, for a look from outside (the tests, perf/): the points on the x axis, the last x with a value
+    let last = null;
+    for (let k = 1; k < b.data.length; k++) {
+      const col = b.data[k];
+      for (let i = col.length - 1; i >= 0; i--) {
+        if (col[i] != null) { if (last === null || b.data[0][i] > last) last = b.data[0][i]; break; }
+      }
+    }
+    box.dataset.last = last === null ? "" : String(last);
+    box.dataset.drawn = String(b.data[0].length);
+    box.dataset.scale = b.log ? "log" : "linear";
+    observer = new ResizeObserver(() => {
+      const w = box.clientWidth;
+      if (plot && w > 0 && Math.abs(w - plot.width) > 2) plot.setSize({ width: w, height: height - 60 });
+    });
+    observer.observe(box);
+  }).catch(err => {
+    box.textContent = `${title}: the chart could not be drawn (${err.message})`;
+  });
+  return () => {
+    gone = true;
+    if (observer) observer.disconnect();
+    if (plot) plot.destroy();
+  };
+}
