@@ -126,8 +126,12 @@ def test_chat_backend_counts_tokens_and_latencies(start_sim, models):
                                   backend="sglang-oai-chat"))
     s = run.summary()
     assert s["completed"] == 4 and s["total_output_tokens"] == 4 * 24
-    # the final usage is shared over the chunks: 23 gaps per request after the first token
-    assert all(len(o.itl) == 23 for o in run.outcomes)
+    # the final usage is shared over the text chunks, by their text: a gap for every token after the first
+    # chunk's, 23 when each chunk carries one token; a stream that runs behind the engine (on a busy
+    # machine, as SGLang's does) carries two in a chunk, and the share can give the first chunk two
+    for o in run.outcomes:
+        assert 0 < len(o.itl) <= 23, len(o.itl)
+        assert 0 < sum(o.itl) <= o.latency - o.ttft + 1e-6, (sum(o.itl), o.latency, o.ttft)
     assert s["mean_ttft_ms"] > 0 and s["p99_e2e_latency_ms"] >= s["median_e2e_latency_ms"] > 0
 
 
