@@ -25,6 +25,7 @@ the dashboard's start-up allocated).
 from __future__ import annotations
 
 import argparse
+import signal
 import statistics
 import sys
 import tempfile
@@ -130,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.against is not None and not (args.against / "app.py").exists():
         ap.error(f"--against {args.against}: no app.py there")
     pages = [p for p in args.pages.split(",") if p]
+    # a SIGTERM (timeout, kill) ends the soak as Ctrl-C does: the servers and their demo processes are stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     from perf.bench_pages_browser import FREEZE_ENV, start
     from tests.e2e._dashboard import _first_run
