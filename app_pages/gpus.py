@@ -15,6 +15,7 @@ from ui import charts, fmt, gpus_nodes
 from ui.auth import control_lock, data_lock, live_fragment
 from ui.components import freshness, page_header
 from ui.context import actor, runtime
+from ui.linechart import line_chart
 from ui.overview_query import QueryState
 
 REFRESH_S = 2
@@ -525,7 +526,7 @@ def _remote_history(node_name: str, range_label: str, label: str) -> None:
         ys = [None if v is None else v * scale for v in s.value]
         charts.add_series(fig, f"GPU {g.index}", s.t, ys, fmt=fmt_spec, colour=gpu_colour(g.index, len(node.gpus)))
     if newest:
-        st.plotly_chart(fig, width="stretch", key="gpu-remote-hist-chart")
+        line_chart(fig, key="gpu-remote-hist-chart")
     else:
         st.caption(f"No history of node {node_name} in the last {range_label or '15 m'} yet.")
     st.caption("Host figures of other nodes are not read through Prometheus.")
@@ -559,7 +560,7 @@ def history(range_label: str, label: str, node_name: str = THIS_NODE) -> None:
                 newest.append(s.t[-1])
             charts.add_series(fig, f"GPU {i}", s.t, ys, fmt=fmt_spec, colour=gpu_colour(i, len(gpus)))
         if points:
-            st.plotly_chart(fig, width="stretch", key="gpu-hist-chart")
+            line_chart(fig, key="gpu-hist-chart")
         else:
             st.caption(f"No GPU history in the last {range_label or '15 m'} yet.")
     else:
@@ -573,7 +574,7 @@ def history(range_label: str, label: str, node_name: str = THIS_NODE) -> None:
             newest.append(s.t[-1])
         charts.add_series(fig, name, s.t, s.value, fmt=".0f", colour=HOST_COLOURS[name])
     if any_host:
-        st.plotly_chart(fig, width="stretch", key="host-hist-chart")
+        line_chart(fig, key="host-hist-chart")
     else:
         st.caption("No host history in this range yet (host readings have failed so far; see the dashboard log).")
     freshness(max(newest) if newest else None, stale_after, "history updated")

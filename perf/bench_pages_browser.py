@@ -51,16 +51,17 @@ REPO = Path(__file__).resolve().parent.parent
 
 PAGES = ("overview", "servers", "regeneration", "training", "benchmarks", "processes", "gpus")
 PLOT = ".js-plotly-plot .main-svg"
+UPLOT = ".sd-chart[data-drawn] canvas, " + PLOT  # uPlot's line charts (ui/linechart.py), or plotly's in an older version
 # what each page's answer is on screen: its first chart, or the element that is its answer at first sight
 ANSWER = {
     "trivial": PLOT,
     "overview": "[data-testid='stProgress'], [data-testid='stMetric']",  # the tiles: progress and figures
-    "servers": PLOT,
+    "servers": UPLOT,
     "regeneration": PLOT,
-    "training": ".sd-chart[data-drawn] canvas, " + PLOT,  # uPlot's charts (ui/linechart.py); plotly's before
+    "training": UPLOT,
     "benchmarks": "[data-testid='stDataFrame']",  # the Runs table; the charts are in a tab behind it
     "processes": "[data-testid='stTable']",  # the table of managed processes
-    "gpus": PLOT,
+    "gpus": UPLOT,
 }
 BUDGET_MS = 500.0
 FREEZE_ENV = "SPECDECK_PERF_GC_FREEZE"  # "1": the timed server calls gc.freeze() after its first script run

@@ -102,3 +102,39 @@ class LocalHTTPServer:
         self.httpd.shutdown()
         self.httpd.server_close()
         self.thread.join(5)
+
+
+def line_chart_json(at) -> list[str]:
+    """The JSON text of the page's uPlot line charts' figures (plotly's own), in page order."""
+    from ui.linechart import NAME  # noqa: PLC0415
+
+    return [c.proto.bytes.decode() for c in at.get("bidi_component") if c.proto.component_name == NAME]
+
+
+def line_charts(at) -> list[dict]:
+    """The figures of the page's uPlot line charts (ui/linechart.py sends each as plotly's JSON), in page
+    order, with numpy arrays written as typed arrays decoded to lists (NaN as None)."""
+    import json  # noqa: PLC0415
+
+    figs = [json.loads(text) for text in line_chart_json(at)]
+    for fig in figs:
+        for t in fig["data"]:
+            for k in ("x", "y"):
+                if k in t:
+                    t[k] = decoded(t[k])
+    return figs
+
+
+def decoded(value):
+    """A trace's array as a list: plotly writes numpy arrays as typed arrays (``{"dtype", "bdata"}``, base64);
+    a missing value (NaN) is None, as in a list."""
+    import base64  # noqa: PLC0415
+
+    import numpy as np  # noqa: PLC0415
+
+    if isinstance(value, dict) and "bdata" in value:
+        arr = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
+        if "shape" in value:
+            arr = arr.reshape([int(n) for n in str(value["shape"]).split(",")])
+        return [None if isinstance(v, float) and v != v else v for v in arr.tolist()]
+    return value

@@ -46,6 +46,10 @@ function seconds(v) {
 const STEPS = [];
 for (let e = 0; e < 10; e++) for (const m of [1, 2, 5]) STEPS.push(m * 10 ** e);
 
+// time ticks a whole second or more apart (a log read every second has nothing finer)
+const TIMES = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400,
+               172800, 604800, 2592000, 31536000];
+
 function tick(v) {
   if (v == null) return "";
   const a = Math.abs(v);
@@ -127,13 +131,21 @@ function ranges(layout) {
 }
 
 function marks(layout) {
-  // plotly's vertical lines (add_vline: a shape from x to x) and the labels placed at them
-  const shapes = (layout.shapes || []).filter(s => s.type === "line" && s.x0 === s.x1);
-  const notes = layout.annotations || [];
-  return shapes.map((s, i) => ({
-    x: s.x0, colour: (s.line || {}).color || "#9333ea", dash: DASHES[(s.line || {}).dash] || [],
-    text: (notes.find(a => a.x === s.x0) || notes[i] || {}).text || "",
+  // plotly's straight lines: vertical (add_vline, mark_restarts: a shape from x to x over the plot's height)
+  // and horizontal (add_hline, a baseline: from y to y across the plot), each with the label placed at it
+  const notes = (layout.annotations || []).filter(a => a.text);
+  const lines = (layout.shapes || []).filter(s => s.type === "line");
+  const style = s => ({ colour: (s.line || {}).color || "#9333ea", dash: DASHES[(s.line || {}).dash] || [2, 3],
+                        width: (s.line || {}).width || 1 });
+  const label = text => String(text || "").replace(/<[^>]*>/g, "");
+  const vertical = lines.filter(s => s.x0 === s.x1 && s.x0 != null).map(s => ({
+    ...style(s), x: s.x0, text: label((notes.find(a => a.x === s.x0 && (a.yref || "").match(/paper|domain/)) || {}).text),
   }));
+  const horizontal = lines.filter(s => s.y0 === s.y1 && s.y0 != null && s.x0 !== s.x1).map(s => {
+    const note = notes.find(a => a.y === s.y0 && (a.xref || "").match(/paper|domain/)) || {};
+    return { ...style(s), y: s.y0, text: label(note.text), above: (note.yanchor || "bottom") === "bottom" };
+  });
+  return { vertical, horizontal };
 }
 
 export default function (component) {
@@ -157,7 +169,7 @@ export default function (component) {
   loadUPlot().then(uPlot => {
     if (gone) return;
     const b = build(spec);
-    const vlines = marks(b.layout);
+    const lines = marks(b.layout);
     const timeX = b.isTime;
     const yTitle = ((b.layout.yaxis || {}).title || {}).text || "";
     const xTitle = ((b.layout.xaxis || {}).title || {}).text || "";
@@ -169,10 +181,16 @@ export default function (component) {
       scales: {
         x: { time: timeX },
         y: b.log ? { distr: 3, ...(b.range ? { range: () => b.range } : {}) }
-             : (b.range ? { range: () => b.range } : {}),
+             : b.range ? { range: () => b.range }
+             // a horizontal line (a baseline) is in view, as plotly's autorange keeps it
+             : lines.horizontal.length ? { range: (u, lo, hi) => {
+                 const ys = lines.horizontal.map(m => m.y).filter(Number.isFinite);
+                 return uPlot.rangeNum(Math.min(lo ?? ys[0], ...ys), Math.max(hi ?? ys[0], ...ys), 0.1, true);
+               } } : {},
       },
       axes: [
-        { label: timeX ? "" : xTitle, labelSize: 20, size: 40, ...(xTitle === "step" ? { incrs: STEPS } : {}) },
+        { label: timeX ? "" : xTitle, labelSize: 20, size: 40,
+          ...(xTitle === "step" ? { incrs: STEPS } : timeX ? { incrs: TIMES } : {}) },
         { label: yTitle, labelSize: 20, size: 60, values: (u, splits) => splits.map(tick) },
       ],
       series: b.series.map(({ legendHidden, ...s }) => s),
@@ -181,23 +199,36 @@ export default function (component) {
       hooks: {
         draw: [u => {
           const ctx = u.ctx;
-          vlines.forEach(m => {
-            const x = Math.round(u.valToPos(timeX ? seconds(m.x) : m.x, "x", true));
-            if (!Number.isFinite(x)) return;
+          const px = devicePixelRatio;
+          const { left, top, width, height } = u.bbox;
+          const stroke = (m, x0, y0, x1, y1) => {
             ctx.save();
             ctx.strokeStyle = m.colour;
-            ctx.setLineDash(m.dash.length ? m.dash : [2, 3]);
-            ctx.lineWidth = 1;
+            ctx.setLineDash(m.dash.map(d => d * px));
+            ctx.lineWidth = m.width * px;
             ctx.beginPath();
-            ctx.moveTo(x, u.bbox.top);
-            ctx.lineTo(x, u.bbox.top + u.bbox.height);
+            ctx.moveTo(x0, y0);
+            ctx.lineTo(x1, y1);
             ctx.stroke();
-            if (m.text) {
-              ctx.fillStyle = m.colour;
-              ctx.font = `${10 * devicePixelRatio}px sans-serif`;
-              ctx.fillText(m.text.replace(/<[^>]*>/g, ""), x + 4, u.bbox.top + 12 * devicePixelRatio);
-            }
-            ctx.restore();
+            ctx.fillStyle = m.colour;
+            ctx.font = `${10 * px}px sans-serif`;
+            ctx.textAlign = "left";  // uPlot leaves its axes' alignment set
+            ctx.textBaseline = "alphabetic";
+            return ctx;
+          };
+          lines.vertical.forEach(m => {
+            const x = Math.round(u.valToPos(timeX ? seconds(m.x) : m.x, "x", true));
+            if (!Number.isFinite(x) || x < left || x > left + width) return;
+            const c = stroke(m, x, top, x, top + height);
+            if (m.text) c.fillText(m.text, x + 4 * px, top + 12 * px);
+            c.restore();
+          });
+          lines.horizontal.forEach(m => {
+            const y = Math.round(u.valToPos(m.y, "y", true));
+            if (!Number.isFinite(y) || y < top || y > top + height) return;
+            const c = stroke(m, left, y, left + width, y);
+            if (m.text) c.fillText(m.text, left + 4 * px, m.above ? y - 4 * px : y + 12 * px);
+            c.restore();
           });
         }],
       },

@@ -3,12 +3,13 @@ sent as plotly's JSON and drawn in the browser on a canvas by uPlot (``static/up
 
 Streamlit draws a plotly chart with plotly's own code, 4.7 MB that a browser fetches and loads before the
 first line appears (1-1.5 s on one core of a loaded machine, more than the rest of a page's first visit).
-The Training page's curves are lines and points over one x axis, what uPlot draws in milliseconds; it reads
-what the page uses of the figure: the scatter traces (lines, points, colour, dash, width, opacity, name,
-the hover's number format, hidden legend entries), the layout's title, axis titles, a logarithmic y axis,
-a fixed y range, vertical lines with their labels (restarts), and on a time axis the range buttons (15 m,
-1 h, 6 h, 24 h, all).  Drag across the chart zooms the x axis, a double click goes back; the legend shows
-every series' value under the cursor (the unified hover of the other pages' charts).
+The line charts over time or steps (the Training page's curves, the Servers page's live charts, the GPUs
+page's history) are lines and points over one x axis, what uPlot draws in milliseconds; it reads what those
+pages use of the figure: the scatter traces (lines, points, colour, dash, width, opacity, name, the hover's
+number format, hidden legend entries), the layout's title, axis titles, a logarithmic y axis, a fixed y
+range, vertical lines (restarts) and horizontal lines (baselines) with their labels, and on a time axis the
+range buttons (15 m, 1 h, 6 h, 24 h, all).  Drag across the chart zooms the x axis, a double click goes
+back; the legend shows every series' value under the cursor (the unified hover of the other charts).
 
 The component's code is ``ui/linechart.js``; uPlot is served by the dashboard (``server.enableStaticServing``,
 set in ``.streamlit/config.toml`` and by the launcher) and loaded once per browser tab."""

@@ -7,6 +7,7 @@ import streamlit as st
 
 from backend.bench import baseline
 from ui import charts
+from ui.linechart import line_chart
 
 
 def live_charts(snap, choice: baseline.BaselineChoice) -> None:
@@ -21,7 +22,8 @@ def live_charts(snap, choice: baseline.BaselineChoice) -> None:
     fig.add_hline(y=1.0, line_dash="dot", line_color="#dc2626",
                   annotation_text="1.0 = no draft token accepted", annotation_position="bottom left")
     charts.mark_restarts(fig, starts)
-    top_left.plotly_chart(fig, width="stretch", key="srv-acc-chart")
+    with top_left:
+        line_chart(fig, key="srv-acc-chart")
     fig2 = charts.figure("Per-request decode (tok/s)", y_title="tok/s per request", height=260)
     per_req = [None if t is None or not r else t / r for t, r in zip(dec["gen_throughput"], dec["running_req"])]
     charts.add_series(fig2, "per request", ts, per_req, fmt=",.1f", breaks=starts)
@@ -33,15 +35,18 @@ def live_charts(snap, choice: baseline.BaselineChoice) -> None:
     else:
         charts.add_baseline(fig2, snap.baseline_tok_s, "configured single-stream baseline")
     charts.mark_restarts(fig2, starts)
-    top_right.plotly_chart(fig2, width="stretch", key="srv-tput-chart")
+    with top_right:
+        line_chart(fig2, key="srv-tput-chart")
     charts.mark_restarts(fig3, starts)
-    low_left.plotly_chart(fig3, width="stretch", key="srv-agg-chart")
+    with low_left:
+        line_chart(fig3, key="srv-agg-chart")
     fig4 = charts.figure("Requests", y_title="requests", height=260)
     charts.add_series(fig4, "running", ts, dec["running_req"], fmt=".0f", breaks=starts)
     charts.add_series(fig4, "queued", ts, dec["queue_req"], fmt=".0f", breaks=starts)
     charts.legend_below(fig4)
     charts.mark_restarts(fig4, starts)
-    low_right.plotly_chart(fig4, width="stretch", key="srv-req-chart")
+    with low_right:
+        line_chart(fig4, key="srv-req-chart")
     if starts:
         st.caption(f"{len(starts)} restart(s) in this history, marked by dotted lines: each run's line starts afresh.")
     if snap.accept_rate_meaning != "none":

@@ -65,6 +65,14 @@ CUT_JS = """(selectors) => {
         cut.push('chart legend :: ' + (legend.textContent || '').slice(0, 80));
     }
   }
+  for (const chart of document.querySelectorAll('.sd-chart')) {  // uPlot's (ui/linechart.py)
+    const box = chart.getBoundingClientRect();
+    for (const legend of chart.querySelectorAll('.u-legend')) {
+      const r = legend.getBoundingClientRect();
+      if (r.width && (r.right > box.right + 1 || r.left < box.left - 1))
+        cut.push('chart legend :: ' + (legend.textContent || '').slice(0, 80));
+    }
+  }
   return cut;
 }"""
 
@@ -89,7 +97,7 @@ def test_nothing_a_user_needs_is_cut_off(demo_dashboard, width):
             # the demo server runs: its live metrics and charts are drawn
             if title == "Servers":
                 page.wait_for_selector("[data-testid='stMetricValue']", timeout=120_000)
-                page.wait_for_selector(".js-plotly-plot g.legend", timeout=90_000)
+                page.wait_for_selector(".sd-chart[data-drawn] .u-legend", timeout=90_000)
             _settle(page)
             found[title] = page.evaluate(CUT_JS, SELECTORS)
             if title == "Servers":  # and the relaunch panel with its preflight findings

@@ -17,7 +17,7 @@ from streamlit.testing.v1 import AppTest
 from backend.sglang.runs import RunInfo
 from specdeck_types.bench import BenchConfig, BenchFigures, BenchLoad, BenchResult
 from state.bench import BenchStore
-from tests.helpers import close_runtime
+from tests.helpers import close_runtime, line_chart_json
 from tests.simws import make_models, page_workspace
 
 REPO = Path(__file__).resolve().parents[2]
@@ -98,7 +98,7 @@ def test_the_baseline_measured_at_the_concurrency_the_server_runs(page, monkeypa
     assert ("aggregate 82.3 tok/s at 1 running request vs baseline 90.0 tok/s measured at concurrency 1, "
             "2026-11-29 (0.91×)") in text
     assert "Fallback" not in text and "single-stream baseline 90.0" not in text
-    fig = at.get("plotly_chart")[2].proto.spec  # the aggregate chart carries the baseline it met
+    fig = line_chart_json(at)[2]  # the aggregate chart carries the baseline it met
     assert "baseline at concurrency 1: 90.0" in fig
 
     # sixteen requests: 744.0 against the 620.0 measured at 16 (1.20)
@@ -108,7 +108,7 @@ def test_the_baseline_measured_at_the_concurrency_the_server_runs(page, monkeypa
     assert agg.delta == "no verdict: idle" and _colour(agg) == "gray"
     assert ("aggregate 744.0 tok/s at 16 running requests vs baseline 620.0 tok/s measured at concurrency 16, "
             "2026-11-29 (1.20×)") in text
-    assert "baseline at concurrency 16: 620.0" in at.get("plotly_chart")[2].proto.spec
+    assert "baseline at concurrency 16: 620.0" in line_chart_json(at)[2]
 
     # twelve requests: none measured there; the nearest (16) is named, the ratio left uncoloured,
     # and the page offers to measure at 12 (the GLM baseline at 4 is another target's)

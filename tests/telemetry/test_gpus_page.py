@@ -341,7 +341,7 @@ def test_hottest_gpu_is_named_and_host_memory_shows_its_total(tmp_path, monkeypa
 
 
 def test_each_gpu_history_line_has_its_own_colour(tmp_path, monkeypatch, close_runtimes):
-    import json
+    from tests.helpers import line_charts
 
     rt = _quiet_runtime(tmp_path, monkeypatch)
     for _ in range(3):
@@ -349,9 +349,9 @@ def test_each_gpu_history_line_has_its_own_colour(tmp_path, monkeypatch, close_r
 
     at = AppTest.from_file(PAGE, default_timeout=60).run()
     assert not at.exception, at.exception
-    charts = [c for c in at.get("plotly_chart") if "Utilisation" in c.proto.spec]
+    charts = [f for f in line_charts(at) if "Utilisation" in f["layout"]["title"]["text"]]
     assert len(charts) == 1
-    traces = json.loads(charts[0].proto.spec)["data"]
+    traces = charts[0]["data"]
     colours = {t["name"]: t["line"]["color"] for t in traces}
     assert list(colours) == [f"GPU {i}" for i in range(8)]
     assert len(set(colours.values())) == 8, colours

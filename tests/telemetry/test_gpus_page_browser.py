@@ -83,7 +83,7 @@ def test_nothing_on_the_gpus_page_is_cut(dashboard, width):
         # the live block has drawn: key figures, both training runs attributed, the history chart
         expect(page.get_by_text("Sampler cost").first).to_be_visible(timeout=120_000)
         expect(page.get_by_text("train-draft-b", exact=False).first).to_be_visible(timeout=120_000)
-        expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=120_000)
+        expect(page.locator(".sd-chart[data-drawn] canvas").first).to_be_visible(timeout=120_000)
         assert page.locator("[data-testid='stException']").count() == 0
         cut = page.evaluate(CUT_TEXT)
         page.screenshot(path=str(SHOTS / f"gpus-{width}.png"), full_page=True)

@@ -24,7 +24,7 @@ from backend.telemetry.promnames import node_name
 from backend.telemetry.promql import PromClient
 from backend.telemetry.sampler import attach_prometheus, make_sampler
 from backend.workspace import PrometheusConfig
-from tests.helpers import close_runtime, free_port, wait_for
+from tests.helpers import close_runtime, free_port, line_charts, wait_for
 from tests.simws import make_models
 
 REPO = Path(__file__).resolve().parents[2]
@@ -207,9 +207,9 @@ num_draft_tokens = 4
             at.run()
             assert not at.exception, at.exception
             assert at.selectbox(key="gpu-hist-node").value == "node-b"
-            charts = [c for c in at.get("plotly_chart") if "node node-b" in c.proto.spec]
+            charts = [f for f in line_charts(at) if "node node-b" in f["layout"]["title"]["text"]]
             assert len(charts) == 1
-            traces = json.loads(charts[0].proto.spec)["data"]
+            traces = charts[0]["data"]
             assert [t["name"] for t in traces] == [f"GPU {i}" for i in range(8)]
             assert all(len([y for y in t["y"] if y is not None]) >= 1 for t in traces)
 

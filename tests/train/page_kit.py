@@ -10,6 +10,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from backend import runtime as runtime_mod
+from tests.helpers import line_charts
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -95,40 +96,17 @@ def metric(at: AppTest, label: str):
 
 
 def specs(at: AppTest) -> list[dict]:
-    """The figures the page's charts draw (ui/linechart.py sends each as plotly's JSON), in page order."""
-    import json
-
-    from ui.linechart import NAME
-
-    return [json.loads(c.proto.bytes) for c in at.get("bidi_component") if c.proto.component_name == NAME]
+    """The figures the page's charts draw, in page order (tests.helpers.line_charts)."""
+    return line_charts(at)
 
 
 def chart_titles(at: AppTest) -> list[str]:
     return [fig["layout"].get("title", {}).get("text") for fig in specs(at)]
 
 
-def decoded(value):
-    """A trace's array as a list: plotly writes numpy arrays as typed arrays (``{"dtype", "bdata"}``, base64);
-    a missing value (NaN) is None, as in a list."""
-    import base64
-
-    import numpy as np
-
-    if isinstance(value, dict) and "bdata" in value:
-        arr = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
-        if "shape" in value:
-            arr = arr.reshape([int(n) for n in str(value["shape"]).split(",")])
-        return [None if isinstance(v, float) and v != v else v for v in arr.tolist()]
-    return value
-
-
 def figure(at: AppTest, title: str) -> dict:
     for fig in specs(at):
         if fig["layout"].get("title", {}).get("text") == title:
-            for t in fig["data"]:
-                for k in ("x", "y"):
-                    if k in t:
-                        t[k] = decoded(t[k])
             return fig
     raise AssertionError(f"no chart titled {title!r}: {chart_titles(at)}")
 

@@ -10,7 +10,7 @@ from streamlit.proto.Metric_pb2 import Metric as MetricProto
 from streamlit.testing.v1 import AppTest
 
 from backend.sglang.runs import RunInfo
-from tests.helpers import close_runtime
+from tests.helpers import close_runtime, line_chart_json
 from tests.simws import make_models, page_workspace
 
 REPO = Path(__file__).resolve().parents[2]
@@ -92,7 +92,7 @@ def test_per_request_speed_against_the_baseline_and_a_new_run_starting_empty(pag
     assert m["aggregate tok/s"].value == "N/A" and m["running · queued"].value == "N/A · N/A"
     assert "New run since" in _captions(at)
     # the previous run stays in the charts, its line broken and marked at the restart
-    fig = at.get("plotly_chart")[0].proto.spec
+    fig = line_chart_json(at)[0]
     assert f'"restart {time.strftime("%H:%M:%S", time.localtime(t2))}"' in fig and "null" not in fig
 
     # the new run's first decode line: its own figures, and a break in the lines between the two runs
@@ -106,7 +106,7 @@ def test_per_request_speed_against_the_baseline_and_a_new_run_starting_empty(pag
     assert m["accept_len"].value == "2.52" and m["per-request tok/s"].value == "90.0"
     # two requests in flight: no verdict against the single-stream baseline, however close the figure
     assert colour(m["per-request tok/s"]) == "gray" and m["running · queued"].value == "2 · 2"
-    fig = at.get("plotly_chart")[0].proto.spec
+    fig = line_chart_json(at)[0]
     assert '"y":[1.0,1.0,null,2.52]' in fig.replace(" ", "")
 
     # stopped (or waiting to restart after a crash): no figures, and the page says why
