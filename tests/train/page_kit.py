@@ -153,3 +153,17 @@ def train_ws(tmp_path, monkeypatch):
 def run_state(ws: Path) -> str | None:
     v = runtime_of(ws).supervisor.view("sf")
     return v.state.value if v is not None else None
+
+
+def run_workspace(ws: Path, log: str, name: str = "training") -> Path:
+    """A workspace at ``ws`` with one Gen-2 training run, ``run``, whose console log (``logs/run.log``) holds
+    ``log``: what the Training page shows for a run never started from it.  The browser tests' workspace."""
+    import sys
+
+    (ws / "logs").mkdir(parents=True)
+    (ws / "specdeck.toml").write_text(
+        f'[workspace]\nname = "{name}"\n\n[[train]]\nname = "run"\npython = "{sys.executable}"\n'
+        f'generation = "gen2"\nentry = "module:backend.flows.tiny train"\ntarget_model = "{ws}/target"\n'
+        f'train_data = "{ws}/data.jsonl"\n', encoding="utf-8")
+    (ws / "logs" / "run.log").write_text(log, encoding="utf-8")
+    return ws

@@ -6,26 +6,14 @@ logarithmic y axis, and a wall-time axis has the range buttons."""
 from __future__ import annotations
 
 import re
-import sys
 
 import pytest
 
 from tests.e2e._dashboard import browser, serve, settle
-from tests.train.page_kit import gen2_log
+from tests.train.page_kit import gen2_log, run_workspace
 
 pytestmark = pytest.mark.browser
 
-WORKSPACE = """[workspace]
-name = "charts"
-
-[[train]]
-name = "run"
-python = "{python}"
-generation = "gen2"
-entry = "module:backend.flows.tiny train"
-target_model = "{ws}/target"
-train_data = "{ws}/data.jsonl"
-"""
 
 CHARTS_JS = """() => [...document.querySelectorAll('.sd-chart')].map(b => ({
   title: b.dataset.title, drawn: Number(b.dataset.drawn || 0), last: b.dataset.last, scale: b.dataset.scale,
@@ -41,10 +29,7 @@ def _charts(page, want: int = 4) -> list[dict]:
 
 @pytest.mark.timeout(300)
 def test_the_curves_are_drawn_by_uplot_every_one_at_once(tmp_path):
-    ws = tmp_path / "ws"
-    (ws / "logs").mkdir(parents=True)
-    (ws / "specdeck.toml").write_text(WORKSPACE.format(python=sys.executable, ws=ws), encoding="utf-8")
-    (ws / "logs" / "run.log").write_text(gen2_log(), encoding="utf-8")
+    ws = run_workspace(tmp_path / "ws", gen2_log(), name="charts")
     asked: list[str] = []
     with serve(tmp_path / "home", workspace=ws) as url, browser(1440, 1800) as page:
         page.on("request", lambda r: asked.append(r.url))

@@ -3,25 +3,13 @@ label takes one line (in a column of 3/8 of the row the button fell under the fi
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
 from tests.e2e._dashboard import browser, serve, settle
+from tests.train.page_kit import run_workspace
 
 pytestmark = pytest.mark.browser
 
-WORKSPACE = """[workspace]
-name = "width"
-
-[[train]]
-name = "run"
-python = "{python}"
-generation = "gen2"
-entry = "module:backend.flows.tiny train"
-target_model = "{ws}/target"
-train_data = "{ws}/data.jsonl"
-"""
 
 BOXES_JS = """() => {
   const button = [...document.querySelectorAll("[data-testid='stMain'] button")]
@@ -42,12 +30,9 @@ BOXES_JS = """() => {
 
 @pytest.mark.timeout(300)
 def test_the_overlay_button_stays_beside_its_field_at_1024(tmp_path):
-    ws = tmp_path / "ws"
-    (ws / "logs").mkdir(parents=True)
-    (ws / "specdeck.toml").write_text(WORKSPACE.format(python=sys.executable, ws=ws), encoding="utf-8")
-    (ws / "logs" / "run.log").write_text(
-        "Auto-calculated total_steps: 4 (num_epochs=1 * steps_per_epoch=4)\n"
-        "Training Epoch 0:  50%|#####     | 2/4 [00:02<00:02,  1.00s/it, loss=2.00, acc=0.40]\n", encoding="utf-8")
+    log = ("Auto-calculated total_steps: 4 (num_epochs=1 * steps_per_epoch=4)\n"
+           "Training Epoch 0:  50%|#####     | 2/4 [00:02<00:02,  1.00s/it, loss=2.00, acc=0.40]\n")
+    ws = run_workspace(tmp_path / "ws", log, name="width")
     with serve(tmp_path / "home", workspace=ws) as url, browser(1024, 768) as page:
         page.goto(url + "/training?token=" + url.token + "&run=run")
         page.wait_for_selector("input[aria-label^='Overlay a log']", timeout=120_000)
