@@ -161,13 +161,17 @@ export default function (component) {
     data instanceof ArrayBuffer ? new Uint8Array(data) : data);
   const spec = JSON.parse(text);
   const height = (spec.layout || {}).height || 300;
+  // each drawing owns the box until a newer one (a page run with new data) or the unmount lets it go: the
+  // chart it made is destroyed then, whether or not this function's cleanup ran in between
+  const token = {};
+  box.specdeckToken = token;
   let plot = null;
   let observer = null;
-  let gone = false;
   const title = ((spec.layout || {}).title || {}).text || "";
   box.dataset.title = title;
   loadUPlot().then(uPlot => {
-    if (gone) return;
+    if (box.specdeckToken !== token) return;
+    release(box);
     const b = build(spec);
     const lines = marks(b.layout);
     const timeX = b.isTime;
@@ -278,12 +282,26 @@ export default function (component) {
       if (plot && w > 0 && Math.abs(w - plot.width) > 2) plot.setSize({ width: w, height: height - 60 });
     });
     observer.observe(box);
+    box.specdeckChart = { plot, observer };
+    window.specdeckCharts = (window.specdeckCharts || 0) + 1;
   }).catch(err => {
+    if (box.specdeckToken !== token) return;
     box.textContent = `${title}: the chart could not be drawn (${err.message})`;
   });
   return () => {
-    gone = true;
-    if (observer) observer.disconnect();
-    if (plot) plot.destroy();
+    if (box.specdeckToken !== token) return;  // a newer drawing owns the box
+    box.specdeckToken = null;
+    release(box);
   };
+}
+
+// the chart drawn in ``box`` before, destroyed (uPlot's listeners go with it); ``window.specdeckCharts``
+// counts the charts alive in the tab
+function release(box) {
+  const old = box.specdeckChart;
+  if (!old) return;
+  box.specdeckChart = null;
+  old.observer.disconnect();
+  old.plot.destroy();
+  window.specdeckCharts -= 1;
 }

@@ -29,7 +29,7 @@ def _charts(page, want: int = 4) -> list[dict]:
 
 @pytest.mark.timeout(300)
 def test_the_curves_are_drawn_by_uplot_every_one_at_once(tmp_path):
-    ws = run_workspace(tmp_path / "ws", gen2_log(), name="charts")
+    ws = run_workspace(tmp_path / "ws", gen2_log(20, total_steps=60), name="charts")
     asked: list[str] = []
     with serve(tmp_path / "home", workspace=ws) as url, browser(1440, 1800) as page:
         page.on("request", lambda r: asked.append(r.url))
@@ -48,11 +48,22 @@ def test_the_curves_are_drawn_by_uplot_every_one_at_once(tmp_path):
         page.wait_for_function("(e) => /\\d/.test(e.textContent)", arg=value.element_handle(), timeout=10_000)
         assert re.fullmatch(r"\d\.\d{3}", value.text_content().strip()), value.text_content()
         page.screenshot(path=str(tmp_path / "training-charts.png"), full_page=True)
+        # steps appended to the log are drawn, and each chart drawn again replaces the one before it: as many
+        # uPlot charts alive in the tab as there are charts on the page
+        for steps in (22, 24):
+            with open(ws / "logs" / "run.log", "a", encoding="utf-8") as fh:
+                fh.write(gen2_log(steps, 60)[len(gen2_log(steps - 2, 60)):])
+            page.wait_for_function(f"() => document.querySelector(\".sd-chart[data-title='Loss']\")"
+                                   f"?.dataset.last === '{steps}'", timeout=60_000)
+        settle(page)
+        alive = page.evaluate("() => [window.specdeckCharts, document.querySelectorAll('.sd-chart').length, "
+                              "document.querySelectorAll('.uplot').length]")
+        assert alive[0] == alive[1] == alive[2] == len(charts), (alive, len(charts))
         # the log-scale choice travels in the URL and reaches the chart
         page.goto(url + "/training?token=" + url.token + "&run=run&log=True")
         page.wait_for_function("() => document.querySelector(\".sd-chart[data-title='Loss'][data-scale='log']\")",
                                timeout=120_000)
-        assert _charts(page)[0]["last"] == "20"
+        assert _charts(page)[0]["last"] == "24"
         # on the wall-time axis, the range buttons of the other pages' time charts
         page.goto(url + "/training?token=" + url.token + "&run=run&x=wall+time")
         buttons = page.locator(".sd-chart[data-title='Loss'] .sd-ranges button")
