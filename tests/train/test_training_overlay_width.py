@@ -37,6 +37,10 @@ def test_the_overlay_button_stays_beside_its_field_at_1024(tmp_path):
         page.goto(url + "/training?token=" + url.token + "&run=run")
         page.wait_for_selector("input[aria-label^='Overlay a log']", timeout=120_000)
         settle(page)
+        # measured in the page's own font: until Source Sans has loaded (late on a busy machine) the label
+        # is set in a wider fallback, on two lines
+        page.wait_for_function("() => document.fonts.status === 'loaded' && "
+                               "document.fonts.check('16px \"Source Sans\"')", timeout=60_000)
         boxes = page.evaluate(BOXES_JS)
         page.screenshot(path=str(tmp_path / "training-1024.png"))
     assert boxes is not None, "no Overlay button or field on the Training page"
