@@ -57,13 +57,16 @@ function tick(v) {
 }
 
 function decimals(template, fallback) {
-  const m = /%\{y:\.(\d+)([fe])\}/.exec(template || "");
-  return m ? [Number(m[1]), m[2]] : fallback;
+  // plotly's number formats as the pages write them: ".3f", ",.1f" (thousands separated), ".2e"
+  const m = /%\{y:(,?)\.(\d+)([fe])\}/.exec(template || "");
+  return m ? [Number(m[2]), m[3], m[1] === ","] : fallback;
 }
 
-function fmt(v, [digits, kind]) {
+function fmt(v, [digits, kind, grouped]) {
   if (v == null || Number.isNaN(v)) return "–";
-  return kind === "e" ? v.toExponential(digits) : v.toFixed(digits);
+  if (kind === "e") return v.toExponential(digits);
+  return grouped ? v.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits })
+    : v.toFixed(digits);
 }
 
 function alpha(colour, opacity) {
@@ -104,7 +107,7 @@ function build(spec) {
     const colour = alpha(line.color || marker.color || "#2563eb", t.opacity);
     const lines = mode.includes("lines");
     const markers = mode.includes("markers");
-    const digits = decimals(t.hovertemplate, [3, "f"]);
+    const digits = decimals(t.hovertemplate, [3, "f", false]);
     series.push({
       label: t.name || "",
       stroke: colour,
