@@ -168,8 +168,6 @@ export default function (component) {
   // chart it made is destroyed then, whether or not this function's cleanup ran in between
   const token = {};
   box.specdeckToken = token;
-  let plot = null;
-  let observer = null;
   const title = ((spec.layout || {}).title || {}).text || "";
   box.dataset.title = title;
   loadUPlot().then(uPlot => {
@@ -204,6 +202,10 @@ export default function (component) {
       legend: { live: true },
       cursor: { drag: { x: true, y: false } },
       hooks: {
+        // the x range shown (zoomed, a range button, all), for a look from outside (the tests)
+        setScale: [(u, key) => {
+          if (key === "x") box.dataset.xrange = `${u.scales.x.min},${u.scales.x.max}`;
+        }],
         draw: [u => {
           const ctx = u.ctx;
           const px = devicePixelRatio;
@@ -248,7 +250,7 @@ export default function (component) {
       bar.className = "sd-ranges";
       box.appendChild(bar);
     }
-    plot = new uPlot(opts, b.data, box);
+    const plot = new uPlot(opts, b.data, box);
     buttons.forEach(([label, span]) => {
       const btn = document.createElement("button");
       btn.type = "button";
@@ -280,9 +282,9 @@ export default function (component) {
     box.dataset.last = last === null ? "" : String(last);
     box.dataset.drawn = String(b.data[0].length);
     box.dataset.scale = b.log ? "log" : "linear";
-    observer = new ResizeObserver(() => {
+    const observer = new ResizeObserver(() => {
       const w = box.clientWidth;
-      if (plot && w > 0 && Math.abs(w - plot.width) > 2) plot.setSize({ width: w, height: height - 60 });
+      if (w > 0 && Math.abs(w - plot.width) > 2) plot.setSize({ width: w, height: height - 60 });
     });
     observer.observe(box);
     box.specdeckChart = { plot, observer };

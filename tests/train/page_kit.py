@@ -95,17 +95,12 @@ def metric(at: AppTest, label: str):
     return next(m for m in at.metric if m.label == label)
 
 
-def specs(at: AppTest) -> list[dict]:
-    """The figures the page's charts draw, in page order (tests.helpers.line_charts)."""
-    return line_charts(at)
-
-
 def chart_titles(at: AppTest) -> list[str]:
-    return [fig["layout"].get("title", {}).get("text") for fig in specs(at)]
+    return [fig["layout"].get("title", {}).get("text") for fig in line_charts(at)]
 
 
 def figure(at: AppTest, title: str) -> dict:
-    for fig in specs(at):
+    for fig in line_charts(at):
         if fig["layout"].get("title", {}).get("text") == title:
             return fig
     raise AssertionError(f"no chart titled {title!r}: {chart_titles(at)}")

@@ -69,5 +69,26 @@ def test_the_curves_are_drawn_by_uplot_every_one_at_once(tmp_path):
         buttons = page.locator(".sd-chart[data-title='Loss'] .sd-ranges button")
         buttons.first.wait_for(timeout=120_000)
         assert buttons.all_text_contents() == ["15 m", "1 h", "6 h", "24 h", "all"]
+        # a drag across the chart zooms its time axis, "all" gives the whole run back
+        loss_box = page.locator(".sd-chart[data-title='Loss']")
+        page.wait_for_function("() => document.querySelector(\".sd-chart[data-title='Loss']\")?.dataset.xrange")
+
+        def span() -> float:
+            lo, hi = (float(v) for v in loss_box.get_attribute("data-xrange").split(","))
+            return hi - lo
+
+        whole = span()
+        over = loss_box.locator(".u-over").bounding_box()
+        y = over["y"] + over["height"] / 2
+        page.mouse.move(over["x"] + over["width"] * 0.3, y)
+        page.mouse.down()
+        page.mouse.move(over["x"] + over["width"] * 0.6, y, steps=5)
+        page.mouse.up()
+        page.wait_for_function("(w) => { const r = document.querySelector(\".sd-chart[data-title='Loss']\")"
+                               ".dataset.xrange.split(',').map(Number); return r[1] - r[0] < w * 0.5; }", arg=whole)
+        buttons.last.click()
+        page.wait_for_function("(w) => { const r = document.querySelector(\".sd-chart[data-title='Loss']\")"
+                               ".dataset.xrange.split(',').map(Number); return r[1] - r[0] >= w * 0.99; }", arg=whole)
+        assert abs(span() - whole) <= whole * 0.01, (span(), whole)
     assert any("/app/static/uplot/uPlot.iife.min.js" in u for u in asked), "uPlot was not loaded"
     assert not [u for u in asked if "/PlotlyChart." in u], "the Training page loaded plotly's code"
