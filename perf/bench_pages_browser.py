@@ -57,7 +57,7 @@ ANSWER = {
     "trivial": PLOT,
     "overview": "[data-testid='stProgress'], [data-testid='stMetric']",  # the tiles: progress and figures
     "servers": UPLOT,
-    "regeneration": PLOT,
+    "regeneration": UPLOT,
     "training": UPLOT,
     "benchmarks": "[data-testid='stDataFrame']",  # the Runs table; the charts are in a tab behind it
     "processes": "[data-testid='stTable']",  # the table of managed processes

@@ -57,9 +57,11 @@ function tick(v) {
 }
 
 function decimals(template, fallback) {
-  // plotly's number formats as the pages write them: ".3f", ",.1f" (thousands separated), ".2e"
-  const m = /%\{y:(,?)\.(\d+)([fe])\}/.exec(template || "");
-  return m ? [Number(m[2]), m[3], m[1] === ","] : fallback;
+  // plotly's number formats as the pages write them: ".3f", ",.1f" (thousands separated), ".2e", "," (a
+  // whole count, separated)
+  const m = /%\{y:(,?)(?:\.(\d+)([fe]))?\}/.exec(template || "");
+  if (!m || (!m[1] && !m[2])) return fallback;
+  return [m[2] ? Number(m[2]) : 0, m[3] || "f", m[1] === ","];
 }
 
 function fmt(v, [digits, kind, grouped]) {
@@ -74,12 +76,16 @@ function alpha(colour, opacity) {
   return colour + Math.round(opacity * 255).toString(16).padStart(2, "0");
 }
 
-function build(spec) {
+function build(spec, uPlot) {
   const layout = spec.layout || {};
-  const traces = (spec.data || []).filter(t => !t.type || t.type === "scatter" || t.type === "scattergl");
-  const isTime = (layout.xaxis || {}).type === "date" ||
-    traces.some(t => Array.isArray(t.x) && typeof t.x[0] === "string");
-  const xs = traces.map(t => values(t.x).map(v => (isTime ? seconds(v) : v)));
+  const traces = (spec.data || []).filter(t => !t.type || ["scatter", "scattergl", "bar"].includes(t.type));
+  // bars over categories (a histogram's bins, named by their text): each category at its index
+  const barTrace = traces.find(t => t.type === "bar");
+  const cats = barTrace ? values(barTrace.x).map(String) : null;
+  const isTime = !cats && ((layout.xaxis || {}).type === "date" ||
+    traces.some(t => Array.isArray(t.x) && typeof t.x[0] === "string"));
+  const catAt = cats ? new Map(cats.map((c, i) => [c, i])) : null;
+  const xs = traces.map(t => values(t.x).map(v => (cats ? catAt.get(String(v)) ?? null : isTime ? seconds(v) : v)));
   const ys = traces.map(t => values(t.y));
   // one x for every series (uPlot's shape): the union, each series undefined where it has no point (the line
   // runs on), null where its value is missing (a gap)
@@ -98,8 +104,10 @@ function build(spec) {
   if (range && log) range = range.map(v => Math.pow(10, v));
   if (range && !(range[1] > range[0])) range = null;  // no width: the data's own range
   const series = [{ label: isTime ? "time" : ((layout.xaxis || {}).title || {}).text || "x",
-                    value: isTime ? (u, v) => (v == null ? "–" : new Date(v * 1000).toISOString().slice(0, 19)
+                    value: cats ? (u, v) => (v == null ? "–" : cats[Math.round(v)] ?? "")
+                      : isTime ? (u, v) => (v == null ? "–" : new Date(v * 1000).toISOString().slice(0, 19)
                       .replace("T", " ")) : (u, v) => (v == null ? "–" : Number(v).toLocaleString()) }];
+  const gap = layout.bargap ?? 0.2;
   traces.forEach(t => {
     const line = t.line || {};
     const marker = t.marker || {};
@@ -108,6 +116,18 @@ function build(spec) {
     const lines = mode.includes("lines");
     const markers = mode.includes("markers");
     const digits = decimals(t.hovertemplate, [3, "f", false]);
+    if (t.type === "bar") {
+      series.push({
+        label: t.name || ((layout.yaxis || {}).title || {}).text || "",
+        stroke: colour, fill: colour, width: 0,
+        paths: uPlot.paths.bars({ size: [1 - gap, Infinity] }),
+        points: { show: false },
+        show: t.visible !== "legendonly",
+        value: (u, v) => fmt(v, digits),
+        legendHidden: t.showlegend === false,
+      });
+      return;
+    }
     series.push({
       label: t.name || "",
       stroke: colour,
@@ -122,7 +142,7 @@ function build(spec) {
       legendHidden: t.showlegend === false || t.hoverinfo === "skip",
     });
   });
-  return { data, series, isTime, log, range, layout };
+  return { data, series, isTime, log, range, layout, cats };
 }
 
 const SECONDS = { second: 1, minute: 60, hour: 3600, day: 86400 };
@@ -151,6 +171,58 @@ function marks(layout) {
   return { vertical, horizontal };
 }
 
+// plotly's subplots (make_subplots, set_subplots): a panel per y axis, the top one first, each with its own
+// traces, y axis, x axis and lines; a figure of one plot is one panel.  A panel's share of the height is its
+// y axis' domain.
+function panels(spec) {
+  const layout = spec.layout || {};
+  const traces = spec.data || [];
+  const ids = [...new Set(traces.map(t => t.yaxis || "y"))];
+  if (ids.length <= 1) return [{ spec, share: 1 }];
+  const axis = id => layout["yaxis" + id.slice(1)] || {};
+  const domain = id => axis(id).domain || [0, 1];
+  ids.sort((a, b) => domain(b)[1] - domain(a)[1]);
+  const size = id => Math.max(0.05, domain(id)[1] - domain(id)[0]);
+  const total = ids.reduce((sum, id) => sum + size(id), 0);
+  const ref = r => String(r || "").split(" ")[0];
+  return ids.map((id, i) => {
+    const mine = traces.filter(t => (t.yaxis || "y") === id);
+    const xkey = "xaxis" + ((mine[0] || {}).xaxis || "x").slice(1);
+    // a line drawn on this panel (add_vline/add_hline give each panel its own), or across the figure;
+    // a label placed on the figure (yref "paper") goes on the top panel
+    const shapes = (layout.shapes || []).filter(s => ref(s.yref) === id || ref(s.yref) === "paper");
+    const annotations = (layout.annotations || []).filter(a => ref(a.yref) === id || (i === 0 && ref(a.yref) === "paper"));
+    const { rangeselector } = layout.xaxis || {};
+    return {
+      share: size(id) / total,
+      spec: {
+        data: mine,
+        layout: { ...layout, title: i === 0 ? layout.title : undefined, shapes, annotations,
+                  xaxis: { ...(layout.xaxis || {}), ...(layout[xkey] || {}), rangeselector },
+                  yaxis: axis(id) },
+      },
+    };
+  });
+}
+
+// the panels of one figure on one x: the union of their points, each panel's series undefined where it has
+// none (the line runs on), so that every panel spans the same range and the cursor is at the same x in each
+function shareX(builds) {
+  if (builds.length < 2) return;
+  const all = [...new Set(builds.flatMap(b => b.data[0]))].sort((a, b) => a - b);
+  const at = new Map(all.map((v, i) => [v, i]));
+  builds.forEach(b => {
+    const xs = b.data[0];
+    b.data = [all, ...b.data.slice(1).map(col => {
+      const out = new Array(all.length);
+      xs.forEach((x, i) => { out[at.get(x)] = col[i]; });
+      return out;
+    })];
+  });
+}
+
+let drawings = 0;
+
 export default function (component) {
   const { data, parentElement } = component;
   let box = parentElement.querySelector(".sd-chart");
@@ -173,121 +245,82 @@ export default function (component) {
   loadUPlot().then(uPlot => {
     if (box.specdeckToken !== token) return;
     release(box);
-    const b = build(spec);
-    const lines = marks(b.layout);
-    const timeX = b.isTime;
-    const yTitle = ((b.layout.yaxis || {}).title || {}).text || "";
-    const xTitle = ((b.layout.xaxis || {}).title || {}).text || "";
-    const opts = {
-      title,
-      width: Math.max(200, box.clientWidth || parentElement.clientWidth || 600),
-      height: height - 60,
-      tzDate: ts => uPlot.tzDate(new Date(ts * 1000), "Etc/UTC"),
-      scales: {
-        x: { time: timeX },
-        y: b.log ? { distr: 3, ...(b.range ? { range: () => b.range } : {}) }
-             : b.range ? { range: () => b.range }
-             // a horizontal line (a baseline) is in view, as plotly's autorange keeps it
-             : lines.horizontal.length ? { range: (u, lo, hi) => {
-                 const ys = lines.horizontal.map(m => m.y).filter(Number.isFinite);
-                 return uPlot.rangeNum(Math.min(lo ?? ys[0], ...ys), Math.max(hi ?? ys[0], ...ys), 0.1, true);
-               } } : {},
-      },
-      axes: [
-        { label: timeX ? "" : xTitle, labelSize: 20, size: 40,
-          ...(xTitle === "step" ? { incrs: STEPS } : timeX ? { incrs: TIMES } : {}) },
-        { label: yTitle, labelSize: 20, size: 60, values: (u, splits) => splits.map(tick) },
-      ],
-      series: b.series.map(({ legendHidden, ...s }) => s),
-      legend: { live: true },
-      cursor: { drag: { x: true, y: false } },
-      hooks: {
-        // the x range shown (zoomed, a range button, all), for a look from outside (the tests)
-        setScale: [(u, key) => {
-          if (key === "x") box.dataset.xrange = `${u.scales.x.min},${u.scales.x.max}`;
-        }],
-        draw: [u => {
-          const ctx = u.ctx;
-          const px = devicePixelRatio;
-          const { left, top, width, height } = u.bbox;
-          const stroke = (m, x0, y0, x1, y1) => {
-            ctx.save();
-            ctx.strokeStyle = m.colour;
-            ctx.setLineDash(m.dash.map(d => d * px));
-            ctx.lineWidth = m.width * px;
-            ctx.beginPath();
-            ctx.moveTo(x0, y0);
-            ctx.lineTo(x1, y1);
-            ctx.stroke();
-            ctx.fillStyle = m.colour;
-            ctx.font = `${10 * px}px sans-serif`;
-            ctx.textAlign = "left";  // uPlot leaves its axes' alignment set
-            ctx.textBaseline = "alphabetic";
-            return ctx;
-          };
-          lines.vertical.forEach(m => {
-            const x = Math.round(u.valToPos(timeX ? seconds(m.x) : m.x, "x", true));
-            if (!Number.isFinite(x) || x < left || x > left + width) return;
-            const c = stroke(m, x, top, x, top + height);
-            if (m.text) c.fillText(m.text, x + 4 * px, top + 12 * px);
-            c.restore();
-          });
-          lines.horizontal.forEach(m => {
-            const y = Math.round(u.valToPos(m.y, "y", true));
-            if (!Number.isFinite(y) || y < top || y > top + height) return;
-            const c = stroke(m, left, y, left + width, y);
-            if (m.text) c.fillText(m.text, left + 4 * px, m.above ? y - 4 * px : y + 12 * px);
-            c.restore();
-          });
-        }],
-      },
-    };
     box.replaceChildren();
-    const buttons = timeX ? ranges(b.layout) : [];
+    const parts = panels(spec).map(p => ({ ...p, b: build(p.spec, uPlot) }));
+    shareX(parts.map(p => p.b));
+    const first = parts[0].b;
+    const buttons = first.isTime ? ranges(first.layout) : [];
     let bar = null;
     if (buttons.length) {  // plotly's range buttons (15 m, 1 h, …, all): the newest span of the x axis
       bar = document.createElement("div");
       bar.className = "sd-ranges";
       box.appendChild(bar);
     }
-    const plot = new uPlot(opts, b.data, box);
+    // panels share the x axis: a zoom, a range button or the cursor on one moves them all
+    const sync = `sd-chart-${++drawings}`;
+    let syncing = false;
+    const plots = [];
+    const heights = parts.map(p => Math.max(100, Math.round((height - 60) * p.share)));
+    parts.forEach((p, i) => {
+      const plot = new uPlot(options(uPlot, p.b, {
+        title: i === 0 ? title : "",
+        width: Math.max(200, box.clientWidth || parentElement.clientWidth || 600),
+        height: heights[i],
+        sync: parts.length > 1 ? sync : null,
+        onScale: u => {
+          if (i === 0) box.dataset.xrange = `${u.scales.x.min},${u.scales.x.max}`;
+          if (syncing) return;
+          syncing = true;
+          plots.forEach(o => { if (o !== u) o.setScale("x", { min: u.scales.x.min, max: u.scales.x.max }); });
+          syncing = false;
+        },
+      }), p.b.data, box);
+      plots.push(plot);
+      // the legend lists what has a name: the faint raw values under a smoothed line are not listed
+      p.b.series.forEach((s, k) => {
+        if (k > 0 && s.legendHidden) {
+          const row = plot.root.querySelectorAll(".u-legend .u-series")[k];
+          if (row) row.style.display = "none";
+        }
+      });
+      if ((p.b.layout.showlegend === false || p.b.cats) && p.b.series.length === 2) plot.root.classList.add("sd-one");
+    });
     buttons.forEach(([label, span]) => {
       const btn = document.createElement("button");
       btn.type = "button";
       btn.textContent = label;
       btn.onclick = () => {
-        const xs = b.data[0];
+        const xs = first.data[0];
         if (!xs.length) return;
         const hi = xs[xs.length - 1];
-        plot.setScale("x", span ? { min: Math.max(xs[0], hi - span), max: hi } : { min: xs[0], max: hi });
+        plots[0].setScale("x", span ? { min: Math.max(xs[0], hi - span), max: hi } : { min: xs[0], max: hi });
       };
       bar.appendChild(btn);
     });
-    // the legend lists what has a name: the faint raw values under a smoothed line are not listed
-    b.series.forEach((s, i) => {
-      if (i > 0 && s.legendHidden) {
-        const row = plot.root.querySelectorAll(".u-legend .u-series")[i];
-        if (row) row.style.display = "none";
-      }
-    });
-    if ((b.layout.showlegend === false) && b.series.length === 2) plot.root.classList.add("sd-one");
     // what is drawn, for a look from outside (the tests, perf/): the points on the x axis, the last x with a value
     let last = null;
-    for (let k = 1; k < b.data.length; k++) {
-      const col = b.data[k];
-      for (let i = col.length - 1; i >= 0; i--) {
-        if (col[i] != null) { if (last === null || b.data[0][i] > last) last = b.data[0][i]; break; }
+    let drawn = 0;
+    parts.forEach(({ b }) => {
+      drawn = Math.max(drawn, b.data[0].length);
+      for (let k = 1; k < b.data.length; k++) {
+        const col = b.data[k];
+        for (let i = col.length - 1; i >= 0; i--) {
+          if (col[i] != null) { if (last === null || b.data[0][i] > last) last = b.data[0][i]; break; }
+        }
       }
-    }
+    });
     box.dataset.last = last === null ? "" : String(last);
-    box.dataset.drawn = String(b.data[0].length);
-    box.dataset.scale = b.log ? "log" : "linear";
+    box.dataset.drawn = String(drawn);
+    box.dataset.panels = String(plots.length);
+    box.dataset.scale = first.log ? "log" : "linear";
     const observer = new ResizeObserver(() => {
       const w = box.clientWidth;
-      if (w > 0 && Math.abs(w - plot.width) > 2) plot.setSize({ width: w, height: height - 60 });
+      plots.forEach((plot, i) => {
+        if (w > 0 && Math.abs(w - plot.width) > 2) plot.setSize({ width: w, height: heights[i] });
+      });
     });
     observer.observe(box);
-    box.specdeckChart = { plot, observer };
+    box.specdeckChart = { plots, observer };
     window.specdeckCharts = (window.specdeckCharts || 0) + 1;
   }).catch(err => {
     if (box.specdeckToken !== token) return;
@@ -300,6 +333,85 @@ export default function (component) {
   };
 }
 
+// uPlot's options for one panel ``b`` (what build() read of its figure)
+function options(uPlot, b, { title, width, height, sync, onScale }) {
+  const lines = marks(b.layout);
+  const timeX = b.isTime;
+  const cats = b.cats;
+  const yTitle = ((b.layout.yaxis || {}).title || {}).text || "";
+  const xTitle = ((b.layout.xaxis || {}).title || {}).text || "";
+  const yaxis = b.layout.yaxis || {};
+  const fromZero = cats || yaxis.rangemode === "tozero";
+  return {
+    title,
+    width,
+    height,
+    tzDate: ts => uPlot.tzDate(new Date(ts * 1000), "Etc/UTC"),
+    scales: {
+      x: cats ? { time: false, range: () => [-0.5, cats.length - 0.5] } : { time: timeX },
+      y: b.log ? { distr: 3, ...(b.range ? { range: () => b.range } : {}) }
+           : b.range ? { range: () => b.range }
+           // a horizontal line (a baseline) is in view, as plotly's autorange keeps it; bars and an axis
+           // asked to start at zero (rangemode "tozero") start there
+           : lines.horizontal.length || fromZero ? { range: (u, lo, hi) => {
+               const ys = lines.horizontal.map(m => m.y).filter(Number.isFinite);
+               if (fromZero) ys.push(0);
+               return uPlot.rangeNum(Math.min(lo ?? ys[0], ...ys), Math.max(hi ?? ys[0], ...ys), 0.1, true);
+             } } : {},
+    },
+    axes: [
+      { label: timeX ? "" : xTitle, labelSize: 20, size: 40,
+        ...(cats ? { incrs: STEPS, space: 64, values: (u, splits) => splits.map(v => cats[v] ?? "") }
+          : xTitle === "step" ? { incrs: STEPS } : timeX ? { incrs: TIMES } : {}) },
+      { label: yTitle, labelSize: 20, size: 60, values: (u, splits) => splits.map(tick) },
+    ],
+    series: b.series.map(({ legendHidden, ...s }) => s),
+    legend: { live: true },
+    // panels hovered together: the time under the cursor on each, no horizontal line at a height that means
+    // nothing on the others
+    cursor: { drag: { x: !cats, y: false }, ...(sync ? { sync: { key: sync }, y: false } : {}) },
+    hooks: {
+      // the x range shown (zoomed, a range button, all), for a look from outside (the tests); the panels
+      // below follow it
+      setScale: [(u, key) => { if (key === "x") onScale(u); }],
+      draw: [u => {
+        const ctx = u.ctx;
+        const px = devicePixelRatio;
+        const { left, top, width, height } = u.bbox;
+        const stroke = (m, x0, y0, x1, y1) => {
+          ctx.save();
+          ctx.strokeStyle = m.colour;
+          ctx.setLineDash(m.dash.map(d => d * px));
+          ctx.lineWidth = m.width * px;
+          ctx.beginPath();
+          ctx.moveTo(x0, y0);
+          ctx.lineTo(x1, y1);
+          ctx.stroke();
+          ctx.fillStyle = m.colour;
+          ctx.font = `${10 * px}px sans-serif`;
+          ctx.textAlign = "left";  // uPlot leaves its axes' alignment set
+          ctx.textBaseline = "alphabetic";
+          return ctx;
+        };
+        lines.vertical.forEach(m => {
+          const x = Math.round(u.valToPos(timeX ? seconds(m.x) : m.x, "x", true));
+          if (!Number.isFinite(x) || x < left || x > left + width) return;
+          const c = stroke(m, x, top, x, top + height);
+          if (m.text) c.fillText(m.text, x + 4 * px, top + 12 * px);
+          c.restore();
+        });
+        lines.horizontal.forEach(m => {
+          const y = Math.round(u.valToPos(m.y, "y", true));
+          if (!Number.isFinite(y) || y < top || y > top + height) return;
+          const c = stroke(m, left, y, left + width, y);
+          if (m.text) c.fillText(m.text, left + 4 * px, m.above ? y - 4 * px : y + 12 * px);
+          c.restore();
+        });
+      }],
+    },
+  };
+}
+
 // the chart drawn in ``box`` before, destroyed (uPlot's listeners go with it); ``window.specdeckCharts``
 // counts the charts alive in the tab
 function release(box) {
@@ -307,6 +419,6 @@ function release(box) {
   if (!old) return;
   box.specdeckChart = null;
   old.observer.disconnect();
-  old.plot.destroy();
+  old.plots.forEach(plot => plot.destroy());
   window.specdeckCharts -= 1;
 }

@@ -3,12 +3,15 @@ sent as plotly's JSON and drawn in the browser on a canvas by uPlot (``static/up
 
 Streamlit draws a plotly chart with plotly's own code, 4.7 MB that a browser fetches and loads before the
 first line appears (1-1.5 s on one core of a loaded machine, more than the rest of a page's first visit).
-The line charts over time or steps (the Training page's curves, the Servers page's live charts, the GPUs
-page's history) are lines and points over one x axis, what uPlot draws in milliseconds; it reads what those
-pages use of the figure: the scatter traces (lines, points, colour, dash, width, opacity, name, the hover's
-number format, hidden legend entries), the layout's title, axis titles, a logarithmic y axis, a fixed y
-range, vertical lines (restarts) and horizontal lines (baselines) with their labels, and on a time axis the
-range buttons (15 m, 1 h, 6 h, 24 h, all).  Drag across the chart zooms the x axis, a double click goes
+The line charts over time or steps (the Training page's curves, the Servers page's live charts, the
+Regeneration page's speed, the GPUs page's history) are lines and points over one x axis, what uPlot draws
+in milliseconds; it reads what those pages use of the figure: the scatter traces (lines, points, colour,
+dash, width, opacity, name, the hover's number format, hidden legend entries), the layout's title, axis
+titles, a logarithmic y axis, a fixed y range or one from zero (``rangemode="tozero"``), vertical lines
+(restarts) and horizontal lines (baselines) with their labels, and on a time axis the range buttons (15 m,
+1 h, 6 h, 24 h, all).  Subplots stacked on a shared x axis (one y axis per panel, as ``set_subplots(rows=N)``
+makes them) are a chart per panel, zoomed and hovered together; bars over categories (the answer lengths'
+bins) are drawn as bars, each category at its place.  Drag across the chart zooms the x axis, a double click goes
 back; the legend shows every series' value under the cursor (the unified hover of the other charts).
 
 The component's code is ``ui/linechart.js``; uPlot is served by the dashboard (``server.enableStaticServing``,

@@ -60,3 +60,47 @@ def test_controls_and_eta_are_in_the_first_screen_at_1024x768(tmp_path):
             assert box["y"] >= 0 and box["y"] + box["height"] <= 768, (name, box)
         # nothing scrolled to get there: the page is at its top
         assert page.evaluate("() => document.querySelector(\"[data-testid='stMain']\").scrollTop") == 0
+
+
+@pytest.mark.timeout(300)
+def test_speed_and_lengths_are_drawn_by_uplot_without_plotly(tmp_path):
+    """The speed chart is two uPlot panels (rows/s above, tok/s below) zoomed together, the answer lengths
+    are bars over their bins, and the page never fetches plotly's code."""
+    from playwright.sync_api import expect
+
+    ws = _workspace(tmp_path / "ws")
+    with serve(tmp_path / "home", workspace=ws) as url, browser(width=1440, height=900) as page:
+        fetched = []
+        page.on("request", lambda r: fetched.append(r.url))
+        page.goto(url.page("/regeneration"), wait_until="domcontentloaded")
+        speed = page.locator(".sd-chart[data-title='Speed'][data-drawn]")
+        expect(speed).to_have_attribute("data-panels", "2", timeout=120_000)
+        assert speed.locator("canvas").count() == 2
+        # uPlot writes its axes on the canvas: their titles read from the charts
+        axes = page.evaluate("el => el.specdeckChart.plots.map(p => p.axes[1].label)", speed.element_handle())
+        assert axes == ["rows/s", "tok/s"]
+        legends = speed.locator(".u-legend").all_inner_texts()
+        assert "rows/s (completed)" in legends[0] and "answer tok/s (this job)" in legends[1], legends
+        lengths = page.locator(".sd-chart[data-title='Answer lengths (tokens)'][data-drawn]")
+        expect(lengths).to_have_attribute("data-drawn", "3", timeout=30_000)
+        bins = page.evaluate("el => { const p = el.specdeckChart.plots[0]; return p.axes[0].values(p, [0, 1, 2]); }",
+                             lengths.element_handle())
+        assert bins == ["0-64", "64-128", "≥ 128"]
+        # a drag across the upper panel zooms both: the x range narrows and the lower panel follows
+        full = [float(v) for v in speed.get_attribute("data-xrange").split(",")]
+        top = speed.locator(".u-over").first
+        top.scroll_into_view_if_needed()
+        box = top.bounding_box()
+        page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] / 2)
+        page.mouse.down()
+        page.mouse.move(box["x"] + box["width"] * 0.9, box["y"] + box["height"] / 2, steps=8)
+        page.mouse.up()
+        page.wait_for_function(
+            "([el, span]) => { const [a, b] = el.dataset.xrange.split(',').map(Number); return b - a < span / 2; }",
+            arg=[speed.element_handle(), full[1] - full[0]], timeout=10_000)
+        lower = page.evaluate("el => { const p = el.specdeckChart.plots[1]; return [p.scales.x.min, p.scales.x.max]; }",
+                              speed.element_handle())
+        upper = [float(v) for v in speed.get_attribute("data-xrange").split(",")]
+        assert lower == pytest.approx(upper)
+        speed.screenshot(path=str(tmp_path / "regen-speed-uplot.png"))
+    assert not [u for u in fetched if "plotly" in u.lower()], [u for u in fetched if "plotly" in u.lower()]

@@ -11,7 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 from backend import runtime as runtime_mod
 from state import audit
-from tests.helpers import close_runtime, shown_text
+from tests.helpers import close_runtime, line_charts, shown_text
 from tests.regen.regen_fixtures import append, in_row, out_row, snap
 
 REPO = Path(__file__).resolve().parents[2]
@@ -97,7 +97,14 @@ def test_page_shows_the_run_at_a_glance(workspace):
     labels = [e.label for e in at.expander]
     assert "context_length: 50 rows" in labels and "bad_request: 10 rows" in labels
     assert any("prompt is 9000 tokens" in t for t in shown_text(at))
-    assert len(at.get("plotly_chart")) == 2  # speed (rows/s and tok/s), answer lengths
+    # the speed chart (rows/s and tok/s) and the answer lengths, drawn by uPlot
+    speed, lengths = line_charts(at)
+    assert speed["layout"]["title"]["text"] == "Speed"
+    assert lengths["layout"]["title"]["text"] == "Answer lengths (tokens)"
+    (hist,) = lengths["data"]
+    assert hist["type"] == "bar"
+    assert hist["x"] == ["0-64", "64-128", "≥ 128"] and hist["y"] == [500, 3000, 400]
+    assert not at.get("plotly_chart")
     # the sample viewer: the newest row beside its original
     texts = [t.value for t in at.markdown]
     assert "regenerated answer 2" in texts

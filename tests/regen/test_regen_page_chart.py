@@ -3,11 +3,10 @@ drawn over another, and this job's two series in two colours."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from tests.helpers import line_charts
 from tests.regen.test_regen_page import REPO, _page, workspace, write_run  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.timeout(120)
@@ -16,7 +15,7 @@ pytestmark = pytest.mark.timeout(120)
 def test_speed_chart_has_one_axis_per_unit(workspace):
     write_run(workspace)
     at = _page(AppTest.from_file(str(REPO / "app.py"), default_timeout=30))
-    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+    spec = line_charts(at)[0]
     layout, traces = spec["layout"], spec["data"]
     axes = {k: v for k, v in layout.items() if k.startswith("yaxis")}
     titles = sorted(a["title"]["text"] for a in axes.values())

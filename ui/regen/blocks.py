@@ -19,6 +19,7 @@ from backend.regen.samples import turns
 from specdeck_types.eta import Eta
 from ui import charts, fmt
 from ui.components import text_block
+from ui.linechart import line_chart
 
 STATE_TEXT = {
     "starting": ":orange[◐ starting]", "running": ":green[● running]", "waiting": ":orange[◐ waiting for a server]",
@@ -229,7 +230,8 @@ def speed_chart(history: History, servers: dict[str, tuple[list, list]], *, key:
     one panel and one y axis per unit, on a shared time axis.
 
     One figure with two panels rather than two figures: every plotly figure costs the page a fixed
-    ~50 ms to build and validate, and this chart is redrawn every 2 s."""
+    ~50 ms to build and validate, and this chart is redrawn every 2 s.  uPlot draws it
+    (ui/linechart.py), a chart per panel, their x axes zoomed and hovered together."""
     if len(history) < 2:
         st.caption("The speed chart starts with the second progress snapshot.")
         return
@@ -267,7 +269,7 @@ def speed_chart(history: History, servers: dict[str, tuple[list, list]], *, key:
     charts.mark_restarts(fig, starts, label="resume")
     charts.legend_below(fig)
     fig.update_layout(legend=dict(y=-0.25), margin=dict(b=70))
-    st.plotly_chart(fig, width="stretch", key=f"{key}-speed")
+    line_chart(fig, key=f"{key}-speed")
 
 
 def length_histogram(hist: dict[str, Any] | None, *, unit: str, key: str) -> None:
@@ -284,7 +286,7 @@ def length_histogram(hist: dict[str, Any] | None, *, unit: str, key: str) -> Non
                               xaxis_title=unit, yaxis_title="rows", bargap=0.05)
     fig.add_trace(go.Bar(x=labels, y=counts[:last], marker_color=charts.colour_for("answer length"),
                          hovertemplate="%{x} " + unit + ": %{y:,} rows<extra></extra>"))
-    st.plotly_chart(fig, width="stretch", key=f"{key}-hist")
+    line_chart(fig, key=f"{key}-hist")
 
 
 def error_table(errors: dict[str, Any] | None, *, examples: bool = True) -> None:
