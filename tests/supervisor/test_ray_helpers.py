@@ -33,6 +33,9 @@ def cli(ws: Path, *argv: str) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
+JOIN_TRIES = 4
+
+
 class WorkerEnded(AssertionError):
     pass
 
@@ -145,13 +148,17 @@ def start_cluster(root: Path, workers: list[dict[str, float]] = ()) -> RayCluste
         raise AssertionError(f"cluster up failed: {out} {err}\n{log_tail}")
     try:
         for i, res in enumerate(workers):  # one at a time: raylets joining at once race for socket names
-            rc.add_worker(res)
-            try:
-                rc.wait_nodes(2 + i)
-            except WorkerEnded:  # on a loaded machine a raylet can time out while starting: once more
-                rc.workers.pop()
+            # on a loaded machine (another suite beside this one) a raylet can miss Ray's fixed 30 s to
+            # register with the head and end: it is started again, up to JOIN_TRIES times in all
+            for attempt in range(JOIN_TRIES):
                 rc.add_worker(res)
-                rc.wait_nodes(2 + i)
+                try:
+                    rc.wait_nodes(2 + i)
+                    break
+                except WorkerEnded:
+                    _end_group(rc.workers.pop().pid)  # what it started in its group goes with it
+                    if attempt == JOIN_TRIES - 1:
+                        raise
     except BaseException:
         rc.close()
         raise
