@@ -223,6 +223,50 @@ function shareX(builds) {
 
 let drawings = 0;
 
+// what a chart is drawn as, its points aside: a redraw with the same is new points on the same chart
+function signature(spec, heights) {
+  const { shapes, annotations, ...layout } = spec.layout || {};
+  const traces = (spec.data || []).map(({ x, y, ...rest }) => (rest.type === "bar" ? { ...rest, x } : rest));
+  return JSON.stringify([layout, traces, heights]);
+}
+
+// The x range a user chose, kept on the box across the redraws of a live chart (every second or two): all of
+// it (the default, and a double click), the newest span of a range button (it follows the new points) or a
+// window dragged across (it stays where it was put).
+function viewOf(box) {
+  return box.specdeckView || { kind: "all" };
+}
+
+function applyView(plot, view) {
+  const xs = plot.data[0];
+  if (!xs.length || view.kind === "all") return;
+  const lo = xs[0];
+  const hi = xs[xs.length - 1];
+  plot.setScale("x", view.kind === "span" ? { min: Math.max(lo, hi - view.span), max: hi }
+    : { min: view.min, max: view.max });
+}
+
+// what is drawn, for a look from outside (the tests, perf/): the points on the x axis, the last x with a value
+function describe(box, parts, plots) {
+  let last = null;
+  let drawn = 0;
+  parts.forEach(({ b }) => {
+    drawn = Math.max(drawn, b.data[0].length);
+    for (let k = 1; k < b.data.length; k++) {
+      const col = b.data[k];
+      for (let i = col.length - 1; i >= 0; i--) {
+        if (col[i] != null) { if (last === null || b.data[0][i] > last) last = b.data[0][i]; break; }
+      }
+    }
+  });
+  box.dataset.last = last === null ? "" : String(last);
+  box.dataset.drawn = String(drawn);
+  box.dataset.panels = String(plots.length);
+  box.dataset.scale = parts[0].b.log ? "log" : "linear";
+  box.dataset.view = viewOf(box).kind;
+  box.dataset.redraws = String(Number(box.dataset.redraws || 0) + 1);
+}
+
 export default function (component) {
   const { data, parentElement } = component;
   let box = parentElement.querySelector(".sd-chart");
@@ -236,18 +280,34 @@ export default function (component) {
     data instanceof ArrayBuffer ? new Uint8Array(data) : data);
   const spec = JSON.parse(text);
   const height = (spec.layout || {}).height || 300;
-  // each drawing owns the box until a newer one (a page run with new data) or the unmount lets it go: the
-  // chart it made is destroyed then, whether or not this function's cleanup ran in between
+  // each drawing owns the box until a newer one (a page run with new data) or the unmount lets it go
   const token = {};
   box.specdeckToken = token;
+  clearTimeout(box.specdeckRelease);  // a redraw: the chart is kept for it
   const title = ((spec.layout || {}).title || {}).text || "";
   box.dataset.title = title;
   loadUPlot().then(uPlot => {
     if (box.specdeckToken !== token) return;
-    release(box);
-    box.replaceChildren();
     const parts = panels(spec).map(p => ({ ...p, b: build(p.spec, uPlot) }));
     shareX(parts.map(p => p.b));
+    const heights = parts.map(p => Math.max(100, Math.round((height - 60) * p.share)));
+    const sig = signature(spec, heights);
+    const old = box.specdeckChart;
+    if (old && old.signature === sig) {
+      // the same chart with new points: drawn in place, the x range the user chose kept
+      const view = viewOf(box);
+      old.state.quiet = true;
+      parts.forEach((p, i) => {
+        old.state.lines[i] = marks(p.b.layout);
+        old.plots[i].setData(p.b.data, view.kind === "all");
+      });
+      applyView(old.plots[0], view);
+      old.state.quiet = false;
+      describe(box, parts, old.plots);
+      return;
+    }
+    release(box);
+    box.replaceChildren();
     const first = parts[0].b;
     const buttons = first.isTime ? ranges(first.layout) : [];
     let bar = null;
@@ -260,15 +320,23 @@ export default function (component) {
     const sync = `sd-chart-${++drawings}`;
     let syncing = false;
     const plots = [];
-    const heights = parts.map(p => Math.max(100, Math.round((height - 60) * p.share)));
+    // quiet: the x range is being set by a redraw or a button, not by the user's drag or double click
+    const state = { lines: parts.map(p => marks(p.b.layout)), quiet: true };
     parts.forEach((p, i) => {
       const plot = new uPlot(options(uPlot, p.b, {
         title: i === 0 ? title : "",
         width: Math.max(200, box.clientWidth || parentElement.clientWidth || 600),
         height: heights[i],
         sync: parts.length > 1 ? sync : null,
+        lines: () => state.lines[i],
         onScale: u => {
           if (i === 0) box.dataset.xrange = `${u.scales.x.min},${u.scales.x.max}`;
+          if (!state.quiet && u.data[0].length) {  // the user's drag (a window) or double click (all of it)
+            const xs = u.data[0];
+            const all = u.scales.x.min <= xs[0] && u.scales.x.max >= xs[xs.length - 1];
+            box.specdeckView = all ? { kind: "all" } : { kind: "fixed", min: u.scales.x.min, max: u.scales.x.max };
+            box.dataset.view = box.specdeckView.kind;
+          }
           if (syncing) return;
           syncing = true;
           plots.forEach(o => { if (o !== u) o.setScale("x", { min: u.scales.x.min, max: u.scales.x.max }); });
@@ -290,29 +358,21 @@ export default function (component) {
       btn.type = "button";
       btn.textContent = label;
       btn.onclick = () => {
-        const xs = first.data[0];
-        if (!xs.length) return;
-        const hi = xs[xs.length - 1];
-        plots[0].setScale("x", span ? { min: Math.max(xs[0], hi - span), max: hi } : { min: xs[0], max: hi });
+        box.specdeckView = span ? { kind: "span", span } : { kind: "all" };
+        box.dataset.view = box.specdeckView.kind;
+        state.quiet = true;
+        if (span) applyView(plots[0], box.specdeckView);
+        else if (plots[0].data[0].length) {
+          const xs = plots[0].data[0];
+          plots[0].setScale("x", { min: xs[0], max: xs[xs.length - 1] });
+        }
+        state.quiet = false;
       };
       bar.appendChild(btn);
     });
-    // what is drawn, for a look from outside (the tests, perf/): the points on the x axis, the last x with a value
-    let last = null;
-    let drawn = 0;
-    parts.forEach(({ b }) => {
-      drawn = Math.max(drawn, b.data[0].length);
-      for (let k = 1; k < b.data.length; k++) {
-        const col = b.data[k];
-        for (let i = col.length - 1; i >= 0; i--) {
-          if (col[i] != null) { if (last === null || b.data[0][i] > last) last = b.data[0][i]; break; }
-        }
-      }
-    });
-    box.dataset.last = last === null ? "" : String(last);
-    box.dataset.drawn = String(drawn);
-    box.dataset.panels = String(plots.length);
-    box.dataset.scale = first.log ? "log" : "linear";
+    applyView(plots[0], viewOf(box));  // the range the user chose before the chart changed
+    state.quiet = false;
+    describe(box, parts, plots);
     const observer = new ResizeObserver(() => {
       const w = box.clientWidth;
       plots.forEach((plot, i) => {
@@ -320,7 +380,7 @@ export default function (component) {
       });
     });
     observer.observe(box);
-    box.specdeckChart = { plots, observer };
+    box.specdeckChart = { plots, observer, state, signature: sig };
     window.specdeckCharts = (window.specdeckCharts || 0) + 1;
   }).catch(err => {
     if (box.specdeckToken !== token) return;
@@ -328,14 +388,20 @@ export default function (component) {
   });
   return () => {
     if (box.specdeckToken !== token) return;  // a newer drawing owns the box
-    box.specdeckToken = null;
-    release(box);
+    // unmounted, or about to be drawn again with new points (which claims the box first and keeps the chart)
+    box.specdeckRelease = setTimeout(() => {
+      if (box.specdeckToken !== token) return;
+      box.specdeckToken = null;
+      release(box);
+    }, RELEASE_MS);
   };
 }
 
+// how long an unmounted chart waits before it is destroyed: a redraw's new drawing comes within this
+const RELEASE_MS = 250;
+
 // uPlot's options for one panel ``b`` (what build() read of its figure)
-function options(uPlot, b, { title, width, height, sync, onScale }) {
-  const lines = marks(b.layout);
+function options(uPlot, b, { title, width, height, sync, onScale, lines: current }) {
   const timeX = b.isTime;
   const cats = b.cats;
   const yTitle = ((b.layout.yaxis || {}).title || {}).text || "";
@@ -353,11 +419,13 @@ function options(uPlot, b, { title, width, height, sync, onScale }) {
            : b.range ? { range: () => b.range }
            // a horizontal line (a baseline) is in view, as plotly's autorange keeps it; bars and an axis
            // asked to start at zero (rangemode "tozero") start there
-           : lines.horizontal.length || fromZero ? { range: (u, lo, hi) => {
-               const ys = lines.horizontal.map(m => m.y).filter(Number.isFinite);
+           // (uPlot's own range, padded, with them; a redraw in place may bring a line the chart had not)
+           : { range: (u, lo, hi) => {
+               const ys = current().horizontal.map(m => m.y).filter(Number.isFinite);
                if (fromZero) ys.push(0);
+               if (lo == null && !ys.length) return [0, 1];
                return uPlot.rangeNum(Math.min(lo ?? ys[0], ...ys), Math.max(hi ?? ys[0], ...ys), 0.1, true);
-             } } : {},
+             } },
     },
     axes: [
       { label: timeX ? "" : xTitle, labelSize: 20, size: 40,
@@ -375,6 +443,7 @@ function options(uPlot, b, { title, width, height, sync, onScale }) {
       // below follow it
       setScale: [(u, key) => { if (key === "x") onScale(u); }],
       draw: [u => {
+        const lines = current();  // a redraw in place brings new lines (a restart, a new baseline)
         const ctx = u.ctx;
         const px = devicePixelRatio;
         const { left, top, width, height } = u.bbox;

@@ -12,7 +12,10 @@ titles, a logarithmic y axis, a fixed y range or one from zero (``rangemode="toz
 1 h, 6 h, 24 h, all).  Subplots stacked on a shared x axis (one y axis per panel, as ``set_subplots(rows=N)``
 makes them) are a chart per panel, zoomed and hovered together; bars over categories (the answer lengths'
 bins) are drawn as bars, each category at its place.  Drag across the chart zooms the x axis, a double click goes
-back; the legend shows every series' value under the cursor (the unified hover of the other charts).
+back; the legend shows every series' value under the cursor (the unified hover of the other charts).  A live
+page draws its charts again every second or two: a drawing with only new points is drawn into the chart
+already there (uPlot's setData), and the x range the user chose (a dragged window, or a range button's
+newest span, which follows the new points) is kept across every drawing.
 
 The component's code is ``ui/linechart.js``; uPlot is served by the dashboard (``server.enableStaticServing``,
 set in ``.streamlit/config.toml`` and by the launcher) and loaded once per browser tab."""

@@ -92,3 +92,57 @@ def test_the_curves_are_drawn_by_uplot_every_one_at_once(tmp_path):
         assert abs(span() - whole) <= whole * 0.01, (span(), whole)
     assert any("/app/static/uplot/uPlot.iife.min.js" in u for u in asked), "uPlot was not loaded"
     assert not [u for u in asked if "/PlotlyChart." in u], "the Training page loaded plotly's code"
+
+
+LOSS = ".sd-chart[data-title='Loss']"
+
+
+def _xrange(page) -> tuple[float, float]:
+    lo, hi = page.evaluate(f"() => document.querySelector(\"{LOSS}\").dataset.xrange.split(',').map(Number)")
+    return lo, hi
+
+
+@pytest.mark.timeout(300)
+def test_a_zoom_outlives_the_live_redraws_and_the_chart_is_drawn_in_place(tmp_path):
+    """A live page draws its charts again every second or two: the window a user dragged stays while steps
+    are appended (the same uPlot chart takes the new points), a double click gives the whole run back, and
+    from then on the chart follows the new steps again."""
+    # (the made-up log's loss reaches 0 at step 50: every step here is below it)
+    ws = run_workspace(tmp_path / "ws", gen2_log(24, total_steps=200), name="zoom")
+
+    def append(steps: int, before: int) -> None:
+        with open(ws / "logs" / "run.log", "a", encoding="utf-8") as fh:
+            fh.write(gen2_log(steps, 200)[len(gen2_log(before, 200)):])
+        page.wait_for_function(f"() => document.querySelector(\"{LOSS}\")?.dataset.last === '{steps}'",
+                               timeout=60_000)
+
+    with serve(tmp_path / "home", workspace=ws) as url, browser(1440, 1800) as page:
+        page.goto(url + "/training?token=" + url.token + "&run=run")
+        _charts(page)
+        page.wait_for_function(f"() => document.querySelector(\"{LOSS}\")?.dataset.xrange")
+        lo, hi = _xrange(page)
+        assert hi == 24
+        page.evaluate(f"() => {{ document.querySelector(\"{LOSS}\").specdeckChart.plots[0].specdeckMark = 1; }}")
+        over = page.locator(f"{LOSS} .u-over").bounding_box()
+        y = over["y"] + over["height"] / 2
+        page.mouse.move(over["x"] + over["width"] * 0.25, y)
+        page.mouse.down()
+        page.mouse.move(over["x"] + over["width"] * 0.5, y, steps=5)
+        page.mouse.up()
+        page.wait_for_function(f"() => document.querySelector(\"{LOSS}\").dataset.view === 'fixed'")
+        zoomed = _xrange(page)
+        assert zoomed[1] - zoomed[0] < (hi - lo) / 2, (zoomed, lo, hi)
+        for steps, before in ((28, 24), (32, 28)):
+            append(steps, before)
+            settle(page)
+            assert _xrange(page) == pytest.approx(zoomed), (steps, _xrange(page), zoomed)
+        # drawn in place: the chart the mark was put on is the one shown, and no other is alive
+        assert page.evaluate(f"() => document.querySelector(\"{LOSS}\").specdeckChart.plots[0].specdeckMark") == 1
+        assert page.evaluate("() => [window.specdeckCharts, document.querySelectorAll('.uplot').length]") == \
+            [len(_charts(page)), len(_charts(page))]
+        # a double click: the whole run, and the new steps are in view as they come
+        page.mouse.dblclick(over["x"] + over["width"] * 0.5, y)
+        page.wait_for_function(f"() => document.querySelector(\"{LOSS}\").dataset.view === 'all'")
+        append(36, 32)
+        settle(page)
+        assert _xrange(page)[1] == 36
