@@ -3,8 +3,9 @@
     .venv/bin/python scripts/screenshots.py --out docs/screenshots [--width 1024] [--workspace DIR]
         [--wait 12] [--page processes ...] [--relaunch]
 
-Starts `streamlit run app.py` on a free 127.0.0.1 port (the demo workspace in a
-temporary home unless --workspace is given), opens each page in Debian's
+Starts the dashboard as scripts/dashboard does (`python -m ui.launch`) on a free
+127.0.0.1 port with a fresh loopback token (the demo workspace in a temporary home
+unless --workspace is given), opens each page at its own path in Debian's
 Chromium at --width px, waits, saves <out>/<page>-<width>.png.  With --relaunch
 it also walks Servers › Relaunch… with an edit (num steps and draft tokens of
 the first server) and saves the form, the restart and the server ready again as
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import secrets
 import signal
 import socket
 import subprocess
@@ -27,7 +29,8 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-TITLES = {"servers": "Servers", "processes": "Processes", "gpus": "GPUs"}
+TITLES = {"overview": "Overview", "servers": "Servers", "regeneration": "Regeneration", "training": "Training",
+          "benchmarks": "Benchmarks", "processes": "Processes", "gpus": "GPUs"}
 
 
 def main() -> int:
@@ -43,13 +46,15 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     home = Path(tempfile.mkdtemp(prefix="specdeck-shots-"))
-    env = dict(os.environ, SPECDECK_HOME=str(home))
+    token = secrets.token_urlsafe(24)  # what a browser on this host needs in its first URL
+    env = dict(os.environ, SPECDECK_HOME=str(home), SPECDECK_ACCESS_TOKEN=token)
     if args.workspace:
         env["SPECDECK_WORKSPACE"] = str(Path(args.workspace).resolve())
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "ui.launch", "--server.address", "127.0.0.1",
+                             "--server.port", str(port), "--server.headless", "true"],
                             cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     url = f"http://127.0.0.1:{port}"
@@ -68,12 +73,12 @@ def main() -> int:
                                    args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                                          "--disable-component-update", "--no-first-run"])
             page = b.new_page(viewport={"width": args.width, "height": args.height})
-            page.goto(url)
+            page.goto(f"{url}/?token={token}")
             page.wait_for_selector("text=Workspace:", timeout=60_000)
             time.sleep(args.wait)
             for slug in args.page or [s for s in TITLES if (REPO / "app_pages" / f"{s}.py").exists()]:
-                page.locator("[data-testid='stSidebarNav'] a").filter(has_text=TITLES[slug]).first.click()
-                page.get_by_role("heading", name=TITLES[slug]).first.wait_for(timeout=30_000)
+                page.goto(f"{url}/{'' if slug == 'overview' else slug}?token={token}")
+                page.get_by_role("heading", name=TITLES[slug]).first.wait_for(timeout=60_000)
                 time.sleep(4)
                 shot = out / f"{slug}-{args.width}.png"
                 page.screenshot(path=str(shot), full_page=True)
