@@ -237,13 +237,23 @@ function viewOf(box) {
   return box.specdeckView || { kind: "all" };
 }
 
-function applyView(plot, view) {
+function applyView(box, plot) {
+  const view = viewOf(box);
   const xs = plot.data[0];
   if (!xs.length || view.kind === "all") return;
   const lo = xs[0];
   const hi = xs[xs.length - 1];
+  if (view.kind === "fixed" && (view.max < lo || view.min > hi)) {  // another run's window: none of it is here
+    box.specdeckView = { kind: "all" };
+    return;
+  }
   plot.setScale("x", view.kind === "span" ? { min: Math.max(lo, hi - view.span), max: hi }
     : { min: view.min, max: view.max });
+}
+
+// what the x axis counts (time, steps, bins): a view chosen on one axis means nothing on another
+function xKind(b) {
+  return JSON.stringify([b.isTime, ((b.layout.xaxis || {}).title || {}).text || "", b.cats]);
 }
 
 // what is drawn, for a look from outside (the tests, perf/): the points on the x axis, the last x with a value
@@ -295,13 +305,18 @@ export default function (component) {
     const old = box.specdeckChart;
     if (old && old.signature === sig) {
       // the same chart with new points: drawn in place, the x range the user chose kept
+      const xs = parts[0].b.data[0];
+      const kept = viewOf(box);
+      if (kept.kind === "fixed" && xs.length && (kept.max < xs[0] || kept.min > xs[xs.length - 1])) {
+        box.specdeckView = null;  // none of the window is left: the whole of it
+      }
       const view = viewOf(box);
       old.state.quiet = true;
       parts.forEach((p, i) => {
         old.state.lines[i] = marks(p.b.layout);
         old.plots[i].setData(p.b.data, view.kind === "all");
       });
-      applyView(old.plots[0], view);
+      applyView(box, old.plots[0]);
       old.state.quiet = false;
       describe(box, parts, old.plots);
       return;
@@ -309,6 +324,8 @@ export default function (component) {
     release(box);
     box.replaceChildren();
     const first = parts[0].b;
+    if (box.specdeckXKind !== xKind(first)) box.specdeckView = null;  // another x axis: the whole of it
+    box.specdeckXKind = xKind(first);
     const buttons = first.isTime ? ranges(first.layout) : [];
     let bar = null;
     if (buttons.length) {  // plotly's range buttons (15 m, 1 h, …, all): the newest span of the x axis
@@ -361,7 +378,7 @@ export default function (component) {
         box.specdeckView = span ? { kind: "span", span } : { kind: "all" };
         box.dataset.view = box.specdeckView.kind;
         state.quiet = true;
-        if (span) applyView(plots[0], box.specdeckView);
+        if (span) applyView(box, plots[0]);
         else if (plots[0].data[0].length) {
           const xs = plots[0].data[0];
           plots[0].setScale("x", { min: xs[0], max: xs[xs.length - 1] });
@@ -370,7 +387,7 @@ export default function (component) {
       };
       bar.appendChild(btn);
     });
-    applyView(plots[0], viewOf(box));  // the range the user chose before the chart changed
+    applyView(box, plots[0]);  // the range the user chose before the chart changed
     state.quiet = false;
     describe(box, parts, plots);
     const observer = new ResizeObserver(() => {

@@ -146,3 +146,17 @@ def test_a_zoom_outlives_the_live_redraws_and_the_chart_is_drawn_in_place(tmp_pa
         append(36, 32)
         settle(page)
         assert _xrange(page)[1] == 36
+        # a window chosen on the step axis means nothing on the wall-time axis: that one is shown whole
+        page.mouse.move(over["x"] + over["width"] * 0.25, y)
+        page.mouse.down()
+        page.mouse.move(over["x"] + over["width"] * 0.5, y, steps=5)
+        page.mouse.up()
+        page.wait_for_function(f"() => document.querySelector(\"{LOSS}\").dataset.view === 'fixed'")
+        page.locator("[data-testid='stButtonGroup'] button").filter(has_text="wall time").first.click()
+        page.wait_for_function(f"() => Number(document.querySelector(\"{LOSS}\")?.dataset.last) > 1e9",
+                               timeout=60_000)
+        settle(page)
+        last = float(page.evaluate(f"() => document.querySelector(\"{LOSS}\").dataset.last"))
+        lo, hi = _xrange(page)
+        assert page.evaluate(f"() => document.querySelector(\"{LOSS}\").dataset.view") == "all"
+        assert hi == pytest.approx(last) and hi - lo > 30, (lo, hi, last)  # 36 steps a second apart
