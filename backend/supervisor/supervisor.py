@@ -46,6 +46,10 @@ from state.store import Store, StoreError
 log = logging.getLogger(__name__)
 
 S = ProcState
+# After a restart's stop, the exit and the new start are two writes of whichever supervisor recorded the exit
+# (another process, such as the dashboard, may be the one): a restart waiting for its new run gives that
+# supervisor this long between the two before it says the server did not start again.
+RESTART_SEEN_S = 5.0
 
 
 class UnknownProcess(SupervisorError):
@@ -347,15 +351,20 @@ class Supervisor(RayMixin, TickMixin, StopMixin):
             if not wait:
                 return self._view(self._records.get(name, rec), self._clock())
         self._wait_stopped(name)
-        with self._lock:
-            self._refresh()
-            rec = self._records[name]
-            if rec.run_id != old_run and rec.state in (S.STARTING, S.RUNNING):
-                return self._view(rec, self._clock())
-            if rec.state == S.STOPPING:
-                raise SupervisorError(f"{name} has not stopped yet (state STOPPING); "
-                                      "it starts again once it has stopped")
-            raise SupervisorError(f"{name} did not start again (state {rec.state.value}: {rec.detail})")
+        deadline = self._clock() + RESTART_SEEN_S
+        while True:
+            with self._lock:
+                self._refresh()
+                rec = self._records[name]
+                if rec.run_id != old_run and rec.state in (S.STARTING, S.RUNNING):
+                    return self._view(rec, self._clock())
+                if rec.state == S.STOPPING:
+                    raise SupervisorError(f"{name} has not stopped yet (state STOPPING); "
+                                          "it starts again once it has stopped")
+                # the old run's exit recorded, and (by another supervisor) the new start not yet
+                if rec.run_id != old_run or self._clock() >= deadline:
+                    raise SupervisorError(f"{name} did not start again (state {rec.state.value}: {rec.detail})")
+            self._sleep(0.05)
 
     def _restart_now(self, rec: ProcessRecord, actor: str, source: str, reason: str) -> ProcessView:
         new = self._spawn(rec, tries=0, reason=reason, actor=actor)

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from backend.supervisor.supervisor import ActionRefused
+from backend.supervisor.supervisor import ActionRefused, SupervisorError
 from specdeck_types.process import ProcState as S, RestartPolicy
 from state import audit
 from state.processes import ProcessRepo
@@ -136,3 +136,59 @@ def test_restart_with_wait_of_a_stopping_process_keeps_the_request(env):
     assert sup.view("p").state == S.STOPPING
     v = sup.restart("p", wait=True)  # the fake sleep advances the clock past the grace period
     assert v.state == S.STARTING and len(fos.launches) == 2
+
+
+def _exit_recorded_by_another_supervisor(sup, other):
+    """``sup``'s wait for its stop sees the exit only as ``other`` (another process: the dashboard, a test's
+    session) records it; ``other``'s start of the new run is held back until ``sup`` next sleeps.  Returns
+    the held starts (called, they run)."""
+    held = []
+    real_spawn = other._spawn
+
+    def spawn_later(rec, **kw):  # the exit is written; the new run's start comes a moment later
+        held.append(lambda: real_spawn(rec, **kw))
+        return None
+
+    other._spawn = spawn_later
+    sup._reconcile = lambda rec, now: other.poll()
+    return held
+
+
+def test_a_restart_waits_for_the_new_run_another_supervisor_starts_after_recording_the_exit(env):
+    """Recording the exit and starting the new run are two writes; a restart that looked in between saw
+    the old run EXITED and said the server did not start again, though it did a moment later."""
+    sup, clock, fos, _, store, make, tmp = env
+    sup.sync_specs([spec(tmp, stop_grace_s=2)])
+    sup.start("p")
+    sup.poll()
+    old = sup.view("p").run_id
+    other = make()
+    held = _exit_recorded_by_another_supervisor(sup, other)
+    real_sleep, real_wait = sup._sleep, sup._wait_stopped
+    stopped = []
+
+    def wait_stopped(name):  # returns once it sees the old run EXITED, the new one not started yet
+        real_wait(name)
+        stopped.append(name)
+
+    def sleep(s):  # while the restart waits for its new run, the other supervisor's start goes through
+        if stopped:
+            while held:
+                held.pop()()
+        real_sleep(s)
+
+    sup._wait_stopped, sup._sleep = wait_stopped, sleep
+    v = sup.restart("p", wait=True)
+    assert v.run_id != old and v.state == S.STARTING and len(fos.launches) == 2
+
+
+def test_a_restart_whose_new_run_never_comes_says_so(env):
+    sup, clock, fos, _, store, make, tmp = env
+    sup.sync_specs([spec(tmp, stop_grace_s=2)])
+    sup.start("p")
+    sup.poll()
+    other = make()
+    held = _exit_recorded_by_another_supervisor(sup, other)
+    with pytest.raises(SupervisorError, match=r"p did not start again \(state EXITED"):
+        sup.restart("p", wait=True)
+    assert held and len(fos.launches) == 1
