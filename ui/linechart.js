@@ -237,14 +237,25 @@ function viewOf(box) {
   return box.specdeckView || { kind: "all" };
 }
 
-function applyView(box, plot) {
+// the view kept for points ``xs``: a dragged window with none of it left (another run) gives the whole x axis
+function keptView(box, xs) {
   const view = viewOf(box);
+  if (view.kind === "fixed" && xs.length && (view.max < xs[0] || view.min > xs[xs.length - 1])) {
+    box.specdeckView = null;
+  }
+  return viewOf(box);
+}
+
+// ``plot``'s x range set to the kept view; ``whole``: the whole x axis set too (the "all" button), where
+// otherwise uPlot's own range stands
+function applyView(box, plot, whole = false) {
   const xs = plot.data[0];
-  if (!xs.length || view.kind === "all") return;
+  if (!xs.length) return;
+  const view = keptView(box, xs);
   const lo = xs[0];
   const hi = xs[xs.length - 1];
-  if (view.kind === "fixed" && (view.max < lo || view.min > hi)) {  // another run's window: none of it is here
-    box.specdeckView = { kind: "all" };
+  if (view.kind === "all") {
+    if (whole) plot.setScale("x", { min: lo, max: hi });
     return;
   }
   plot.setScale("x", view.kind === "span" ? { min: Math.max(lo, hi - view.span), max: hi }
@@ -305,12 +316,7 @@ export default function (component) {
     const old = box.specdeckChart;
     if (old && old.signature === sig) {
       // the same chart with new points: drawn in place, the x range the user chose kept
-      const xs = parts[0].b.data[0];
-      const kept = viewOf(box);
-      if (kept.kind === "fixed" && xs.length && (kept.max < xs[0] || kept.min > xs[xs.length - 1])) {
-        box.specdeckView = null;  // none of the window is left: the whole of it
-      }
-      const view = viewOf(box);
+      const view = keptView(box, parts[0].b.data[0]);
       old.state.quiet = true;
       parts.forEach((p, i) => {
         old.state.lines[i] = marks(p.b.layout);
@@ -378,11 +384,7 @@ export default function (component) {
         box.specdeckView = span ? { kind: "span", span } : { kind: "all" };
         box.dataset.view = box.specdeckView.kind;
         state.quiet = true;
-        if (span) applyView(box, plots[0]);
-        else if (plots[0].data[0].length) {
-          const xs = plots[0].data[0];
-          plots[0].setScale("x", { min: xs[0], max: xs[xs.length - 1] });
-        }
+        applyView(box, plots[0], true);
         state.quiet = false;
       };
       bar.appendChild(btn);

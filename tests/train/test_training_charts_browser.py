@@ -160,3 +160,13 @@ def test_a_zoom_outlives_the_live_redraws_and_the_chart_is_drawn_in_place(tmp_pa
         lo, hi = _xrange(page)
         assert page.evaluate(f"() => document.querySelector(\"{LOSS}\").dataset.view") == "all"
         assert hi == pytest.approx(last) and hi - lo > 30, (lo, hi, last)  # 36 steps a second apart
+        # a range button's span follows the new points: the newest 15 minutes take the appended step
+        page.locator(f"{LOSS} .sd-ranges button").filter(has_text="15 m").click()
+        page.wait_for_function(f"() => document.querySelector(\"{LOSS}\").dataset.view === 'span'")
+        with open(ws / "logs" / "run.log", "a", encoding="utf-8") as fh:
+            fh.write(gen2_log(40, 200)[len(gen2_log(36, 200)):])
+        page.wait_for_function(f"() => Number(document.querySelector(\"{LOSS}\").dataset.last) > {last}",
+                               timeout=60_000)
+        settle(page)
+        newest = float(page.evaluate(f"() => document.querySelector(\"{LOSS}\").dataset.last"))
+        assert _xrange(page)[1] == pytest.approx(newest) and newest > last
