@@ -189,40 +189,13 @@ def show_data_lock(rt) -> bool:
     return bool(why)
 
 
-_FRAGMENT_PAGES = "_specdeck_fragment_pages"
-
-
-def _drawn_on_another_page(key: str) -> bool:
-    """Whether this run of the live panel ``key`` is a timed run left over from the page the tab just left.
-
-    A page's timed panels keep firing in the browser until the next page's run has finished, and
-    Streamlit keeps the old page's panels until then: a timer that fires while the next page is being
-    drawn runs the old page's panel into the new page's layout, and the browser drops the session
-    ("Bad delta path index").  A full run notes on which page it drew each panel; a timed run of a panel
-    drawn on another page than the tab's draws nothing."""
-    ctx = get_script_run_ctx()
-    if ctx is None:
-        return False
-    pages = st.session_state.setdefault(_FRAGMENT_PAGES, {})
-    if not ctx.fragment_ids_this_run:  # a full run: the panel is drawn on this page
-        pages[key] = ctx.page_script_hash
-        return False
-    drawn_on = pages.get(key)
-    return drawn_on is not None and drawn_on != ctx.page_script_hash
-
-
 def live_fragment(fn=None, *, run_every=None):
     """``st.fragment(run_every=...)`` for live panels: each timed run first checks that the session
     may still view (a session that ended, a user removed); if not, the whole page runs again, and
-    the frame's gate shows the sign-in page instead of the panel.  A timed run left over from the page
-    the tab just left draws nothing (:func:`_drawn_on_another_page`)."""
+    the frame's gate shows the sign-in page instead of the panel."""
     def wrap(f):
-        key = f"{f.__code__.co_filename}:{f.__qualname__}"
-
         @functools.wraps(f)
         def guarded(*args, **kwargs):
-            if _drawn_on_another_page(key):
-                return None
             if not access(runtime(gate=False)).can_view:
                 st.rerun(scope="app")
             return f(*args, **kwargs)
