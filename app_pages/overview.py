@@ -166,13 +166,6 @@ def regen_tile() -> None:
 # -- servers ---------------------------------------------------------------------------------------------------
 
 
-def _relaunch(name: str) -> None:
-    """Open the Servers page on ``name`` with its Relaunch panel open."""
-    st.session_state["srv-selected"] = name
-    st.session_state["srv-launch-open"] = True
-    st.switch_page(SERVERS_PAGE, query_params={"server": name, "panel": "relaunch"})
-
-
 def _server_line(i: int, t: data.ServerTile, lock: str) -> None:
     """One server, the same lines at any width: its name on one line (cut with an ellipsis, whole on hover)
     beside the Relaunch button; then, one line each, its state · speculation, accept_len, tok/s against the
@@ -233,10 +226,15 @@ def _name_row(t: data.ServerTile, lock: str) -> None:
                        key=f"ov-row-{t.name}")
     with row:
         st.markdown(f"**{fmt.data_markdown(t.name)}**", wrap=False, width="stretch")
-        if st.button("Relaunch…" if t.live else "Start…", key=f"ov-relaunch-{t.name}", disabled=bool(lock),
-                     help=lock or f"the Servers page on {t.name} with its {'relaunch' if t.live else 'start'} panel "
-                                  "open (edit, preflight, confirm)", icon=":material/rocket_launch:"):
-            _relaunch(t.name)
+        # a link to the Servers page on this server with its Start…/Relaunch… panel open (the page reads both from
+        # its query, as from any link): the browser changes page as from the sidebar.  A button that called
+        # st.switch_page from this live panel's run now and then made the browser drop the session as the
+        # Servers page began ("Bad delta path index 7 (should be between [0, 1])").
+        with st.container(key=f"ov-relaunch-{t.name}", width="content"):
+            st.page_link(SERVERS_PAGE, label="Relaunch…" if t.live else "Start…", icon=":material/rocket_launch:",
+                         query_params={"server": t.name, "panel": "relaunch"}, disabled=bool(lock),
+                         help=lock or f"the Servers page on {t.name} with its {'relaunch' if t.live else 'start'} "
+                                      "panel open (edit, preflight, confirm)")
 
 
 @live_fragment(run_every=REFRESH_S)

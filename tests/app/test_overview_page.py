@@ -170,11 +170,13 @@ def test_the_three_answers_and_the_tiles(overview):
     server = next(node for key, _b, node in _blocks(at.main) if key == "ov-srv-0")
     row = next(node for _k, _b, node in _blocks(server) if node.proto.flex_container.direction == 2)  # HORIZONTAL
     leaves = _leaves(row)
-    assert [type(leaf.proto).__name__ for leaf in leaves] == ["Markdown", "Button"]
+    assert [type(leaf.proto).__name__ for leaf in leaves] == ["Markdown", "PageLink"]
     assert _plain(leaves[0].value) == "**sim**" and leaves[0].proto.wrap is False
+    # Relaunch…: a link to the Servers page on the server with its panel open (the page reads both from its query)
     assert leaves[1].proto.label in ("Relaunch…", "Start…")
-    # relaunch and every tile's link
-    assert at.button(key="ov-relaunch-sim").label in ("Relaunch…", "Start…")
+    assert leaves[1].proto.page == "servers" and leaves[1].proto.query_string == "server=sim&panel=relaunch"
+    assert not leaves[1].proto.disabled
+    # every tile's link
     links = {p.proto.page for p in at.get("page_link")}
     assert {"regeneration", "servers", "processes", "gpus", "training", "benchmarks"} <= links, links
     # GPUs (the fake source's eight) and cost: the regeneration job's server sets no GPUs, so N/A with why
@@ -267,8 +269,15 @@ def test_relaunch_opens_the_servers_page_on_the_server_with_its_panel(overview):
     assert line.endswith("**no verdict: the load differs**")
     assert "load differs from the baseline's (baseline: 1 request in flight" in _markdown(
         at, containing="accept_len").proto.help and ":green[" not in line and ":red[**" not in line
-    at.button(key="ov-relaunch-sim").click().run()
-    assert at.session_state["srv-selected"] == "sim" and at.session_state["srv-launch-open"] is True
+    (link,) = [p for p in at.get("page_link") if p.proto.label in ("Relaunch…", "Start…")]
+    assert link.proto.query_string == "server=sim&panel=relaunch"
+    # the Servers page opened by that link (its query) shows the server with its panel open
+    servers = AppTest.from_file(APP, default_timeout=60)
+    servers.switch_page("app_pages/servers.py")
+    servers.query_params.update({"server": "sim", "panel": "relaunch"})
+    servers.run()
+    assert not servers.exception, servers.exception
+    assert servers.session_state["srv-selected"] == "sim" and servers.session_state["srv-launch-open"] is True
 
 
 @pytest.mark.timeout(120)

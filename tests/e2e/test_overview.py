@@ -141,7 +141,7 @@ def test_the_three_answers_are_in_the_first_screen(dashboard, width, height):
                              r"no\sverdict:\s")  # phrases are kept on one line with no-break spaces
         expect(figures).to_contain_text(verdict)
         # 3. relaunch
-        relaunch = main.get_by_role("button", name=re.compile("Relaunch…|Start…")).first
+        relaunch = main.get_by_role("link", name=re.compile("Relaunch…|Start…")).first
         expect(relaunch).to_be_visible(timeout=30_000)
         alerts = main.get_by_role("link", name=re.compile(r"Alerts \(\d+\)")).first
         gpus = main.locator(".ov-gpus").first
@@ -215,7 +215,7 @@ def test_relaunch_opens_the_servers_page_on_the_server(dashboard):
     with browser(width=1024, height=768) as page:
         page.goto(dashboard.page(), wait_until="domcontentloaded")
         main = page.locator("[data-testid='stMain']")
-        relaunch = main.get_by_role("button", name=re.compile("Relaunch…|Start…")).first
+        relaunch = main.get_by_role("link", name=re.compile("Relaunch…|Start…")).first
         expect(relaunch).to_be_visible(timeout=180_000)
         relaunch.click()
         expect(main.get_by_role("heading", name="Servers").first).to_be_visible(timeout=60_000)
@@ -277,7 +277,7 @@ def test_start_on_a_server_not_running_starts_it(dashboard):
         with browser(width=1024, height=768) as page:
             page.goto(dashboard.page(), wait_until="domcontentloaded")
             main = page.locator("[data-testid='stMain']")
-            start = main.locator(f".st-key-ov-relaunch-{TINY}").get_by_role("button")
+            start = main.locator(f".st-key-ov-relaunch-{TINY}").get_by_role("link")
             expect(start).to_have_text(re.compile("Start…"), timeout=180_000)
             start.click()
             expect(main.get_by_role("heading", name="Servers").first).to_be_visible(timeout=60_000)
@@ -296,7 +296,7 @@ def test_start_on_a_server_not_running_starts_it(dashboard):
                 timeout=60_000)
             page.goto(dashboard.page(), wait_until="domcontentloaded")
             block = main.locator(".st-key-ov-servers")
-            expect(main.locator(f".st-key-ov-relaunch-{TINY}").get_by_role("button")).to_have_text(
+            expect(main.locator(f".st-key-ov-relaunch-{TINY}").get_by_role("link")).to_have_text(
                 re.compile("Relaunch…"), timeout=120_000)
             expect(block).to_contain_text(re.compile(r"(STARTING|RUNNING)\s·\sno\sspeculation"), timeout=60_000)
     finally:  # the module's other tests meet the demo as it was
@@ -336,7 +336,7 @@ def test_a_crowded_workspace_still_fits_the_first_screen(crowded, width, height)
         for i in range(3):
             block = main.locator(f".st-key-ov-srv-{i}")
             name_box = _box(block.locator("[data-testid='stMarkdownContainer']").first)
-            button_box = _box(block.get_by_role("button").first)
+            button_box = _box(block.get_by_role("link", name=re.compile("Relaunch…|Start…")).first)
             assert abs(name_box["y"] - button_box["y"]) < button_box["height"], "the name and its button on one row"
             _one_line(block.locator("[data-testid='stMarkdownContainer']").nth(1), f"server {i + 1}'s line", width)
         page.evaluate(SCROLL_TOP_JS)
