@@ -36,20 +36,32 @@ act.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-try:  # optional: without polars the ingester uses the reference parser throughout
-    import polars as pl
-except ImportError:  # pragma: no cover - exercised only where polars is absent
-    pl = None
-
 from backend.sglang import logparse as lp
 
-AVAILABLE = pl is not None
+
+class _Polars:
+    """polars, imported at its first use rather than with this module: every command-line session and
+    supervisor opens the server fleet, which imports the ingester, and most never read a log in bulk;
+    importing polars is about a third of such a command's start-up."""
+
+    def __getattr__(self, name: str) -> Any:
+        import polars
+
+        global pl
+        pl = polars
+        return getattr(polars, name)
+
+
+# optional: without polars the ingester uses the reference parser throughout
+AVAILABLE = importlib.util.find_spec("polars") is not None
+pl: Any = _Polars() if AVAILABLE else None
 
 # -- grammar -----------------------------------------------------------------------
 

@@ -45,3 +45,20 @@ def test_a_session_loads_them(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], cwd=str(REPO), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["False", "False", "True", "True"]
+
+
+def test_a_command_that_reads_no_log_in_bulk_leaves_polars_out(tmp_path):
+    """Every session opens the server fleet, and with it the log ingester; polars (a third of a command's
+    start-up) is imported when a log is first read in bulk, not with them."""
+    ws = tmp_path / "ws"
+    code = ("import io, sys\nfrom backend.cli import main\n"
+            f"main(['init', {str(ws)!r}], out=io.StringIO(), err=io.StringIO())\n"
+            f"rc = main(['--workspace', {str(ws)!r}, 'processes', 'list'], out=io.StringIO(), err=io.StringIO())\n"
+            "print(rc, 'backend.sglang.fleet' in sys.modules, 'backend.sglang.bulkparse' in sys.modules,"
+            " 'polars' in sys.modules)\n"
+            "from backend.sglang import bulkparse\n"
+            "frame = bulkparse.pl.DataFrame({'line': [1, 2]})\n"
+            "print(bulkparse.AVAILABLE, 'polars' in sys.modules, bulkparse.pl is sys.modules['polars'], frame.height)")
+    r = subprocess.run([sys.executable, "-c", code], cwd=str(REPO), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["0", "True", "True", "False", "True", "True", "True", "2"]
