@@ -17,10 +17,8 @@ if str(REPO) not in sys.path:
 # A pytest-xdist worker (scripts/test runs several): its own hundred ports for the demo workspaces
 # its tests write (backend/flows/demo.py), so that two workers never give their demos the same port.
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
-# The browser run's workers (SPECDECK_BROWSER_PHASE=1, beside the other run's) take the hundreds from 31200.
 if _WORKER.startswith("gw") and _WORKER[2:].isdigit():
-    _FIRST_PORT = 31200 if os.environ.get("SPECDECK_BROWSER_PHASE") == "1" else 30200
-    os.environ["SPECDECK_DEMO_PORT_BASE"] = str(_FIRST_PORT + 100 * int(_WORKER[2:]))
+    os.environ["SPECDECK_DEMO_PORT_BASE"] = str(30200 + 100 * int(_WORKER[2:]))
 
 
 # Beside other workers (scripts/test with arguments) the browser tests run in two groups, two Chromiums and
