@@ -177,7 +177,7 @@ def test_a_crash_and_backoff_restart_starts_a_new_run(tmp_path, kimi):
         while True:
             v = sup.view("sim")
             s = fleet.snapshot("sim")
-            if v.run_id != old_run and s.ready:
+            if v.run_id != old_run and s.run_id != old_run and _up(s):  # the new run's own figures may be in
                 break
             if v.run_id == old_run and v.state.value == "RUNNING":
                 assert time.time() < deadline, "the crash was never noticed"
