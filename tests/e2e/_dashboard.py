@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import atexit
 import collections
 import os
 import secrets
@@ -181,28 +182,60 @@ def _healthy(url: str, netns: str | None) -> bool:
     return r.stdout.strip() == "ok"
 
 
+# The test process's one Chromium (and playwright's driver), started at the first browser() and ended when the
+# process ends: each browser() is a fresh context of it (its own cookies, storage and cache, as a new browser's),
+# so a test pays for a context (a few hundred ms of CPU) rather than for starting Chromium (about a second).
+_SHARED: dict = {}
+
+
+def _close_chromium() -> None:
+    for name, end in (("browser", "close"), ("playwright", "stop")):
+        thing = _SHARED.pop(name, None)
+        if thing is not None:
+            try:
+                getattr(thing, end)()
+            except Exception:  # already gone (a crashed browser, a driver that ended)
+                pass
+
+
+def _chromium():
+    """The shared Chromium, started again when it is gone (a crash, a test that closed it)."""
+    shared = _SHARED.get("browser")
+    if shared is not None and shared.is_connected():
+        return shared
+    if "playwright" not in _SHARED:
+        from playwright.sync_api import sync_playwright
+
+        _SHARED["playwright"] = sync_playwright().start()
+        atexit.register(_close_chromium)
+    shared = _SHARED["browser"] = _SHARED["playwright"].chromium.launch(
+        executable_path=CHROMIUM, headless=True,
+        args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+              "--disable-component-update", "--no-first-run"],
+    )
+    return shared
+
+
 @contextmanager
 def browser(width: int = 1600, height: int = 1200):
+    """A page in a fresh browser context of the process's Chromium, ``width`` x ``height``; a failed wait inside
+    comes out with what the browser saw (its URL, the app's state, its last console lines and requests)."""
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: scripts/test installs Debian's chromium (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=CHROMIUM, headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--no-first-run"],
-        )
+    context = _chromium().new_context(viewport={"width": width, "height": height})
+    try:
+        page = context.new_page()
+        seen = _watch(page)
         try:
-            page = browser.new_page(viewport={"width": width, "height": height})
-            seen = _watch(page)
-            try:
-                yield page
-            except Exception as e:  # a failed wait: what the browser saw goes with the failure
-                raise AssertionError(f"{e}\n--- the browser at {page.url}: {_app_state(page)}\n"
-                                     + "\n".join(seen)) from e
-        finally:
-            browser.close()
+            yield page
+        except Exception as e:  # a failed wait: what the browser saw goes with the failure
+            raise AssertionError(f"{e}\n--- the browser at {page.url}: {_app_state(page)}\n"
+                                 + "\n".join(seen)) from e
+    finally:
+        try:
+            context.close()
+        except Exception:  # the browser went away with the test's failure: the next browser() starts another
+            pass
 
 
 class _Seen:
