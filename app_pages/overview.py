@@ -168,7 +168,7 @@ def regen_tile() -> None:
 
 def _server_line(i: int, t: data.ServerTile, lock: str) -> None:
     """One server, the same lines at any width: its name on one line (cut with an ellipsis, whole on hover)
-    beside the Relaunch button; then, one line each, its state · speculation, accept_len, tok/s against the
+    beside its Relaunch… link; then, one line each, its state · speculation, accept_len, tok/s against the
     baseline, and the verdict."""
     spec = t.algorithm or "no speculation"
     with st.container(key=f"ov-srv-{i}"):
@@ -203,7 +203,7 @@ def _attention(t: data.ServerTile) -> int:
 
 
 def _compact_line(i: int, t: data.ServerTile, lock: str) -> None:
-    """One server in two lines: its name beside its button, then its state, accept_len and verdict on one
+    """One server in two lines: its name beside its Relaunch… link, then its state, accept_len and verdict on one
     line (cut with an ellipsis at the tile's edge; the whole with the tok/s and baseline on hover)."""
     with st.container(key=f"ov-srv-{i}"):
         _name_row(t, lock)
@@ -221,7 +221,7 @@ def _compact_line(i: int, t: data.ServerTile, lock: str) -> None:
 
 
 def _name_row(t: data.ServerTile, lock: str) -> None:
-    """The server's name on one line (cut with an ellipsis, whole on hover) beside its button."""
+    """The server's name on one line (cut with an ellipsis, whole on hover) beside its Start…/Relaunch… link."""
     row = st.container(horizontal=True, vertical_alignment="center", gap="small", wrap=False,
                        key=f"ov-row-{t.name}")
     with row:
