@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def fresh_python(code: str, timeout: float = 120) -> str:
+    """What ``code`` prints, run in a fresh interpreter from the repository (what a module import loads can
+    only be seen in a process that has not loaded it yet); a failure with its stderr when it exits non-zero."""
+    r = subprocess.run([sys.executable, "-c", code], cwd=str(REPO), capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
 
 
 def open_page(page: str, timeout: float = 60, *, tab: str | None = None):

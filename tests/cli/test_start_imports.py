@@ -7,13 +7,11 @@ them loaded already."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers import fresh_python
+
 
 NOT_AT_START = ("backend.supervisor", "state", "backend.workspace", "backend.flows.workspace", "backend.flows.cost",
                 "backend.telemetry", "backend.flows.bench_job", "backend.flows.bench_runner", "backend.flows.sweep",
@@ -25,9 +23,8 @@ def loaded_at_start(argv: list[str]) -> list[str]:
             f"build_parser({argv!r})\n"
             f"names = {NOT_AT_START!r}\n"
             "print(json.dumps(sorted(m for m in sys.modules if any(m == n or m.startswith(n + '.') for n in names))))")
-    r = subprocess.run([sys.executable, "-c", code], cwd=str(REPO), capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)
+    out = fresh_python(code)
+    return json.loads(out)
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["bench", "list"], ["processes", "list"], ["cluster", "status"],
@@ -42,9 +39,8 @@ def test_a_session_loads_them(tmp_path):
             "print('backend.supervisor.supervisor' in sys.modules, 'state.store' in sys.modules)\n"
             f"try:\n    Session({str(tmp_path / 'no-workspace')!r})\nexcept Exception:\n    pass\n"
             "print('backend.supervisor.supervisor' in sys.modules, 'state.store' in sys.modules)")
-    r = subprocess.run([sys.executable, "-c", code], cwd=str(REPO), capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["False", "False", "True", "True"]
+    out = fresh_python(code)
+    assert out.split() == ["False", "False", "True", "True"]
 
 
 def test_a_command_that_reads_no_log_in_bulk_leaves_polars_out(tmp_path):
@@ -59,6 +55,5 @@ def test_a_command_that_reads_no_log_in_bulk_leaves_polars_out(tmp_path):
             "from backend.sglang import bulkparse\n"
             "frame = bulkparse.pl.DataFrame({'line': [1, 2]})\n"
             "print(bulkparse.AVAILABLE, 'polars' in sys.modules, bulkparse.pl is sys.modules['polars'], frame.height)")
-    r = subprocess.run([sys.executable, "-c", code], cwd=str(REPO), capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["0", "True", "True", "False", "True", "True", "True", "2"]
+    out = fresh_python(code)
+    assert out.split() == ["0", "True", "True", "False", "True", "True", "True", "2"]

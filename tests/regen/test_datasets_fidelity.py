@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import gzip
 import json
-import subprocess
-import sys
 
 import pytest
 
 from backend.regen.datasets import DatasetError, Skipped, read_mix, read_rows
 from backend.regen.config import JobConfig
 from backend.regen.records import Message, RowError, to_row
-from tests.regen.jobkit import ROOT
+from tests.helpers import fresh_python
 
 
 def _rows(items):
@@ -112,6 +110,4 @@ def test_the_job_imports_only_what_it_uses(tmp_path):
             "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] == 'pydantic' or m.startswith(("
             "'backend.supervisor', 'backend.bench', 'backend.train', 'backend.sglang', 'backend.flows', "
             "'backend.workspace', 'state')))))")
-    r = subprocess.run([sys.executable, "-c", code], cwd=str(ROOT), capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == []
+    assert fresh_python(code, timeout=60).split() == []
