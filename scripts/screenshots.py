@@ -3,9 +3,9 @@
     .venv/bin/python scripts/screenshots.py --out docs/screenshots [--width 1024] [--workspace DIR]
         [--wait 12] [--page processes ...] [--relaunch]
 
-Starts the dashboard as scripts/dashboard does (`python -m ui.launch`) on a free
-127.0.0.1 port with a fresh loopback token (the demo workspace in a temporary home
-unless --workspace is given), opens each page at its own path in Debian's
+Starts the dashboard as scripts/dashboard does (`python -m ui.launch`, through the browser
+tests' tests/e2e/_dashboard.serve) on a free 127.0.0.1 port with a fresh loopback token (the
+demo workspace in a temporary home unless --workspace is given), opens each page at its own path in Debian's
 Chromium at --width px, waits, saves <out>/<page>-<width>.png.  With --relaunch
 it also walks Servers › Relaunch… with an edit (num steps and draft tokens of
 the first server) and saves the form, the restart and the server ready again as
@@ -16,19 +16,18 @@ the dashboard (and the temporary demo's processes).
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import secrets
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from tests.e2e._dashboard import browser, serve  # noqa: E402  (the dashboard and Chromium the browser tests use)
+
 TITLES = {"overview": "Overview", "servers": "Servers", "regeneration": "Regeneration", "training": "Training",
           "benchmarks": "Benchmarks", "processes": "Processes", "gpus": "GPUs"}
 
@@ -46,53 +45,22 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     home = Path(tempfile.mkdtemp(prefix="specdeck-shots-"))
-    token = secrets.token_urlsafe(24)  # what a browser on this host needs in its first URL
-    env = dict(os.environ, SPECDECK_HOME=str(home), SPECDECK_ACCESS_TOKEN=token)
-    if args.workspace:
-        env["SPECDECK_WORKSPACE"] = str(Path(args.workspace).resolve())
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "ui.launch", "--server.address", "127.0.0.1",
-                             "--server.port", str(port), "--server.headless", "true"],
-                            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(120):
-            try:
-                with urllib.request.urlopen(url + "/_stcore/health", timeout=2) as r:
-                    if r.read().strip() == b"ok":
-                        break
-            except OSError:
-                time.sleep(0.5)
-        from playwright.sync_api import sync_playwright
-
-        with sync_playwright() as pw:
-            b = pw.chromium.launch(executable_path="/usr/bin/chromium", headless=True,
-                                   args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                                         "--disable-component-update", "--no-first-run"])
-            page = b.new_page(viewport={"width": args.width, "height": args.height})
-            page.goto(f"{url}/?token={token}")
-            page.wait_for_selector("text=Workspace:", timeout=60_000)
-            time.sleep(args.wait)
-            for slug in args.page or [s for s in TITLES if (REPO / "app_pages" / f"{s}.py").exists()]:
-                page.goto(f"{url}/{'' if slug == 'overview' else slug}?token={token}")
-                page.get_by_role("heading", name=TITLES[slug]).first.wait_for(timeout=60_000)
-                time.sleep(4)
-                shot = out / f"{slug}-{args.width}.png"
-                page.screenshot(path=str(shot), full_page=True)
-                print(shot)
-            if args.relaunch:
-                _relaunch_flow(page, out, args.width)
-            b.close()
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=20)
-        if not args.workspace:  # end the temporary demo's processes; never touch a real workspace
-            subprocess.run([sys.executable, "-m", "backend.cli", "--workspace", str(home / "demo"),
-                            "processes", "stop-all"], cwd=REPO, env=env,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    workspace = Path(args.workspace).resolve() if args.workspace else None
+    # the dashboard the browser tests start; a real workspace's processes are left running at the end
+    with serve(home, workspace=workspace, timeout_s=120, end_processes=workspace is None) as url, \
+            browser(args.width, args.height) as page:
+        page.goto(url.page())
+        page.wait_for_selector("text=Workspace:", timeout=60_000)
+        time.sleep(args.wait)
+        for slug in args.page or [s for s in TITLES if (REPO / "app_pages" / f"{s}.py").exists()]:
+            page.goto(url.page("" if slug == "overview" else f"/{slug}"))
+            page.get_by_role("heading", name=TITLES[slug]).first.wait_for(timeout=60_000)
+            time.sleep(4)
+            shot = out / f"{slug}-{args.width}.png"
+            page.screenshot(path=str(shot), full_page=True)
+            print(shot)
+        if args.relaunch:
+            _relaunch_flow(page, out, args.width)
     return 0
 
 

@@ -74,13 +74,14 @@ def stop_group(proc: subprocess.Popen, grace_s: float = 15.0) -> None:
 @contextmanager
 def serve(home: Path, env_extra: dict[str, str] | None = None, *, workspace: Path | None = None,
           timeout_s: float = 60.0, address: str = "127.0.0.1", args: tuple[str, ...] = (),
-          token: str | None = None, warm: bool = True, netns: str | None = None):
+          token: str | None = None, warm: bool = True, netns: str | None = None, end_processes: bool = True):
     """The dashboard as scripts/dashboard starts it (``python -m ui.launch [ARGS]``: `streamlit run app.py` with
     its start-up work begun as soon as it listens) on ``address`` and a free port, with ``workspace``, or else the
     demo workspace under ``home``, and the loopback ``token`` (a fresh one when None); yields its URL
     (a :class:`DashboardURL`) once ``/_stcore/health`` answers.  At the end the dashboard is stopped
-    and so is every process of that workspace.  Used by the browser tests, the loopback tests and
-    ``perf/bench_sessions.py``.
+    and so is every process of that workspace (``end_processes=False``: the processes are left to a real
+    workspace's owner).  Used by the browser tests, the loopback tests, ``perf/bench_sessions.py`` and
+    ``scripts/screenshots.py``.
 
     ``warm``: one script run of the first page as a local session with the token before the URL is
     yielded, so that the dashboard's first run (its runtime, the demo workspace written, the
@@ -144,7 +145,7 @@ def serve(home: Path, env_extra: dict[str, str] | None = None, *, workspace: Pat
         stop_group(proc)
         log.close()
         # end the workspace's managed processes too
-        if (ws / "specdeck.toml").exists():
+        if end_processes and (ws / "specdeck.toml").exists():
             subprocess.run([sys.executable, "-m", "backend.cli", "--workspace", str(ws),
                             "processes", "stop-all"], cwd=REPO, env=env, timeout=60,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
