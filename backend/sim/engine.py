@@ -228,8 +228,12 @@ class Engine:
                  max_total_tokens: int, context_len: int, decode_log_interval: int,
                  cuda_graph_max_bs: int, disable_cuda_graph: bool, model_name: str,
                  seed: int, max_prefill_tokens: int = 16384,
-                 tokenizer: SimTokenizer | None = None) -> None:
+                 tokenizer: SimTokenizer | None = None, requests_log: str | None = None) -> None:
         self.out = out
+        # each finished request's row also appended here as a JSON line, with this run's id (a server
+        # started again is another run): what every run of a server delivered, after it has stopped
+        self.requests_log = requests_log
+        self.run_id = uuid.uuid4().hex[:12]
         self.tokenizer = tokenizer or SimTokenizer.builtin()
         self.flavor = flavor
         self.speed = speed
@@ -338,6 +342,14 @@ class Engine:
         moments (created, first token, finished) in real (monotonic) and simulated seconds."""
         with self._lock:
             return [dict(x) for x in self.finished]
+
+    def _log_finished(self, row: dict[str, Any]) -> None:
+        try:
+            with open(self.requests_log, "a", encoding="utf-8") as f:
+                f.write(json.dumps({"run": self.run_id, **row}) + "\n")
+        except OSError as exc:  # the log is a record beside the serving: a failed write stops the record only
+            self.out.rank(f"[sim] SPECDECK_SIM_REQUESTS_LOG {self.requests_log}: {exc}; no further rows are written")
+            self.requests_log = None
 
     def counts(self) -> tuple[int, int]:
         with self._lock:
@@ -473,6 +485,8 @@ class Engine:
                 "completion_tokens": r.generated, "created": r.created, "first_token": r.first_token_at,
                 "finished": r.finished_at, "v_created": r.v_created, "v_first_token": r.v_first_token,
                 "v_finished": r.v_finished})
+            if self.requests_log:
+                self._log_finished(self.finished[-1])
             self.metrics.num_requests.inc()
             self.metrics.e2e.observe(r.finished_at - r.created)
             r.events.put(("done", r))

@@ -21,6 +21,8 @@ Environment (simulator settings only):
   SPECDECK_SIM_TRAFFIC        1 = built-in background traffic; N > 1 = N concurrent streams
   SPECDECK_SIM_GPU_MEM_GB     memory of one simulated GPU (default 79.19)
   SPECDECK_SIM_HOLD           a file path: weight loading holds after its first shard while it exists
+  SPECDECK_SIM_REQUESTS_LOG   a file path: each finished request's row (as GET /sim/requests gives it,
+                              with this run's id) is appended to it as a JSON line
 Also honoured as SGLang does: SGLANG_LOG_MS (0.5.10+), SGLANG_LOG_FORWARD_ITERS (0.5.5+).
 
 :func:`serve` runs the same server in threads of the calling process (it is a

@@ -139,7 +139,8 @@ class StartupMixin:
                              cuda_graph_max_bs=self.cuda_graph_max_bs,
                              disable_cuda_graph=self.disable_cuda_graph,
                              model_name=self.served_name, seed=self.seed,
-                             max_prefill_tokens=ns.max_prefill_tokens, tokenizer=self.tokenizer)
+                             max_prefill_tokens=ns.max_prefill_tokens, tokenizer=self.tokenizer,
+                             requests_log=self.env.get("SPECDECK_SIM_REQUESTS_LOG", "").strip() or None)
         self.engine.start()
 
         # HTTP

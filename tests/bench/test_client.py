@@ -14,8 +14,9 @@ simulator's own work between steps:
 
 Those figures are checked on the simulator's own clock (``GET /sim/requests``: each request's
 moments in simulated seconds, which only the model's step costs advance), and the client's figures
-against what the simulator says it delivered to the same requests in real seconds.  Neither check
-depends on the machine being quiet: a loaded machine slows the simulator and the client alike.
+against the simulator's record of the same requests by what must come before what on the machine's
+one monotonic clock (``tests/bench/served.check_timed``).  Neither check depends on the machine being
+quiet.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import pytest
 
 from backend.bench.client import Load, Outcome, _chunk_tokens, run_load, summarize
 from backend.flows.bench_runner import Target, run_benchmark
-from tests.bench.served import served as _served, within as _within
+from tests.bench.served import check_timed, client_runs, finished, figures, within as _within
 from tests.sim.simproc import Sim, start_sim as sim_process
 from tests.simws import make_models
 
@@ -58,6 +59,14 @@ def start_sim(tmp_path_factory):
         sim.stop()
 
 
+def _served(sim, run) -> dict[str, float]:
+    """The simulator's figures for ``run``'s requests, after checking the client's figures against them."""
+    rows = finished(sim)
+    n = len(run.outcomes)
+    check_timed(run, rows[-n:], rows[-n - 1])  # the warm-up request finished just before them
+    return figures(rows[-n:])
+
+
 def _spec(models) -> list[str]:
     target, draft = models
     return ["--model-path", str(target), "--speculative-algorithm", "EAGLE3",
@@ -67,18 +76,20 @@ def _spec(models) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_baseline_tok_s_matches_the_simulator(start_sim, models, tmp_path):
+def test_baseline_tok_s_matches_the_simulator(start_sim, models, tmp_path, monkeypatch):
     sim = start_sim(["--model-path", str(models[0])])
+    runs = client_runs(monkeypatch)
     r = run_benchmark(Target(sim.base, name="sim", log_path=sim.log), LOAD, mode="builtin", work_dir=tmp_path)
     f = r.results
     assert f.completed == 8 and r.load.concurrency == 4 and r.load.output_len == 128
-    served = _served(sim, 8)
+    [run] = runs
+    served = _served(sim, run)
     assert served["tokens"] == 8 * 128
     # the timing model, on the simulator's clock
     assert _within(served["v_tok_s"], NO_SPEC_TOK_S), served
     assert _within(served["v_tpot_ms"], STEP_MS), served  # one step per token at 4 in flight
-    # the client measures what the simulator delivered
-    assert _within(f.output_tok_s, served["tok_s"]), (f.output_tok_s, served)
+    # the client's figure is what it measured (checked against what the simulator delivered in _served)
+    assert f.output_tok_s == pytest.approx(run.summary()["output_throughput"])
     # every request gave exactly output_len tokens: requests/s is tok/s / 128
     assert f.request_s == pytest.approx(f.output_tok_s / 128)
     assert _within(f.tpot_ms.median, served["tpot_ms"]), (f.tpot_ms, served)
@@ -87,15 +98,17 @@ def test_baseline_tok_s_matches_the_simulator(start_sim, models, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_speculative_tok_s_and_windowed_accept_len_from_metrics(start_sim, models, tmp_path):
+def test_speculative_tok_s_and_windowed_accept_len_from_metrics(start_sim, models, tmp_path, monkeypatch):
     sim = start_sim(_spec(models), {"SPECDECK_SIM_ACCEPT_LEN": str(ACCEPT_LEN)})
+    runs = client_runs(monkeypatch)
     r = run_benchmark(Target(sim.base, name="sim", log_path=sim.log), LOAD, mode="builtin", work_dir=tmp_path)
     f = r.results
     assert _within(f.accept_len, ACCEPT_LEN), f.accept_len
-    served = _served(sim, 8)
+    [run] = runs
+    served = _served(sim, run)
     # the timing model at the accept length these requests drew (SPEC_TOK_S is at exactly 2.1)
     assert _within(served["v_tok_s"], SPEC_TOK_S * f.accept_len / ACCEPT_LEN), (served, f.accept_len)
-    assert _within(f.output_tok_s, served["tok_s"]), (f.output_tok_s, served)
+    assert f.output_tok_s == pytest.approx(run.summary()["output_throughput"])
     assert "metrics" in (r.label or "")  # 0.5.23 has the spec_verify_calls counter
     assert f.accept_len_lifetime is not None  # /server_info's, kept beside
     c = r.config
@@ -106,16 +119,18 @@ def test_speculative_tok_s_and_windowed_accept_len_from_metrics(start_sim, model
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_windowed_accept_len_from_the_log_where_metrics_lack_counters(start_sim, models, tmp_path):
+def test_windowed_accept_len_from_the_log_where_metrics_lack_counters(start_sim, models, tmp_path, monkeypatch):
     sim = start_sim(_spec(models), {"SPECDECK_SIM_ACCEPT_LEN": str(ACCEPT_LEN), "SPECDECK_SIM_VERSION": "0.5.4"})
     # earlier traffic at another load: the lifetime value includes it, the window does not
     run_load(sim.base, Load(concurrency=1, num_prompts=2, input_len=8, output_len=40))
+    runs = client_runs(monkeypatch)
     r = run_benchmark(Target(sim.base, name="sim", log_path=sim.log), LOAD, mode="builtin", work_dir=tmp_path)
     assert "log" in (r.label or "")
     assert _within(r.results.accept_len, ACCEPT_LEN), r.results.accept_len
-    served = _served(sim, 8)
+    [run] = runs
+    served = _served(sim, run)
     assert _within(served["v_tok_s"], SPEC_TOK_S * r.results.accept_len / ACCEPT_LEN), (served, r.results.accept_len)
-    assert _within(r.results.output_tok_s, served["tok_s"]), (r.results.output_tok_s, served)
+    assert r.results.output_tok_s == pytest.approx(run.summary()["output_throughput"])
     assert r.config.sglang_version == "0.5.4"
 
 

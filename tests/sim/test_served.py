@@ -1,5 +1,6 @@
 """The simulator in threads of the test process (backend.sim.server.serve), its hold switch
-(SPECDECK_SIM_HOLD) and its own record of what it served on both clocks (GET /sim/requests)."""
+(SPECDECK_SIM_HOLD) and its own record of what it served on both clocks (GET /sim/requests, and
+SPECDECK_SIM_REQUESTS_LOG, which outlives the run)."""
 
 from __future__ import annotations
 
@@ -51,6 +52,44 @@ def test_served_in_a_thread_answers_records_both_clocks_and_stops_like_the_proce
         assert "Application shutdown complete." in sim.text()
         with pytest.raises(OSError):
             socket.create_connection(("127.0.0.1", sim.port), timeout=2).close()
+    finally:
+        sim.stop()
+
+
+def test_the_requests_log_keeps_every_run_of_a_server_after_it_stopped(dirs, tmp_path):
+    record = tmp_path / "requests.jsonl"
+    env = dict(FAST, SPECDECK_SIM_REQUESTS_LOG=str(record))
+    served: list[list[dict]] = []
+    for lens in ((12, 5), (7,)):  # the server, then the same server started again
+        sim = start_sim_thread(["--model-path", str(dirs["target"])], tmp_path / "sim.log", env)
+        try:
+            sim.wait_ready()
+            for n in lens:
+                _gen(sim, n)
+            status, raw = sim.request("/sim/requests")
+            assert status == 200
+            served.append(json.loads(raw)["finished"])
+        finally:
+            sim.stop()
+    rows = [json.loads(line) for line in record.read_text().splitlines()]
+    runs = list(dict.fromkeys(r["run"] for r in rows))
+    assert len(runs) == 2
+    # each run's rows as its GET /sim/requests gave them (the startup's warm-up request among them), in order
+    for run, finished in zip(runs, served):
+        assert [{k: v for k, v in r.items() if k != "run"} for r in rows if r["run"] == run] == finished
+    assert [r["completion_tokens"] for r in served[0][-2:]] + [served[1][-1]["completion_tokens"]] == [12, 5, 7]
+
+
+def test_a_requests_log_it_cannot_write_stops_the_record_not_the_serving(dirs, tmp_path):
+    record = tmp_path / "no-such-folder" / "requests.jsonl"
+    sim = start_sim_thread(["--model-path", str(dirs["target"])], tmp_path / "sim.log",
+                           dict(FAST, SPECDECK_SIM_REQUESTS_LOG=str(record)))
+    try:
+        sim.wait_ready()
+        assert _gen(sim, 6)["meta_info"]["completion_tokens"] == 6
+        assert _gen(sim, 4)["meta_info"]["completion_tokens"] == 4
+        assert not record.parent.exists()
+        assert sim.text().count(f"SPECDECK_SIM_REQUESTS_LOG {record}") == 1  # said once, then left alone
     finally:
         sim.stop()
 
