@@ -30,7 +30,7 @@ from tests.supervisor.conftest import _end_group, wait_for
 from tests.train.ckpt_files import write_checkpoint
 
 STANDIN = textwrap.dedent("""\
-    import argparse, json, os, signal, sys, time
+    import argparse, json, os, re, signal, sys, time
     ap = argparse.ArgumentParser()
     for flag in ("--target-model-path", "--train-data-path", "--output-dir", "--num-epochs", "--batch-size",
                  "--learning-rate", "--max-length", "--ttt-length", "--save-interval"):
@@ -42,7 +42,8 @@ STANDIN = textwrap.dedent("""\
         sys.exit(143)
     signal.signal(signal.SIGTERM, term)
     out = a.output_dir
-    done = sorted(int(d.rsplit("_", 1)[1]) for d in os.listdir(out) if d.startswith("epoch_0_step_"))
+    # a checkpoint folder by SpecForge's own test of its name: a torn one renamed NAME.torn is none
+    done = sorted(int(m.group(1)) for d in os.listdir(out) if (m := re.fullmatch(r"epoch_0_step_(\\d+)", d)))
     start = done[-1] if (a.resume and done) else 0
     print(f"rank {os.environ.get('RANK')}: resume={a.resume} lr={a.learning_rate}", flush=True)
     print(f"Starting training from epoch:0          step:{start}", flush=True)
@@ -320,6 +321,7 @@ def test_cli_start_and_stop(tmp_path):
         clear_cache()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_demo_run_trains_with_the_cpu_trainer_and_resumes(tmp_path):
     """The demo workspace's run, shortened through save() (as the Training page's form edits it), really
