@@ -192,7 +192,8 @@ def pytest_xdist_make_scheduler(config, log):
 def pytest_runtest_protocol(item, nextitem):
     """With SPECDECK_TEST_CPU_LOG=FILE: each test's CPU seconds (this process's and those of the child
     processes it reaped while the test ran: CLIs, simulators, supervisor wrappers), appended to FILE as
-    ``cpu_s<TAB>wall_s<TAB>nodeid`` lines.  On a machine with few cores the suite's time is its CPU
+    ``cpu_s<TAB>wall_s<TAB>nodeid<TAB>start<TAB>worker`` lines (``start`` in seconds since the epoch, to draw
+    how busy the workers were over the run).  On a machine with few cores the suite's time is its CPU
     time: this shows which tests use it (``sort -rn FILE | head``)."""
     path = os.environ.get("SPECDECK_TEST_CPU_LOG")
     if not path:
@@ -205,10 +206,10 @@ def pytest_runtest_protocol(item, nextitem):
         own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
         return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
-    c0, t0 = cpu(), time.monotonic()
+    c0, t0, start = cpu(), time.monotonic(), time.time()
     yield
     with open(path, "a") as f:
-        f.write(f"{cpu() - c0:.2f}\t{time.monotonic() - t0:.2f}\t{item.nodeid}\n")
+        f.write(f"{cpu() - c0:.2f}\t{time.monotonic() - t0:.2f}\t{item.nodeid}\t{start:.2f}\t{_WORKER or '-'}\n")
 
 
 @pytest.fixture(autouse=True)

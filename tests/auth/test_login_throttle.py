@@ -161,6 +161,7 @@ class _Counting(dict):
         return self._count(super().items())
 
 
+@pytest.mark.slow
 def test_memory_stays_bounded_under_a_hundred_thousand_made_up_names(clock):
     t = LoginThrottle(clock=clock)
     t._tracks = _Counting(t._tracks)  # counts every key the throttle walks over

@@ -86,6 +86,7 @@ def spec_sim(models, tmp_path_factory):
         sim.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_sglang_bench_serving_runs_and_is_imported_with_the_windowed_accept_len(serve_python, spec_sim, models,
                                                                                 tmp_path, monkeypatch):

@@ -44,6 +44,7 @@ def _done(out: Path) -> int:
     return lines[-1]["done"] if lines else 0
 
 
+@pytest.mark.slow
 def test_a_regeneration_through_the_router_writes_every_row_once_while_a_server_leaves_and_joins(tmp_path):
     target, _ = make_models(tmp_path / "models")
     ports, rport = [free_port() for _ in range(3)], free_port()

@@ -102,6 +102,7 @@ def test_no_speculation_no_details(plain):
     assert not any(k.startswith("spec_") for k in json.loads(raw)["meta_info"])
 
 
+@pytest.mark.slow
 def test_accept_len_by_prompt_text(spec):
     def mean(text):
         toks = vct = 0

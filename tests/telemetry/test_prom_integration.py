@@ -79,6 +79,7 @@ scrape_configs:
         log.close()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_prometheus_scrapes_the_simulator_and_the_fake_gpu_exporter_and_the_gpus_page_groups_by_node(
         tmp_path, monkeypatch, prometheus):

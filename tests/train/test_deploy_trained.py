@@ -117,6 +117,7 @@ def test_the_demo_has_a_server_on_the_trainers_target_and_a_checkpoint_passes_it
     assert any(e.startswith("gpu-memory: GPU 7") for e in errors(tiny.model_copy(update={"mem_fraction_static": 0.6})))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_deploy_the_trained_checkpoints_through_the_cli_beside_a_measured_baseline(demo, tmp_path):
     s, root = demo.s, demo.root
