@@ -78,8 +78,11 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(_group(item, workers, browser_phase)))
     slow = {item.path for item in items if item.get_closest_marker("slow")}
     size = collections.Counter(item.path for item in items)
+    # a module's tests in one group keep their order (they may build on each other's work on a module
+    # fixture); a slow test that is a group of its own goes before them (the sort is stable)
     items.sort(key=lambda item: (not item.get_closest_marker("browser"), not _on_the_demo_dashboard(item),
-                                 not item.get_closest_marker("slow"), item.path not in slow, -size[item.path]))
+                                 not (item.get_closest_marker("slow") and not _shares_a_module_fixture(item)),
+                                 item.path not in slow, -size[item.path]))
     _write_groups(config, items)
 
 

@@ -23,11 +23,15 @@ SHARED = textwrap.dedent("""
             f.write(os.environ.get("PYTEST_XDIST_WORKER", "-") + "\\n")
         return 1
 
+    def test_a_quick_one_first(head):
+        with open(os.environ["RAN"], "a") as f:
+            f.write(f"shared {os.environ['PYTEST_XDIST_WORKER']} quick\\n")
+
     @pytest.mark.slow
     @pytest.mark.parametrize("i", range(8))
     def test_on_the_shared_fixture(head, i):
         with open(os.environ["RAN"], "a") as f:
-            f.write(f"shared {os.environ['PYTEST_XDIST_WORKER']}\\n")
+            f.write(f"shared {os.environ['PYTEST_XDIST_WORKER']} slow\\n")
 """)
 
 ALONE = textwrap.dedent("""
@@ -55,9 +59,13 @@ def test_a_module_fixture_is_set_up_once_and_lone_slow_tests_spread(tmp_path):
          "-p", "no:cacheprovider", "--rootdir", str(tmp_path), "-c", os.devnull, str(tmp_path)],
         cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "12 passed" in proc.stdout, proc.stdout[-3000:]
+    assert "13 passed" in proc.stdout, proc.stdout[-3000:]
     assert len(setups.read_text().split()) == 1, setups.read_text()  # one worker set the fixture up
-    lines = [line.split() for line in ran.read_text().splitlines()]
+    lines = [line.split()[:2] for line in ran.read_text().splitlines()]
     assert len({w for kind, w in lines if kind == "shared"}) == 1, lines
+    # in the order of the file: the slow tests on the module's fixture do not go before the quick one, which
+    # may leave the fixture as they expect it
+    shared = [line.split()[2] for line in ran.read_text().splitlines() if line.startswith("shared ")]
+    assert shared == ["quick"] + ["slow"] * 8, shared
     # the four lone slow tests are four units: more than one worker takes them
     assert len({w for kind, w in lines if kind == "alone"}) > 1, lines
