@@ -15,10 +15,14 @@ if str(REPO) not in sys.path:
 
 
 # A pytest-xdist worker (scripts/test runs several): its own hundred ports for the demo workspaces
-# its tests write (backend/flows/demo.py), so that two workers never give their demos the same port.
+# its tests write (backend/flows/demo.py), so that two workers never give their demos the same port.  The
+# workers' hundreds lie in a block of a thousand ports the run holds (_claim_port_block), so that another
+# suite running on the machine at the same time takes another block.
+_PORT_BLOCK_ENV = "SPECDECK_TEST_PORT_BLOCK"
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 if _WORKER.startswith("gw") and _WORKER[2:].isdigit():
-    os.environ["SPECDECK_DEMO_PORT_BASE"] = str(30200 + 100 * int(_WORKER[2:]))
+    _block = int(os.environ.get(_PORT_BLOCK_ENV) or 30200)
+    os.environ["SPECDECK_DEMO_PORT_BASE"] = str(_block + 100 * int(_WORKER[2:]))
 
 
 # Beside other workers (scripts/test with arguments) the browser tests run in two groups, two Chromiums and
@@ -136,8 +140,41 @@ def _share_script_cache() -> None:
     app_test.ScriptCache = local_script_runner.ScriptCache = lambda: shared
 
 
+# blocks below the kernel's ephemeral ports (32768 up), which outgoing connections take, and above Ray's
+# worker ports (10002-19999); the first is the one every run used before there were blocks
+PORT_BLOCKS = (30200, 31200, *range(20200, 30200, 1000))
+_held: list = []
+
+
+def _claim_port_block() -> None:
+    """In the process that starts the workers (or runs the tests itself): the first block of PORT_BLOCKS
+    whose first port this process can bind, held bound for the whole run, so that a suite started at the
+    same time on the machine (another checkout, another user's run) finds it taken and holds the next.  The
+    workers read it from the environment they inherit; a run alone has the same ports as before.  No block
+    free (twelve suites at once): the first, as before."""
+    import socket
+
+    for block in PORT_BLOCKS:
+        sock = socket.socket()
+        try:
+            sock.bind(("127.0.0.1", block))
+        except OSError:
+            sock.close()
+            continue
+        _held.append(sock)
+        os.environ[_PORT_BLOCK_ENV] = str(block)
+        break
+    else:
+        os.environ[_PORT_BLOCK_ENV] = str(PORT_BLOCKS[0])
+
+
 def pytest_configure(config):
     _hear_sigint()  # in the controller and in every worker
+    if not hasattr(config, "workerinput"):
+        _claim_port_block()
+        if not getattr(config.option, "numprocesses", None):
+            # the tests run in this process: its demos take the block's first hundred
+            os.environ["SPECDECK_DEMO_PORT_BASE"] = str(int(os.environ[_PORT_BLOCK_ENV]) + 1)
     # where tests run; SPECDECK_TEST_SCRIPT_CACHE=0: each AppTest run compiles its scripts again, as AppTest does
     if (hasattr(config, "workerinput") or getattr(config.option, "dist", "no") == "no") and os.environ.get(
             "SPECDECK_TEST_SCRIPT_CACHE") != "0":

@@ -11,6 +11,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 
 SHARED = textwrap.dedent("""
@@ -69,3 +71,32 @@ def test_a_module_fixture_is_set_up_once_and_lone_slow_tests_spread(tmp_path):
     assert shared == ["quick"] + ["slow"] * 8, shared
     # the four lone slow tests are four units: more than one worker takes them
     assert len({w for kind, w in lines if kind == "alone"}) > 1, lines
+
+
+def test_a_second_suite_on_the_machine_holds_another_block_of_demo_ports(monkeypatch):
+    """Each run's controller holds a block of ports bound for its whole run; its workers' demo workspaces take
+    their ports inside it.  A second suite started at the same time (its controller claims while the first's
+    block is held) gets another block, so that two suites' workers never give their demos the same ports."""
+    import socket
+
+    from tests import conftest
+
+    monkeypatch.delenv(conftest._PORT_BLOCK_ENV, raising=False)
+    held = len(conftest._held)
+    try:
+        conftest._claim_port_block()  # as this run's controller did, in whichever process holds its block
+        first = int(os.environ[conftest._PORT_BLOCK_ENV])
+        conftest._claim_port_block()  # another suite's controller, while the first block is held
+        second = int(os.environ[conftest._PORT_BLOCK_ENV])
+        assert first in conftest.PORT_BLOCKS and second in conftest.PORT_BLOCKS and first != second
+        with socket.socket() as s, pytest.raises(OSError):
+            s.bind(("127.0.0.1", first))  # held: a third suite passes it over
+        # ten workers' hundreds fit in a block without reaching the next, all above Ray's worker ports and
+        # below the ephemeral ones
+        blocks = sorted(conftest.PORT_BLOCKS)
+        assert all(b - a >= 1000 for a, b in zip(blocks, blocks[1:]))
+        assert 20000 <= blocks[0] and blocks[-1] + 1000 <= 32768
+    finally:
+        for sock in conftest._held[held:]:
+            sock.close()
+        del conftest._held[held:]
