@@ -150,8 +150,8 @@ def _claim_port_block() -> None:
     """In the process that starts the workers (or runs the tests itself): the first block of PORT_BLOCKS
     whose first port this process can bind, held bound for the whole run, so that a suite started at the
     same time on the machine (another checkout, another user's run) finds it taken and holds the next.  The
-    workers read it from the environment they inherit; a run alone has the same ports as before.  No block
-    free (twelve suites at once): the first, as before."""
+    workers read it from the environment they inherit; the workers of a run alone on the machine have the
+    hundreds they had before there were blocks.  No block free (twelve suites at once): the first."""
     import socket
 
     for block in PORT_BLOCKS:
