@@ -480,13 +480,13 @@ class Engine:
             r.finish_reason = reason
             r.finished_at = time.monotonic()
             r.v_finished = self.clock_s
-            self.finished.append({
-                "rid": r.rid, "finish_reason": reason, "prompt_tokens": r.prompt_tokens,
-                "completion_tokens": r.generated, "created": r.created, "first_token": r.first_token_at,
-                "finished": r.finished_at, "v_created": r.v_created, "v_first_token": r.v_first_token,
-                "v_finished": r.v_finished})
+            row = {"rid": r.rid, "finish_reason": reason, "prompt_tokens": r.prompt_tokens,
+                   "completion_tokens": r.generated, "created": r.created, "first_token": r.first_token_at,
+                   "finished": r.finished_at, "v_created": r.v_created, "v_first_token": r.v_first_token,
+                   "v_finished": r.v_finished}
+            self.finished.append(row)
             if self.requests_log:
-                self._log_finished(self.finished[-1])
+                self._log_finished(row)
             self.metrics.num_requests.inc()
             self.metrics.e2e.observe(r.finished_at - r.created)
             r.events.put(("done", r))
