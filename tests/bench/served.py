@@ -112,3 +112,12 @@ def check_timed(run, rows: list[dict[str, Any]], warmup: dict[str, Any]) -> None
     sim_s = window[1] - window[0]
     assert run.duration_s - (last_end - first_sent) < 0.1 * sim_s, (run.duration_s, first_sent, last_end, window)
     assert (window[0] - first_sent) + (last_end - window[1]) < 0.25 * sim_s, (first_sent, last_end, window)
+
+
+def served_checked(sim, run) -> dict[str, float]:
+    """:func:`figures` of the requests of the built-in client's ``run`` (the last ``sim`` finished), once the
+    client's figures are checked against them (:func:`check_timed`; its warm-up finished just before them)."""
+    rows = finished(sim)
+    n = len(run.outcomes)
+    check_timed(run, rows[-n:], rows[-n - 1])
+    return figures(rows[-n:])

@@ -25,7 +25,7 @@ import pytest
 
 from backend.bench.client import Load, Outcome, _chunk_tokens, run_load, summarize
 from backend.flows.bench_runner import Target, run_benchmark
-from tests.bench.served import check_timed, client_runs, finished, figures, within as _within
+from tests.bench.served import client_runs, served_checked as _served, within as _within
 from tests.sim.simproc import Sim, start_sim as sim_process
 from tests.simws import make_models
 
@@ -57,14 +57,6 @@ def start_sim(tmp_path_factory):
     yield _start
     for sim in started:
         sim.stop()
-
-
-def _served(sim, run) -> dict[str, float]:
-    """The simulator's figures for ``run``'s requests, after checking the client's figures against them."""
-    rows = finished(sim)
-    n = len(run.outcomes)
-    check_timed(run, rows[-n:], rows[-n - 1])  # the warm-up request finished just before them
-    return figures(rows[-n:])
 
 
 def _spec(models) -> list[str]:

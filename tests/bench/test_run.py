@@ -18,7 +18,7 @@ from backend.bench.client import Load
 from backend.flows.bench_job import read_progress
 from backend.flows.bench_runner import Mark, Target, accept_from_log, run_benchmark, windowed_accept
 from backend.cli import main
-from tests.bench.served import check_timed, client_runs, figures, finished, served, within
+from tests.bench.served import client_runs, served, served_checked, within
 from tests.bench.sweep_kit import write_workspace
 from tests.helpers import free_port
 from tests.sim.simproc import start_sim
@@ -121,10 +121,8 @@ def test_sglang_bench_serving_runs_and_is_imported_with_the_windowed_accept_len(
     # 2-core machine two runs one after the other were seen 37 % apart in tok/s
     runs = client_runs(monkeypatch)
     ours = run_benchmark(target, load, mode="builtin", work_dir=tmp_path / "b").results
-    rows = finished(spec_sim)
     [run] = runs
-    check_timed(run, rows[-12:], rows[-13])  # the warm-up request finished just before them
-    mine = figures(rows[-12:])
+    mine = served_checked(spec_sim, run)
     assert theirs["tokens"] == mine["tokens"] == 12 * 64
     assert ours.output_tok_s == pytest.approx(run.summary()["output_throughput"])
     # SGLang's client timed a window that holds the simulator's (at most its tok/s), and no more than a

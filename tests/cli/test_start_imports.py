@@ -23,8 +23,7 @@ def loaded_at_start(argv: list[str]) -> list[str]:
             f"build_parser({argv!r})\n"
             f"names = {NOT_AT_START!r}\n"
             "print(json.dumps(sorted(m for m in sys.modules if any(m == n or m.startswith(n + '.') for n in names))))")
-    out = fresh_python(code)
-    return json.loads(out)
+    return json.loads(fresh_python(code))
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["bench", "list"], ["processes", "list"], ["cluster", "status"],
