@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e import chromium
 from tests.helpers import free_port
 
 REPO = Path(__file__).resolve().parents[2]
-CHROMIUM = "/usr/bin/chromium"
+CHROMIUM = str(chromium.executable())  # the headless shell where Debian's package is installed (tests/e2e/chromium.py)
 # The demo dashboard's environment for the browser tests: its simulated servers load in under a second
 # (SPECDECK_SIM_SPEED only scales the startup sequence's pauses; the lines, the HTTP API and the decode
 # speeds stay as they are), so a page shows the 70B demo server running rather than loading for 20 s.
@@ -210,9 +211,7 @@ def _chromium():
         _SHARED["playwright"] = sync_playwright().start()
         atexit.register(_close_chromium)
     shared = _SHARED["browser"] = _SHARED["playwright"].chromium.launch(
-        executable_path=CHROMIUM, headless=True,
-        args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-              "--disable-component-update", "--no-first-run"],
+        executable_path=CHROMIUM, headless=True, args=chromium.ARGS,
     )
     return shared
 
@@ -221,8 +220,9 @@ def _chromium():
 def browser(width: int = 1600, height: int = 1200):
     """A page in a fresh browser context of the process's Chromium, ``width`` x ``height``; a failed wait inside
     comes out with what the browser saw (its URL, the app's state, its last console lines and requests)."""
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: scripts/test installs Debian's chromium (apt-get install chromium)")
+    why = chromium.missing()
+    if why:
+        pytest.fail(why)
     context = _chromium().new_context(viewport={"width": width, "height": height})
     try:
         page = context.new_page()

@@ -20,7 +20,12 @@ from pathlib import Path
 
 from playwright.sync_api import expect, sync_playwright
 
-CHROMIUM = "/usr/bin/chromium"
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:  # run as a script: its own folder is on the path, the repository is not
+    sys.path.insert(0, str(REPO))
+
+from tests.e2e import chromium  # noqa: E402
+
 BANNER = "Sign in to start, stop or relaunch"
 
 
@@ -48,9 +53,7 @@ def main(argv: list[str]) -> int:
     outdir.mkdir(parents=True, exist_ok=True)
     seen: dict = {"exceptions": 0, "hosts": []}
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                     args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                                           "--disable-component-update", "--no-first-run"])
+        browser = pw.chromium.launch(executable_path=str(chromium.executable()), headless=True, args=chromium.ARGS)
         try:
             page = browser.new_page(viewport={"width": 1440, "height": 900})
             page.on("request", lambda r: seen["hosts"].append(urlsplit(r.url).hostname or r.url[:40]))

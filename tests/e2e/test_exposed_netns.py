@@ -26,6 +26,7 @@ from types import SimpleNamespace
 import pytest
 
 from state import Store, audit
+from tests.e2e import chromium
 from tests.e2e._dashboard import serve
 from tests.helpers import wait_for
 
@@ -280,8 +281,9 @@ def test_without_sign_in_nothing_is_shown_with_or_without_users(netns, tmp_path,
 
 @pytest.mark.timeout(300)
 def test_browser_from_another_address_signs_in_stops_and_is_audited(netns, tmp_path):
-    if not Path("/usr/bin/chromium").exists():
-        pytest.fail("/usr/bin/chromium is missing: scripts/test installs Debian's chromium")
+    why = chromium.missing()
+    if why:
+        pytest.fail(why)
     ns, host_ip, ns_ip = netns
     out = tmp_path / "shots"
     with _dashboard(tmp_path, netns) as (ws, _port, url):
