@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from backend.flows.demo import write_demo_workspace  # noqa: E402
-from tests.e2e import _dashboard  # noqa: E402
+from tests.e2e import _dashboard, chromium  # noqa: E402
 from tests.helpers import free_port  # noqa: E402
 
 
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             cli(["--workspace", str(ws), "alerts", "list", "--all", "--json"], out=out, err=out)
             print("alerts list --all --json:")
             print(out.getvalue().strip())
-            if Path(_dashboard.CHROMIUM).exists():
+            if chromium.missing() is None:
                 args.shots.mkdir(parents=True, exist_ok=True)
                 names = []
                 for w, h in ((1024, 768), (1440, 900)):

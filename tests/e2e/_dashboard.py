@@ -21,7 +21,6 @@ from tests.e2e import chromium
 from tests.helpers import free_port
 
 REPO = Path(__file__).resolve().parents[2]
-CHROMIUM = str(chromium.executable())  # the headless shell where Debian's package is installed (tests/e2e/chromium.py)
 # The demo dashboard's environment for the browser tests: its simulated servers load in under a second
 # (SPECDECK_SIM_SPEED only scales the startup sequence's pauses; the lines, the HTTP API and the decode
 # speeds stay as they are), so a page shows the 70B demo server running rather than loading for 20 s.
@@ -211,7 +210,7 @@ def _chromium():
         _SHARED["playwright"] = sync_playwright().start()
         atexit.register(_close_chromium)
     shared = _SHARED["browser"] = _SHARED["playwright"].chromium.launch(
-        executable_path=CHROMIUM, headless=True, args=chromium.ARGS,
+        executable_path=str(chromium.executable()), headless=True, args=chromium.ARGS,
     )
     return shared
 
