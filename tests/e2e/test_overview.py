@@ -106,6 +106,23 @@ def _box(locator) -> dict:
     return box
 
 
+GPU_TOPS_JS = """() => { const strips = [...document.querySelectorAll("[data-testid='stMain'] .ov-gpus")];
+  for (const strip of strips) { const cards = [...strip.querySelectorAll('.ov-gpu')];
+    if (cards.length && cards.every(c => c.getClientRects().length > 0))
+      return cards.map(c => Math.round(c.getBoundingClientRect().y)); }
+  return null; }"""
+
+
+def _laid_out_tops(page, timeout_ms: float = 30_000) -> list[int]:
+    """The tops of the Overview's GPU cards, read from a strip whose every card has a box (waited for)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        return page.wait_for_function(GPU_TOPS_JS, timeout=timeout_ms).json_value()
+    except PlaywrightTimeout:
+        raise AssertionError(f"no GPU strip with every card laid out within {timeout_ms / 1000:.0f} s") from None
+
+
 LINES_JS = """el => { const r = document.createRange(); r.selectNodeContents(el);
   const tops = [...r.getClientRects()].filter(x => x.width > 0).map(x => x.top).sort((a, b) => a - b);
   let lines = 0, last = -1e9;
@@ -167,9 +184,9 @@ def test_the_three_answers_are_in_the_first_screen(dashboard, width, height):
         lines = figures.evaluate(LINES_JS)
         assert lines == 4, f"the server's state and figures take {lines} lines at {width} px wide, not 4"
         # the GPUs in rows of four
-        # read in one go in the page: the strip is a live block, redrawn every few seconds, and a card found
-        # before a redraw has no box after it
-        tops = gpus.evaluate("el => [...el.querySelectorAll('.ov-gpu')].map(c => Math.round(c.getBoundingClientRect().y))")
+        # read in one go in the page, from a strip that is laid out: the strip is a live block, redrawn every few
+        # seconds, and during a redraw a card found before it has no box (every top 0) until the new one is drawn
+        tops = _laid_out_tops(page)
         assert len(tops) == 8 and len(set(tops)) == 2 and tops.count(tops[0]) == 4, tops
         # Training, Benchmarks and Cost: each its own tile, one under another, none overlapping
         tiles = [_box(main.locator(f".st-key-{k}")) for k in ("ov-gpus", "ov-training", "ov-bench", "ov-cost")]
