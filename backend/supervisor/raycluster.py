@@ -247,40 +247,46 @@ def load_cluster(root: str | os.PathLike[str]) -> Cluster | None:
 
 # Runs the argv in its own process group, passes SIGTERM/SIGINT on to that group, and when the
 # child ends ends what is left of its group (SIGTERM, the grace, SIGKILL): Ray leaves background
-# children of a job that exits.  A stop that arrives before the child started means it never starts;
-# the stop signals are blocked while the child starts (and unblocked in it before its exec), so a stop
-# that arrives meanwhile reaches the child's group once ``child`` is set, never a child not yet known.
+# children of a job that exits.  A stop that arrives before the child started means it never starts.
+# From then on the stop signals and SIGCHLD stay blocked and are taken one by one with sigwaitinfo
+# (unblocked in the child before its exec): a stop that arrives while the child starts, or at any
+# moment after, is passed on as soon as the child is known.  (A handler could not promise that: a stop
+# caught just before a blocking wait for the child ran only when the child ended.)
 # Killed by signal N, it exits 128+N.  Standard library only: it runs on the cluster's nodes.
 _WRAPPER = r"""
 import base64, json, os, signal, subprocess, sys, time
 c = json.loads(base64.b64decode(sys.argv[2]))
-child = None
 def on_signal(sig, frame):
-    if child is None:
-        sys.exit(128 + sig)
-    try:
-        os.killpg(child.pid, sig)
-    except OSError:
-        pass
+    sys.exit(128 + sig)
 signal.signal(signal.SIGTERM, on_signal)
 signal.signal(signal.SIGINT, on_signal)
+signal.signal(signal.SIGCHLD, lambda sig, frame: None)
 if c.get("cwd"):
     os.chdir(c["cwd"])
 stops = {signal.SIGTERM, signal.SIGINT}
-signal.pthread_sigmask(signal.SIG_BLOCK, stops)
+taken = stops | {signal.SIGCHLD}
+signal.pthread_sigmask(signal.SIG_BLOCK, taken)
 pending = sorted(signal.sigpending() & stops)
 if pending:
     sys.exit(128 + pending[0])
 def unblock():
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, taken)
 try:
     child = subprocess.Popen(c["argv"], start_new_session=True, preexec_fn=unblock)
 except OSError as exc:
     print("cannot start %s: %s" % (c["argv"][0], exc), file=sys.stderr, flush=True)
     sys.exit(127)
-finally:
-    unblock()
-rc = child.wait()
+while True:
+    sig = signal.sigwaitinfo(taken).si_signo
+    if sig == signal.SIGCHLD:
+        if child.poll() is not None:
+            break
+        continue
+    try:
+        os.killpg(child.pid, sig)
+    except OSError:
+        pass
+rc = child.returncode
 def group_alive():
     try:
         os.killpg(child.pid, 0)
