@@ -39,6 +39,19 @@ def _running(sup, name: str) -> bool:
     return v is not None and v.state.value == "RUNNING"
 
 
+def _where(sup, name: str) -> str:
+    """Where ``name`` is instead: its state, tries, detail and exit code, and the end of its log."""
+    v = sup.view(name)
+    if v is None:
+        return "not managed"
+    try:
+        tail = Path(v.log_path).read_text(errors="replace")[-1500:]
+    except OSError as exc:
+        tail = f"(no log: {exc})"
+    return (f"{v.state.value} since {v.state_since:.1f}, tries {v.tries}, exit code {v.exit_code}, "
+            f"readiness {v.readiness!r}, detail {v.detail!r}; its log ends:\n{tail}")
+
+
 def _done(out: Path) -> int:
     lines = progress_lines(out)
     return lines[-1]["done"] if lines else 0
@@ -55,7 +68,10 @@ def test_a_regeneration_through_the_router_writes_every_row_once_while_a_server_
             for n in ("a", "b", "c", "fleet"):
                 f.sup.start(n, actor="test", source="test")
             for n in ("a", "b", "c", "fleet"):
-                wait_for(lambda n=n: _running(f.sup, n), 60, f"{n} RUNNING")
+                try:
+                    wait_for(lambda n=n: _running(f.sup, n), 60, f"{n} RUNNING")
+                except AssertionError as exc:
+                    raise AssertionError(f"{exc}: {_where(f.sup, n)}") from None
             sync = RouterSync(f.fleet, f.sup, f.ws.run_dir)
             sync.run_in_background(stop, interval_s=0.3)
             urls = {f"http://127.0.0.1:{p}" for p in ports}
